@@ -1,0 +1,75 @@
+package tasks
+
+import "encoding/json"
+
+// Task type names, as stored in asynq's Redis keys.
+const (
+	TypeWhatsAppSend   = "whatsapp:send"
+	TypeSMSSend        = "sms:send"
+	TypeWebhookDeliver = "webhook:deliver"
+	TypeHTTPCall       = "http:call"
+)
+
+// PayloadVersion is the "v" every payload carries; decoders reject other versions.
+const PayloadVersion = 1
+
+// WhatsAppSend is the payload of a whatsapp:send task: one message from a
+// business phone number to one user, either free text or a template.
+type WhatsAppSend struct {
+	V int `json:"v"`
+	// PhoneNumberID is the sender's WhatsApp Business phone number ID (digits).
+	PhoneNumberID string `json:"phone_number_id"`
+	// To is the recipient in E.164 with a leading "+" ("+12025550123").
+	To string `json:"to"`
+	// Text is a free-form body (only valid inside the 24 h customer service window).
+	// Exactly one of Text and Template is set.
+	Text     string    `json:"text,omitempty"`
+	Template *Template `json:"template,omitempty"`
+	// IdempotencyKey becomes the asynq task ID and the Idempotency-Key header.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+}
+
+// Template is a pre-approved WhatsApp message template.
+type Template struct {
+	Name     string `json:"name"`     // "order_update"
+	Language string `json:"language"` // BCP 47-like code as Meta spells it: "en_US"
+	// Parameters fill the body component's {{1}}, {{2}}, … in order.
+	Parameters []string `json:"parameters,omitempty"`
+}
+
+// SMSSend is the payload of an sms:send task (Twilio Programmable Messaging).
+type SMSSend struct {
+	V int `json:"v"`
+	// From is the sending number in E.164; or set MessagingServiceSID (MG…) instead.
+	From                string `json:"from,omitempty"`
+	MessagingServiceSID string `json:"messaging_service_sid,omitempty"`
+	To                  string `json:"to"` // E.164
+	Body                string `json:"body"`
+	IdempotencyKey      string `json:"idempotency_key,omitempty"`
+}
+
+// WebhookDeliver is the payload of a webhook:deliver task: one event POSTed as
+// JSON to a customer's endpoint, signed per Standard Webhooks.
+type WebhookDeliver struct {
+	V int `json:"v"`
+	// URL is the absolute http(s) endpoint URL.
+	URL string `json:"url"`
+	// EventType is the event name ("order.updated"); sent as the body's "type".
+	EventType string `json:"event_type"`
+	// Payload is the event's JSON data; sent as the body's "data".
+	Payload json.RawMessage `json:"payload"`
+	// Endpoint names the customer endpoint (selects its signing secret).
+	Endpoint string `json:"endpoint,omitempty"`
+	// IdempotencyKey is the Standard Webhooks webhook-id: stable across retries.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+}
+
+// HTTPCall is the payload of an http:call task: one request to a third-party API.
+type HTTPCall struct {
+	V              int               `json:"v"`
+	Method         string            `json:"method"` // GET, POST, PUT, PATCH, DELETE
+	URL            string            `json:"url"`    // absolute http(s) URL
+	Headers        map[string]string `json:"headers,omitempty"`
+	Body           string            `json:"body,omitempty"`
+	IdempotencyKey string            `json:"idempotency_key,omitempty"`
+}
