@@ -1,0 +1,31 @@
+# Sluice — `make test` is the one test command (README, .ci/run).
+GO ?= go
+REDIS_SERVER := $(shell command -v redis-server 2>/dev/null || ls /usr/bin/redis-server 2>/dev/null)
+
+.PHONY: test vet bench redis-server demo build
+test: redis-server
+	$(GO) vet ./...
+	$(GO) test -race -count=1 ./...
+
+vet:
+	$(GO) vet ./...
+
+# Installs redis-server from the distribution when missing: integration tests
+# start their own private server on a free port, never use a running one.
+redis-server:
+ifeq ($(REDIS_SERVER),)
+	@echo "redis-server not found: installing it with apt-get"
+	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server >/dev/null
+	@command -v redis-server >/dev/null || ls /usr/bin/redis-server >/dev/null
+endif
+
+# Benchmarks, never run by `make test`.
+bench: redis-server
+	$(GO) test -run '^$$' -bench . -benchtime 5000x -count 1 ./worker/ ./throttle/
+
+build:
+	$(GO) build -o bin/sluice ./cmd/sluice
+
+demo:
+	$(GO) run ./cmd/sluice demo

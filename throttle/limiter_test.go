@@ -1,0 +1,273 @@
+package throttle_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/throttle"
+)
+
+// fakeClock is a settable clock for step tables.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) Set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
+
+// t0 is a UTC midnight, so fixed windows of every length start there.
+var t0 = time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC)
+
+// backends runs f against a private redis-server and against miniredis, the
+// demo's embedded Redis: the Lua must behave the same on both.
+func backends(t *testing.T, f func(t *testing.T, rdb redis.UniversalClient)) {
+	t.Run("redis-server", func(t *testing.T) {
+		t.Parallel()
+		f(t, redistest.Start(t).Client(t))
+	})
+	t.Run("miniredis", func(t *testing.T) {
+		t.Parallel()
+		m := miniredis.RunT(t)
+		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { _ = c.Close() })
+		f(t, c)
+	})
+}
+
+type step struct {
+	at        time.Duration // since t0
+	cost      int64
+	allowed   bool
+	remaining int64
+	retry     time.Duration
+}
+
+func runSteps(t *testing.T, rdb redis.UniversalClient, lim throttle.Limit, steps []step) {
+	t.Helper()
+	clk := &fakeClock{}
+	l := throttle.New(rdb, throttle.Options{Prefix: "t", Clock: clk.Now})
+	ctx := context.Background()
+	for i, s := range steps {
+		clk.Set(t0.Add(s.at))
+		d, err := l.Consume(ctx, throttle.Request{Key: "test:k:1", Limit: lim, Cost: s.cost})
+		require.NoError(t, err, "step %d", i)
+		got := step{at: s.at, cost: s.cost, allowed: d.Allowed, remaining: d.Limits[0].Remaining, retry: d.RetryAfter}
+		require.Equal(t, s, got, "step %d at %v", i, s.at)
+	}
+}
+
+func TestGCRASteps(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		// 10/s, burst 3: T = 100ms, bucket depth 300ms.
+		lim := throttle.Limit{Name: "g", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(10), Burst: 3}
+		runSteps(t, rdb, lim, []step{
+			{0, 1, true, 2, 0},
+			{0, 1, true, 1, 0},
+			{0, 1, true, 0, 0},
+			{0, 1, false, 0, 100 * time.Millisecond},
+			{50 * time.Millisecond, 1, false, 0, 50 * time.Millisecond},
+			{100 * time.Millisecond, 1, true, 0, 0},
+			{100 * time.Millisecond, 2, false, 0, 200 * time.Millisecond},
+			{300 * time.Millisecond, 2, true, 0, 0},
+			{time.Second, 3, true, 0, 0}, // bucket refilled
+			{time.Second, 1, false, 0, 100 * time.Millisecond},
+		})
+	})
+}
+
+func TestGCRAEvenSpacing(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		// 80/s burst 1 (WhatsApp throughput): exactly one unit per 12.5ms.
+		lim := throttle.Limit{Name: "throughput", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(80)}
+		steps := []step{{0, 1, true, 0, 0}}
+		for i := 1; i <= 80; i++ {
+			at := time.Duration(i) * 12500 * time.Microsecond
+			steps = append(steps,
+				step{at - time.Microsecond, 1, false, 0, time.Microsecond},
+				step{at, 1, true, 0, 0})
+		}
+		runSteps(t, rdb, lim, steps)
+	})
+}
+
+func TestGCRAPairInterval(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		// 1/6s: the WhatsApp pair rate limit.
+		lim := throttle.Limit{Name: "pair", Algorithm: throttle.GCRA, Rate: throttle.Rate{Limit: 1, Period: 6 * time.Second}}
+		runSteps(t, rdb, lim, []step{
+			{0, 1, true, 0, 0},
+			{time.Second, 1, false, 0, 5 * time.Second},
+			{6 * time.Second, 1, true, 0, 0},
+			{20 * time.Second, 1, true, 0, 0},
+		})
+	})
+}
+
+func TestFixedWindowSteps(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		lim := throttle.Limit{Name: "f", Algorithm: throttle.FixedWindow, Rate: throttle.Rate{Limit: 3, Period: time.Minute}}
+		runSteps(t, rdb, lim, []step{
+			{10 * time.Second, 2, true, 1, 0},
+			{20 * time.Second, 1, true, 0, 0},
+			{59 * time.Second, 1, false, 0, time.Second},
+			// Boundary: the window is aligned, so the next one starts at
+			// exactly 1m and the full limit is available again — up to 2×limit
+			// can pass within a second spanning the boundary (documented).
+			{time.Minute, 3, true, 0, 0},
+			{time.Minute + 500*time.Millisecond, 1, false, 0, 59500 * time.Millisecond},
+			{3 * time.Minute, 4 - 1, true, 0, 0},
+		})
+	})
+}
+
+func TestFixedWindowDailyAlignedToUTCMidnight(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		lim := throttle.Limit{Name: "daily", Algorithm: throttle.FixedWindow, Rate: throttle.PerDay(2)}
+		runSteps(t, rdb, lim, []step{
+			{23 * time.Hour, 2, true, 0, 0},
+			{23*time.Hour + 59*time.Minute, 1, false, 0, time.Minute},
+			{24 * time.Hour, 1, true, 1, 0},
+		})
+	})
+}
+
+func TestConcurrencyLeases(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		clk := &fakeClock{t: t0}
+		l := throttle.New(rdb, throttle.Options{Prefix: "t", Clock: clk.Now, ConcurrencyRetry: time.Hour})
+		lim := throttle.Limit{Name: "c", Algorithm: throttle.Concurrency, Max: 2, Lease: 10 * time.Second}
+		req := throttle.Request{Key: "test:conc", Limit: lim}
+		ctx := context.Background()
+
+		a, err := l.Consume(ctx, req)
+		require.NoError(t, err)
+		require.True(t, a.Allowed)
+		require.Len(t, a.Leases, 1)
+		require.Equal(t, int64(1), a.Limits[0].Remaining)
+
+		clk.Set(t0.Add(time.Second))
+		b, err := l.Consume(ctx, req)
+		require.NoError(t, err)
+		require.True(t, b.Allowed)
+
+		c, err := l.Consume(ctx, req)
+		require.NoError(t, err)
+		require.False(t, c.Allowed)
+		require.Empty(t, c.Leases)
+		require.Equal(t, 9*time.Second, c.RetryAfter, "until the oldest lease expires")
+
+		// Released slots are free at once.
+		require.NoError(t, l.Release(ctx, a.Leases))
+		clk.Set(t0.Add(5 * time.Second))
+		d, err := l.Consume(ctx, req)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+
+		// A worker that dies never releases: its lease expires and is reclaimed.
+		clk.Set(t0.Add(12 * time.Second))
+		e, err := l.Consume(ctx, req)
+		require.NoError(t, err)
+		require.True(t, e.Allowed, "b's lease expired at 11s")
+		n, err := rdb.ZCard(ctx, l.Key("test:conc")).Result()
+		require.NoError(t, err)
+		require.Equal(t, int64(2), n, "d and e hold leases; b was reclaimed")
+	})
+}
+
+func TestConsumeIsAllOrNothing(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		clk := &fakeClock{t: t0}
+		l := throttle.New(rdb, throttle.Options{Prefix: "t", Clock: clk.Now})
+		ctx := context.Background()
+		number := throttle.Request{Key: "whatsapp:number:1065", Limit: throttle.Limit{Name: "throughput", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(80), Burst: 80}}
+		pair := throttle.Request{Key: "whatsapp:pair:1065:+12025550123", Limit: throttle.Limit{Name: "pair", Algorithm: throttle.GCRA, Rate: throttle.Rate{Limit: 1, Period: 6 * time.Second}}}
+		daily := throttle.Request{Key: "whatsapp:daily:+12025550123", Limit: throttle.Limit{Name: "daily", Algorithm: throttle.FixedWindow, Rate: throttle.PerDay(250)}}
+
+		d, err := l.Consume(ctx, number, pair, daily)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+		require.Equal(t, []int64{79, 0, 249}, remaining(d))
+
+		// The pair limit blocks: nothing is taken from the other two.
+		clk.Set(t0.Add(2 * time.Second))
+		d, err = l.Consume(ctx, number, pair, daily)
+		require.NoError(t, err)
+		require.False(t, d.Allowed)
+		require.Equal(t, "pair", d.BlockedBy)
+		require.Equal(t, 4*time.Second, d.RetryAfter)
+		require.Equal(t, []int64{80, 0, 249}, remaining(d), "number refilled, daily untouched")
+		blk, ok := d.Blocking()
+		require.True(t, ok)
+		require.Equal(t, "whatsapp:pair:1065:+12025550123", blk.Key)
+
+		// Check peeks without taking.
+		clk.Set(t0.Add(6 * time.Second))
+		c, err := l.Check(ctx, number, pair, daily)
+		require.NoError(t, err)
+		require.True(t, c.Allowed)
+		require.Equal(t, []int64{80, 1, 249}, remaining(c))
+		d, err = l.Consume(ctx, number, pair, daily)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+		require.Equal(t, []int64{79, 0, 248}, remaining(d))
+	})
+}
+
+func remaining(d throttle.Decision) []int64 {
+	out := make([]int64, len(d.Limits))
+	for i, ld := range d.Limits {
+		out[i] = ld.Remaining
+	}
+	return out
+}
+
+func TestEveryKeyHasTTL(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		l := throttle.New(rdb, throttle.Options{Prefix: "ttl"})
+		ctx := context.Background()
+		for i := range 20 {
+			_, err := l.Consume(ctx,
+				throttle.Request{Key: fmt.Sprintf("s:g:%d", i), Limit: throttle.Limit{Name: "g", Algorithm: throttle.GCRA, Rate: throttle.PerMinute(5)}},
+				throttle.Request{Key: fmt.Sprintf("s:f:%d", i), Limit: throttle.Limit{Name: "f", Algorithm: throttle.FixedWindow, Rate: throttle.PerHour(5)}},
+				throttle.Request{Key: fmt.Sprintf("s:c:%d", i), Limit: throttle.Limit{Name: "c", Algorithm: throttle.Concurrency, Max: 5}})
+			require.NoError(t, err)
+		}
+		keys, err := rdb.Keys(ctx, "ttl:*").Result() // a private server: KEYS is fine in a test
+		require.NoError(t, err)
+		require.Len(t, keys, 60)
+		for _, k := range keys {
+			ttl, err := rdb.PTTL(ctx, k).Result()
+			require.NoError(t, err)
+			require.Greater(t, ttl, time.Duration(0), "key %s has no TTL", k)
+		}
+	})
+}
+
+func TestRequestErrors(t *testing.T) {
+	l := throttle.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), throttle.Options{})
+	ctx := context.Background()
+	g := throttle.Limit{Name: "g", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(1), Burst: 2}
+	_, err := l.Consume(ctx)
+	require.ErrorIs(t, err, throttle.ErrNoRequests)
+	_, err = l.Consume(ctx, throttle.Request{Key: "a:x", Limit: g}, throttle.Request{Key: "b:x", Limit: g})
+	require.ErrorIs(t, err, throttle.ErrCrossSlot)
+	_, err = l.Consume(ctx, throttle.Request{Key: "a:x", Limit: g, Cost: 3})
+	require.ErrorIs(t, err, throttle.ErrCostOverLimit)
+	_, err = l.Consume(ctx, throttle.Request{Key: "a:x", Limit: throttle.Limit{Name: "bad", Algorithm: throttle.FixedWindow, Rate: throttle.Rate{Limit: 1, Period: 6 * time.Second}}})
+	require.ErrorContains(t, err, "fixed window must be one of")
+}
+
+func TestKeyHashTag(t *testing.T) {
+	l := throttle.New(nil, throttle.Options{})
+	require.Equal(t, "sluice:{whatsapp}:pair:1065:+12025550123", l.Key("whatsapp:pair:1065:+12025550123"))
+	require.Equal(t, "sluice:{sms}", l.Key("sms"))
+}
