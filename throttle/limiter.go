@@ -80,7 +80,13 @@ type LimitDecision struct {
 	// ends (FixedWindow), or its oldest lease expires (Concurrency).
 	Reset time.Time
 	// RetryAfter is how long until the cost fits in this limit; 0 if Allowed.
+	// It is exact: the earliest moment the limit could allow the cost.
 	RetryAfter time.Duration
+	// Wait is when a blocked Consume should come back: RetryAfter, or for a
+	// FixedWindow limit with a backlog, its place in line (waiters are sent
+	// to successive windows, Limit units each). Equal to RetryAfter for Check
+	// and for allowed limits.
+	Wait time.Duration
 }
 
 // Decision is the outcome of a Consume or Check call.
@@ -93,8 +99,12 @@ type Decision struct {
 	// RetryAfter is how long until every blocked limit has room: the largest
 	// RetryAfter among them. Zero when Allowed.
 	RetryAfter time.Duration
-	// BlockedBy is the name of the limit that sets RetryAfter; "" when Allowed.
+	// BlockedBy is the name of the limit that sets Wait; "" when Allowed.
 	BlockedBy string
+	// Wait is when to come back: the largest Wait among blocked limits
+	// (>= RetryAfter). A queue schedules blocked work with it, so a backlog
+	// is retried about once per item instead of once per item per window.
+	Wait time.Duration
 	// Now is the time the decision was made at (Redis TIME unless a Clock is set).
 	Now time.Time
 	// Leases must be passed to Release when the work ends, if any request used
@@ -223,13 +233,14 @@ func (l *Limiter) run(ctx context.Context, mode string, reqs []Request) (Decisio
 }
 
 func (l *Limiter) decode(raw []int64, reqs []Request, keys []string, leaseID string) (Decision, error) {
-	if len(raw) != 2+4*len(reqs) {
+	const per = 5
+	if len(raw) != 2+per*len(reqs) {
 		return Decision{}, fmt.Errorf("%w: %d values for %d limits", ErrMalformedReply, len(raw), len(reqs))
 	}
 	now := time.UnixMicro(raw[0])
 	d := Decision{Allowed: raw[1] == 1, Now: now, Limits: make([]LimitDecision, len(reqs))}
 	for i, r := range reqs {
-		v := raw[2+4*i : 6+4*i]
+		v := raw[2+per*i : 2+per*(i+1)]
 		ld := LimitDecision{
 			Name:       r.Limit.Name,
 			Key:        r.Key,
@@ -238,15 +249,18 @@ func (l *Limiter) decode(raw []int64, reqs []Request, keys []string, leaseID str
 			Remaining:  v[1],
 			Reset:      time.UnixMicro(v[2]),
 			RetryAfter: time.Duration(v[3]) * time.Microsecond,
+			Wait:       time.Duration(v[4]) * time.Microsecond,
 		}
 		if r.Limit.Algorithm == Concurrency && !ld.Allowed && ld.RetryAfter > l.concurrencyRetry {
 			ld.RetryAfter = l.concurrencyRetry
+			ld.Wait = l.concurrencyRetry
 		}
-		if !ld.Allowed && ld.RetryAfter >= d.RetryAfter {
-			if ld.RetryAfter > d.RetryAfter || d.BlockedBy == "" {
+		if !ld.Allowed {
+			d.RetryAfter = max(d.RetryAfter, ld.RetryAfter)
+			if ld.Wait > d.Wait || d.BlockedBy == "" {
 				d.BlockedBy = ld.Name
+				d.Wait = max(d.Wait, ld.Wait)
 			}
-			d.RetryAfter = ld.RetryAfter
 		}
 		d.Limits[i] = ld
 		if d.Allowed && r.Limit.Algorithm == Concurrency && leaseID != "" {
@@ -260,7 +274,7 @@ func (l *Limiter) decode(raw []int64, reqs []Request, keys []string, leaseID str
 		}
 	}
 	if d.Allowed {
-		d.RetryAfter, d.BlockedBy = 0, ""
+		d.RetryAfter, d.Wait, d.BlockedBy = 0, 0, ""
 	}
 	return d, nil
 }

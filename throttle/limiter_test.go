@@ -271,3 +271,40 @@ func TestKeyHashTag(t *testing.T) {
 	require.Equal(t, "sluice:{whatsapp}:pair:1065:+12025550123", l.Key("whatsapp:pair:1065:+12025550123"))
 	require.Equal(t, "sluice:{sms}", l.Key("sms"))
 }
+
+func TestFixedWindowWaitLinesUpWaiters(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		clk := &fakeClock{t: t0.Add(200 * time.Millisecond)}
+		l := throttle.New(rdb, throttle.Options{Prefix: "t", Clock: clk.Now})
+		ctx := context.Background()
+		req := throttle.Request{Key: "sms:sender:+12025550100", Limit: throttle.Limit{Name: "sender", Algorithm: throttle.FixedWindow, Rate: throttle.PerSecond(2)}}
+		var waits []time.Duration
+		for range 7 {
+			d, err := l.Consume(ctx, req)
+			require.NoError(t, err)
+			waits = append(waits, d.Wait)
+			if !d.Allowed {
+				require.Equal(t, 800*time.Millisecond, d.RetryAfter, "exact: the next window")
+			}
+		}
+		// Two fit now; five waiters are sent to the next windows, two per window.
+		ms := time.Millisecond
+		require.Equal(t, []time.Duration{0, 0, 800 * ms, 800 * ms, 1800 * ms, 1800 * ms, 2800 * ms}, waits)
+
+		// Check reports the exact RetryAfter and records no place in line.
+		c, err := l.Check(ctx, req)
+		require.NoError(t, err)
+		require.Equal(t, 800*ms, c.Wait)
+
+		// Once the line is behind the current window it starts again at the next.
+		clk.Set(t0.Add(10*time.Second + 100*ms))
+		for range 2 {
+			d, err := l.Consume(ctx, req)
+			require.NoError(t, err)
+			require.True(t, d.Allowed)
+		}
+		d, err := l.Consume(ctx, req)
+		require.NoError(t, err)
+		require.Equal(t, 900*ms, d.Wait)
+	})
+}

@@ -11,7 +11,9 @@
 --          burst, cost
 -- Returns: {now_us, allowed (1|0: every limit had room; in consume mode
 --           the cost was then taken), then per limit i:
---           ok (1|0), remaining, reset (us since epoch), retry_after (us)}
+--           ok (1|0), remaining, reset (us since epoch), retry_after (us),
+--           wait (us; in consume mode, for a blocked limit, the queue-aware
+--           wait, see prelude.lua; else equal to retry_after)}
 -- remaining is after the call when committed, else what is available now.
 local now = tonumber(ARGV[1])
 if now == 0 then
@@ -53,6 +55,11 @@ if mode == 'consume' and all_ok == 1 then
   for i = 1, n do decisions[i].commit() end
   committed = 1
 end
+for i = 1, n do
+  local d = decisions[i]
+  d.waited = d.retry
+  if mode == 'consume' and all_ok == 0 and d.ok == 0 then d.waited = d.wait() end
+end
 
 local out = {now, all_ok}
 for i = 1, n do
@@ -63,5 +70,6 @@ for i = 1, n do
   out[#out + 1] = rem
   out[#out + 1] = d.reset
   out[#out + 1] = d.retry
+  out[#out + 1] = math.ceil(d.waited)
 end
 return out

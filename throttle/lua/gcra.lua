@@ -31,5 +31,6 @@ local function gcra_decide(key, now, limit, period, burst, cost)
     local stored = math.ceil(new_tat) -- rounding up never over-admits
     redis.call('SET', key, string.format('%d', stored), 'PX', ttl_ms(stored - now))
   end
+  d.wait = function() return d.retry end
   return d
 end

@@ -13,8 +13,13 @@
 --   d.rem_now   units available before this call
 --   d.rem_after units left if this call is committed
 --   d.reset     absolute us at which the limit is back to full capacity
---   d.retry     us to wait until cost units fit (0 when d.ok == 1)
+--   d.retry     us to wait until cost units fit (0 when d.ok == 1): exact,
+--               the earliest moment the limit could allow the cost
 --   d.commit    function() that writes the consumption and refreshes the TTL
+--   d.wait      function() -> us, called in consume mode when the call is
+--               blocked: the wait that places this caller in line behind the
+--               callers already told to come back (>= d.retry). It may
+--               record the caller's place; it takes no units.
 
 -- ttl_ms turns a state lifetime in us into a PEXPIRE argument: rounded up,
 -- plus one second so state outlives small clock differences between callers

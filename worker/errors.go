@@ -1,0 +1,88 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+)
+
+// ThrottledError means "not now": a limit, Sluice's own or the provider's,
+// blocked the send. It is not a failure: IsFailure returns false for it, so
+// asynq keeps the task's retry count, and RetryDelay schedules the task back
+// after Wait. The worker is free meanwhile; the task waits in Redis.
+type ThrottledError struct {
+	Channel string // "whatsapp"
+	// Limit names what blocked: a configured limit ("throughput", "pair") or,
+	// for provider throttles, "provider".
+	Limit string
+	// Key is the limiter key that blocked (without prefix); "" for provider throttles.
+	Key string
+	// RetryAfter is the exact earliest moment the send could be allowed.
+	RetryAfter time.Duration
+	// Wait is how long the task stays in Redis before it is tried again:
+	// RetryAfter, or a later place in line behind other waiters (see
+	// throttle.Decision.Wait), or the provider's delay or the channel backoff.
+	Wait time.Duration
+	// Err is the provider's *channels.Error for provider throttles.
+	Err error
+}
+
+func (e *ThrottledError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s: throttled by provider, retry in %v: %v", e.Channel, e.Wait, e.Err)
+	}
+	return fmt.Sprintf("%s: limit %q on %s: retry in %v", e.Channel, e.Limit, e.Key, e.Wait)
+}
+
+func (e *ThrottledError) Unwrap() error { return e.Err }
+
+// IsFailure is asynq's Config.IsFailure: throttling is not a failure.
+func IsFailure(err error) bool {
+	var te *ThrottledError
+	return !errors.As(err, &te)
+}
+
+// RetryDelay is asynq's Config.RetryDelayFunc. A throttled task comes back
+// after its Wait; anything else uses asynq's default exponential backoff.
+func RetryDelay(n int, err error, t *asynq.Task) time.Duration {
+	var te *ThrottledError
+	if errors.As(err, &te) {
+		return scheduleDelay(time.Now(), te.Wait)
+	}
+	return asynq.DefaultRetryDelayFunc(n, err, t)
+}
+
+// skewAllowance absorbs clock differences between a worker and Redis, whose
+// TIME the limiter uses: a wait that ends this close after a whole second is
+// treated as ending on it.
+const skewAllowance = 20 * time.Millisecond
+
+// scheduleDelay converts a wait into the delay to hand asynq. asynq stores
+// retry times in whole Unix seconds and moves a task back to its queue once
+// the clock reaches that second, so a task scheduled for 10.3s would be
+// released at 10.0s, before its wait ends. scheduleDelay rounds the due time
+// up to a whole second (down, within skewAllowance), so a task never returns
+// early; the forwarder then releases it within DelayedTaskCheckInterval.
+// Fixed windows start on whole seconds, so their waits need no rounding.
+func scheduleDelay(now time.Time, wait time.Duration) time.Duration {
+	if wait <= 0 {
+		return 0
+	}
+	due := now.Add(wait)
+	sec := due.Truncate(time.Second)
+	if due.Sub(sec) > skewAllowance {
+		sec = sec.Add(time.Second)
+	}
+	if d := sec.Sub(now); d > 0 {
+		return d
+	}
+	return 0
+}
+
+// permanent marks err so asynq archives the task with err's text as the
+// reason and never retries it.
+func permanent(err error) error {
+	return fmt.Errorf("%w: %w", asynq.SkipRetry, err)
+}

@@ -1,0 +1,70 @@
+package worker
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the worker's Prometheus series. Register them with
+// NewMetrics(reg); a nil *Metrics records nothing.
+type Metrics struct {
+	tasks    *prometheus.CounterVec
+	throttle *prometheus.CounterVec
+	wait     *prometheus.HistogramVec
+	send     *prometheus.HistogramVec
+}
+
+// Outcomes counted in sluice_tasks_total{outcome}.
+const (
+	OutcomeSent             = "sent"
+	OutcomeThrottled        = "throttled"          // a Sluice limit blocked; requeued
+	OutcomeProviderThrottle = "provider_throttled" // the provider said slow down; requeued
+	OutcomeTransient        = "transient"          // retried with backoff, counted
+	OutcomePermanent        = "permanent"          // archived
+	OutcomeMalformed        = "malformed"          // bad payload; archived
+	OutcomeLimiterError     = "limiter_error"      // Redis failed; retried with backoff
+)
+
+// NewMetrics creates and registers the series on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		tasks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_tasks_total",
+			Help: "Task attempts by channel and outcome (sent, throttled, provider_throttled, transient, permanent, malformed, limiter_error).",
+		}, []string{"channel", "outcome"}),
+		throttle: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_throttled_total",
+			Help: "Sends blocked by a limit, by channel and the limit that blocked (\"provider\" for provider throttle responses).",
+		}, []string{"channel", "limit"}),
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_throttle_wait_seconds",
+			Help:    "Wait given to blocked sends before they are tried again.",
+			Buckets: []float64{0.01, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 3600, 86400},
+		}, []string{"channel"}),
+		send: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_send_duration_seconds",
+			Help:    "Provider request duration.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"channel"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.tasks, m.throttle, m.wait, m.send)
+	}
+	return m
+}
+
+func (m *Metrics) outcome(channel, outcome string) {
+	if m != nil {
+		m.tasks.WithLabelValues(channel, outcome).Inc()
+	}
+}
+
+func (m *Metrics) throttled(channel, limit string, waitSeconds float64) {
+	if m != nil {
+		m.throttle.WithLabelValues(channel, limit).Inc()
+		m.wait.WithLabelValues(channel).Observe(waitSeconds)
+	}
+}
+
+func (m *Metrics) sent(channel string, seconds float64) {
+	if m != nil {
+		m.send.WithLabelValues(channel).Observe(seconds)
+	}
+}

@@ -1,0 +1,317 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/sluice-dev/sluice/channels"
+	"github.com/sluice-dev/sluice/throttle"
+)
+
+// Rule is one limit applied to a channel's sends.
+type Rule struct {
+	Limit throttle.Limit
+	// Key is the key template: segments separated by ':', the first the
+	// channel's scope, placeholders naming payload fields:
+	// "whatsapp:pair:{phone_number_id}:{to}". A rule whose placeholder is
+	// empty for a task does not apply to that task.
+	Key string
+	// Cost is the units one send takes; zero means 1.
+	Cost int64
+}
+
+// Prepared is a decoded, valid task, ready to send.
+type Prepared struct {
+	// Fields are the values key templates may use (tasks' Fields()).
+	Fields map[string]string
+	// Send makes the provider request once.
+	Send func(ctx context.Context) (channels.Response, error)
+}
+
+// Channel binds a task type to its limits and its provider client.
+type Channel struct {
+	Name     string // "whatsapp"; the limiter scope and the metrics label
+	TaskType string // "whatsapp:send"
+	Rules    []Rule
+	// Prepare decodes and validates a payload. An error archives the task
+	// with the error as its reason: a malformed payload never gets better.
+	Prepare func(payload []byte) (Prepared, error)
+	// ThrottleBackoff is the wait after a provider throttle response that
+	// names no delay. Zero means 1s.
+	ThrottleBackoff time.Duration
+	// PairBackoff is that wait when the throttle concerns one recipient
+	// (WhatsApp 131056, Twilio 14107). Zero means 6s, WhatsApp's pair interval.
+	PairBackoff time.Duration
+}
+
+// Options configures a Worker.
+type Options struct {
+	// Redis is where asynq keeps the queues. Required.
+	Redis asynq.RedisConnOpt
+	// Limiter decides the channels' limits. Required.
+	Limiter  *throttle.Limiter
+	Channels []Channel
+	// Queues maps queue names to priority weights. Zero means one queue per
+	// channel, named after it, weight 1, so one channel's backlog never
+	// delays another.
+	Queues map[string]int
+	// Concurrency is the number of tasks processed at once. Zero means 50:
+	// sends wait on the network, not the CPU.
+	Concurrency int
+	// DelayedTaskCheckInterval is how often due throttled and retried tasks
+	// move back to their queue; at most 1s so waits are honoured within a
+	// second. Zero means 100ms.
+	DelayedTaskCheckInterval time.Duration
+	// TaskCheckInterval is how long an idle processor waits before polling
+	// empty queues again. Zero means 50ms.
+	TaskCheckInterval time.Duration
+	// ShutdownTimeout is how long in-flight sends may run after Shutdown
+	// before they are pushed back to their queue. Zero means 30s.
+	ShutdownTimeout time.Duration
+	// Logger receives structured logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Metrics records Prometheus series; nil records nothing.
+	Metrics *Metrics
+}
+
+// Worker is an asynq server with a throttled handler per channel.
+type Worker struct {
+	opts   Options
+	srv    *asynq.Server
+	mux    *asynq.ServeMux
+	logger *slog.Logger
+}
+
+type compiledRule struct {
+	Rule
+	tmpl keyTemplate
+}
+
+// New validates opts and builds the worker.
+func New(opts Options) (*Worker, error) {
+	if opts.Redis == nil {
+		return nil, errors.New("worker: Options.Redis is required")
+	}
+	if opts.Limiter == nil {
+		return nil, errors.New("worker: Options.Limiter is required")
+	}
+	if len(opts.Channels) == 0 {
+		return nil, errors.New("worker: Options.Channels is empty")
+	}
+	if opts.Concurrency == 0 {
+		opts.Concurrency = 50
+	}
+	if opts.DelayedTaskCheckInterval == 0 {
+		opts.DelayedTaskCheckInterval = 100 * time.Millisecond
+	}
+	if opts.DelayedTaskCheckInterval > time.Second {
+		return nil, fmt.Errorf("worker: Options.DelayedTaskCheckInterval: %v is over 1s; throttled tasks would come back late", opts.DelayedTaskCheckInterval)
+	}
+	if opts.TaskCheckInterval == 0 {
+		opts.TaskCheckInterval = 50 * time.Millisecond
+	}
+	if opts.ShutdownTimeout == 0 {
+		opts.ShutdownTimeout = 30 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	w := &Worker{opts: opts, mux: asynq.NewServeMux(), logger: opts.Logger}
+	queues := opts.Queues
+	if len(queues) == 0 {
+		queues = map[string]int{}
+		for _, ch := range opts.Channels {
+			queues[ch.Name] = 1
+		}
+	}
+	for i, ch := range opts.Channels {
+		h, err := w.Handler(ch)
+		if err != nil {
+			return nil, fmt.Errorf("worker: Options.Channels[%d]: %w", i, err)
+		}
+		w.mux.Handle(ch.TaskType, h)
+	}
+	w.srv = asynq.NewServer(opts.Redis, asynq.Config{
+		Concurrency:              opts.Concurrency,
+		Queues:                   queues,
+		IsFailure:                IsFailure,
+		RetryDelayFunc:           RetryDelay,
+		DelayedTaskCheckInterval: opts.DelayedTaskCheckInterval,
+		TaskCheckInterval:        opts.TaskCheckInterval,
+		ShutdownTimeout:          opts.ShutdownTimeout,
+		ErrorHandler:             asynq.ErrorHandlerFunc(w.logError),
+		Logger:                   asynqLogger{opts.Logger},
+		LogLevel:                 asynq.WarnLevel,
+	})
+	return w, nil
+}
+
+// Mux returns the task router (one handler per channel), e.g. to run in
+// another asynq.Server.
+func (w *Worker) Mux() *asynq.ServeMux { return w.mux }
+
+// Start begins processing in the background.
+func (w *Worker) Start() error { return w.srv.Start(w.mux) }
+
+// Shutdown stops fetching tasks, waits up to ShutdownTimeout for in-flight
+// sends, pushes the rest back to their queues, and returns.
+func (w *Worker) Shutdown() { w.srv.Shutdown() }
+
+// Run processes tasks until ctx is done, then shuts down gracefully.
+func (w *Worker) Run(ctx context.Context) error {
+	if err := w.Start(); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	w.Shutdown()
+	return nil
+}
+
+// Handler returns the throttled handler for ch: it decodes the task, renders
+// ch's limit keys from the payload, consumes them in one atomic call, and
+// sends only if every limit allowed. A blocked send returns a
+// *ThrottledError, which the Worker's asynq configuration turns into a
+// requeue after the exact wait without spending a retry.
+func (w *Worker) Handler(ch Channel) (asynq.Handler, error) {
+	if ch.Name == "" || ch.TaskType == "" || ch.Prepare == nil {
+		return nil, errors.New("channel needs Name, TaskType and Prepare")
+	}
+	if ch.ThrottleBackoff == 0 {
+		ch.ThrottleBackoff = time.Second
+	}
+	if ch.PairBackoff == 0 {
+		ch.PairBackoff = 6 * time.Second
+	}
+	rules := make([]compiledRule, len(ch.Rules))
+	for i, r := range ch.Rules {
+		t, err := parseKeyTemplate(r.Key)
+		if err != nil {
+			return nil, fmt.Errorf("rules[%d]: %w", i, err)
+		}
+		if scope, _, _ := splitScope(r.Key); scope != ch.Name {
+			return nil, fmt.Errorf("rules[%d]: key %q: scope must be the channel name %q", i, r.Key, ch.Name)
+		}
+		if err := r.Limit.Validate(); err != nil {
+			return nil, fmt.Errorf("rules[%d]: %w", i, err)
+		}
+		rules[i] = compiledRule{Rule: r, tmpl: t}
+	}
+	h := &handler{w: w, ch: ch, rules: rules}
+	return asynq.HandlerFunc(h.process), nil
+}
+
+type handler struct {
+	w     *Worker
+	ch    Channel
+	rules []compiledRule
+}
+
+func (h *handler) process(ctx context.Context, t *asynq.Task) error {
+	m, name := h.w.opts.Metrics, h.ch.Name
+	p, err := h.ch.Prepare(t.Payload())
+	if err != nil {
+		m.outcome(name, OutcomeMalformed)
+		return permanent(fmt.Errorf("%s: malformed payload: %w", t.Type(), err))
+	}
+	reqs := make([]throttle.Request, 0, len(h.rules))
+	for _, r := range h.rules {
+		key, ok := r.tmpl.render(p.Fields)
+		if !ok {
+			continue
+		}
+		reqs = append(reqs, throttle.Request{Key: key, Limit: r.Limit, Cost: r.Cost})
+	}
+	if len(reqs) > 0 {
+		d, err := h.w.opts.Limiter.Consume(ctx, reqs...)
+		if err != nil {
+			m.outcome(name, OutcomeLimiterError)
+			return fmt.Errorf("%s: limiter: %w", name, err)
+		}
+		if !d.Allowed {
+			blk, _ := d.Blocking()
+			m.outcome(name, OutcomeThrottled)
+			m.throttled(name, d.BlockedBy, d.Wait.Seconds())
+			return &ThrottledError{Channel: name, Limit: d.BlockedBy, Key: blk.Key, RetryAfter: d.RetryAfter, Wait: d.Wait}
+		}
+		if len(d.Leases) > 0 {
+			defer h.release(ctx, d.Leases)
+		}
+	}
+	start := time.Now()
+	_, err = p.Send(ctx)
+	m.sent(name, time.Since(start).Seconds())
+	if err == nil {
+		m.outcome(name, OutcomeSent)
+		return nil
+	}
+	var ce *channels.Error
+	if !errors.As(err, &ce) {
+		m.outcome(name, OutcomeTransient)
+		return err // shutdown (context canceled) or an unexpected failure: retried
+	}
+	switch ce.Class {
+	case channels.Throttled:
+		wait := ce.RetryAfter
+		if wait <= 0 {
+			wait = h.ch.ThrottleBackoff
+			if ce.Scope == "pair" {
+				wait = h.ch.PairBackoff
+			}
+		}
+		m.outcome(name, OutcomeProviderThrottle)
+		m.throttled(name, "provider", wait.Seconds())
+		return &ThrottledError{Channel: name, Limit: "provider", RetryAfter: ce.RetryAfter, Wait: wait, Err: ce}
+	case channels.Permanent:
+		m.outcome(name, OutcomePermanent)
+		return permanent(ce)
+	default:
+		m.outcome(name, OutcomeTransient)
+		return ce
+	}
+}
+
+func (h *handler) release(ctx context.Context, leases []throttle.Lease) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := h.w.opts.Limiter.Release(ctx, leases); err != nil {
+		// The lease expires on its own; the slot is only held longer.
+		h.w.logger.Warn("release concurrency lease", "channel", h.ch.Name, "err", err)
+	}
+}
+
+func (w *Worker) logError(ctx context.Context, t *asynq.Task, err error) {
+	id, _ := asynq.GetTaskID(ctx)
+	var te *ThrottledError
+	switch {
+	case errors.As(err, &te):
+		w.logger.Debug("throttled", "task_id", id, "channel", te.Channel, "limit", te.Limit, "key", te.Key, "wait", te.Wait)
+	case errors.Is(err, asynq.SkipRetry):
+		w.logger.Warn("archived", "task_id", id, "type", t.Type(), "reason", err.Error())
+	default:
+		n, _ := asynq.GetRetryCount(ctx)
+		w.logger.Warn("send failed, will retry", "task_id", id, "type", t.Type(), "retried", n, "err", err)
+	}
+}
+
+func splitScope(key string) (scope, rest string, ok bool) {
+	for i := 0; i < len(key); i++ {
+		if key[i] == ':' {
+			return key[:i], key[i+1:], true
+		}
+	}
+	return key, "", false
+}
+
+// asynqLogger routes asynq's own logs into slog.
+type asynqLogger struct{ l *slog.Logger }
+
+func (a asynqLogger) Debug(args ...any) { a.l.Debug(fmt.Sprint(args...), "component", "asynq") }
+func (a asynqLogger) Info(args ...any)  { a.l.Info(fmt.Sprint(args...), "component", "asynq") }
+func (a asynqLogger) Warn(args ...any)  { a.l.Warn(fmt.Sprint(args...), "component", "asynq") }
+func (a asynqLogger) Error(args ...any) { a.l.Error(fmt.Sprint(args...), "component", "asynq") }
+func (a asynqLogger) Fatal(args ...any) { a.l.Error(fmt.Sprint(args...), "component", "asynq") }

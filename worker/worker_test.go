@@ -1,0 +1,237 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-dev/sluice/channels"
+	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/throttle"
+)
+
+func TestScheduleDelayNeverReturnsEarly(t *testing.T) {
+	base := time.Date(2026, 11, 20, 12, 0, 10, 0, time.UTC)
+	ms := time.Millisecond
+	for _, c := range []struct {
+		now  time.Duration // after base
+		wait time.Duration
+		want time.Duration
+	}{
+		{0, 0, 0},
+		{300 * ms, 700 * ms, 700 * ms},                 // due on a whole second: as is
+		{300 * ms, 710 * ms, 700 * ms},                 // 10ms past a second: clock skew, not a reason to wait a second more
+		{300 * ms, 800 * ms, 1700 * ms},                // due 11.1s: asynq would release it at 11.0s, so 12.0s
+		{100 * ms, 12500 * time.Microsecond, 900 * ms}, // a short wait still ends on a whole second
+		{0, 6 * time.Second, 6 * time.Second},
+	} {
+		got := scheduleDelay(base.Add(c.now), c.wait)
+		require.Equal(t, c.want, got, "now +%v wait %v", c.now, c.wait)
+		if c.wait > skewAllowance {
+			require.GreaterOrEqual(t, got+skewAllowance, c.wait, "never earlier than the wait")
+		}
+	}
+}
+
+func TestIsFailure(t *testing.T) {
+	require.False(t, IsFailure(fmt.Errorf("wrapped: %w", &ThrottledError{Channel: "sms"})))
+	require.True(t, IsFailure(errors.New("boom")))
+}
+
+// testPayload is the payload of the test channel's tasks.
+type testPayload struct {
+	ID   string `json:"id"`
+	Step string `json:"step,omitempty"`
+}
+
+type sendRecord struct {
+	id      string
+	retried int
+	at      time.Time
+}
+
+type harness struct {
+	t       *testing.T
+	redis   *redistest.Server
+	client  *asynq.Client
+	insp    *asynq.Inspector
+	limiter *throttle.Limiter
+	sent    chan sendRecord
+	mu      sync.Mutex
+	calls   map[string]int
+}
+
+// newHarness runs a Worker with one channel, "test", whose Send is fn.
+func newHarness(t *testing.T, rules []Rule, fn func(p testPayload, call int) error) *harness {
+	t.Helper()
+	srv := redistest.Start(t)
+	h := &harness{t: t, redis: srv, sent: make(chan sendRecord, 100), calls: map[string]int{}}
+	opt := asynq.RedisClientOpt{Addr: srv.Addr}
+	h.client = asynq.NewClient(opt)
+	h.insp = asynq.NewInspector(opt)
+	t.Cleanup(func() { _ = h.client.Close(); _ = h.insp.Close() })
+	h.limiter = throttle.New(srv.Client(t), throttle.Options{Prefix: "wt"})
+	ch := Channel{Name: "test", TaskType: "test:send", Rules: rules,
+		Prepare: func(b []byte) (Prepared, error) {
+			var p testPayload
+			if err := json.Unmarshal(b, &p); err != nil || p.ID == "" {
+				return Prepared{}, fmt.Errorf("id: missing or not JSON: %q", b)
+			}
+			return Prepared{Fields: map[string]string{"id": p.ID}, Send: func(ctx context.Context) (channels.Response, error) {
+				h.mu.Lock()
+				h.calls[p.ID]++
+				n := h.calls[p.ID]
+				h.mu.Unlock()
+				if err := fn(p, n); err != nil {
+					return channels.Response{}, err
+				}
+				retried, _ := asynq.GetRetryCount(ctx)
+				h.sent <- sendRecord{id: p.ID, retried: retried, at: time.Now()}
+				return channels.Response{Status: 200}, nil
+			}}, nil
+		}}
+	w, err := New(Options{
+		Redis: opt, Limiter: h.limiter, Channels: []Channel{ch}, Concurrency: 4,
+		Logger: slog.New(slog.DiscardHandler), ShutdownTimeout: time.Second,
+	})
+	require.NoError(t, err)
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Shutdown)
+	return h
+}
+
+func (h *harness) enqueue(id string, payload string, opts ...asynq.Option) {
+	h.t.Helper()
+	if payload == "" {
+		payload = fmt.Sprintf(`{"id":%q}`, id)
+	}
+	opts = append([]asynq.Option{asynq.Queue("test"), asynq.TaskID(id), asynq.MaxRetry(5), asynq.Retention(time.Hour)}, opts...)
+	_, err := h.client.Enqueue(asynq.NewTask("test:send", []byte(payload)), opts...)
+	require.NoError(h.t, err)
+}
+
+func (h *harness) waitSent(timeout time.Duration) sendRecord {
+	h.t.Helper()
+	select {
+	case r := <-h.sent:
+		return r
+	case <-time.After(timeout):
+		h.t.Fatalf("no send within %v", timeout)
+		return sendRecord{}
+	}
+}
+
+// waitState polls the inspector until the task reaches state (a state
+// change in Redis has no signal to subscribe to).
+func (h *harness) waitState(id string, state asynq.TaskState, timeout time.Duration) *asynq.TaskInfo {
+	h.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		info, err := h.insp.GetTaskInfo("test", id)
+		if err == nil && info.State == state {
+			return info
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("task %s not %v within %v (last: %+v, %v)", id, state, timeout, info, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestBlockedTaskWaitsItsRetryAfterAndKeepsRetryCount(t *testing.T) {
+	t.Parallel()
+	// One send per 3 s per id: the second task is blocked for ~3 s.
+	rules := []Rule{{Key: "test:pace:{id}", Limit: throttle.Limit{Name: "pace", Algorithm: throttle.GCRA, Rate: throttle.Rate{Limit: 1, Period: 3 * time.Second}}}}
+	h := newHarness(t, rules, func(testPayload, int) error { return nil })
+
+	h.enqueue("a", `{"id":"same","step":"a"}`)
+	first := h.waitSent(10 * time.Second)
+	h.enqueue("b", `{"id":"same","step":"b"}`)
+	second := h.waitSent(15 * time.Second)
+
+	gap := second.at.Sub(first.at)
+	require.Equal(t, 0, second.retried, "a throttled task keeps its retry count")
+	require.GreaterOrEqual(t, gap, 3*time.Second-skewAllowance, "never before RetryAfter")
+	// asynq's default backoff for a first retry is at least 15 s; the wait
+	// is RetryAfter rounded up to a whole second plus one forwarder tick.
+	require.Less(t, gap, 3*time.Second+time.Second+500*time.Millisecond, "waited RetryAfter, not the default backoff")
+	info := h.waitState("b", asynq.TaskStateCompleted, 5*time.Second)
+	require.Equal(t, 0, info.Retried)
+}
+
+func TestMalformedPayloadIsArchivedWithReason(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil, func(testPayload, int) error { return nil })
+	h.enqueue("bad", `{"nope":1}`)
+	info := h.waitState("bad", asynq.TaskStateArchived, 10*time.Second)
+	require.Contains(t, info.LastErr, "malformed payload")
+	require.Contains(t, info.LastErr, "id: missing")
+	require.Equal(t, 0, info.Retried, "archived at once, not retried")
+}
+
+func TestProviderOutcomes(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil, func(p testPayload, call int) error {
+		switch p.ID {
+		case "throttled-once":
+			if call == 1 {
+				return &channels.Error{Class: channels.Throttled, Provider: "twilio", Code: 20429, RetryAfter: time.Second}
+			}
+		case "permanent":
+			return &channels.Error{Class: channels.Permanent, Provider: "whatsapp", Code: 131026, Message: "Message undeliverable"}
+		case "transient":
+			return &channels.Error{Class: channels.Transient, Provider: "whatsapp", HTTPStatus: 500, Code: 131000}
+		}
+		return nil
+	})
+	h.enqueue("throttled-once", "")
+	h.enqueue("permanent", "")
+	h.enqueue("transient", "")
+
+	r := h.waitSent(10 * time.Second)
+	require.Equal(t, "throttled-once", r.id)
+	require.Equal(t, 0, r.retried, "a provider throttle does not spend a retry")
+
+	info := h.waitState("permanent", asynq.TaskStateArchived, 10*time.Second)
+	require.Contains(t, info.LastErr, "131026")
+	require.Equal(t, 0, info.Retried)
+
+	info = h.waitState("transient", asynq.TaskStateRetry, 10*time.Second)
+	require.Equal(t, 1, info.Retried, "a transient failure spends a retry")
+}
+
+func TestConcurrencyLeaseReleasedAfterSend(t *testing.T) {
+	t.Parallel()
+	rules := []Rule{{Key: "test:conc", Limit: throttle.Limit{Name: "conc", Algorithm: throttle.Concurrency, Max: 1, Lease: time.Minute}}}
+	h := newHarness(t, rules, func(testPayload, int) error { return nil })
+	for i := range 5 {
+		h.enqueue(fmt.Sprint("c", i), "")
+	}
+	for range 5 {
+		h.waitSent(10 * time.Second)
+	}
+	for i := range 5 {
+		h.waitState(fmt.Sprint("c", i), asynq.TaskStateCompleted, 5*time.Second)
+	}
+	n, err := h.redis.Client(t).ZCard(context.Background(), h.limiter.Key("test:conc")).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "every lease released")
+}
+
+func TestHandlerRejectsBadRules(t *testing.T) {
+	w := &Worker{opts: Options{}, logger: slog.New(slog.DiscardHandler)}
+	prep := func([]byte) (Prepared, error) { return Prepared{}, nil }
+	g := throttle.Limit{Name: "g", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(1)}
+	_, err := w.Handler(Channel{Name: "sms", TaskType: "sms:send", Prepare: prep, Rules: []Rule{{Key: "whatsapp:x:{to}", Limit: g}}})
+	require.ErrorContains(t, err, `scope must be the channel name "sms"`)
+	_, err = w.Handler(Channel{Name: "sms", TaskType: "sms:send", Prepare: prep, Rules: []Rule{{Key: "sms:x:{to", Limit: g}}})
+	require.ErrorContains(t, err, "unmatched '{'")
+}
