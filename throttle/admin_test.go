@@ -1,0 +1,105 @@
+package throttle_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-dev/sluice/throttle"
+)
+
+func TestListInspectReset(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		clk := &fakeClock{t: t0}
+		l := throttle.New(rdb, throttle.Options{Prefix: "adm", Clock: clk.Now})
+		ctx := context.Background()
+		g := throttle.Limit{Name: "pair", Algorithm: throttle.GCRA, Rate: throttle.Rate{Limit: 1, Period: 6 * time.Second}}
+		f := throttle.Limit{Name: "throughput", Algorithm: throttle.FixedWindow, Rate: throttle.PerSecond(80)}
+		c := throttle.Limit{Name: "conc", Algorithm: throttle.Concurrency, Max: 3}
+		for i := range 30 {
+			_, err := l.Consume(ctx, throttle.Request{Key: fmt.Sprintf("whatsapp:pair:1:+1202555%04d", i), Limit: g})
+			require.NoError(t, err)
+		}
+		_, err := l.Consume(ctx, throttle.Request{Key: "whatsapp:number:1", Limit: f, Cost: 5}, throttle.Request{Key: "whatsapp:conc", Limit: c})
+		require.NoError(t, err)
+
+		var all []string
+		var cursor uint64
+		for {
+			keys, next, err := l.List(ctx, "whatsapp:pair:", cursor, 7)
+			require.NoError(t, err)
+			all = append(all, keys...)
+			if next == 0 {
+				break
+			}
+			cursor = next
+		}
+		sort.Strings(all)
+		require.Len(t, all, 30)
+		require.Equal(t, "whatsapp:pair:1:+12025550000", all[0])
+
+		st, err := l.Inspect(ctx, "whatsapp:pair:1:+12025550000")
+		require.NoError(t, err)
+		require.Equal(t, throttle.GCRA, st.Algorithm)
+		require.Equal(t, t0.Add(6*time.Second), st.TAT.UTC())
+		require.Greater(t, st.TTL, time.Duration(0))
+
+		st, err = l.Inspect(ctx, "whatsapp:number:1")
+		require.NoError(t, err)
+		require.Equal(t, throttle.FixedWindow, st.Algorithm)
+		require.Equal(t, int64(5), st.Used)
+		require.Equal(t, t0, st.Window.UTC())
+
+		st, err = l.Inspect(ctx, "whatsapp:conc")
+		require.NoError(t, err)
+		require.Len(t, st.Leases, 1)
+
+		st, err = l.Inspect(ctx, "whatsapp:missing")
+		require.NoError(t, err)
+		require.Equal(t, time.Duration(-2), st.TTL)
+
+		n, err := l.Reset(ctx, "whatsapp:number:1", "whatsapp:missing")
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n)
+		n, err = l.ResetPrefix(ctx, "whatsapp:pair:")
+		require.NoError(t, err)
+		require.Equal(t, int64(30), n)
+		left, _, err := l.List(ctx, "", 0, 100)
+		require.NoError(t, err)
+		require.Equal(t, []string{"whatsapp:conc"}, left)
+	})
+}
+
+func TestCleanupReclaimsLeasesAndTTLLessState(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		// A lease taken "an hour ago" by a worker that died.
+		past := &fakeClock{t: time.Now().Add(-time.Hour)}
+		old := throttle.New(rdb, throttle.Options{Prefix: "cl", Clock: past.Now})
+		c := throttle.Limit{Name: "conc", Algorithm: throttle.Concurrency, Max: 3, Lease: time.Minute}
+		_, err := old.Consume(ctx, throttle.Request{Key: "sms:account:AC1", Limit: c})
+		require.NoError(t, err)
+		l := throttle.New(rdb, throttle.Options{Prefix: "cl"})
+		_, err = l.Consume(ctx, throttle.Request{Key: "sms:account:AC1", Limit: c}) // a live lease (this one reclaims the old one itself)
+		require.NoError(t, err)
+		_, err = old.Consume(ctx, throttle.Request{Key: "sms:account:AC1", Limit: c}) // expired again, as seen from now
+		require.NoError(t, err)
+		require.NoError(t, rdb.Set(ctx, l.Key("sms:stray"), "1", 0).Err()) // state without TTL
+
+		st, err := l.Cleanup(ctx)
+		require.NoError(t, err)
+		require.Equal(t, throttle.CleanupStats{Scanned: 2, ReclaimedLeases: 1, RemovedKeys: 1}, st)
+		n, err := rdb.ZCard(ctx, l.Key("sms:account:AC1")).Result()
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n, "the live lease stays")
+
+		st, err = l.Cleanup(ctx)
+		require.NoError(t, err)
+		require.Equal(t, throttle.CleanupStats{Scanned: 1}, st, "nothing left to do")
+	})
+}
