@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-dev/sluice/channels"
 	"github.com/sluice-dev/sluice/throttle"
@@ -51,8 +52,9 @@ type Channel struct {
 
 // Options configures a Worker.
 type Options struct {
-	// Redis is where asynq keeps the queues. Required.
-	Redis asynq.RedisConnOpt
+	// Redis is where asynq keeps the queues; usually the limiter's client, so
+	// one connection pool serves both. Not closed by the Worker. Required.
+	Redis redis.UniversalClient
 	// Limiter decides the channels' limits. Required.
 	Limiter  *throttle.Limiter
 	Channels []Channel
@@ -136,7 +138,7 @@ func New(opts Options) (*Worker, error) {
 		}
 		w.mux.Handle(ch.TaskType, h)
 	}
-	w.srv = asynq.NewServer(opts.Redis, asynq.Config{
+	w.srv = asynq.NewServerFromRedisClient(opts.Redis, asynq.Config{
 		Concurrency:              opts.Concurrency,
 		Queues:                   queues,
 		IsFailure:                IsFailure,

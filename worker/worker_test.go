@@ -74,11 +74,10 @@ func newHarness(t *testing.T, rules []Rule, fn func(p testPayload, call int) err
 	t.Helper()
 	srv := redistest.Start(t)
 	h := &harness{t: t, redis: srv, sent: make(chan sendRecord, 100), calls: map[string]int{}}
-	opt := asynq.RedisClientOpt{Addr: srv.Addr}
-	h.client = asynq.NewClient(opt)
-	h.insp = asynq.NewInspector(opt)
-	t.Cleanup(func() { _ = h.client.Close(); _ = h.insp.Close() })
-	h.limiter = throttle.New(srv.Client(t), throttle.Options{Prefix: "wt"})
+	rdb := srv.Client(t)
+	h.client = asynq.NewClientFromRedisClient(rdb)
+	h.insp = asynq.NewInspectorFromRedisClient(rdb)
+	h.limiter = throttle.New(rdb, throttle.Options{Prefix: "wt"})
 	ch := Channel{Name: "test", TaskType: "test:send", Rules: rules,
 		Prepare: func(b []byte) (Prepared, error) {
 			var p testPayload
@@ -99,7 +98,7 @@ func newHarness(t *testing.T, rules []Rule, fn func(p testPayload, call int) err
 			}}, nil
 		}}
 	w, err := New(Options{
-		Redis: opt, Limiter: h.limiter, Channels: []Channel{ch}, Concurrency: 4,
+		Redis: rdb, Limiter: h.limiter, Channels: []Channel{ch}, Concurrency: 4,
 		Logger: slog.New(slog.DiscardHandler), ShutdownTimeout: time.Second,
 	})
 	require.NoError(t, err)

@@ -1,0 +1,163 @@
+package channels
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Class is how a send attempt ended, as far as retrying is concerned.
+type Class int
+
+const (
+	// Success: the provider accepted the message (2xx).
+	Success Class = iota
+	// Throttled: a rate or volume limit was hit. Requeue after Error.RetryAfter
+	// (or the caller's own backoff when it is 0) without burning a retry; Error.Scope
+	// says which limiter to slow down.
+	Throttled
+	// Transient: the attempt failed for a reason that may go away (5xx, network
+	// error, timeout). Retry with backoff.
+	Transient
+	// Permanent: retrying the same request cannot succeed (bad number, policy
+	// block, 4xx, invalid payload or client configuration). Archive it.
+	Permanent
+)
+
+// String returns "success", "throttled", "transient" or "permanent"
+// ("Class(n)" for other values).
+func (c Class) String() string {
+	switch c {
+	case Success:
+		return "success"
+	case Throttled:
+		return "throttled"
+	case Transient:
+		return "transient"
+	case Permanent:
+		return "permanent"
+	}
+	return "Class(" + strconv.Itoa(int(c)) + ")"
+}
+
+// Scope values of Error.Scope: what a throttle applies to.
+const (
+	// ScopeSender: the sending number (WhatsApp phone number ID, Twilio From or
+	// Messaging Service), or the whole host for webhooks and HTTP calls.
+	ScopeSender = "sender"
+	// ScopePair: one sender/recipient pair only (WhatsApp 131056, Twilio 14107);
+	// other recipients are unaffected.
+	ScopePair = "pair"
+	// ScopeAccount: the whole provider account, app or business (WhatsApp 4 and
+	// 80007, Twilio 20429, 63017, 63038, 30023).
+	ScopeAccount = "account"
+)
+
+// Provider names used in Error.Provider.
+const (
+	ProviderWhatsApp = "whatsapp"
+	ProviderTwilio   = "twilio"
+	ProviderWebhook  = "webhook"
+	ProviderHTTP     = "http"
+)
+
+// Response describes a send. On success ProviderID is set; with an error,
+// Status still holds the HTTP status when there was a response.
+type Response struct {
+	// ProviderID is the provider's message ID: "wamid.…" for WhatsApp, "SM…" for
+	// Twilio, "" for webhooks and HTTP calls.
+	ProviderID string
+	// Status is the HTTP status code of the provider's response.
+	Status int
+}
+
+// Error is returned for every non-success outcome of Send, Deliver and Call,
+// except when the caller's context was cancelled (then the error wraps
+// context.Canceled and is not an *Error, so a shutdown is not a failure).
+// Use errors.As to get it.
+type Error struct {
+	Class    Class
+	Provider string // ProviderWhatsApp, ProviderTwilio, ProviderWebhook or ProviderHTTP
+	// HTTPStatus is the response status; 0 when there was no response (network
+	// error, timeout, invalid payload or configuration).
+	HTTPStatus int
+	// Code is the provider's error code (WhatsApp error.code such as 131056,
+	// Twilio code such as 20429); 0 if none.
+	Code int
+	// Scope is what a throttle applies to: ScopeSender, ScopePair, ScopeAccount,
+	// or "" when unknown or not a throttle.
+	Scope string
+	// RetryAfter is the delay the provider asked for (Retry-After header, or the
+	// x-business-use-case-usage estimated_time_to_regain_access in minutes), or a
+	// documented default for daily and quality limits (see WhatsApp.Send and
+	// Twilio.Send). 0 means not given: the caller uses its own backoff.
+	RetryAfter time.Duration
+	// Message is the provider's message (plus details) or the start of the
+	// response body (at most 512 bytes of it), for archive reasons. It never
+	// contains tokens, secrets or URL queries.
+	Message string
+	// Err is the underlying error (network error, timeout), for errors.Is/As.
+	Err error
+}
+
+// Error formats the error as
+// "<provider>: <class>: code <code> (<meaning>): <message>", for example
+// `whatsapp: throttled: code 131056 (pair rate limit): (#131056) ...`. Without a
+// provider code it shows "HTTP <status>"; without a response, the network error.
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Provider)
+	b.WriteString(": ")
+	b.WriteString(e.Class.String())
+	switch {
+	case e.Code != 0:
+		fmt.Fprintf(&b, ": code %d", e.Code)
+		if m := codeMeaning(e.Provider, e.Code); m != "" {
+			fmt.Fprintf(&b, " (%s)", m)
+		}
+	case e.HTTPStatus != 0:
+		fmt.Fprintf(&b, ": HTTP %d", e.HTTPStatus)
+	}
+	if e.Message != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Message)
+	}
+	if e.Err != nil {
+		b.WriteString(": ")
+		b.WriteString(e.Err.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns Err.
+func (e *Error) Unwrap() error { return e.Err }
+
+// codeMeaning names the known codes of PROVIDERS.md's tables.
+func codeMeaning(provider string, code int) string {
+	var r codeRule
+	var ok bool
+	switch provider {
+	case ProviderWhatsApp:
+		r, ok = whatsappCodes[code]
+	case ProviderTwilio:
+		r, ok = twilioCodes[code]
+	}
+	if !ok {
+		return ""
+	}
+	return r.meaning
+}
+
+// codeRule is one row of a provider's error classification table.
+type codeRule struct {
+	class   Class
+	scope   string
+	meaning string
+	// retry gives the RetryAfter to use when the provider gave none; nil = 0.
+	retry func(now time.Time) time.Duration
+}
+
+func fixed(d time.Duration) func(time.Time) time.Duration {
+	return func(time.Time) time.Duration { return d }
+}

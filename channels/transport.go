@@ -1,0 +1,225 @@
+package channels
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// MaxBodyBytes is how much of any response body the clients read (64 KiB).
+const MaxBodyBytes = 64 << 10
+
+// DefaultTimeout is the timeout of the default HTTP client (Standard Webhooks
+// recommends 15–30 s).
+const DefaultTimeout = 15 * time.Second
+
+// DefaultUserAgent is sent when no other User-Agent is configured. Its shape
+// "name/x.y.z" matches the User-Agent pattern of Meta's WhatsApp spec.
+const DefaultUserAgent = "sluice/0.1.0"
+
+// maxMessage bounds Error.Message (bytes).
+const maxMessage = 512
+
+// defaultHTTP is shared by all clients whose HTTP field is nil, so that
+// connections are pooled.
+var defaultHTTP = sync.OnceValue(func() *http.Client { return NewHTTPClient() })
+
+// NewHTTPClient returns the client the channels use when their HTTP field is
+// nil: DefaultTimeout, http.DefaultTransport, and redirects not followed
+// (CheckRedirect returns http.ErrUseLastResponse, so a 3xx is returned as is;
+// Standard Webhooks: "redirects are not followed").
+func NewHTTPClient() *http.Client {
+	return &http.Client{
+		Timeout: DefaultTimeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}
+}
+
+func httpClient(c *http.Client) *http.Client {
+	if c != nil {
+		return c
+	}
+	return defaultHTTP()
+}
+
+func clock(now func() time.Time) time.Time {
+	if now != nil {
+		return now()
+	}
+	return time.Now()
+}
+
+// reply is a response with its (bounded) body read.
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// do sends req and reads at most MaxBodyBytes of the body. A nil reply comes
+// with a non-nil error: the caller's cancellation (wrapping ctx.Err(), not an
+// *Error) or a Transient *Error for network errors and timeouts. secrets are
+// redacted from error text.
+func do(ctx context.Context, c *http.Client, req *http.Request, provider string, secrets ...string) (*reply, error) {
+	resp, err := httpClient(c).Do(req.WithContext(ctx))
+	if err != nil {
+		return nil, networkError(ctx, provider, err, secrets)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxBodyBytes))
+	if err != nil {
+		if cerr := cancelled(ctx, provider); cerr != nil {
+			return nil, cerr
+		}
+		// The status line arrived, but the body did not: the outcome is unknown,
+		// so retry (the Idempotency-Key makes that safe where honoured).
+		err = networkError(ctx, provider, err, secrets)
+		var e *Error
+		if errors.As(err, &e) {
+			e.HTTPStatus = resp.StatusCode
+			e.Message = "reading response body"
+		}
+		return nil, err
+	}
+	return &reply{status: resp.StatusCode, header: resp.Header, body: body}, nil
+}
+
+// cancelled returns the wrapped ctx error if the caller cancelled ctx
+// (context.Canceled, not a deadline).
+func cancelled(ctx context.Context, provider string) error {
+	err := ctx.Err()
+	if err == nil || !errors.Is(err, context.Canceled) {
+		return nil
+	}
+	if cause := context.Cause(ctx); cause != nil && cause != err {
+		return fmt.Errorf("%s: %w: %w", provider, err, cause)
+	}
+	return fmt.Errorf("%s: %w", provider, err)
+}
+
+// networkError classifies a failed round trip: the caller's cancellation is
+// returned wrapped as is; anything else (refused, reset, DNS, client timeout,
+// context deadline) is Transient with Err set. URLs inside the error lose their
+// query and user info, since these may carry credentials.
+func networkError(ctx context.Context, provider string, err error, secrets []string) error {
+	if cerr := cancelled(ctx, provider); cerr != nil {
+		return cerr
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = &url.Error{Op: ue.Op, URL: redactURL(ue.URL), Err: redactErr(ue.Err, secrets)}
+	} else {
+		err = redactErr(err, secrets)
+	}
+	return &Error{Class: Transient, Provider: provider, Err: err}
+}
+
+// redactedError keeps the chain of an error whose text had secrets removed.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+// Timeout keeps url.Error.Timeout working through the redaction.
+func (e *redactedError) Timeout() bool {
+	var t interface{ Timeout() bool }
+	return errors.As(e.err, &t) && t.Timeout()
+}
+
+func redactErr(err error, secrets []string) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	red := redact(msg, secrets)
+	if red == msg {
+		return err
+	}
+	return &redactedError{msg: red, err: err}
+}
+
+// redact replaces every non-empty secret in s.
+func redact(s string, secrets []string) string {
+	for _, sec := range secrets {
+		if sec != "" {
+			s = strings.ReplaceAll(s, sec, "[REDACTED]")
+		}
+	}
+	return s
+}
+
+// redactURL drops the user info, query and fragment of raw.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "[unparsable URL]"
+	}
+	u.User = nil
+	u.RawQuery = ""
+	u.ForceQuery = false
+	u.Fragment = ""
+	u.RawFragment = ""
+	return u.String()
+}
+
+// cleanMessage makes a provider message fit for Error.Message: valid UTF-8,
+// control characters replaced by spaces, secrets redacted, at most maxMessage
+// bytes.
+func cleanMessage(s string, secrets []string) string {
+	s = redact(strings.ToValidUTF8(s, "\uFFFD"), secrets)
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
+	s = strings.TrimSpace(s)
+	if len(s) > maxMessage {
+		cut := maxMessage
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return s
+}
+
+// bodyMessage is the message for a response without a parsable provider error:
+// the body's text, or the status text if the body is empty.
+func bodyMessage(r *reply, secrets []string) string {
+	if m := cleanMessage(string(bytes.TrimSpace(r.body)), secrets); m != "" {
+		return m
+	}
+	return http.StatusText(r.status)
+}
+
+// validHeaderValue reports whether v can be sent as a header value: no control
+// characters (which the transport rejects, and which would split headers).
+func validHeaderValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x20 && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// permanent is the *Error for a request that cannot be built (invalid payload or
+// configuration): retrying cannot help.
+func permanent(provider, format string, args ...any) *Error {
+	return &Error{Class: Permanent, Provider: provider, Message: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,216 @@
+package channels
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluice-dev/sluice/tasks"
+)
+
+// DefaultTwilioBaseURL is Twilio's REST API root.
+const DefaultTwilioBaseURL = "https://api.twilio.com"
+
+// Patterns from Twilio's OpenAPI spec (twilio_api_v2010.json).
+var (
+	twilioAccountSID = regexp.MustCompile(`^AC[0-9a-fA-F]{32}$`)
+	twilioServiceSID = regexp.MustCompile(`^MG[0-9a-fA-F]{32}$`)
+)
+
+// Twilio sends SMS through Twilio Programmable Messaging
+// (POST {BaseURL}/2010-04-01/Accounts/{AccountSID}/Messages.json). Safe for
+// concurrent use.
+type Twilio struct {
+	// BaseURL is the API root; default DefaultTwilioBaseURL ("https://api.twilio.com").
+	BaseURL string
+	// AccountSID ("AC" + 32 hex digits) is the account in the URL and the Basic
+	// auth user name. Required.
+	AccountSID string
+	// AuthToken is the Basic auth password. Required. Never appears in errors.
+	AuthToken string
+	// HTTP is the client to use; nil = NewHTTPClient() (15 s timeout, no redirects).
+	HTTP *http.Client
+	// Now is the clock for Retry-After dates and the 30023 daily reset; nil = time.Now.
+	Now func() time.Time
+}
+
+// Validate checks the configuration and names the first bad field.
+func (c *Twilio) Validate() error {
+	if !twilioAccountSID.MatchString(c.AccountSID) {
+		return fmt.Errorf("channels: Twilio.AccountSID: want AC followed by 32 hex digits, got %q", c.AccountSID)
+	}
+	if c.AuthToken == "" {
+		return errors.New("channels: Twilio.AuthToken: required")
+	}
+	if err := validBaseURL(c.BaseURL); err != nil {
+		return fmt.Errorf("channels: Twilio.BaseURL: %w", err)
+	}
+	return nil
+}
+
+// Send creates one Message resource and returns its SID ("SM…", from the 201
+// body's sid).
+//
+// The form-encoded body has To, From and/or MessagingServiceSid (at least one;
+// both are sent when both are set) and Body, as the spec's CreateMessageRequest
+// defines them. p.IdempotencyKey is sent as Idempotency-Key (IETF httpapi draft)
+// and I-Twilio-Idempotency-Token (Twilio's own header, honoured by its webhooks
+// and the emulator).
+//
+// Errors are *Error, classified on the JSON body's code, then on the HTTP status
+// (PROVIDERS.md, Twilio table; Twilio error dictionary):
+//
+//   - 20429 or HTTP 429 (too many concurrent requests), 63017 (account MPS cap):
+//     Throttled, ScopeAccount;
+//   - 30022 (carrier throughput), 21611 and 30001 (sender queue full): Throttled,
+//     ScopeSender;
+//   - 30023 (10DLC daily cap): Throttled, ScopeAccount, RetryAfter until the next
+//     midnight in America/Los_Angeles (UTC-8 if the zone database is missing),
+//     when the daily caps reset;
+//   - 63038 (account daily limit): Throttled, ScopeAccount, RetryAfter 24 h;
+//   - 14107 (>30 replies between the same pair in 30 s): Throttled, ScopePair,
+//     RetryAfter 30 s;
+//   - 21211, 21610, 63016 and any other code or 4xx: Permanent;
+//   - 5xx: Transient.
+//
+// A Retry-After header, if Twilio sends one, overrides these defaults. An
+// invalid payload or configuration is a Permanent *Error without HTTPStatus. If
+// ctx is cancelled the error wraps context.Canceled and is not an *Error.
+func (c *Twilio) Send(ctx context.Context, p tasks.SMSSend) (Response, error) {
+	if err := c.Validate(); err != nil {
+		return Response{}, permanent(ProviderTwilio, "config: %v", err)
+	}
+	form, err := twilioForm(p)
+	if err != nil {
+		return Response{}, permanent(ProviderTwilio, "invalid payload: %v", err)
+	}
+	if !validHeaderValue(p.IdempotencyKey) {
+		return Response{}, permanent(ProviderTwilio, "invalid payload: idempotency_key contains control characters")
+	}
+	base := strings.TrimRight(orDefault(c.BaseURL, DefaultTwilioBaseURL), "/")
+	u := base + "/2010-04-01/Accounts/" + c.AccountSID + "/Messages.json"
+	req, err := http.NewRequest(http.MethodPost, u, strings.NewReader(form.Encode()))
+	if err != nil {
+		return Response{}, permanent(ProviderTwilio, "config: building request: %v", redactErr(err, []string{c.AuthToken}))
+	}
+	req.SetBasicAuth(c.AccountSID, c.AuthToken)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", DefaultUserAgent)
+	if p.IdempotencyKey != "" {
+		req.Header.Set("Idempotency-Key", p.IdempotencyKey)
+		req.Header.Set("I-Twilio-Idempotency-Token", p.IdempotencyKey)
+	}
+	r, err := do(ctx, c.HTTP, req, ProviderTwilio, c.AuthToken)
+	if err != nil {
+		return Response{}, err
+	}
+	return twilioResult(r, clock(c.Now), c.AuthToken)
+}
+
+// twilioForm builds and checks the form for p.
+func twilioForm(p tasks.SMSSend) (url.Values, error) {
+	if p.To == "" {
+		return nil, errors.New("to: required")
+	}
+	if p.From == "" && p.MessagingServiceSID == "" {
+		return nil, errors.New("from or messaging_service_sid: want at least one, got neither")
+	}
+	if p.MessagingServiceSID != "" && !twilioServiceSID.MatchString(p.MessagingServiceSID) {
+		return nil, fmt.Errorf("messaging_service_sid: want MG followed by 32 hex digits, got %q", p.MessagingServiceSID)
+	}
+	if p.Body == "" {
+		return nil, errors.New("body: required")
+	}
+	f := url.Values{"To": {p.To}, "Body": {p.Body}}
+	if p.From != "" {
+		f.Set("From", p.From)
+	}
+	if p.MessagingServiceSID != "" {
+		f.Set("MessagingServiceSid", p.MessagingServiceSID)
+	}
+	return f, nil
+}
+
+// twilioCodes is PROVIDERS.md's Twilio table (source: Twilio error dictionary,
+// API concurrency and messaging throughput docs).
+var twilioCodes = map[int]codeRule{
+	20429: {Throttled, ScopeAccount, "too many concurrent requests", nil},
+	30022: {Throttled, ScopeSender, "carrier throughput exceeded", nil},
+	21611: {Throttled, ScopeSender, "sender queue full", nil},
+	30001: {Throttled, ScopeSender, "queue overflow", nil},
+	63017: {Throttled, ScopeAccount, "account MPS cap", nil},
+	30023: {Throttled, ScopeAccount, "daily cap reached", untilPacificMidnight},
+	63038: {Throttled, ScopeAccount, "account daily limit", fixed(24 * time.Hour)},
+	14107: {Throttled, ScopePair, "pair reply rate limit", fixed(30 * time.Second)},
+	21211: {Permanent, "", "invalid To number", nil},
+	21610: {Permanent, "", "recipient unsubscribed", nil},
+	63016: {Permanent, "", "outside 24 h window", nil},
+}
+
+// pacific is America/Los_Angeles, or a fixed UTC-8 when the zone database is
+// not available (then the reset may be an hour off during daylight saving).
+var pacific = sync.OnceValue(func() *time.Location {
+	if loc, err := time.LoadLocation("America/Los_Angeles"); err == nil {
+		return loc
+	}
+	return time.FixedZone("UTC-8", -8*60*60)
+})
+
+// untilPacificMidnight is the time from now to the next midnight in
+// America/Los_Angeles, when Twilio's daily caps reset (PROVIDERS.md, T-Mobile
+// 10DLC caps).
+func untilPacificMidnight(now time.Time) time.Duration {
+	t := now.In(pacific())
+	next := time.Date(t.Year(), t.Month(), t.Day()+1, 0, 0, 0, 0, t.Location())
+	return ceilSecond(next.Sub(now))
+}
+
+// twilioResponse holds the fields of the 201 body (api.v2010.account.message)
+// and of the error body ({"code","message","more_info","status"}) that Send reads.
+type twilioResponse struct {
+	SID     string `json:"sid"`
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+// twilioResult classifies a Messages.json response; see Send.
+func twilioResult(r *reply, now time.Time, secrets ...string) (Response, error) {
+	resp := Response{Status: r.status}
+	var body twilioResponse
+	jsonErr := json.Unmarshal(r.body, &body)
+	if r.status >= 200 && r.status < 300 {
+		if jsonErr == nil && body.SID != "" {
+			resp.ProviderID = body.SID
+			return resp, nil
+		}
+		return resp, &Error{Class: Transient, Provider: ProviderTwilio, HTTPStatus: r.status,
+			Message: "2xx response without sid: " + bodyMessage(r, secrets)}
+	}
+	e := &Error{Provider: ProviderTwilio, HTTPStatus: r.status, RetryAfter: ParseRetryAfter(r.header, now)}
+	if jsonErr != nil || body.Code == 0 && body.Message == "" {
+		e.Message = bodyMessage(r, secrets)
+	} else {
+		e.Code = body.Code
+		e.Message = cleanMessage(body.Message, secrets)
+	}
+	if rule, ok := twilioCodes[e.Code]; ok {
+		e.Class, e.Scope = rule.class, rule.scope
+		if e.RetryAfter == 0 && rule.retry != nil {
+			e.RetryAfter = rule.retry(now)
+		}
+		return resp, e
+	}
+	e.Class = statusClass(r.status)
+	if e.Class == Throttled {
+		e.Scope = ScopeAccount // HTTP 429: the account's API concurrency limit
+	}
+	return resp, e
+}

@@ -1,0 +1,273 @@
+package channels
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-dev/sluice/tasks"
+)
+
+// Standard Webhooks 1.0 (standardwebhooks.com, spec/standard-webhooks.md).
+const (
+	// SecretPrefix starts every signing secret: "whsec_" + base64 of 24–64 random bytes.
+	SecretPrefix = "whsec_"
+	// DefaultTolerance is how far webhook-timestamp may be from now in Verify
+	// when tolerance <= 0 (the reference libraries' 5 minutes).
+	DefaultTolerance = 5 * time.Minute
+
+	minSecretBytes = 24
+	maxSecretBytes = 64
+)
+
+// ErrVerification is wrapped by every error Verify returns for a request that
+// is not authentic or not fresh (missing headers, stale timestamp, no matching
+// signature). A malformed secret is reported without it.
+var ErrVerification = errors.New("webhook verification failed")
+
+// Webhook delivers events to customer endpoints, signed per Standard Webhooks
+// 1.0. Safe for concurrent use.
+type Webhook struct {
+	// Secret returns the signing secret ("whsec_<base64>", 24–64 bytes decoded) of
+	// the named endpoint (tasks.WebhookDeliver.Endpoint). Required.
+	Secret func(endpoint string) (string, error)
+	// HTTP is the client to use; nil = NewHTTPClient() (15 s timeout, redirects
+	// not followed, as Standard Webhooks requires). It should refuse private
+	// addresses (SSRF) when endpoints are customer-supplied, e.g. with a
+	// net.Dialer.Control.
+	HTTP *http.Client
+	// UserAgent is the User-Agent header; default DefaultUserAgent.
+	UserAgent string
+	// Now is the clock for webhook-timestamp, the body's timestamp and
+	// Retry-After dates; nil = time.Now.
+	Now func() time.Time
+}
+
+// Deliver POSTs one event as
+//
+//	{"type":<p.EventType>,"timestamp":<RFC 3339, now>,"data":<p.Payload>}
+//
+// with Content-Type application/json and the Standard Webhooks headers:
+// webhook-id = p.IdempotencyKey (stable across retries, so receivers can
+// deduplicate; required), webhook-timestamp = Unix seconds of this attempt,
+// webhook-signature = Sign(secret, id, now, body).
+//
+// Classification (Standard Webhooks "Retry schedule" and RFC 9110):
+// 2xx success; 429, 502, 503, 504 Throttled with ScopeSender (the whole host)
+// and RetryAfter from Retry-After; 408 and other 5xx Transient; 3xx Permanent
+// (redirects are not followed); 410 Permanent, the endpoint is gone and should
+// be disabled; other 4xx Permanent. Network errors and timeouts are Transient;
+// if ctx is cancelled the error wraps context.Canceled and is not an *Error.
+// Secret lookup errors are Transient (the store may come back); a malformed
+// secret, an invalid payload or a missing Secret func is Permanent.
+func (c *Webhook) Deliver(ctx context.Context, p tasks.WebhookDeliver) (Response, error) {
+	if c.Secret == nil {
+		return Response{}, permanent(ProviderWebhook, "config: channels: Webhook.Secret: required")
+	}
+	if err := validEndpointURL(p.URL); err != nil {
+		return Response{}, permanent(ProviderWebhook, "invalid payload: url: %v", err)
+	}
+	if p.IdempotencyKey == "" {
+		return Response{}, permanent(ProviderWebhook, "invalid payload: idempotency_key: required, it is the webhook-id")
+	}
+	if !validHeaderValue(p.IdempotencyKey) || strings.ContainsAny(p.IdempotencyKey, " \t") {
+		return Response{}, permanent(ProviderWebhook, "invalid payload: idempotency_key: must not contain spaces or control characters")
+	}
+	if p.EventType == "" {
+		return Response{}, permanent(ProviderWebhook, "invalid payload: event_type: required")
+	}
+	ua := orDefault(c.UserAgent, DefaultUserAgent)
+	if !validHeaderValue(ua) {
+		return Response{}, permanent(ProviderWebhook, "config: channels: Webhook.UserAgent: contains control characters")
+	}
+	secret, err := c.Secret(p.Endpoint)
+	if err != nil {
+		return Response{}, &Error{Class: Transient, Provider: ProviderWebhook,
+			Message: fmt.Sprintf("secret lookup for endpoint %q failed", p.Endpoint), Err: err}
+	}
+	key, err := decodeSecret(secret)
+	if err != nil {
+		return Response{}, permanent(ProviderWebhook, "config: secret of endpoint %q: %v", p.Endpoint, err)
+	}
+	now := clock(c.Now)
+	data := p.Payload
+	if len(data) == 0 {
+		data = json.RawMessage("null")
+	}
+	body, err := json.Marshal(struct {
+		Type      string          `json:"type"`
+		Timestamp string          `json:"timestamp"`
+		Data      json.RawMessage `json:"data"`
+	}{p.EventType, now.UTC().Format(time.RFC3339), data})
+	if err != nil {
+		return Response{}, permanent(ProviderWebhook, "invalid payload: payload is not JSON")
+	}
+	ts := strconv.FormatInt(now.Unix(), 10)
+	req, err := http.NewRequest(http.MethodPost, p.URL, bytes.NewReader(body))
+	if err != nil {
+		return Response{}, permanent(ProviderWebhook, "invalid payload: url: %q", redactURL(p.URL))
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", ua)
+	req.Header.Set("webhook-id", p.IdempotencyKey)
+	req.Header.Set("webhook-timestamp", ts)
+	req.Header.Set("webhook-signature", sign(key, p.IdempotencyKey, ts, body))
+	r, err := do(ctx, c.HTTP, req, ProviderWebhook, secret)
+	if err != nil {
+		return Response{}, err
+	}
+	return httpResult(ProviderWebhook, r, now, secret)
+}
+
+// Sign returns the Standard Webhooks signature header value
+// "v1,<base64 of HMAC-SHA256(key, "{id}.{unix seconds}.{body}")>", where key is
+// the base64-decoded part of secret after "whsec_". The error says why a secret
+// is malformed (missing prefix, bad base64, not 24–64 bytes) without showing it.
+func Sign(secret, id string, ts time.Time, body []byte) (string, error) {
+	key, err := decodeSecret(secret)
+	if err != nil {
+		return "", err
+	}
+	return sign(key, id, strconv.FormatInt(ts.Unix(), 10), body), nil
+}
+
+func sign(key []byte, id, ts string, body []byte) string {
+	return "v1," + base64.StdEncoding.EncodeToString(mac(key, id, ts, body))
+}
+
+func mac(key []byte, id, ts string, body []byte) []byte {
+	h := hmac.New(sha256.New, key)
+	h.Write([]byte(id))
+	h.Write([]byte{'.'})
+	h.Write([]byte(ts))
+	h.Write([]byte{'.'})
+	h.Write(body)
+	return h.Sum(nil)
+}
+
+// decodeSecret returns the key bytes of "whsec_<base64>".
+func decodeSecret(secret string) ([]byte, error) {
+	enc, ok := strings.CutPrefix(secret, SecretPrefix)
+	if !ok {
+		return nil, errors.New("webhook secret: want whsec_<base64>, prefix missing")
+	}
+	key, err := base64.StdEncoding.DecodeString(enc)
+	if err != nil {
+		return nil, errors.New("webhook secret: part after whsec_ is not standard base64")
+	}
+	if len(key) < minSecretBytes || len(key) > maxSecretBytes {
+		return nil, fmt.Errorf("webhook secret: want %d–%d bytes decoded, got %d", minSecretBytes, maxSecretBytes, len(key))
+	}
+	return key, nil
+}
+
+// Verify checks a received webhook the way Standard Webhooks receivers do:
+// the webhook-id, webhook-timestamp and webhook-signature headers must be
+// present; the timestamp (Unix seconds) must be within tolerance of now, in
+// either direction (tolerance <= 0 means DefaultTolerance), which limits
+// replays; and at least one of the space-separated "v1,<base64>" signatures
+// must equal the HMAC of "{id}.{timestamp}.{body}" (compared in constant time;
+// other versions are ignored). Failures wrap ErrVerification; a malformed
+// secret returns the Sign error.
+func Verify(secret string, h http.Header, body []byte, tolerance time.Duration, now time.Time) error {
+	key, err := decodeSecret(secret)
+	if err != nil {
+		return err
+	}
+	id, ts, sigs := h.Get("webhook-id"), h.Get("webhook-timestamp"), h.Get("webhook-signature")
+	if id == "" || ts == "" || sigs == "" {
+		return fmt.Errorf("%w: missing webhook-id, webhook-timestamp or webhook-signature header", ErrVerification)
+	}
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return fmt.Errorf("%w: webhook-timestamp: want Unix seconds, got %q", ErrVerification, ts)
+	}
+	if tolerance <= 0 {
+		tolerance = DefaultTolerance
+	}
+	tol, n := int64(tolerance/time.Second), now.Unix()
+	if sec < n-tol || sec > n+tol { // no subtraction involving sec: it cannot overflow
+		return fmt.Errorf("%w: webhook-timestamp %d is more than %v from now", ErrVerification, sec, tolerance)
+	}
+	want := mac(key, id, ts, body)
+	for _, s := range strings.Fields(sigs) {
+		version, enc, ok := strings.Cut(s, ",")
+		if !ok || version != "v1" {
+			continue
+		}
+		got, err := base64.StdEncoding.Strict().DecodeString(enc)
+		if err != nil {
+			continue
+		}
+		if hmac.Equal(got, want) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: no matching v1 signature", ErrVerification)
+}
+
+// validEndpointURL accepts absolute http(s) URLs with a host.
+func validEndpointURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return errors.New("not a URL")
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("want an absolute http(s) URL, got %q", redactURL(raw))
+	}
+	return nil
+}
+
+// httpResult classifies a webhook or HTTP call response:
+//
+//   - 2xx (and 304 for HTTP calls, which only follows a conditional request
+//     the caller made): success;
+//   - 429, 503, and for webhooks 502 and 504: Throttled, ScopeSender (host-wide),
+//     RetryAfter from Retry-After;
+//   - 408 and other 5xx: Transient;
+//   - 3xx: Permanent, redirects are not followed;
+//   - 410: Permanent, the endpoint is gone;
+//   - other 4xx (and anything else): Permanent.
+func httpResult(provider string, r *reply, now time.Time, secrets ...string) (Response, error) {
+	resp := Response{Status: r.status}
+	s := r.status
+	if s >= 200 && s < 300 || provider == ProviderHTTP && s == http.StatusNotModified {
+		return resp, nil
+	}
+	e := &Error{Provider: provider, HTTPStatus: s, RetryAfter: ParseRetryAfter(r.header, now)}
+	switch {
+	case s == http.StatusTooManyRequests || s == http.StatusServiceUnavailable,
+		provider == ProviderWebhook && (s == http.StatusBadGateway || s == http.StatusGatewayTimeout):
+		e.Class, e.Scope = Throttled, ScopeSender
+	case s == http.StatusRequestTimeout || s >= 500:
+		e.Class = Transient
+	case s >= 300 && s < 400:
+		e.Class = Permanent
+		e.Message = "redirects are not followed"
+		if loc := r.header.Get("Location"); loc != "" {
+			e.Message += " (Location: " + cleanMessage(redactURL(loc), secrets) + ")"
+		}
+		return resp, e
+	case s == http.StatusGone:
+		e.Class = Permanent
+		e.Message = "endpoint is gone (410 Gone): disable it"
+		if m := cleanMessage(string(r.body), secrets); m != "" {
+			e.Message += ": " + m
+		}
+		return resp, e
+	default:
+		e.Class = Permanent
+	}
+	e.Message = bodyMessage(r, secrets)
+	return resp, e
+}

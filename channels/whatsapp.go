@@ -1,0 +1,324 @@
+package channels
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/sluice-dev/sluice/tasks"
+)
+
+// WhatsApp defaults.
+const (
+	DefaultWhatsAppBaseURL = "https://graph.facebook.com"
+	DefaultWhatsAppVersion = "v23.0"
+)
+
+// whatsappVersion is the Graph API version pattern (PROVIDERS.md).
+var whatsappVersion = regexp.MustCompile(`^v[0-9]+\.[0-9]+$`)
+
+// WhatsApp sends messages through the WhatsApp Business Cloud API
+// (POST {BaseURL}/{Version}/{phone_number_id}/messages). The zero value is not
+// usable: Token is required. Safe for concurrent use.
+type WhatsApp struct {
+	// BaseURL is the Graph API root without a trailing version; default
+	// DefaultWhatsAppBaseURL ("https://graph.facebook.com").
+	BaseURL string
+	// Version is the Graph API version, matching ^v[0-9]+\.[0-9]+$; default
+	// DefaultWhatsAppVersion ("v23.0").
+	Version string
+	// Token is the system user access token, sent as "Authorization: Bearer …".
+	// Required. Never appears in errors.
+	Token string
+	// HTTP is the client to use; nil = NewHTTPClient() (15 s timeout, no redirects).
+	HTTP *http.Client
+	// Now is the clock used to interpret Retry-After dates; nil = time.Now.
+	Now func() time.Time
+}
+
+// Validate checks the configuration and names the first bad field.
+func (c *WhatsApp) Validate() error {
+	if c.Token == "" {
+		return errors.New("channels: WhatsApp.Token: required")
+	}
+	if !validHeaderValue(c.Token) {
+		return errors.New("channels: WhatsApp.Token: contains control characters")
+	}
+	if c.Version != "" && !whatsappVersion.MatchString(c.Version) {
+		return fmt.Errorf("channels: WhatsApp.Version: want ^v[0-9]+\\.[0-9]+$ (like %q), got %q", DefaultWhatsAppVersion, c.Version)
+	}
+	if err := validBaseURL(c.BaseURL); err != nil {
+		return fmt.Errorf("channels: WhatsApp.BaseURL: %w", err)
+	}
+	return nil
+}
+
+// Send sends one text or template message and returns the message ID
+// ("wamid.…", from messages[0].id of the 200 response).
+//
+// The JSON body is the one Meta's OpenAPI spec
+// (whatsapp-business-messaging-api_v23.0.yaml, schemas TextMessage and
+// TemplateMessage) accepts:
+//
+//	{"messaging_product":"whatsapp","recipient_type":"individual","to":"12025550123",
+//	 "type":"text","text":{"body":"…","preview_url":false}}
+//	{"messaging_product":"whatsapp","recipient_type":"individual","to":"12025550123",
+//	 "type":"template","template":{"name":"order_update",
+//	  "language":{"policy":"deterministic","code":"en_US"},
+//	  "components":[{"type":"body","parameters":[{"type":"text","text":"…"}]}]}}
+//
+// "to" is p.To without its "+". components is omitted when the template has
+// no parameters. language.policy is sent because the spec's LanguageObject
+// requires it ("deterministic" is its only value). p.IdempotencyKey is sent as
+// the Idempotency-Key header (IETF httpapi draft; Meta ignores it, the emulator
+// counts duplicates with it); it is not put in biz_opaque_callback_data, which
+// the spec defines only for calls, not on message bodies.
+//
+// Errors are *Error, classified on the JSON error.code, not on the HTTP
+// status (PROVIDERS.md, WhatsApp table; Meta's error codes page):
+//
+//   - 4 (app rate limit), 80007 (WABA rate limit): Throttled, ScopeAccount;
+//   - 130429 (throughput), 131057 (throughput upgrade): Throttled, ScopeSender;
+//   - 131056 (pair rate limit): Throttled, ScopePair;
+//   - 131048 (spam rate limit): Throttled, ScopeSender, RetryAfter 1 h if the
+//     provider gave none — a quality limit, so no fast retries;
+//   - 131049 (per-user marketing limit): Throttled, ScopePair, RetryAfter 24 h if
+//     none given — Meta says not to retry soon, and its window is a day;
+//   - 1, 2, 131000: Transient; is_transient:true makes any other code Transient;
+//   - 368, 131026, 131047 and any other code: Permanent, unless the HTTP status is
+//     5xx (Transient) or 429 (Throttled);
+//   - no parsable error body: 429 Throttled, 5xx Transient, else Permanent.
+//
+// RetryAfter comes from the x-business-use-case-usage header
+// (estimated_time_to_regain_access, minutes) or a Retry-After header, whichever
+// is larger. An invalid payload or configuration is a Permanent *Error without
+// HTTPStatus. If ctx is cancelled the error wraps context.Canceled and is not an
+// *Error.
+func (c *WhatsApp) Send(ctx context.Context, p tasks.WhatsAppSend) (Response, error) {
+	if err := c.Validate(); err != nil {
+		return Response{}, permanent(ProviderWhatsApp, "config: %v", err)
+	}
+	body, err := whatsappBody(p)
+	if err != nil {
+		return Response{}, permanent(ProviderWhatsApp, "invalid payload: %v", err)
+	}
+	if !validHeaderValue(p.IdempotencyKey) {
+		return Response{}, permanent(ProviderWhatsApp, "invalid payload: idempotency_key contains control characters")
+	}
+	base := strings.TrimRight(orDefault(c.BaseURL, DefaultWhatsAppBaseURL), "/")
+	u := base + "/" + orDefault(c.Version, DefaultWhatsAppVersion) + "/" + p.PhoneNumberID + "/messages"
+	req, err := http.NewRequest(http.MethodPost, u, bytes.NewReader(body))
+	if err != nil {
+		return Response{}, permanent(ProviderWhatsApp, "config: building request: %v", redactErr(err, []string{c.Token}))
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", DefaultUserAgent)
+	if p.IdempotencyKey != "" {
+		req.Header.Set("Idempotency-Key", p.IdempotencyKey)
+	}
+	r, err := do(ctx, c.HTTP, req, ProviderWhatsApp, c.Token)
+	if err != nil {
+		return Response{}, err
+	}
+	return whatsappResult(r, clock(c.Now), c.Token)
+}
+
+// whatsappMessage is the request body; see Send.
+type whatsappMessage struct {
+	MessagingProduct string            `json:"messaging_product"`
+	RecipientType    string            `json:"recipient_type"`
+	To               string            `json:"to"`
+	Type             string            `json:"type"`
+	Text             *whatsappText     `json:"text,omitempty"`
+	Template         *whatsappTemplate `json:"template,omitempty"`
+}
+
+type whatsappText struct {
+	Body       string `json:"body"`
+	PreviewURL bool   `json:"preview_url"`
+}
+
+type whatsappTemplate struct {
+	Name       string              `json:"name"`
+	Language   whatsappLanguage    `json:"language"`
+	Components []whatsappComponent `json:"components,omitempty"`
+}
+
+type whatsappLanguage struct {
+	Policy string `json:"policy"`
+	Code   string `json:"code"`
+}
+
+type whatsappComponent struct {
+	Type       string              `json:"type"`
+	Parameters []whatsappParameter `json:"parameters"`
+}
+
+type whatsappParameter struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+// whatsappBody builds and checks the JSON body for p.
+func whatsappBody(p tasks.WhatsAppSend) ([]byte, error) {
+	if p.PhoneNumberID == "" || !isDigits(p.PhoneNumberID) {
+		return nil, fmt.Errorf("phone_number_id: want digits, got %q", p.PhoneNumberID)
+	}
+	to, ok := strings.CutPrefix(p.To, "+")
+	if !ok || !isDigits(to) {
+		return nil, fmt.Errorf("to: want E.164 like +12025550123, got %q", p.To)
+	}
+	m := whatsappMessage{MessagingProduct: "whatsapp", RecipientType: "individual", To: to}
+	switch {
+	case p.Text != "" && p.Template != nil:
+		return nil, errors.New("text and template: want exactly one, got both")
+	case p.Text != "":
+		m.Type = "text"
+		m.Text = &whatsappText{Body: p.Text}
+	case p.Template != nil:
+		if p.Template.Name == "" || p.Template.Language == "" {
+			return nil, errors.New("template: name and language are required")
+		}
+		m.Type = "template"
+		m.Template = &whatsappTemplate{
+			Name:     p.Template.Name,
+			Language: whatsappLanguage{Policy: "deterministic", Code: p.Template.Language},
+		}
+		if len(p.Template.Parameters) > 0 {
+			params := make([]whatsappParameter, len(p.Template.Parameters))
+			for i, v := range p.Template.Parameters {
+				params[i] = whatsappParameter{Type: "text", Text: v}
+			}
+			m.Template.Components = []whatsappComponent{{Type: "body", Parameters: params}}
+		}
+	default:
+		return nil, errors.New("text and template: want exactly one, got neither")
+	}
+	return json.Marshal(m)
+}
+
+// whatsappCodes is PROVIDERS.md's WhatsApp table (source: Meta, Cloud API error
+// codes and throughput docs).
+var whatsappCodes = map[int]codeRule{
+	4:      {Throttled, ScopeAccount, "app rate limit", nil},
+	80007:  {Throttled, ScopeAccount, "WABA rate limit", nil},
+	130429: {Throttled, ScopeSender, "throughput limit", nil},
+	131056: {Throttled, ScopePair, "pair rate limit", nil},
+	131057: {Throttled, ScopeSender, "throughput upgrade in progress", nil},
+	131048: {Throttled, ScopeSender, "spam rate limit", fixed(time.Hour)},
+	131049: {Throttled, ScopePair, "per-user marketing limit", fixed(24 * time.Hour)},
+	1:      {Transient, "", "unknown error", nil},
+	2:      {Transient, "", "service unavailable", nil},
+	131000: {Transient, "", "something went wrong", nil},
+	368:    {Permanent, "", "blocked for policy violation", nil},
+	131026: {Permanent, "", "undeliverable", nil},
+	131047: {Permanent, "", "outside 24 h window", nil},
+}
+
+// whatsappResponse holds the fields of the 200 body (MessageResponsePayload)
+// and of the error body (GraphAPIError) that Send reads.
+type whatsappResponse struct {
+	Messages []struct {
+		ID string `json:"id"`
+	} `json:"messages"`
+	Error *struct {
+		Message     string `json:"message"`
+		Type        string `json:"type"`
+		Code        int    `json:"code"`
+		IsTransient bool   `json:"is_transient"`
+		ErrorData   struct {
+			Details string `json:"details"`
+		} `json:"error_data"`
+	} `json:"error"`
+}
+
+// whatsappResult classifies a /messages response; see Send.
+func whatsappResult(r *reply, now time.Time, secrets ...string) (Response, error) {
+	resp := Response{Status: r.status}
+	var body whatsappResponse
+	jsonErr := json.Unmarshal(r.body, &body)
+	if r.status >= 200 && r.status < 300 {
+		if jsonErr == nil && len(body.Messages) > 0 && body.Messages[0].ID != "" {
+			resp.ProviderID = body.Messages[0].ID
+			return resp, nil
+		}
+		// Accepted, but not in the documented shape (a proxy page?): the outcome
+		// is unknown, so retry; Idempotency-Key makes that safe where honoured.
+		return resp, &Error{Class: Transient, Provider: ProviderWhatsApp, HTTPStatus: r.status,
+			Message: "2xx response without messages[0].id: " + bodyMessage(r, secrets)}
+	}
+	e := &Error{Provider: ProviderWhatsApp, HTTPStatus: r.status}
+	e.RetryAfter = max(parseBusinessUseCaseUsage(r.header), ParseRetryAfter(r.header, now))
+	if jsonErr != nil || body.Error == nil {
+		e.Class = statusClass(r.status)
+		e.Message = bodyMessage(r, secrets)
+		return resp, e
+	}
+	e.Code = body.Error.Code
+	e.Message = body.Error.Message
+	if d := body.Error.ErrorData.Details; d != "" && d != e.Message {
+		e.Message += " (" + d + ")"
+	}
+	e.Message = cleanMessage(e.Message, secrets)
+	rule, known := whatsappCodes[e.Code]
+	switch {
+	case known && rule.class == Throttled:
+		e.Class, e.Scope = Throttled, rule.scope
+		if e.RetryAfter == 0 && rule.retry != nil {
+			e.RetryAfter = rule.retry(now)
+		}
+	case body.Error.IsTransient:
+		e.Class = Transient
+	case known:
+		e.Class = rule.class
+	default:
+		e.Class = statusClass(r.status)
+	}
+	return resp, e
+}
+
+// statusClass classifies a non-2xx response the provider gave no known code
+// for: 429 Throttled, 5xx Transient, anything else Permanent.
+func statusClass(status int) Class {
+	switch {
+	case status == http.StatusTooManyRequests:
+		return Throttled
+	case status >= 500:
+		return Transient
+	}
+	return Permanent
+}
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+// validBaseURL accepts "" (default) or an absolute http(s) URL without query.
+func validBaseURL(raw string) error {
+	if raw == "" {
+		return nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return errors.New("not a URL")
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("want an absolute http(s) URL, got %q", redactURL(raw))
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return fmt.Errorf("want no user info, query or fragment, got %q", redactURL(raw))
+	}
+	return nil
+}

@@ -1,0 +1,327 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-dev/sluice/throttle"
+)
+
+// Config is a whole Sluice configuration. Start from Default (or Load/Parse,
+// which start from it); every field's default is written beside it and in
+// sluice.example.yaml.
+type Config struct {
+	Redis   RedisConfig
+	Worker  WorkerConfig
+	HTTP    HTTPConfig
+	Cleanup CleanupConfig
+	// Channels holds one entry per channel: whatsapp, sms, webhook and http,
+	// always all four (a disabled channel has Enabled false).
+	Channels map[string]*ChannelConfig
+}
+
+// RedisConfig says where the Redis used by asynq and the limiters is.
+type RedisConfig struct {
+	// URLEnv names the environment variable holding a redis://, rediss:// or
+	// unix:// URL. The URL (it may carry a password) never goes in the file.
+	// Empty means never read the environment. Default "REDIS_URL".
+	URLEnv string
+	// Addr is host:port, used when the URLEnv variable is unset or empty.
+	// Default "127.0.0.1:6379".
+	Addr string
+	// DB is the Redis database number used with Addr. Default 0.
+	DB int
+	// KeyPrefix starts every limiter key ("sluice:whatsapp:number:…").
+	// Default "sluice".
+	KeyPrefix string
+}
+
+// WorkerConfig tunes the asynq server.
+type WorkerConfig struct {
+	// Concurrency is the number of tasks processed at once. Default 50.
+	Concurrency int
+	// DelayedTaskCheckInterval is how often asynq moves due retry and
+	// scheduled tasks to pending. At most 1s, so a throttled task runs close to
+	// its RetryAfter. Default 100ms.
+	DelayedTaskCheckInterval time.Duration
+	// TaskCheckInterval is how often an idle worker polls empty queues.
+	// Default 50ms.
+	TaskCheckInterval time.Duration
+	// ShutdownTimeout is how long in-flight tasks get to finish on shutdown.
+	// Default 30s.
+	ShutdownTimeout time.Duration
+	// MaxRetry is how many times a failing task is retried before it is
+	// archived. Throttled tasks do not use up retries. Default 10.
+	MaxRetry int
+}
+
+// HTTPConfig is the worker's own HTTP server (/healthz and /metrics).
+type HTTPConfig struct {
+	// Listen is host:port; empty disables the server. Default "127.0.0.1:9090".
+	Listen string
+}
+
+// CleanupConfig schedules the sweep of expired limiter keys.
+type CleanupConfig struct {
+	// Schedule is a robfig/cron spec: 5 fields or a descriptor such as
+	// "@every 1m" or "@hourly". Default "@every 1m".
+	Schedule string
+	// Batch is the number of keys per SCAN page. Default 500.
+	Batch int
+}
+
+// ChannelConfig configures one channel. Fields a channel does not use stay
+// empty; the file may only set the fields of its channel.
+type ChannelConfig struct {
+	// Name is the channel's name (the key under channels:); not set in the file.
+	Name string
+	// Enabled runs the channel's handler. Default true.
+	Enabled bool
+	// Queue is the asynq queue of the channel's tasks. Default the channel name.
+	Queue string
+	// Priority is the queue's weight among all queues (asynq Config.Queues);
+	// >= 1. Default 1.
+	Priority int
+	// BaseURL is the provider API's base URL (whatsapp, sms). Defaults
+	// "https://graph.facebook.com" and "https://api.twilio.com".
+	BaseURL string
+	// APIVersion is the Graph API version (whatsapp), "v23.0".
+	APIVersion string
+	// TokenEnv names the environment variable holding the WhatsApp access
+	// token (whatsapp). Default "WHATSAPP_TOKEN".
+	TokenEnv string
+	// AccountSIDEnv and AuthTokenEnv name the environment variables holding
+	// the Twilio credentials (sms). Defaults "TWILIO_ACCOUNT_SID" and
+	// "TWILIO_AUTH_TOKEN".
+	AccountSIDEnv string
+	AuthTokenEnv  string
+	// SigningSecretEnv names the environment variable holding the Standard
+	// Webhooks signing secret, whsec_… (webhook). Default "WEBHOOK_SECRET".
+	SigningSecretEnv string
+	// Timeout bounds one request to the provider. Default 15s.
+	Timeout time.Duration
+	// ThrottleBackoff is the delay after a provider's throttle response that
+	// carries no Retry-After. Default 1s.
+	ThrottleBackoff time.Duration
+	// Limits are the channel's limit rules, checked in order. Defaults: the
+	// provider limits in sluice.example.yaml. Use Rules to read them.
+	Limits []LimitRule
+}
+
+// LimitRule is one limit of a channel: a throttle.Limit, the key template
+// that picks the limited identifier from a task, and the task's cost.
+type LimitRule struct {
+	// Limit is the limit itself, valid per throttle.Limit.Validate. Burst is
+	// set (>= 1) for GCRA and Lease (> 0) for Concurrency.
+	Limit throttle.Limit
+	// Key is the key template: ':'-separated segments, the first is the
+	// channel name, {field} placeholders name task fields:
+	// "whatsapp:pair:{phone_number_id}:{to}".
+	Key string
+	// Cost is the units one task uses; >= 1, at most the limit's capacity.
+	// Default 1.
+	Cost int64
+	// Line is the rule's line in the file, 0 for a built-in default.
+	Line int
+}
+
+// Rules returns a copy of the channel's limit rules, in order.
+func (c *ChannelConfig) Rules() []LimitRule {
+	if c == nil {
+		return nil
+	}
+	return slices.Clone(c.Limits)
+}
+
+// channelNames are the known channels in their documented order.
+var channelNames = []string{"whatsapp", "sms", "webhook", "http"}
+
+// Default returns the built-in configuration: what sluice.example.yaml says,
+// with the providers' published limits (sources in that file). Each call
+// returns a new value.
+func Default() *Config {
+	const ms = time.Millisecond
+	gcra := func(name, key string, r throttle.Rate) LimitRule {
+		return LimitRule{Limit: throttle.Limit{Name: name, Algorithm: throttle.GCRA, Rate: r, Burst: 1}, Key: key, Cost: 1}
+	}
+	channel := func(name string) *ChannelConfig {
+		return &ChannelConfig{
+			Name:            name,
+			Enabled:         true,
+			Queue:           name,
+			Priority:        1,
+			Timeout:         15 * time.Second,
+			ThrottleBackoff: time.Second,
+		}
+	}
+
+	wa := channel("whatsapp")
+	wa.BaseURL = "https://graph.facebook.com"
+	wa.APIVersion = "v23.0"
+	wa.TokenEnv = "WHATSAPP_TOKEN"
+	wa.Limits = []LimitRule{
+		gcra("throughput", "whatsapp:number:{phone_number_id}", throttle.PerSecond(80)),
+		gcra("pair", "whatsapp:pair:{phone_number_id}:{to}", throttle.Rate{Limit: 1, Period: 6 * time.Second}),
+		{Limit: throttle.Limit{Name: "daily", Algorithm: throttle.FixedWindow, Rate: throttle.PerDay(250)}, Key: "whatsapp:daily:{to}", Cost: 1},
+	}
+
+	sms := channel("sms")
+	sms.BaseURL = "https://api.twilio.com"
+	sms.AccountSIDEnv = "TWILIO_ACCOUNT_SID"
+	sms.AuthTokenEnv = "TWILIO_AUTH_TOKEN"
+	sms.Limits = []LimitRule{
+		gcra("sender", "sms:sender:{sender}", throttle.PerSecond(1)),
+		{Limit: throttle.Limit{Name: "concurrency", Algorithm: throttle.Concurrency, Max: 100, Lease: throttle.DefaultLease}, Key: "sms:account:{account_sid}", Cost: 1},
+	}
+
+	webhook := channel("webhook")
+	webhook.SigningSecretEnv = "WEBHOOK_SECRET"
+	webhook.Limits = []LimitRule{gcra("host", "webhook:host:{host}", throttle.PerSecond(10))}
+
+	http := channel("http")
+	http.Limits = []LimitRule{gcra("host", "http:host:{host}", throttle.PerSecond(10))}
+
+	return &Config{
+		Redis: RedisConfig{URLEnv: "REDIS_URL", Addr: "127.0.0.1:6379", DB: 0, KeyPrefix: "sluice"},
+		Worker: WorkerConfig{
+			Concurrency:              50,
+			DelayedTaskCheckInterval: 100 * ms,
+			TaskCheckInterval:        50 * ms,
+			ShutdownTimeout:          30 * time.Second,
+			MaxRetry:                 10,
+		},
+		HTTP:     HTTPConfig{Listen: "127.0.0.1:9090"},
+		Cleanup:  CleanupConfig{Schedule: "@every 1m", Batch: 500},
+		Channels: map[string]*ChannelConfig{"whatsapp": wa, "sms": sms, "webhook": webhook, "http": http},
+	}
+}
+
+// Load reads the YAML file at path and returns Default overlaid with it,
+// validated. Errors name path:line:column and the field; see Parse.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// Parse reads YAML data and returns Default overlaid with it, validated.
+// Sections, channels and fields the data omits keep their defaults; a
+// channel's limits, when given, replace the default list. Unknown sections,
+// channels and fields are errors.
+//
+// Every problem is reported, not just the first: the error joins one *Error
+// per problem (errors.Join), sorted by position, each rendered as
+// "name:line:column: field.path: message". A YAML syntax error is reported
+// alone, with the line yaml gives.
+func Parse(name string, data []byte) (*Config, error) {
+	cfg := Default()
+	root, err := parseYAML(name, data)
+	if err != nil {
+		return nil, err
+	}
+	if root == nil {
+		return cfg, nil
+	}
+	d := &decoder{file: name}
+	d.config(root, cfg)
+	if err := d.err(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// RedisURL returns the Redis URL: the value of the environment variable
+// named by Redis.URLEnv when it is set and not empty, else
+// "redis://<Addr>/<DB>". An error names the variable, never its value.
+func (c *Config) RedisURL() (string, error) {
+	if env := c.Redis.URLEnv; env != "" {
+		if v := os.Getenv(env); v != "" {
+			if err := checkRedisURL(v); err != nil {
+				return "", fmt.Errorf("config: env %s: %w", env, err)
+			}
+			return v, nil
+		}
+	}
+	if c.Redis.Addr == "" {
+		return "", errors.New("config: redis: no URL in the environment and no addr")
+	}
+	return "redis://" + c.Redis.Addr + "/" + strconv.Itoa(c.Redis.DB), nil
+}
+
+// checkRedisURL reports whether u looks like a URL go-redis accepts. Its
+// errors never quote u: the URL may carry a password.
+func checkRedisURL(u string) error {
+	p, err := url.Parse(u)
+	if err != nil {
+		return errors.New("not a valid URL (want redis://host:port/db, rediss://… or unix://…)")
+	}
+	switch p.Scheme {
+	case "redis", "rediss":
+		if p.Host == "" {
+			return errors.New("URL has no host (want redis://host:port/db)")
+		}
+	case "unix":
+		if p.Path == "" {
+			return errors.New("unix URL has no socket path")
+		}
+	default:
+		return errors.New("URL scheme must be redis, rediss or unix")
+	}
+	return nil
+}
+
+// Secret returns the value of the environment variable envName, such as a
+// channel's TokenEnv. An unset or empty variable is an error that names the
+// variable; the value never appears in an error. envName must look like the
+// names the file accepts (A-Z, 0-9 and _).
+func (c *Config) Secret(envName string) (string, error) {
+	if !envNameRE.MatchString(envName) {
+		// Not shown: it may be a secret passed by mistake.
+		return "", errors.New("config: secret: want an environment variable name (A-Z, 0-9 and _); the argument is not shown")
+	}
+	v, ok := os.LookupEnv(envName)
+	switch {
+	case !ok:
+		return "", fmt.Errorf("config: env %s is not set", envName)
+	case v == "":
+		return "", fmt.Errorf("config: env %s is empty", envName)
+	}
+	return v, nil
+}
+
+// Error is one problem in a configuration file.
+type Error struct {
+	File   string // the name given to Parse or the path given to Load
+	Line   int    // 1-based; 0 if unknown
+	Column int    // 1-based; 0 if unknown
+	Path   string // the field, "channels.whatsapp.limits[1].rate"; empty for syntax errors
+	Err    error
+}
+
+// Error renders "file:line:column: path: message".
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		b.WriteString(":" + strconv.Itoa(e.Line))
+		if e.Column > 0 {
+			b.WriteString(":" + strconv.Itoa(e.Column))
+		}
+	}
+	b.WriteString(": ")
+	if e.Path != "" {
+		b.WriteString(e.Path + ": ")
+	}
+	b.WriteString(e.Err.Error())
+	return b.String()
+}
+
+func (e *Error) Unwrap() error { return e.Err }

@@ -1,0 +1,249 @@
+package config
+
+import (
+	"maps"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-dev/sluice/throttle"
+)
+
+// ignoreLine drops LimitRule.Line, a position in the file, from comparisons
+// with Default (whose rules have Line 0).
+var ignoreLine = cmpopts.IgnoreFields(LimitRule{}, "Line")
+
+func TestExampleFileIsDefault(t *testing.T) {
+	t.Parallel()
+	got, err := Load("../sluice.example.yaml")
+	require.NoError(t, err)
+	if diff := cmp.Diff(Default(), got, ignoreLine); diff != "" {
+		t.Errorf("sluice.example.yaml differs from Default() (-want +got):\n%s", diff)
+	}
+	for name, ch := range got.Channels {
+		for _, r := range ch.Rules() {
+			require.Positive(t, r.Line, "channels.%s limit %q has no line", name, r.Limit.Name)
+		}
+	}
+}
+
+func TestDefaultIsValid(t *testing.T) {
+	t.Parallel()
+	d := Default()
+	require.ElementsMatch(t, channelNames, slices.Collect(maps.Keys(d.Channels)))
+	for name, ch := range d.Channels {
+		require.Equal(t, name, ch.Name)
+		for _, r := range ch.Rules() {
+			require.NoError(t, r.Limit.Validate())
+			require.NoError(t, checkKey(name, r.Key))
+			require.GreaterOrEqual(t, r.Cost, int64(1))
+			require.LessOrEqual(t, r.Cost, r.Limit.Capacity())
+		}
+	}
+	require.LessOrEqual(t, d.Worker.DelayedTaskCheckInterval, time.Second)
+}
+
+func TestDefaultReturnsFreshValues(t *testing.T) {
+	t.Parallel()
+	a := Default()
+	a.Channels["whatsapp"].Limits[0].Limit.Rate = throttle.PerSecond(1)
+	a.Channels["sms"].Enabled = false
+	if diff := cmp.Diff(Default().Channels["whatsapp"].Limits[0].Limit.Rate, throttle.PerSecond(80)); diff != "" {
+		t.Errorf("Default shares state (-want +got):\n%s", diff)
+	}
+	require.True(t, Default().Channels["sms"].Enabled)
+
+	rules := Default().Channels["sms"].Rules()
+	rules[0].Cost = 9
+	require.Equal(t, int64(1), Default().Channels["sms"].Rules()[0].Cost)
+	var nilChannel *ChannelConfig
+	require.Nil(t, nilChannel.Rules())
+}
+
+func TestParseMergesWithDefaults(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		yaml []byte
+		want func(c *Config) // edits Default() into the expected result
+	}{
+		{name: "empty file", yaml: nil, want: func(*Config) {}},
+		{name: "only comments", yaml: doc("# nothing here"), want: func(*Config) {}},
+		{name: "empty sections", yaml: doc("redis:", "worker: {}", "channels:", "  sms:"), want: func(*Config) {}},
+		{
+			name: "one channel's limits replace its list only",
+			yaml: doc(
+				"channels:",
+				"  whatsapp:",
+				"    limits:",
+				"      - name: throughput",
+				`        key: "whatsapp:number:{phone_number_id}"`,
+				"        algorithm: token_bucket",
+				"        rate: 1000/s",
+				"        burst: 20",
+				"        cost: 2",
+			),
+			want: func(c *Config) {
+				c.Channels["whatsapp"].Limits = []LimitRule{{
+					Limit: throttle.Limit{Name: "throughput", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(1000), Burst: 20},
+					Key:   "whatsapp:number:{phone_number_id}",
+					Cost:  2,
+					Line:  4,
+				}}
+			},
+		},
+		{
+			name: "empty limit list",
+			yaml: doc("channels:", "  http:", "    limits: []"),
+			want: func(c *Config) { c.Channels["http"].Limits = []LimitRule{} },
+		},
+		{
+			name: "disabled channel keeps the rest",
+			yaml: doc("channels:", "  sms:", "    enabled: false"),
+			want: func(c *Config) { c.Channels["sms"].Enabled = false },
+		},
+		{
+			name: "scalars in several sections",
+			yaml: doc(
+				"redis:",
+				"  url_env: ''",
+				"  addr: redis.internal:6380",
+				"  db: 3",
+				"worker:",
+				"  concurrency: 8",
+				"  delayed_task_check_interval: 1s",
+				"http:",
+				"  listen: ''",
+				"cleanup:",
+				"  schedule: '*/5 * * * *'",
+				"channels:",
+				"  whatsapp:",
+				"    base_url: http://127.0.0.1:8081",
+				"    api_version: v24.0",
+				"    token_env: WA_TOKEN",
+				"    priority: 6",
+				"  webhook:",
+				"    queue: hooks",
+				"    timeout: 30s",
+				"    throttle_backoff: 2s",
+			),
+			want: func(c *Config) {
+				c.Redis.URLEnv = ""
+				c.Redis.Addr = "redis.internal:6380"
+				c.Redis.DB = 3
+				c.Worker.Concurrency = 8
+				c.Worker.DelayedTaskCheckInterval = time.Second
+				c.HTTP.Listen = ""
+				c.Cleanup.Schedule = "*/5 * * * *"
+				wa := c.Channels["whatsapp"]
+				wa.BaseURL, wa.APIVersion, wa.TokenEnv, wa.Priority = "http://127.0.0.1:8081", "v24.0", "WA_TOKEN", 6
+				wh := c.Channels["webhook"]
+				wh.Queue, wh.Timeout, wh.ThrottleBackoff = "hooks", 30*time.Second, 2*time.Second
+			},
+		},
+		{
+			name: "concurrency rule gets the default lease, anchors resolve",
+			yaml: doc(
+				"channels:",
+				"  sms:",
+				"    timeout: &t 20s",
+				"    throttle_backoff: *t",
+				"    limits:",
+				"      - {name: concurrency, key: 'sms:account:{account_sid}', algorithm: concurrency, max: 10}",
+				"      - {name: pair, key: 'sms:pair:{from}:{to}', algorithm: fixed_window, rate: 30/30s, cost: 2}",
+			),
+			want: func(c *Config) {
+				sms := c.Channels["sms"]
+				sms.Timeout, sms.ThrottleBackoff = 20*time.Second, 20*time.Second
+				sms.Limits = []LimitRule{
+					{Limit: throttle.Limit{Name: "concurrency", Algorithm: throttle.Concurrency, Max: 10, Lease: throttle.DefaultLease}, Key: "sms:account:{account_sid}", Cost: 1, Line: 6},
+					{Limit: throttle.Limit{Name: "pair", Algorithm: throttle.FixedWindow, Rate: throttle.Rate{Limit: 30, Period: 30 * time.Second}}, Key: "sms:pair:{from}:{to}", Cost: 2, Line: 7},
+				}
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := Parse("sluice.yaml", tt.yaml)
+			require.NoError(t, err)
+			want := Default()
+			tt.want(want)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("Parse mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestLoadReadsFile(t *testing.T) {
+	t.Parallel()
+	path := t.TempDir() + "/sluice.yaml"
+	require.NoError(t, os.WriteFile(path, doc("worker:", "  concurrency: 0"), 0o600))
+	_, err := Load(path)
+	require.EqualError(t, err, path+":2:16: worker.concurrency: want >= 1, got 0")
+}
+
+// Tests below use t.Setenv, so they do not run in parallel.
+
+func TestRedisURL(t *testing.T) {
+	const env = "SLUICE_TEST_REDIS_URL"
+	cfg := Default()
+	cfg.Redis.URLEnv = env
+
+	t.Setenv(env, "")
+	got, err := cfg.RedisURL()
+	require.NoError(t, err)
+	require.Equal(t, "redis://127.0.0.1:6379/0", got, "unset or empty variable: addr and db")
+
+	cfg.Redis.Addr, cfg.Redis.DB = "[::1]:6380", 2
+	got, err = cfg.RedisURL()
+	require.NoError(t, err)
+	require.Equal(t, "redis://[::1]:6380/2", got)
+
+	const secretURL = "rediss://:hunter2@redis.example.com:6380/1"
+	t.Setenv(env, secretURL)
+	got, err = cfg.RedisURL()
+	require.NoError(t, err)
+	require.Equal(t, secretURL, got, "the variable wins over addr")
+
+	for _, bad := range []string{"hunter2", "http://:hunter2@h/0", "redis://:hunter2@/0", "redis://:hunter2@h:6379/%zz"} {
+		t.Setenv(env, bad)
+		_, err = cfg.RedisURL()
+		require.Error(t, err, bad)
+		require.Contains(t, err.Error(), "env "+env+": ")
+		require.NotContains(t, err.Error(), "hunter2")
+	}
+
+	cfg.Redis.URLEnv = ""
+	got, err = cfg.RedisURL()
+	require.NoError(t, err)
+	require.Equal(t, "redis://[::1]:6380/2", got, `url_env "" never reads the environment`)
+}
+
+func TestSecret(t *testing.T) {
+	const env = "SLUICE_TEST_TOKEN"
+	cfg := Default()
+
+	t.Setenv(env, "EAAG-secret-value")
+	got, err := cfg.Secret(env)
+	require.NoError(t, err)
+	require.Equal(t, "EAAG-secret-value", got)
+
+	t.Setenv(env, "")
+	_, err = cfg.Secret(env)
+	require.EqualError(t, err, "config: env SLUICE_TEST_TOKEN is empty")
+
+	require.NoError(t, os.Unsetenv(env)) // t.Setenv restores it afterwards
+	_, err = cfg.Secret(env)
+	require.EqualError(t, err, "config: env SLUICE_TEST_TOKEN is not set")
+
+	_, err = cfg.Secret("EAAG-secret-value")
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "secret-value")
+}

@@ -1,0 +1,637 @@
+package config
+
+import (
+	"bytes"
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
+	"gopkg.in/yaml.v3"
+
+	"github.com/sluice-dev/sluice/throttle"
+)
+
+// maxDelayedTaskCheckInterval bounds worker.delayed_task_check_interval.
+const maxDelayedTaskCheckInterval = time.Second
+
+// parseYAML returns the root node of data's single document, or nil if data
+// holds no document.
+func parseYAML(name string, data []byte) (root *yaml.Node, err error) {
+	defer func() {
+		// yaml.v3 re-panics on errors it does not expect; a config file must
+		// never crash the worker.
+		if r := recover(); r != nil {
+			root, err = nil, &Error{File: name, Err: fmt.Errorf("yaml: cannot parse: %v", r)}
+		}
+	}()
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, nil
+		}
+		return nil, syntaxError(name, err)
+	}
+	var next yaml.Node
+	switch err := dec.Decode(&next); {
+	case errors.Is(err, io.EOF):
+	case err != nil:
+		return nil, syntaxError(name, err)
+	default:
+		return nil, &Error{File: name, Line: next.Line, Column: next.Column, Err: errors.New("a second YAML document; want one document")}
+	}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
+		return nil, nil
+	}
+	root = doc.Content[0]
+	if isNull(root) {
+		return nil, nil
+	}
+	return root, nil
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
+
+// syntaxError turns "yaml: line 3: msg" into an *Error at line 3.
+func syntaxError(name string, err error) error {
+	msg := err.Error()
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		if line, err := strconv.Atoi(m[1]); err == nil {
+			return &Error{File: name, Line: line, Err: errors.New("yaml: " + msg[len(m[0]):])}
+		}
+	}
+	return &Error{File: name, Err: errors.New(msg)}
+}
+
+// decoder walks the YAML tree onto a Config, collecting every problem.
+type decoder struct {
+	file string
+	errs []*Error
+}
+
+func (d *decoder) errorf(n *yaml.Node, path, format string, args ...any) {
+	d.errs = append(d.errs, &Error{File: d.file, Line: n.Line, Column: n.Column, Path: path, Err: fmt.Errorf(format, args...)})
+}
+
+// err joins the collected errors sorted by position, or returns nil.
+func (d *decoder) err() error {
+	if len(d.errs) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(d.errs, func(a, b *Error) int {
+		return cmp.Or(cmp.Compare(a.Line, b.Line), cmp.Compare(a.Column, b.Column))
+	})
+	errs := make([]error, len(d.errs))
+	for i, e := range d.errs {
+		errs[i] = e
+	}
+	return errors.Join(errs...)
+}
+
+// resolve follows aliases (*anchor) to the node they name.
+func resolve(n *yaml.Node) *yaml.Node {
+	for i := 0; n.Kind == yaml.AliasNode && n.Alias != nil && i < 100; i++ {
+		n = n.Alias
+	}
+	return n
+}
+
+func isNull(n *yaml.Node) bool {
+	n = resolve(n)
+	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
+}
+
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		if n.ShortTag() == "!!null" {
+			return "nothing"
+		}
+		return fmt.Sprintf("%q", n.Value)
+	}
+	return "an unexpected node"
+}
+
+var plainKeyRE = regexp.MustCompile(`^[A-Za-z0-9_<-]+$`)
+
+// join appends key to a field path; an unusual key is quoted, so an error
+// stays on one line.
+func join(path, key string) string {
+	if !plainKeyRE.MatchString(key) {
+		key = strconv.Quote(key)
+	}
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// orList renders "a, b or c".
+func orList(items []string) string {
+	if len(items) < 2 {
+		return strings.Join(items, "")
+	}
+	return strings.Join(items[:len(items)-1], ", ") + " or " + items[len(items)-1]
+}
+
+// mapping calls set for each key of mapping node n that is in known, in
+// document order, and reports keys that are unknown or repeated. what names a
+// key in errors ("field", "channel"). A null n (an empty section) is fine.
+func (d *decoder) mapping(n *yaml.Node, path, what string, known []string, set func(key string, k, v *yaml.Node)) {
+	n = resolve(n)
+	if isNull(n) {
+		return
+	}
+	if n.Kind != yaml.MappingNode {
+		d.errorf(n, path, "want a mapping of %s, got %s", orList(known), describe(n))
+		return
+	}
+	seen := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := resolve(n.Content[i]), n.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			d.errorf(k, path, "want a %s name as key, got %s", what, describe(k))
+			continue
+		}
+		p := join(path, k.Value)
+		switch line, dup := seen[k.Value]; {
+		case k.ShortTag() == "!!merge":
+			d.errorf(k, p, "merge keys (<<) are not supported; write the fields out")
+		case dup:
+			d.errorf(k, p, "%s given twice (first at line %d)", what, line)
+		case !slices.Contains(known, k.Value):
+			d.errorf(k, p, "unknown %s (want %s)", what, orList(known))
+		default:
+			seen[k.Value] = k.Line
+			set(k.Value, k, v)
+		}
+	}
+}
+
+// scalar returns the text of a single non-null value.
+func (d *decoder) scalar(n *yaml.Node, path string) (string, bool) {
+	n = resolve(n)
+	if n.Kind != yaml.ScalarNode {
+		d.errorf(n, path, "want a single value, got %s", describe(n))
+		return "", false
+	}
+	if n.ShortTag() == "!!null" {
+		d.errorf(n, path, "no value (omit the field to keep its default)")
+		return "", false
+	}
+	return n.Value, true
+}
+
+// integer reads a whole number >= lo.
+func (d *decoder) integer(n *yaml.Node, path string, lo int64) (int64, bool) {
+	s, ok := d.scalar(n, path)
+	if !ok {
+		return 0, false
+	}
+	n = resolve(n)
+	var v int64
+	if n.ShortTag() != "!!int" || n.Decode(&v) != nil {
+		d.errorf(n, path, "want a whole number, got %q", s)
+		return 0, false
+	}
+	if v < lo {
+		d.errorf(n, path, "want >= %d, got %d", lo, v)
+		return 0, false
+	}
+	return v, true
+}
+
+// setInt reads a whole number >= lo that fits an int32 into dst.
+func (d *decoder) setInt(n *yaml.Node, path string, lo int64, dst *int) {
+	v, ok := d.integer(n, path, lo)
+	if !ok {
+		return
+	}
+	if v > math.MaxInt32 {
+		d.errorf(resolve(n), path, "want at most %d, got %d", math.MaxInt32, v)
+		return
+	}
+	*dst = int(v)
+}
+
+func (d *decoder) boolean(n *yaml.Node, path string, dst *bool) {
+	s, ok := d.scalar(n, path)
+	if !ok {
+		return
+	}
+	n = resolve(n)
+	var v bool
+	if n.ShortTag() != "!!bool" || n.Decode(&v) != nil {
+		d.errorf(n, path, "want true or false, got %q", s)
+		return
+	}
+	*dst = v
+}
+
+// duration reads a Go duration ("100ms", "15s", "1m30s") greater than zero.
+func (d *decoder) duration(n *yaml.Node, path string) (time.Duration, bool) {
+	s, ok := d.scalar(n, path)
+	if !ok {
+		return 0, false
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		d.errorf(resolve(n), path, "want a duration such as 100ms, 15s or 1m, got %q", s)
+		return 0, false
+	}
+	if v <= 0 {
+		d.errorf(resolve(n), path, "want a duration > 0, got %s", s)
+		return 0, false
+	}
+	return v, true
+}
+
+func (d *decoder) setDuration(n *yaml.Node, path string, dst *time.Duration) {
+	if v, ok := d.duration(n, path); ok {
+		*dst = v
+	}
+}
+
+// envNameRE is the form of the environment variable names the file may give.
+// Upper case only: access tokens, auth tokens, whsec_ secrets and URLs all
+// have lower-case letters, so one pasted by mistake is refused, not used as a
+// name that would later appear in an error.
+var envNameRE = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
+
+// envName reads the name of an environment variable. The value is never
+// quoted in errors: a secret pasted here by mistake must not reach a log.
+func (d *decoder) envName(n *yaml.Node, path string, allowEmpty bool, dst *string) {
+	s, ok := d.scalar(n, path)
+	if !ok {
+		return
+	}
+	switch {
+	case s == "" && allowEmpty:
+	case s == "":
+		d.errorf(resolve(n), path, "want the name of an environment variable, got an empty string")
+		return
+	case !envNameRE.MatchString(s):
+		d.errorf(resolve(n), path, "want the name of an environment variable (A-Z, 0-9 and _), not its value; the value is not shown")
+		return
+	}
+	*dst = s
+}
+
+// hostPort checks "host:port" with a numeric port (host may be empty).
+func hostPort(s string) error {
+	_, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("want host:port, got %q", s)
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || (p == 0 && port != "0") {
+		return fmt.Errorf("want host:port with a port number, got %q", s)
+	}
+	return nil
+}
+
+func (d *decoder) config(n *yaml.Node, c *Config) {
+	sections := []string{"redis", "worker", "http", "cleanup", "channels"}
+	d.mapping(n, "", "section", sections, func(key string, _, v *yaml.Node) {
+		switch key {
+		case "redis":
+			d.redis(v, key, &c.Redis)
+		case "worker":
+			d.worker(v, key, &c.Worker)
+		case "http":
+			d.http(v, key, &c.HTTP)
+		case "cleanup":
+			d.cleanup(v, key, &c.Cleanup)
+		case "channels":
+			d.mapping(v, key, "channel", channelNames, func(name string, _, v *yaml.Node) {
+				d.channel(v, join(key, name), c.Channels[name])
+			})
+		}
+	})
+}
+
+func (d *decoder) redis(n *yaml.Node, path string, r *RedisConfig) {
+	d.mapping(n, path, "field", []string{"url_env", "addr", "db", "key_prefix"}, func(key string, _, v *yaml.Node) {
+		p := join(path, key)
+		switch key {
+		case "url_env":
+			d.envName(v, p, true, &r.URLEnv)
+		case "addr":
+			if s, ok := d.scalar(v, p); ok {
+				if err := hostPort(s); err != nil {
+					d.errorf(resolve(v), p, "%v", err)
+					return
+				}
+				r.Addr = s
+			}
+		case "db":
+			d.setInt(v, p, 0, &r.DB)
+		case "key_prefix":
+			if s, ok := d.scalar(v, p); ok {
+				if s == "" || strings.ContainsAny(s, "{} \t\r\n") {
+					d.errorf(resolve(v), p, "want a non-empty prefix without spaces or braces, got %q", s)
+					return
+				}
+				r.KeyPrefix = s
+			}
+		}
+	})
+}
+
+func (d *decoder) worker(n *yaml.Node, path string, w *WorkerConfig) {
+	fields := []string{"concurrency", "delayed_task_check_interval", "task_check_interval", "shutdown_timeout", "max_retry"}
+	d.mapping(n, path, "field", fields, func(key string, _, v *yaml.Node) {
+		p := join(path, key)
+		switch key {
+		case "concurrency":
+			d.setInt(v, p, 1, &w.Concurrency)
+		case "delayed_task_check_interval":
+			iv, ok := d.duration(v, p)
+			if !ok {
+				return
+			}
+			if iv > maxDelayedTaskCheckInterval {
+				d.errorf(resolve(v), p, "%s is longer than %s: asynq moves due retry and scheduled tasks to pending only this often, "+
+					"so every throttled task would wait up to %s past its RetryAfter", iv, maxDelayedTaskCheckInterval, iv)
+				return
+			}
+			w.DelayedTaskCheckInterval = iv
+		case "task_check_interval":
+			d.setDuration(v, p, &w.TaskCheckInterval)
+		case "shutdown_timeout":
+			d.setDuration(v, p, &w.ShutdownTimeout)
+		case "max_retry":
+			d.setInt(v, p, 0, &w.MaxRetry)
+		}
+	})
+}
+
+func (d *decoder) http(n *yaml.Node, path string, h *HTTPConfig) {
+	d.mapping(n, path, "field", []string{"listen"}, func(key string, _, v *yaml.Node) {
+		p := join(path, key)
+		if s, ok := d.scalar(v, p); ok {
+			if s != "" {
+				if err := hostPort(s); err != nil {
+					d.errorf(resolve(v), p, "%v (or \"\" to disable)", err)
+					return
+				}
+			}
+			h.Listen = s
+		}
+	})
+}
+
+func (d *decoder) cleanup(n *yaml.Node, path string, c *CleanupConfig) {
+	d.mapping(n, path, "field", []string{"schedule", "batch"}, func(key string, _, v *yaml.Node) {
+		p := join(path, key)
+		switch key {
+		case "schedule":
+			if s, ok := d.scalar(v, p); ok {
+				if _, err := cron.ParseStandard(s); err != nil {
+					d.errorf(resolve(v), p, "cron spec %q: %v", s, err)
+					return
+				}
+				c.Schedule = s
+			}
+		case "batch":
+			d.setInt(v, p, 1, &c.Batch)
+		}
+	})
+}
+
+// channelFields lists the fields each channel accepts besides the common ones.
+var channelFields = map[string][]string{
+	"whatsapp": {"base_url", "api_version", "token_env"},
+	"sms":      {"base_url", "account_sid_env", "auth_token_env"},
+	"webhook":  {"signing_secret_env"},
+	"http":     {},
+}
+
+var (
+	apiVersionRE = regexp.MustCompile(`^v[0-9]+\.[0-9]+$`)
+	queueRE      = regexp.MustCompile(`^[A-Za-z0-9_.:-]+$`)
+)
+
+func (d *decoder) channel(n *yaml.Node, path string, c *ChannelConfig) {
+	fields := append([]string{"enabled", "queue", "priority"}, channelFields[c.Name]...)
+	fields = append(fields, "timeout", "throttle_backoff", "limits")
+	d.mapping(n, path, "field", fields, func(key string, _, v *yaml.Node) {
+		p := join(path, key)
+		switch key {
+		case "enabled":
+			d.boolean(v, p, &c.Enabled)
+		case "queue":
+			if s, ok := d.scalar(v, p); ok {
+				if !queueRE.MatchString(s) {
+					d.errorf(resolve(v), p, "want a queue name (letters, digits, _ . : -), got %q", s)
+					return
+				}
+				c.Queue = s
+			}
+		case "priority":
+			d.setInt(v, p, 1, &c.Priority)
+		case "base_url":
+			if s, ok := d.scalar(v, p); ok {
+				u, err := url.Parse(s)
+				if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+					d.errorf(resolve(v), p, "want an absolute http(s) URL without query, got %q", s)
+					return
+				}
+				c.BaseURL = s
+			}
+		case "api_version":
+			if s, ok := d.scalar(v, p); ok {
+				if !apiVersionRE.MatchString(s) {
+					d.errorf(resolve(v), p, "want a Graph API version such as v23.0, got %q", s)
+					return
+				}
+				c.APIVersion = s
+			}
+		case "token_env":
+			d.envName(v, p, false, &c.TokenEnv)
+		case "account_sid_env":
+			d.envName(v, p, false, &c.AccountSIDEnv)
+		case "auth_token_env":
+			d.envName(v, p, false, &c.AuthTokenEnv)
+		case "signing_secret_env":
+			d.envName(v, p, false, &c.SigningSecretEnv)
+		case "timeout":
+			d.setDuration(v, p, &c.Timeout)
+		case "throttle_backoff":
+			d.setDuration(v, p, &c.ThrottleBackoff)
+		case "limits":
+			if rules, ok := d.limits(v, p, c.Name); ok {
+				c.Limits = rules
+			}
+		}
+	})
+}
+
+// limits reads a channel's list of limit rules; ok is false if any is bad.
+func (d *decoder) limits(n *yaml.Node, path, channel string) ([]LimitRule, bool) {
+	n = resolve(n)
+	if n.Kind != yaml.SequenceNode {
+		d.errorf(n, path, "want a list of limit rules ([] for none), got %s", describe(n))
+		return nil, false
+	}
+	before := len(d.errs)
+	rules := make([]LimitRule, 0, len(n.Content))
+	names := map[string]int{}
+	for i, item := range n.Content {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		r, nameNode := d.rule(item, p, channel)
+		if nameNode != nil {
+			if line, dup := names[r.Limit.Name]; dup {
+				d.errorf(nameNode, p+".name", "duplicate limit name %q (first at line %d); names are unique per channel", r.Limit.Name, line)
+			} else {
+				names[r.Limit.Name] = nameNode.Line
+			}
+		}
+		rules = append(rules, r)
+	}
+	return rules, len(d.errs) == before
+}
+
+var ruleFields = []string{"name", "key", "algorithm", "rate", "burst", "cost", "max", "lease"}
+
+// algorithmFields are the rule fields each algorithm uses; the others of
+// rate, burst, max and lease are errors.
+var algorithmFields = map[throttle.Algorithm][]string{
+	throttle.GCRA:        {"rate", "burst"},
+	throttle.FixedWindow: {"rate"},
+	throttle.Concurrency: {"max", "lease"},
+}
+
+// capacityField names the field that sets throttle.Limit.Capacity.
+var capacityField = map[throttle.Algorithm]string{
+	throttle.GCRA:        "burst",
+	throttle.FixedWindow: "rate count",
+	throttle.Concurrency: "max",
+}
+
+var limitNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+
+// rule reads one limit rule. nameNode is the node of a valid name, for the
+// duplicate check.
+func (d *decoder) rule(n *yaml.Node, path, channel string) (r LimitRule, nameNode *yaml.Node) {
+	n = resolve(n)
+	r.Line = n.Line
+	if n.Kind != yaml.MappingNode {
+		d.errorf(n, path, "want a limit rule mapping (%s), got %s", strings.Join(ruleFields, ", "), describe(n))
+		return r, nil
+	}
+	nodes := map[string]*yaml.Node{}
+	d.mapping(n, path, "field", ruleFields, func(key string, _, v *yaml.Node) { nodes[key] = resolve(v) })
+	before := len(d.errs)
+	field := func(key string) string { return path + "." + key }
+	l := &r.Limit
+
+	if v := nodes["name"]; v == nil {
+		d.errorf(n, field("name"), "required")
+	} else if s, ok := d.scalar(v, field("name")); ok {
+		if limitNameRE.MatchString(s) {
+			l.Name, nameNode = s, v
+		} else {
+			d.errorf(v, field("name"), "want letters, digits, _ . or -, got %q", s)
+		}
+	}
+
+	if v := nodes["key"]; v == nil {
+		d.errorf(n, field("key"), "required")
+	} else if s, ok := d.scalar(v, field("key")); ok {
+		if err := checkKey(channel, s); err != nil {
+			d.errorf(v, field("key"), "%v", err)
+		}
+		r.Key = s
+	}
+
+	if v := nodes["algorithm"]; v == nil {
+		d.errorf(n, field("algorithm"), "required (gcra, fixed_window or concurrency)")
+	} else if s, ok := d.scalar(v, field("algorithm")); ok {
+		a, err := throttle.ParseAlgorithm(s)
+		if err != nil {
+			d.errorf(v, field("algorithm"), "%v", err)
+		}
+		l.Algorithm = a
+	}
+
+	if v := nodes["rate"]; v != nil {
+		if s, ok := d.scalar(v, field("rate")); ok {
+			rate, err := throttle.ParseRate(s)
+			if err != nil {
+				d.errorf(v, field("rate"), "%v", err)
+			}
+			l.Rate = rate
+		}
+	}
+	if v := nodes["burst"]; v != nil {
+		l.Burst, _ = d.integer(v, field("burst"), 1)
+	}
+	r.Cost = 1
+	if v := nodes["cost"]; v != nil {
+		r.Cost, _ = d.integer(v, field("cost"), 1)
+	}
+	if v := nodes["max"]; v != nil {
+		l.Max, _ = d.integer(v, field("max"), 1)
+	}
+	if v := nodes["lease"]; v != nil {
+		l.Lease, _ = d.duration(v, field("lease"))
+	}
+
+	if used, ok := algorithmFields[l.Algorithm]; ok {
+		for _, f := range []string{"rate", "burst", "max", "lease"} {
+			if v := nodes[f]; v != nil && !slices.Contains(used, f) {
+				d.errorf(v, field(f), "not used by algorithm %s (it uses %s)", l.Algorithm, strings.Join(used, " and "))
+			}
+		}
+		switch l.Algorithm {
+		case throttle.GCRA, throttle.FixedWindow:
+			if nodes["rate"] == nil {
+				d.errorf(n, field("rate"), "required by algorithm %s (N/period such as 80/s, 1/6s or 250/1d)", l.Algorithm)
+			}
+		case throttle.Concurrency:
+			if nodes["max"] == nil {
+				d.errorf(n, field("max"), "required by algorithm concurrency (leases held at once)")
+			}
+		}
+	}
+	if len(d.errs) > before {
+		return r, nameNode
+	}
+
+	// Fill the defaults, then let throttle have the last word.
+	switch l.Algorithm {
+	case throttle.GCRA:
+		l.Burst = max(l.Burst, 1)
+	case throttle.Concurrency:
+		if l.Lease == 0 {
+			l.Lease = throttle.DefaultLease
+		}
+	}
+	if err := l.Validate(); err != nil {
+		at, f := n, path
+		if v := nodes["rate"]; v != nil {
+			at, f = v, field("rate")
+		}
+		d.errorf(at, f, "%v", err)
+		return r, nameNode
+	}
+	if capacity := l.Capacity(); r.Cost > capacity {
+		d.errorf(cmp.Or(nodes["cost"], n), field("cost"), "%d is more than the limit admits at once (%d, its %s): no task could ever pass",
+			r.Cost, capacity, capacityField[l.Algorithm])
+	}
+	return r, nameNode
+}

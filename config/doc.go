@@ -1,0 +1,43 @@
+// Package config loads and validates Sluice's YAML configuration: where Redis
+// is, how the asynq worker runs, and, per channel (whatsapp, sms, webhook,
+// http), the provider settings and the limit rules the throttle enforces.
+//
+// Default holds the built-in configuration, the providers' published limits;
+// sluice.example.yaml at the repository root is the same configuration with
+// every field documented, and a test keeps the two equal. Load and Parse
+// start from Default and overlay the file: anything the file omits keeps its
+// default, and a channel's limits, when given, replace that channel's list.
+//
+//	channels:
+//	  whatsapp:
+//	    limits:
+//	      - name: throughput
+//	        key: "whatsapp:number:{phone_number_id}"
+//	        algorithm: gcra
+//	        rate: 1000/s
+//
+// A limit rule becomes a LimitRule: a throttle.Limit, the key template
+// ("whatsapp:pair:{phone_number_id}:{to}": ':'-separated segments, the first
+// the channel name, {field} placeholders naming task fields) and the cost of
+// one task.
+//
+// Validation reports every problem at once, each with its position and field,
+// sorted by position:
+//
+//	sluice.yaml:9:3: channels.telegram: unknown channel (want whatsapp, sms, webhook or http)
+//	sluice.yaml:14:15: channels.whatsapp.limits[1].rate: rate "80/x": period "x": unknown unit "x" (want ms, s, m, h or d)
+//
+// Secrets are never in the file: fields ending in _env name environment
+// variables, read with Config.Secret and Config.RedisURL, whose errors name the
+// variable and never show a value.
+//
+// Typical use:
+//
+//	cfg, err := config.Load(path)
+//	if err != nil {
+//		return err // every line is file:line:column: field: problem
+//	}
+//	redisURL, err := cfg.RedisURL()
+//	...
+//	for _, rule := range cfg.Channels["whatsapp"].Rules() { ... }
+package config

@@ -1,0 +1,390 @@
+package config
+
+import (
+	"io/fs"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/stretchr/testify/require"
+)
+
+// doc joins lines with "\n": line i of the file is lines[i-1], so positions in
+// the expected errors can be read off the test.
+func doc(lines ...string) []byte { return []byte(strings.Join(lines, "\n") + "\n") }
+
+func TestParseErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		yaml []byte
+		want []string // the error's lines, in order
+	}{
+		{
+			name: "bad rate unit",
+			yaml: doc(
+				"channels:",
+				"  whatsapp:",
+				"    limits:",
+				"      - name: throughput",
+				`        key: "whatsapp:number:{phone_number_id}"`,
+				"        algorithm: gcra",
+				"        rate: 80/x",
+			),
+			want: []string{`sluice.yaml:7:15: channels.whatsapp.limits[0].rate: rate "80/x": period "x": unknown unit "x" (want ms, s, m, h or d)`},
+		},
+		{
+			name: "unknown channel",
+			yaml: doc(
+				"redis:",
+				"  addr: 127.0.0.1:6379",
+				"worker:",
+				"  concurrency: 10",
+				"channels:",
+				"  whatsapp:",
+				"    enabled: false",
+				"    queue: wa",
+				"  telegram:",
+				"    enabled: true",
+			),
+			want: []string{`sluice.yaml:9:3: channels.telegram: unknown channel (want whatsapp, sms, webhook or http)`},
+		},
+		{
+			name: "unknown section and fields",
+			yaml: doc(
+				"reddis:",
+				"  addr: x",
+				"worker:",
+				"  concurency: 5",
+				"channels:",
+				"  sms:",
+				"    token_env: WHATSAPP_TOKEN",
+				"    limits:",
+				`      - {name: sender, key: "sms:sender:{sender}", algorithm: gcra, rate: 1/s, burts: 2}`,
+			),
+			want: []string{
+				`sluice.yaml:1:1: reddis: unknown section (want redis, worker, http, cleanup or channels)`,
+				`sluice.yaml:4:3: worker.concurency: unknown field (want concurrency, delayed_task_check_interval, task_check_interval, shutdown_timeout or max_retry)`,
+				`sluice.yaml:7:5: channels.sms.token_env: unknown field (want enabled, queue, priority, base_url, account_sid_env, auth_token_env, timeout, throttle_backoff or limits)`,
+				`sluice.yaml:9:80: channels.sms.limits[0].burts: unknown field (want name, key, algorithm, rate, burst, cost, max or lease)`,
+			},
+		},
+		{
+			name: "bad algorithm",
+			yaml: doc(
+				"channels:",
+				"  webhook:",
+				"    limits:",
+				`      - {name: host, key: "webhook:host:{host}", algorithm: leaky_bucket, rate: 10/s}`,
+			),
+			want: []string{`sluice.yaml:4:61: channels.webhook.limits[0].algorithm: algorithm "leaky_bucket": want gcra, token_bucket, fixed_window or concurrency`},
+		},
+		{
+			name: "placeholder not a field of the channel",
+			yaml: doc(
+				"channels:",
+				"  whatsapp:",
+				"    limits:",
+				"      - name: pair",
+				"        key: whatsapp:pair:{phone_number_id}:{phone}",
+				"        algorithm: gcra",
+				"        rate: 1/6s",
+			),
+			want: []string{`sluice.yaml:5:14: channels.whatsapp.limits[0].key: key "whatsapp:pair:{phone_number_id}:{phone}": placeholder {phone} is not a field of whatsapp tasks (want {phone_number_id}, {to})`},
+		},
+		{
+			name: "scope is not the channel",
+			yaml: doc(
+				"channels:",
+				"  whatsapp:",
+				"    limits:",
+				"      - name: throughput",
+				"        key: sms:number:{phone_number_id}",
+				"        algorithm: gcra",
+				"        rate: 80/s",
+			),
+			want: []string{`sluice.yaml:5:14: channels.whatsapp.limits[0].key: key "sms:number:{phone_number_id}": scope "sms" must be the channel name "whatsapp"`},
+		},
+		{
+			name: "empty key segment and unclosed placeholder",
+			yaml: doc(
+				"channels:",
+				"  webhook:",
+				"    limits:",
+				"      - {name: a, key: 'webhook::{host}', algorithm: gcra, rate: 10/s}",
+				"      - {name: b, key: 'webhook:{host', algorithm: gcra, rate: 10/s}",
+				"      - {name: c, key: 'webhook', algorithm: gcra, rate: 10/s}",
+			),
+			want: []string{
+				`sluice.yaml:4:24: channels.webhook.limits[0].key: key "webhook::{host}": segment 2 is empty`,
+				`sluice.yaml:5:24: channels.webhook.limits[1].key: key "webhook:{host": "{" without "}"`,
+				`sluice.yaml:6:24: channels.webhook.limits[2].key: key "webhook": want at least two segments, webhook:<what>[:…]`,
+			},
+		},
+		{
+			name: "duplicate limit name",
+			yaml: doc(
+				"channels:",
+				"  http:",
+				"    limits:",
+				"      - {name: host, key: 'http:host:{host}', algorithm: gcra, rate: 10/s}",
+				"      - {name: host, key: 'http:url:{url}', algorithm: gcra, rate: 1/s}",
+			),
+			want: []string{`sluice.yaml:5:16: channels.http.limits[1].name: duplicate limit name "host" (first at line 4); names are unique per channel`},
+		},
+		{
+			name: "fixed window of 6s",
+			yaml: doc(
+				"channels:",
+				"  whatsapp:",
+				"    limits:",
+				"      - name: pair",
+				"        key: whatsapp:pair:{phone_number_id}:{to}",
+				"        algorithm: fixed_window",
+				"        rate: 1/6s",
+			),
+			want: []string{`sluice.yaml:7:15: channels.whatsapp.limits[0].rate: limit "pair": rate 1/6s: fixed window must be one of 1s, 30s, 1m, 5m, 1h, 1d`},
+		},
+		{
+			name: "bad durations",
+			yaml: doc(
+				"worker:",
+				"  shutdown_timeout: 30",
+				"channels:",
+				"  sms:",
+				"    timeout: fast",
+				"    throttle_backoff: -1s",
+			),
+			want: []string{
+				`sluice.yaml:2:21: worker.shutdown_timeout: want a duration such as 100ms, 15s or 1m, got "30"`,
+				`sluice.yaml:5:14: channels.sms.timeout: want a duration such as 100ms, 15s or 1m, got "fast"`,
+				`sluice.yaml:6:23: channels.sms.throttle_backoff: want a duration > 0, got -1s`,
+			},
+		},
+		{
+			name: "delayed task check interval over 1s",
+			yaml: doc(
+				"worker:",
+				"  delayed_task_check_interval: 5s",
+			),
+			want: []string{`sluice.yaml:2:32: worker.delayed_task_check_interval: 5s is longer than 1s: asynq moves due retry and scheduled tasks to pending only this often, so every throttled task would wait up to 5s past its RetryAfter`},
+		},
+		{
+			name: "field rules by algorithm",
+			yaml: doc(
+				"channels:",
+				"  sms:",
+				"    limits:",
+				"      - {name: a, key: 'sms:account:{account_sid}', algorithm: concurrency, rate: 100/s}",
+				"      - {name: b, key: 'sms:sender:{sender}', algorithm: gcra}",
+				"      - {name: c, key: 'sms:sender:{sender}', algorithm: gcra, rate: 1/s, lease: 5s}",
+				"      - {name: d, key: 'sms:sender:{sender}', algorithm: gcra, rate: 1/s, burst: 0}",
+				"      - {name: e, key: 'sms:to:{to}', algorithm: fixed_window, rate: 10/1m, cost: 11}",
+				"      - {name: f, key: 'sms:to:{to}', algorithm: gcra, rate: 1/s, burst: 2, cost: 3}",
+				"      - {name: g, key: 'sms:to:{to}', algorithm: token_bucket, rate: 1/s, cost: 0}",
+			),
+			want: []string{
+				`sluice.yaml:4:9: channels.sms.limits[0].max: required by algorithm concurrency (leases held at once)`,
+				`sluice.yaml:4:83: channels.sms.limits[0].rate: not used by algorithm concurrency (it uses max and lease)`,
+				`sluice.yaml:5:9: channels.sms.limits[1].rate: required by algorithm gcra (N/period such as 80/s, 1/6s or 250/1d)`,
+				`sluice.yaml:6:82: channels.sms.limits[2].lease: not used by algorithm gcra (it uses rate and burst)`,
+				`sluice.yaml:7:82: channels.sms.limits[3].burst: want >= 1, got 0`,
+				`sluice.yaml:8:83: channels.sms.limits[4].cost: 11 is more than the limit admits at once (10, its rate count): no task could ever pass`,
+				`sluice.yaml:9:83: channels.sms.limits[5].cost: 3 is more than the limit admits at once (2, its burst): no task could ever pass`,
+				`sluice.yaml:10:81: channels.sms.limits[6].cost: want >= 1, got 0`,
+			},
+		},
+		{
+			name: "missing required rule fields",
+			yaml: doc(
+				"channels:",
+				"  http:",
+				"    limits:",
+				"      - rate: 10/s",
+				"      - {}",
+				"      - host",
+			),
+			want: []string{
+				`sluice.yaml:4:9: channels.http.limits[0].name: required`,
+				`sluice.yaml:4:9: channels.http.limits[0].key: required`,
+				`sluice.yaml:4:9: channels.http.limits[0].algorithm: required (gcra, fixed_window or concurrency)`,
+				`sluice.yaml:5:9: channels.http.limits[1].name: required`,
+				`sluice.yaml:5:9: channels.http.limits[1].key: required`,
+				`sluice.yaml:5:9: channels.http.limits[1].algorithm: required (gcra, fixed_window or concurrency)`,
+				`sluice.yaml:6:9: channels.http.limits[2]: want a limit rule mapping (name, key, algorithm, rate, burst, cost, max, lease), got "host"`,
+			},
+		},
+		{
+			name: "wrong value types",
+			yaml: doc(
+				"redis:",
+				"  db: -1",
+				"  addr: localhost",
+				"  key_prefix: 'a b'",
+				"worker:",
+				"  concurrency: many",
+				"  max_retry: 1.5",
+				"http:",
+				"  listen: [127.0.0.1]",
+				"cleanup:",
+				"  schedule: every minute",
+				"  batch:",
+				"channels:",
+				"  whatsapp:",
+				"    enabled: maybe",
+				"    priority: 0",
+				"    base_url: graph.facebook.com",
+				"    api_version: 23",
+				"    queue: 'wa queue'",
+				"    limits: {name: x}",
+			),
+			want: []string{
+				`sluice.yaml:2:7: redis.db: want >= 0, got -1`,
+				`sluice.yaml:3:9: redis.addr: want host:port, got "localhost"`,
+				`sluice.yaml:4:15: redis.key_prefix: want a non-empty prefix without spaces or braces, got "a b"`,
+				`sluice.yaml:6:16: worker.concurrency: want a whole number, got "many"`,
+				`sluice.yaml:7:14: worker.max_retry: want a whole number, got "1.5"`,
+				`sluice.yaml:9:11: http.listen: want a single value, got a list`,
+				`sluice.yaml:11:13: cleanup.schedule: cron spec "every minute": expected exactly 5 fields, found 2: [every minute]`,
+				`sluice.yaml:12:9: cleanup.batch: no value (omit the field to keep its default)`,
+				`sluice.yaml:15:14: channels.whatsapp.enabled: want true or false, got "maybe"`,
+				`sluice.yaml:16:15: channels.whatsapp.priority: want >= 1, got 0`,
+				`sluice.yaml:17:15: channels.whatsapp.base_url: want an absolute http(s) URL without query, got "graph.facebook.com"`,
+				`sluice.yaml:18:18: channels.whatsapp.api_version: want a Graph API version such as v23.0, got "23"`,
+				`sluice.yaml:19:12: channels.whatsapp.queue: want a queue name (letters, digits, _ . : -), got "wa queue"`,
+				`sluice.yaml:20:13: channels.whatsapp.limits: want a list of limit rules ([] for none), got a mapping`,
+			},
+		},
+		{
+			name: "field given twice",
+			yaml: doc(
+				"channels:",
+				"  whatsapp:",
+				"    timeout: 10s",
+				"    timeout: 20s",
+				"channels:",
+				"  sms: {}",
+			),
+			want: []string{
+				`sluice.yaml:4:5: channels.whatsapp.timeout: field given twice (first at line 3)`,
+				`sluice.yaml:5:1: channels: section given twice (first at line 1)`,
+			},
+		},
+		{
+			name: "multiple errors reported sorted by position",
+			// The decoder finds the rule's unknown field (line 8) before it
+			// checks that the rule (line 5) has a key; the output is sorted.
+			yaml: doc(
+				"worker:",
+				"  delayed_task_check_interval: 2s",
+				"channels:",
+				"  whatsapp:",
+				"    limits:",
+				"      - name: throughput",
+				"        algorithm: gcra",
+				"        rate: 80/s",
+				"        per: number",
+				"  telegram: {}",
+				"redis:",
+				"  db: x",
+			),
+			want: []string{
+				`sluice.yaml:2:32: worker.delayed_task_check_interval: 2s is longer than 1s: asynq moves due retry and scheduled tasks to pending only this often, so every throttled task would wait up to 2s past its RetryAfter`,
+				`sluice.yaml:6:9: channels.whatsapp.limits[0].key: required`,
+				`sluice.yaml:9:9: channels.whatsapp.limits[0].per: unknown field (want name, key, algorithm, rate, burst, cost, max or lease)`,
+				`sluice.yaml:10:3: channels.telegram: unknown channel (want whatsapp, sms, webhook or http)`,
+				`sluice.yaml:12:7: redis.db: want a whole number, got "x"`,
+			},
+		},
+		{
+			name: "YAML syntax error keeps yaml's line",
+			// The unclosed "[" is on line 3; yaml.v3 reports parser errors
+			// one line early (go-yaml/yaml#205). Its line is passed on as is.
+			yaml: doc(
+				"redis:",
+				"  addr: 127.0.0.1:6379",
+				"  db: [0",
+				"worker:",
+			),
+			want: []string{`sluice.yaml:2: yaml: did not find expected ',' or ']'`},
+		},
+		{
+			name: "root is not a mapping",
+			yaml: doc("- redis"),
+			want: []string{`sluice.yaml:1:1: want a mapping of redis, worker, http, cleanup or channels, got a list`},
+		},
+		{
+			name: "two documents",
+			yaml: doc("worker: {concurrency: 1}", "---", "worker: {concurrency: 2}"),
+			want: []string{`sluice.yaml:2:1: a second YAML document; want one document`},
+		},
+		{
+			name: "merge keys",
+			yaml: doc(
+				"channels:",
+				"  sms: &sms {timeout: 5s}",
+				"  http:",
+				"    <<: *sms",
+			),
+			want: []string{`sluice.yaml:4:5: channels.http.<<: merge keys (<<) are not supported; write the fields out`},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, err := Parse("sluice.yaml", tt.yaml)
+			require.Error(t, err)
+			require.Nil(t, cfg)
+			if diff := cmp.Diff(tt.want, strings.Split(err.Error(), "\n")); diff != "" {
+				t.Errorf("Parse error lines mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestParseErrorIsPositioned(t *testing.T) {
+	t.Parallel()
+	_, err := Parse("a.yaml", doc("worker:", "  concurrency: 0"))
+	var e *Error
+	require.ErrorAs(t, err, &e)
+	want := Error{File: "a.yaml", Line: 2, Column: 16, Path: "worker.concurrency", Err: e.Err}
+	if diff := cmp.Diff(want, *e, cmpopts.EquateErrors()); diff != "" {
+		t.Errorf("error mismatch (-want +got):\n%s", diff)
+	}
+	require.EqualError(t, e.Err, "want >= 1, got 0")
+}
+
+// A secret pasted where the name of its variable belongs must not be echoed.
+func TestParseErrorsDoNotShowSecrets(t *testing.T) {
+	t.Parallel()
+	secrets := []string{
+		"redis://:hunter2@redis.internal:6379/0",
+		"EAAGm0PX4ZCpsBAExampleToken",
+		"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+		"3f9c1e0d2b4a59687766554433221100",
+	}
+	for _, field := range []string{"redis.url_env", "channels.whatsapp.token_env", "channels.webhook.signing_secret_env", "channels.sms.auth_token_env"} {
+		for _, secret := range secrets {
+			section, key, _ := strings.Cut(field, ".")
+			var y string
+			if section == "redis" {
+				y = "redis:\n  " + key + ": '" + secret + "'\n"
+			} else {
+				ch, k, _ := strings.Cut(key, ".")
+				y = "channels:\n  " + ch + ":\n    " + k + ": '" + secret + "'\n"
+			}
+			_, err := Parse("s.yaml", []byte(y))
+			require.Error(t, err, "%s = %s", field, secret)
+			require.Contains(t, err.Error(), field+": want the name of an environment variable")
+			require.NotContains(t, err.Error(), secret)
+		}
+	}
+}
+
+func TestParseReadErrors(t *testing.T) {
+	t.Parallel()
+	_, err := Load("testdata/does-not-exist.yaml")
+	require.Error(t, err)
+	require.ErrorIs(t, err, fs.ErrNotExist)
+}

@@ -1,0 +1,69 @@
+package config
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// taskFields lists, per channel, the task fields a key template may name as
+// {placeholder}. It stands in for tasks.FieldNames until that exists: the
+// channels' task types are whatsapp:send, sms:send, webhook:deliver and
+// http:call. "sender" (sms) is From or else MessagingServiceSID; "host"
+// (webhook, http) is the URL's host.
+var taskFields = map[string][]string{
+	"whatsapp": {"phone_number_id", "to"},
+	"sms":      {"from", "messaging_service_sid", "to", "sender", "account_sid"},
+	"webhook":  {"url", "host", "endpoint", "event_type"},
+	"http":     {"method", "url", "host"},
+}
+
+// fieldNames returns the placeholders a key template of channel may use.
+func fieldNames(channel string) ([]string, bool) {
+	f, ok := taskFields[channel]
+	return f, ok
+}
+
+// checkKey validates a limit rule's key template: ':'-separated non-empty
+// segments, at least two; the first is the channel name; the others are
+// literal text and {field} placeholders naming fields of the channel's tasks.
+func checkKey(channel, key string) error {
+	if strings.ContainsFunc(key, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return fmt.Errorf("key %q: spaces and control characters are not allowed", key)
+	}
+	segs := strings.Split(key, ":")
+	if len(segs) < 2 {
+		return fmt.Errorf("key %q: want at least two segments, %s:<what>[:…]", key, channel)
+	}
+	for i, seg := range segs {
+		if seg == "" {
+			return fmt.Errorf("key %q: segment %d is empty", key, i+1)
+		}
+	}
+	if segs[0] != channel {
+		return fmt.Errorf("key %q: scope %q must be the channel name %q", key, segs[0], channel)
+	}
+	fields, _ := fieldNames(channel)
+	for _, seg := range segs[1:] {
+		for rest := seg; rest != ""; {
+			i := strings.IndexAny(rest, "{}")
+			if i < 0 {
+				break
+			}
+			if rest[i] == '}' {
+				return fmt.Errorf("key %q: \"}\" without \"{\"", key)
+			}
+			end := strings.IndexByte(rest[i:], '}')
+			if end < 0 {
+				return fmt.Errorf("key %q: \"{\" without \"}\"", key)
+			}
+			name := rest[i+1 : i+end]
+			if !slices.Contains(fields, name) {
+				return fmt.Errorf("key %q: placeholder {%s} is not a field of %s tasks (want {%s})",
+					key, name, channel, strings.Join(fields, "}, {"))
+			}
+			rest = rest[i+end+1:]
+		}
+	}
+	return nil
+}

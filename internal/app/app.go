@@ -1,0 +1,283 @@
+// Package app wires a configuration into Sluice's running parts: the Redis
+// client, the limiter, the worker with one handler per enabled channel, the
+// cleanup cron job and the /healthz and /metrics endpoints. `sluice serve`
+// and `sluice demo` both build on it.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"github.com/robfig/cron/v3"
+
+	"github.com/sluice-dev/sluice/channels"
+	"github.com/sluice-dev/sluice/config"
+	"github.com/sluice-dev/sluice/throttle"
+	"github.com/sluice-dev/sluice/worker"
+)
+
+// ConnectURL opens a Redis client for a redis://, rediss:// or unix:// URL
+// and checks it answers. The URL, which may hold a password, is never logged.
+func ConnectURL(ctx context.Context, url string) (redis.UniversalClient, error) {
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("redis URL: %w", err) // go-redis errors do not echo the password
+	}
+	c := redis.NewClient(opt)
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := c.Ping(pctx).Err(); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("redis at %s: %w", opt.Addr, err)
+	}
+	return c, nil
+}
+
+// Secrets looks up a credential by the name of its environment variable.
+type Secrets func(envName string) (string, error)
+
+// Options are what a Worker needs besides the configuration.
+type Options struct {
+	// Secrets resolves credentials; nil means the environment (cfg.Secret).
+	Secrets Secrets
+	// HTTP is the client for provider requests; nil means one per channel
+	// with the channel's timeout and no redirects.
+	HTTP    *http.Client
+	Logger  *slog.Logger
+	Metrics *worker.Metrics
+	// Clock, for tests, replaces Redis TIME in the limiter.
+	Clock func() time.Time
+}
+
+// NewLimiter returns the limiter over rdb with the configured key prefix.
+func NewLimiter(cfg *config.Config, rdb redis.UniversalClient, clock func() time.Time) *throttle.Limiter {
+	return throttle.New(rdb, throttle.Options{Prefix: cfg.Redis.KeyPrefix, Clock: clock})
+}
+
+// NewWorker builds the worker for every enabled channel of cfg. A channel's
+// missing credential is an error naming its environment variable.
+func NewWorker(cfg *config.Config, rdb redis.UniversalClient, lim *throttle.Limiter, opts Options) (*worker.Worker, error) {
+	secrets := opts.Secrets
+	if secrets == nil {
+		secrets = cfg.Secret
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	var chans []worker.Channel
+	queues := map[string]int{}
+	var errs []error
+	for _, name := range []string{"whatsapp", "sms", "webhook", "http"} {
+		cc := cfg.Channels[name]
+		if cc == nil || !cc.Enabled {
+			continue
+		}
+		ch, err := buildChannel(cc, secrets, opts.HTTP)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("channels.%s: %w", name, err))
+			continue
+		}
+		chans = append(chans, ch)
+		queues[cc.Queue] += cc.Priority
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if len(chans) == 0 {
+		return nil, errors.New("no channel is enabled")
+	}
+	return worker.New(worker.Options{
+		Redis:                    rdb,
+		Limiter:                  lim,
+		Channels:                 chans,
+		Queues:                   queues,
+		Concurrency:              cfg.Worker.Concurrency,
+		DelayedTaskCheckInterval: cfg.Worker.DelayedTaskCheckInterval,
+		TaskCheckInterval:        cfg.Worker.TaskCheckInterval,
+		ShutdownTimeout:          cfg.Worker.ShutdownTimeout,
+		Logger:                   logger,
+		Metrics:                  opts.Metrics,
+	})
+}
+
+func buildChannel(cc *config.ChannelConfig, secrets Secrets, hc *http.Client) (worker.Channel, error) {
+	if hc == nil {
+		hc = channels.NewHTTPClient()
+		hc.Timeout = cc.Timeout
+	}
+	rules := make([]worker.Rule, 0, len(cc.Limits))
+	for _, r := range cc.Rules() {
+		rules = append(rules, worker.Rule{Limit: r.Limit, Key: r.Key, Cost: r.Cost})
+	}
+	var ch worker.Channel
+	switch cc.Name {
+	case "whatsapp":
+		token, err := secrets(cc.TokenEnv)
+		if err != nil {
+			return ch, err
+		}
+		c := &channels.WhatsApp{BaseURL: cc.BaseURL, Version: cc.APIVersion, Token: token, HTTP: hc}
+		if err := c.Validate(); err != nil {
+			return ch, err
+		}
+		ch = worker.WhatsAppChannel(c, rules)
+	case "sms":
+		sid, err := secrets(cc.AccountSIDEnv)
+		if err != nil {
+			return ch, err
+		}
+		token, err := secrets(cc.AuthTokenEnv)
+		if err != nil {
+			return ch, err
+		}
+		c := &channels.Twilio{BaseURL: cc.BaseURL, AccountSID: sid, AuthToken: token, HTTP: hc}
+		if err := c.Validate(); err != nil {
+			return ch, err
+		}
+		ch = worker.SMSChannel(c, rules)
+	case "webhook":
+		secret, err := secrets(cc.SigningSecretEnv)
+		if err != nil {
+			return ch, err
+		}
+		ch = worker.WebhookChannel(&channels.Webhook{HTTP: hc, Secret: func(string) (string, error) { return secret, nil }}, rules)
+	case "http":
+		ch = worker.HTTPChannel(&channels.HTTPCaller{HTTP: hc}, rules)
+	default:
+		return ch, fmt.Errorf("unknown channel %q", cc.Name)
+	}
+	ch.ThrottleBackoff = cc.ThrottleBackoff
+	return ch, nil
+}
+
+// CleanupMetrics are the cleanup job's Prometheus series.
+type CleanupMetrics struct {
+	runs     prometheus.Counter
+	reclaim  prometheus.Counter
+	removed  prometheus.Counter
+	failures prometheus.Counter
+}
+
+// NewCleanupMetrics registers the cleanup series on reg (nil: unregistered).
+func NewCleanupMetrics(reg prometheus.Registerer) *CleanupMetrics {
+	m := &CleanupMetrics{
+		runs:     prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_cleanup_runs_total", Help: "Cleanup passes over the limiter keys."}),
+		reclaim:  prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_cleanup_reclaimed_leases_total", Help: "Expired concurrency leases reclaimed (their workers died)."}),
+		removed:  prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_cleanup_removed_keys_total", Help: "Limiter keys deleted because they had no TTL."}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_cleanup_failures_total", Help: "Cleanup passes that failed."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.runs, m.reclaim, m.removed, m.failures)
+	}
+	return m
+}
+
+// StartCleanup schedules lim.Cleanup on cfg.Cleanup.Schedule with
+// robfig/cron. It logs only when a pass removed something or failed. Stop
+// the returned cron to end it.
+func StartCleanup(cfg *config.Config, lim *throttle.Limiter, logger *slog.Logger, m *CleanupMetrics) (*cron.Cron, error) {
+	c := cron.New(cron.WithChain(cron.SkipIfStillRunning(cron.DiscardLogger)))
+	_, err := c.AddFunc(cfg.Cleanup.Schedule, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		st, err := lim.Cleanup(ctx)
+		m.runs.Inc()
+		if err != nil {
+			m.failures.Inc()
+			logger.Warn("limiter cleanup failed", "err", err)
+			return
+		}
+		m.reclaim.Add(float64(st.ReclaimedLeases))
+		m.removed.Add(float64(st.RemovedKeys))
+		if st.ReclaimedLeases > 0 || st.RemovedKeys > 0 {
+			logger.Info("limiter cleanup", "scanned", st.Scanned, "reclaimed_leases", st.ReclaimedLeases, "removed_keys", st.RemovedKeys)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cleanup.schedule %q: %w", cfg.Cleanup.Schedule, err)
+	}
+	c.Start()
+	return c, nil
+}
+
+// HTTPHandler serves /healthz (200 "ok" while Redis answers, else 503) and
+// /metrics (Prometheus, from gatherer).
+func HTTPHandler(rdb redis.UniversalClient, gatherer prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		defer cancel()
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			http.Error(w, "redis: unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// Serve runs the worker, the cleanup job and the HTTP endpoints until ctx is
+// done, then shuts down gracefully: in-flight sends finish within
+// worker.shutdown_timeout or go back to their queue.
+//
+// redisURL, when not empty, overrides the configuration's Redis.
+func Serve(ctx context.Context, cfg *config.Config, redisURL string, logger *slog.Logger) error {
+	if redisURL == "" {
+		var err error
+		if redisURL, err = cfg.RedisURL(); err != nil {
+			return err
+		}
+	}
+	rdb, err := ConnectURL(ctx, redisURL)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	lim := NewLimiter(cfg, rdb, nil)
+	w, err := NewWorker(cfg, rdb, lim, Options{Logger: logger, Metrics: worker.NewMetrics(reg)})
+	if err != nil {
+		return err
+	}
+	cr, err := StartCleanup(cfg, lim, logger, NewCleanupMetrics(reg))
+	if err != nil {
+		return err
+	}
+	defer func() { <-cr.Stop().Done() }()
+
+	var srv *http.Server
+	if cfg.HTTP.Listen != "" {
+		ln, err := net.Listen("tcp", cfg.HTTP.Listen)
+		if err != nil {
+			return fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
+		}
+		srv = &http.Server{Handler: HTTPHandler(rdb, reg), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		logger.Info("http listening", "addr", ln.Addr().String(), "paths", "/healthz /metrics")
+	}
+	if err := w.Start(); err != nil {
+		return err
+	}
+	logger.Info("worker started", "concurrency", cfg.Worker.Concurrency)
+	<-ctx.Done()
+	logger.Info("shutting down: finishing in-flight sends", "timeout", cfg.Worker.ShutdownTimeout)
+	w.Shutdown()
+	if srv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}
+	logger.Info("stopped")
+	return nil
+}

@@ -1,0 +1,424 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+	"github.com/vbauerster/mpb/v8"
+	"github.com/vbauerster/mpb/v8/decor"
+
+	"github.com/sluice-dev/sluice/config"
+	"github.com/sluice-dev/sluice/examples"
+	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/campaign"
+	"github.com/sluice-dev/sluice/internal/emulator"
+	"github.com/sluice-dev/sluice/worker"
+)
+
+// Demo campaign settings: one WhatsApp business number, a pool of Twilio
+// long codes, and customers' webhook endpoints.
+const (
+	demoPhoneNumberID = "106540352242922"
+	demoSMSSenders    = 100
+	demoWebhookHosts  = 20
+)
+
+type demoOptions struct {
+	recipients int
+	json       bool
+	timeout    time.Duration
+}
+
+func newDemoCmd(g *globals) *cobra.Command {
+	var o demoOptions
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run a sample campaign end to end against local provider emulators",
+		Long: `demo runs the main job in one process with nothing to install: an embedded
+Redis (miniredis) unless --redis or REDIS_URL names a real one, local
+emulators of the WhatsApp Cloud API, Twilio and webhook receivers that enforce
+the providers' real limits, and the worker with the default channel limits.
+It enqueues the bundled campaign (examples/recipients.csv) on the WhatsApp,
+SMS and webhook channels, shows a progress bar per channel and ends with a
+summary: per channel, delivered, duplicates, lost, provider throttle
+responses, and the achieved rate at the bottleneck limit against its cap.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runDemo(cmd.Context(), g, o)
+		},
+	}
+	cmd.Flags().IntVar(&o.recipients, "recipients", 0, "generate a campaign of N rows instead of the bundled 1,000")
+	cmd.Flags().BoolVar(&o.json, "json", false, "print the summary as JSON")
+	cmd.Flags().DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
+	return cmd
+}
+
+// ChannelSummary is one channel's line of the demo summary.
+type ChannelSummary struct {
+	Channel           string  `json:"channel"`
+	Valid             int     `json:"valid_rows"`
+	Enqueued          int     `json:"enqueued"`
+	Delivered         int     `json:"delivered"`
+	Duplicates        int     `json:"duplicates"`
+	Archived          int     `json:"archived"`
+	Lost              int     `json:"lost"`
+	ProviderThrottled int     `json:"provider_throttle_responses"`
+	Requeued          int     `json:"requeued_by_limits"`
+	Bottleneck        string  `json:"bottleneck_limit"`
+	BottleneckKeys    int     `json:"bottleneck_keys"`
+	CapPerKey         float64 `json:"cap_per_key_per_second"`
+	AchievedPerKey    float64 `json:"achieved_per_key_per_second"`
+	Ratio             float64 `json:"achieved_ratio"`
+	MaxInOneSecond    int     `json:"max_per_key_in_one_second"`
+	Seconds           float64 `json:"seconds"`
+}
+
+// DemoSummary is what `sluice demo --json` prints.
+type DemoSummary struct {
+	Redis      string           `json:"redis"`
+	Rows       int              `json:"rows"`
+	Rejected   int              `json:"rejected_rows"`
+	RejectsCSV string           `json:"rejects_csv,omitempty"`
+	Channels   []ChannelSummary `json:"channels"`
+	Elapsed    float64          `json:"elapsed_seconds"`
+	Complete   bool             `json:"complete"`
+}
+
+func runDemo(ctx context.Context, g *globals, o demoOptions) error {
+	started := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+
+	// Redis: a real one if named, else embedded.
+	url := g.redisURL
+	if url == "" {
+		url = os.Getenv("REDIS_URL")
+	}
+	redisName := "redis " + redactURL(url)
+	if url == "" {
+		m := miniredis.NewMiniRedis()
+		if err := m.Start(); err != nil {
+			return fmt.Errorf("embedded redis: %w", err)
+		}
+		defer m.Close()
+		url = "redis://" + m.Addr()
+		redisName = "embedded miniredis"
+	}
+	rdb, err := app.ConnectURL(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+
+	em, err := emulator.Start(emulator.Options{WebhookEndpoints: demoWebhookHosts})
+	if err != nil {
+		return err
+	}
+	defer em.Close()
+
+	// The campaign.
+	data := examples.Recipients
+	name := "examples/recipients.csv"
+	if o.recipients > 0 {
+		var buf bytes.Buffer
+		if err := campaign.Generate(&buf, o.recipients, 1); err != nil {
+			return err
+		}
+		data, name = buf.Bytes(), fmt.Sprintf("generated campaign (%d rows)", o.recipients)
+	}
+	res, err := campaign.Read(bytes.NewReader(data), campaign.Options{})
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	sum := &DemoSummary{Redis: redisName, Rows: len(res.Rows) + len(res.Rejects), Rejected: len(res.Rejects)}
+	if len(res.Rejects) > 0 {
+		sum.RejectsCSV = filepath.Join(os.TempDir(), "sluice-demo-rejects.csv")
+		if f, err := os.Create(sum.RejectsCSV); err == nil {
+			_ = campaign.WriteRejects(f, res.Columns, res.Rejects)
+			_ = f.Close()
+		}
+	}
+
+	// The worker: default limits, providers replaced by the emulators, queues
+	// and keys of their own so a real Redis' other data is untouched.
+	runID := time.Now().UTC().Format("20060102T150405.000")
+	cfg := config.Default()
+	cfg.Redis.KeyPrefix = "sluice-demo"
+	cfg.Channels["whatsapp"].BaseURL = em.WhatsAppURL()
+	cfg.Channels["sms"].BaseURL = em.TwilioURL()
+	cfg.Channels["http"].Enabled = false
+	for _, ch := range []string{"whatsapp", "sms", "webhook"} {
+		cfg.Channels[ch].Queue = "sluice-demo-" + ch
+	}
+	secrets := map[string]string{
+		"WHATSAPP_TOKEN":     emulator.DefaultWhatsAppToken,
+		"TWILIO_ACCOUNT_SID": emulator.DefaultTwilioAccountSID,
+		"TWILIO_AUTH_TOKEN":  emulator.DefaultTwilioAuthToken,
+		"WEBHOOK_SECRET":     emulator.DefaultWebhookSecret,
+	}
+	reg := prometheus.NewRegistry()
+	lim := app.NewLimiter(cfg, rdb, nil)
+	w, err := app.NewWorker(cfg, rdb, lim, app.Options{
+		Secrets: func(env string) (string, error) { return secrets[env], nil },
+		Logger:  g.logger().With("component", "worker"),
+		Metrics: worker.NewMetrics(reg),
+	})
+	if err != nil {
+		return err
+	}
+
+	msgs := demoMessages(runID, em.WebhookURLs())
+	enqueued := map[string]int{}
+	client := asynq.NewClientFromRedisClient(rdb)
+	for _, m := range msgs {
+		m.maxRetry = cfg.Worker.MaxRetry
+		for i, row := range res.Rows {
+			t, err := m.task(row, i, res.Columns)
+			if err != nil {
+				return fmt.Errorf("%s line %d: %w", m.channel, row.Line, err)
+			}
+			if _, err := client.EnqueueContext(ctx, t, asynq.Queue(cfg.Channels[m.channel].Queue)); err != nil {
+				return fmt.Errorf("enqueue %s line %d: %w", m.channel, row.Line, err)
+			}
+			enqueued[m.channel]++
+		}
+	}
+	if !o.json {
+		fmt.Fprintf(g.stdout, "Sluice demo: %s, %d rows (%d rejected), %d sends enqueued on whatsapp, sms and webhook; %s\n",
+			name, sum.Rows, sum.Rejected, enqueued["whatsapp"]+enqueued["sms"]+enqueued["webhook"], redisName)
+		for _, r := range res.Rejects {
+			fmt.Fprintf(g.stdout, "  rejected %s:%d: %s\n", name, r.Line, r.Reason)
+		}
+	}
+	if err := w.Start(); err != nil {
+		return err
+	}
+	insp := asynq.NewInspectorFromRedisClient(rdb)
+	complete := waitDemo(ctx, g, em, insp, cfg, enqueued, !o.json)
+	w.Shutdown()
+
+	sum.Complete = complete
+	sum.Elapsed = time.Since(started).Seconds()
+	sum.Channels = summarize(cfg, em, insp, reg, enqueued, len(res.Rows))
+	if o.json {
+		enc := json.NewEncoder(g.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(sum)
+	}
+	printSummary(g.stdout, sum)
+	if !complete {
+		return errors.New("demo did not finish: " + ctx.Err().Error())
+	}
+	return nil
+}
+
+func demoMessages(runID string, hooks []string) []*message {
+	senders := make([]string, demoSMSSenders)
+	for i := range senders {
+		senders[i] = fmt.Sprintf("+1415555%04d", 100+i) // 415-555-0100 … 0199, fictional
+	}
+	return []*message{
+		{channel: "whatsapp", campaign: "demo-" + runID, phoneNumberID: demoPhoneNumberID, template: "order_update", language: "en_US", params: []string{"name", "order_id"}},
+		{channel: "sms", campaign: "demo-" + runID, senders: senders, text: "Hi {name}, your order {order_id} has shipped."},
+		{channel: "webhook", campaign: "demo-" + runID, urls: hooks, eventType: "order.shipped"},
+	}
+}
+
+// waitDemo shows a bar per channel until every task is delivered or
+// archived, or ctx ends. It reports whether everything finished.
+func waitDemo(ctx context.Context, g *globals, em *emulator.Server, insp *asynq.Inspector, cfg *config.Config, enqueued map[string]int, show bool) bool {
+	var p *mpb.Progress
+	bars := map[string]*mpb.Bar{}
+	if show {
+		p = mpb.New(mpb.WithOutput(terminalOrNil(g.stderr)), mpb.WithWidth(40))
+		for _, ch := range []string{"whatsapp", "sms", "webhook"} {
+			bars[ch] = p.AddBar(int64(enqueued[ch]),
+				mpb.PrependDecorators(decor.Name(ch, decor.WC{W: 9, C: decor.DindentRight}), decor.CountersNoUnit("%d / %d", decor.WC{W: 12})),
+				mpb.AppendDecorators(decor.Percentage(decor.WC{W: 5}), decor.Name(" "), decor.EwmaSpeed(0, "%.0f/s", 20)))
+		}
+	}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	done := false
+	for !done {
+		select {
+		case <-ctx.Done():
+			if p != nil {
+				for _, b := range bars {
+					b.Abort(false)
+				}
+				p.Wait()
+			}
+			return false
+		case <-tick.C:
+		}
+		stats := em.Stats()
+		done = true
+		for _, ch := range []string{"whatsapp", "sms", "webhook"} {
+			n := stats[ch].Unique + archivedCount(insp, cfg.Channels[ch].Queue)
+			if bar := bars[ch]; bar != nil {
+				bar.EwmaSetCurrent(int64(n), 100*time.Millisecond)
+			}
+			if n < enqueued[ch] {
+				done = false
+			}
+		}
+	}
+	if p != nil {
+		p.Wait()
+	}
+	return true
+}
+
+func archivedCount(insp *asynq.Inspector, queue string) int {
+	qi, err := insp.GetQueueInfo(queue)
+	if err != nil {
+		return 0
+	}
+	return qi.Archived
+}
+
+// summarize computes each channel's line from the emulators' records: they
+// are the providers' view, the ground truth of what was delivered.
+func summarize(cfg *config.Config, em *emulator.Server, insp *asynq.Inspector, reg *prometheus.Registry, enqueued map[string]int, valid int) []ChannelSummary {
+	stats := em.Stats()
+	records := em.Records()
+	requeued := counterValues(reg, "sluice_tasks_total", "outcome", worker.OutcomeThrottled)
+	bottleneck := map[string]string{"whatsapp": "throughput", "sms": "sender", "webhook": "host"}
+	var out []ChannelSummary
+	for _, ch := range []string{"whatsapp", "sms", "webhook"} {
+		st := stats[ch]
+		s := ChannelSummary{
+			Channel: ch, Valid: valid, Enqueued: enqueued[ch], Delivered: st.Unique, Duplicates: st.Duplicates,
+			Archived: archivedCount(insp, cfg.Channels[ch].Queue), ProviderThrottled: st.Throttled,
+			Requeued: requeued[ch], Bottleneck: bottleneck[ch],
+		}
+		s.Lost = s.Enqueued - s.Delivered - s.Archived
+		for _, r := range cfg.Channels[ch].Rules() {
+			if r.Limit.Name == s.Bottleneck {
+				s.CapPerKey = float64(r.Limit.Rate.Limit) / r.Limit.Rate.Period.Seconds()
+			}
+		}
+		s.BottleneckKeys, s.AchievedPerKey, s.MaxInOneSecond, s.Seconds = achieved(records, ch)
+		if s.CapPerKey > 0 {
+			s.Ratio = s.AchievedPerKey / s.CapPerKey
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// achieved measures, per sender key (phone number, From, webhook host), the
+// deliveries per calendar second from its first to its last delivery
+// second, and returns the mean over keys, the most deliveries any key had
+// in one calendar second, and the channel's span in seconds.
+func achieved(records []emulator.Record, channel string) (keys int, perKey float64, maxSecond int, span float64) {
+	type agg struct {
+		first, last int64
+		n           int
+		perSecond   map[int64]int
+	}
+	by := map[string]*agg{}
+	var t0, t1 time.Time
+	for _, r := range records {
+		if r.Channel != channel || r.Duplicate {
+			continue
+		}
+		if t0.IsZero() || r.At.Before(t0) {
+			t0 = r.At
+		}
+		if r.At.After(t1) {
+			t1 = r.At
+		}
+		sec := r.At.Unix()
+		a := by[r.Sender]
+		if a == nil {
+			a = &agg{first: sec, last: sec, perSecond: map[int64]int{}}
+			by[r.Sender] = a
+		}
+		a.first, a.last = min(a.first, sec), max(a.last, sec)
+		a.n++
+		a.perSecond[sec]++
+		maxSecond = max(maxSecond, a.perSecond[sec])
+	}
+	if len(by) == 0 {
+		return 0, 0, 0, 0
+	}
+	var total float64
+	for _, a := range by {
+		total += float64(a.n) / float64(a.last-a.first+1)
+	}
+	return len(by), total / float64(len(by)), maxSecond, t1.Sub(t0).Seconds()
+}
+
+// counterValues reads a counter vec from reg, filtered on label=value,
+// summed per channel.
+func counterValues(reg *prometheus.Registry, name, label, value string) map[string]int {
+	out := map[string]int{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		return out
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var ch string
+			match := false
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "channel" {
+					ch = lp.GetValue()
+				}
+				if lp.GetName() == label && lp.GetValue() == value {
+					match = true
+				}
+			}
+			if match {
+				out[ch] += int(m.GetCounter().GetValue())
+			}
+		}
+	}
+	return out
+}
+
+func printSummary(w io.Writer, s *DemoSummary) {
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "channel\tvalid\tdelivered\tdup\tlost\tarchived\tprovider 429s\trequeued\tbottleneck\tkeys\tcap/s/key\tachieved/s/key\tratio\tmax in 1s\tseconds\t")
+	for _, c := range s.Channels {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%.0f\t%.2f\t%.2f\t%d\t%.1f\t\n",
+			c.Channel, c.Valid, c.Delivered, c.Duplicates, c.Lost, c.Archived, c.ProviderThrottled, c.Requeued,
+			c.Bottleneck, c.BottleneckKeys, c.CapPerKey, c.AchievedPerKey, c.Ratio, c.MaxInOneSecond, c.Seconds)
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(w, "\n%d rows, %d rejected", s.Rows, s.Rejected)
+	if s.RejectsCSV != "" {
+		fmt.Fprintf(w, " (written to %s)", s.RejectsCSV)
+	}
+	fmt.Fprintf(w, "; %s; %.1fs in all\n", s.Redis, s.Elapsed)
+	fmt.Fprintln(w, "achieved = deliveries per calendar second per key, first to last second; the cap is the limit's rate.")
+}
+
+// redactURL hides a Redis URL's password.
+func redactURL(u string) string {
+	opt, err := redis.ParseURL(u)
+	if err != nil || u == "" {
+		return ""
+	}
+	return opt.Addr
+}
+

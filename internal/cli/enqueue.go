@@ -1,0 +1,155 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/hibiken/asynq"
+	"github.com/spf13/cobra"
+
+	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/tasks"
+)
+
+func newEnqueueCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "enqueue whatsapp|sms|webhook|call",
+		Short: "Enqueue one send (validated now, sent by a worker)",
+		Long: `enqueue validates one send and puts it on its channel's queue. With --key, the
+idempotency key becomes the task ID: enqueuing the same key again is refused
+and never sends twice (completed tasks keep their ID for 24 h).`,
+	}
+	var key string
+	var maxRetry int
+	enqueue := func(cmd *cobra.Command, build func() (*asynq.Task, error)) error {
+		t, err := build()
+		if err != nil {
+			return usageErr("%v", err)
+		}
+		cfg, err := g.loadConfig()
+		if err != nil {
+			return err
+		}
+		url, err := g.resolveRedisURL(cfg)
+		if err != nil {
+			return err
+		}
+		rdb, err := app.ConnectURL(cmd.Context(), url)
+		if err != nil {
+			return err
+		}
+		defer rdb.Close()
+		opts := []asynq.Option{}
+		if maxRetry > 0 {
+			opts = append(opts, asynq.MaxRetry(maxRetry))
+		}
+		info, err := asynq.NewClientFromRedisClient(rdb).EnqueueContext(cmd.Context(), t, opts...)
+		if errors.Is(err, asynq.ErrTaskIDConflict) || errors.Is(err, asynq.ErrDuplicateTask) {
+			fmt.Fprintf(g.stdout, "already enqueued: key %q (not sent again)\n", key)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(g.stdout, "enqueued %s id=%s queue=%s\n", info.Type, info.ID, info.Queue)
+		return nil
+	}
+	addCommon := func(c *cobra.Command) {
+		c.Flags().StringVar(&key, "key", "", "idempotency key (becomes the task ID)")
+		c.Flags().IntVar(&maxRetry, "max-retry", 0, "retries for failures (throttling never spends one); default 10")
+	}
+
+	var wa tasks.WhatsAppSend
+	var tmpl tasks.Template
+	waCmd := &cobra.Command{
+		Use:   "whatsapp --phone-number-id ID --to E164 (--text T | --template NAME [--param P]...)",
+		Short: "A WhatsApp Cloud API message",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return enqueue(cmd, func() (*asynq.Task, error) {
+				if tmpl.Name != "" {
+					wa.Template = &tmpl
+				}
+				wa.IdempotencyKey = key
+				return tasks.NewWhatsAppSendTask(wa)
+			})
+		},
+	}
+	waCmd.Flags().StringVar(&wa.PhoneNumberID, "phone-number-id", "", "sender's phone number ID")
+	waCmd.Flags().StringVar(&wa.To, "to", "", "recipient, E.164")
+	waCmd.Flags().StringVar(&wa.Text, "text", "", "free-form text")
+	waCmd.Flags().StringVar(&tmpl.Name, "template", "", "template name")
+	waCmd.Flags().StringVar(&tmpl.Language, "lang", "en_US", "template language code")
+	waCmd.Flags().StringArrayVar(&tmpl.Parameters, "param", nil, "template body parameter, in order (repeat)")
+	addCommon(waCmd)
+
+	var sms tasks.SMSSend
+	smsCmd := &cobra.Command{
+		Use:   "sms (--from E164 | --messaging-service MG…) --to E164 --body TEXT",
+		Short: "A Twilio SMS",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return enqueue(cmd, func() (*asynq.Task, error) {
+				sms.IdempotencyKey = key
+				return tasks.NewSMSSendTask(sms)
+			})
+		},
+	}
+	smsCmd.Flags().StringVar(&sms.From, "from", "", "sending number, E.164")
+	smsCmd.Flags().StringVar(&sms.MessagingServiceSID, "messaging-service", "", "Messaging Service SID")
+	smsCmd.Flags().StringVar(&sms.To, "to", "", "recipient, E.164")
+	smsCmd.Flags().StringVar(&sms.Body, "body", "", "message text")
+	addCommon(smsCmd)
+
+	var hook tasks.WebhookDeliver
+	var hookPayload string
+	hookCmd := &cobra.Command{
+		Use:   "webhook --url URL --event TYPE --payload JSON --key ID",
+		Short: "A signed webhook delivery (Standard Webhooks)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return enqueue(cmd, func() (*asynq.Task, error) {
+				hook.IdempotencyKey = key
+				hook.Payload = json.RawMessage(hookPayload)
+				return tasks.NewWebhookDeliverTask(hook)
+			})
+		},
+	}
+	hookCmd.Flags().StringVar(&hook.URL, "url", "", "endpoint URL")
+	hookCmd.Flags().StringVar(&hook.EventType, "event", "", "event type, e.g. order.updated")
+	hookCmd.Flags().StringVar(&hookPayload, "payload", "", "event data, JSON")
+	hookCmd.Flags().StringVar(&hook.Endpoint, "endpoint", "", "endpoint name (selects the signing secret)")
+	addCommon(hookCmd)
+
+	var call tasks.HTTPCall
+	var headers []string
+	callCmd := &cobra.Command{
+		Use:   "call --method M --url URL [--header 'K: V']... [--body B]",
+		Short: "A request to a third-party HTTP API",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return enqueue(cmd, func() (*asynq.Task, error) {
+				call.IdempotencyKey = key
+				call.Headers = map[string]string{}
+				for _, h := range headers {
+					k, v, ok := strings.Cut(h, ":")
+					if !ok {
+						return nil, fmt.Errorf("--header %q: want 'Name: value'", h)
+					}
+					call.Headers[strings.TrimSpace(k)] = strings.TrimSpace(v)
+				}
+				return tasks.NewHTTPCallTask(call)
+			})
+		},
+	}
+	callCmd.Flags().StringVar(&call.Method, "method", "POST", "HTTP method")
+	callCmd.Flags().StringVar(&call.URL, "url", "", "absolute http(s) URL")
+	callCmd.Flags().StringArrayVar(&headers, "header", nil, "request header 'Name: value' (repeat)")
+	callCmd.Flags().StringVar(&call.Body, "body", "", "request body")
+	addCommon(callCmd)
+
+	cmd.AddCommand(waCmd, smsCmd, hookCmd, callCmd)
+	return cmd
+}

@@ -1,0 +1,113 @@
+// Package cli is the sluice command line: cobra commands that parse flags
+// and call Sluice's packages. Commands write to the io.Writers they are
+// given; main only maps errors to exit codes.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluice-dev/sluice/config"
+)
+
+// ExitError carries a specific exit code (e.g. 2 for `config check` findings).
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string { return e.Err.Error() }
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// globals are the persistent flags.
+type globals struct {
+	configPath string
+	redisURL   string
+	logLevel   string
+	stdout     io.Writer
+	stderr     io.Writer
+}
+
+// NewRoot returns the sluice command tree writing to stdout and stderr.
+func NewRoot(stdout, stderr io.Writer) *cobra.Command {
+	g := &globals{stdout: stdout, stderr: stderr}
+	root := &cobra.Command{
+		Use:   "sluice",
+		Short: "Sluice delivers WhatsApp, SMS, webhook and API sends through Redis-backed provider limits",
+		Long: `Sluice is an asynq worker that runs every send through its channel's limits
+(per second, per recipient, per sender, daily, concurrency) in one atomic Redis
+call, sends what is allowed and puts what is blocked back in Redis for exactly
+as long as the limit requires, without spending a retry.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	pf := root.PersistentFlags()
+	pf.StringVarP(&g.configPath, "config", "c", "", "configuration file (YAML); default: built-in provider limits")
+	pf.StringVar(&g.redisURL, "redis", "", "Redis URL, overrides the config (default: $REDIS_URL, else redis.addr)")
+	pf.StringVar(&g.logLevel, "log-level", "info", "debug, info, warn or error")
+	root.AddCommand(
+		newServeCmd(g), newDemoCmd(g), newEmulateCmd(g), newEnqueueCmd(g),
+		newSendCmd(g), newLimitsCmd(g), newConfigCmd(g),
+	)
+	return root
+}
+
+// Execute runs the command line and returns the process exit code.
+func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := NewRoot(stdout, stderr)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(stderr, "sluice:", err)
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		return ee.Code
+	}
+	return 1
+}
+
+func (g *globals) logger() *slog.Logger {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(g.logLevel)); err != nil {
+		lvl = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: lvl}))
+}
+
+// loadConfig returns the file's configuration, or the defaults without --config.
+func (g *globals) loadConfig() (*config.Config, error) {
+	if g.configPath == "" {
+		return config.Default(), nil
+	}
+	return config.Load(g.configPath)
+}
+
+// redisURL resolves --redis, then the config (its env var, then addr).
+func (g *globals) resolveRedisURL(cfg *config.Config) (string, error) {
+	if g.redisURL != "" {
+		return g.redisURL, nil
+	}
+	return cfg.RedisURL()
+}
+
+func usageErr(format string, args ...any) error {
+	return &ExitError{Code: 2, Err: fmt.Errorf(format, args...)}
+}
+
+func envOr(name, def string) string {
+	if v := strings.TrimSpace(os.Getenv(name)); v != "" {
+		return v
+	}
+	return def
+}

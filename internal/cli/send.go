@@ -1,0 +1,193 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/hibiken/asynq"
+	"github.com/spf13/cobra"
+	"github.com/vbauerster/mpb/v8"
+	"github.com/vbauerster/mpb/v8/decor"
+
+	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/campaign"
+)
+
+// sendReport counts what a bulk send did with a file's rows.
+type sendReport struct {
+	Rows      int // data rows read (blank lines excluded)
+	Enqueued  int // new tasks
+	Already   int // rows whose task was enqueued before (same idempotency key)
+	Rejected  int // rows written to the rejects file
+	Rejects   string
+	Campaign  string
+	Channel   string
+	Filename  string
+	rejectAll []campaign.Reject
+}
+
+func newSendCmd(g *globals) *cobra.Command {
+	var m message
+	var csvPath, rejectsPath string
+	var dryRun bool
+	cmd := &cobra.Command{
+		Use:   "send --channel C --csv FILE",
+		Short: "Enqueue one send per CSV row (a `to` column plus parameter columns)",
+		Long: `send reads a CSV with a header row: a "to" column (E.164) and any parameter
+columns. Each valid row becomes one task; each bad row is reported with its
+line number and reason and written to the rejects file with the original
+columns plus "line" and "reason", so nothing is lost. Every task's ID is a
+hash of the campaign, channel and row content: running the same file again
+enqueues nothing twice.
+
+Exit status: 0 all rows enqueued (or already enqueued), 3 some rows rejected,
+1 the file could not be read (the error names file:line).
+
+Examples:
+  sluice send --channel whatsapp --csv examples/recipients.csv \
+    --phone-number-id 106540352242922 --template order_update --lang en_US --params name,order_id
+  sluice send --channel sms --csv examples/recipients.csv \
+    --from +12025550100 --body "Hi {name}, order {order_id} has shipped."`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if csvPath == "" {
+				return usageErr("--csv is required")
+			}
+			ctx := cmd.Context()
+			cfg, err := g.loadConfig()
+			if err != nil {
+				return err
+			}
+			if m.campaign == "" {
+				m.campaign = strings.TrimSuffix(filepath.Base(csvPath), filepath.Ext(csvPath))
+			}
+			if rejectsPath == "" {
+				rejectsPath = strings.TrimSuffix(csvPath, filepath.Ext(csvPath)) + ".rejects.csv"
+			}
+			m.maxRetry = cfg.Worker.MaxRetry
+			var client *asynq.Client
+			if !dryRun {
+				url, err := g.resolveRedisURL(cfg)
+				if err != nil {
+					return err
+				}
+				rdb, err := app.ConnectURL(ctx, url)
+				if err != nil {
+					return err
+				}
+				defer rdb.Close()
+				client = asynq.NewClientFromRedisClient(rdb)
+			}
+			rep, err := sendFile(ctx, client, &m, csvPath, rejectsPath, g.stderr)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(g.stdout, "%s: %d rows: %d enqueued, %d already enqueued, %d rejected\n",
+				csvPath, rep.Rows, rep.Enqueued, rep.Already, rep.Rejected)
+			if rep.Rejected > 0 {
+				fmt.Fprintf(g.stdout, "rejected rows written to %s\n", rep.Rejects)
+				return &ExitError{Code: 3, Err: fmt.Errorf("%d rows rejected", rep.Rejected)}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&m.channel, "channel", "", "whatsapp, sms or webhook")
+	f.StringVar(&csvPath, "csv", "", "recipients CSV with a header row and a `to` column")
+	f.StringVar(&rejectsPath, "rejects", "", "where rejected rows go (default: FILE.rejects.csv)")
+	f.StringVar(&m.campaign, "campaign", "", "campaign name, part of each idempotency key (default: the file's base name)")
+	f.StringVar(&m.phoneNumberID, "phone-number-id", "", "whatsapp: sender's phone number ID")
+	f.StringVar(&m.template, "template", "", "whatsapp: template name")
+	f.StringVar(&m.language, "lang", "en_US", "whatsapp: template language code")
+	f.StringSliceVar(&m.params, "params", nil, "whatsapp: columns filling the template's {{1}}, {{2}}, …")
+	f.StringVar(&m.text, "text", "", "whatsapp: free text with {column} placeholders (instead of --template)")
+	f.StringVar(&m.text, "body", "", "sms: body with {column} placeholders")
+	f.StringSliceVar(&m.senders, "from", nil, "sms: sending number(s), used in turn")
+	f.StringVar(&m.messagingService, "messaging-service", "", "sms: Messaging Service SID (MG…) instead of --from")
+	f.StringSliceVar(&m.urls, "url", nil, "webhook: endpoint URL(s), used in turn")
+	f.StringVar(&m.eventType, "event", "", "webhook: event type")
+	f.BoolVar(&dryRun, "dry-run", false, "validate the file and build the tasks without enqueuing")
+	return cmd
+}
+
+// sendFile reads path, writes rejects to rejectsPath, and enqueues the valid
+// rows through client (nil: dry run), with a progress bar on progress.
+func sendFile(ctx context.Context, client *asynq.Client, m *message, path, rejectsPath string, progress io.Writer) (*sendReport, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	res, err := campaign.Read(f, campaign.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := m.validate(res.Columns); err != nil {
+		return nil, usageErr("%v", err)
+	}
+	rep := &sendReport{Rows: len(res.Rows) + len(res.Rejects), Campaign: m.campaign, Channel: m.channel, Filename: path, rejectAll: res.Rejects}
+
+	bar, wait := newBar(progress, "enqueue "+m.channel, int64(len(res.Rows)))
+	for i, row := range res.Rows {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		bar.Increment()
+		t, err := m.task(row, i, res.Columns)
+		if err != nil {
+			rep.rejectAll = append(rep.rejectAll, campaign.Reject{Line: row.Line, Raw: row.Raw, Reason: err.Error()})
+			continue
+		}
+		if client == nil {
+			rep.Enqueued++
+			continue
+		}
+		_, err = client.EnqueueContext(ctx, t)
+		switch {
+		case errors.Is(err, asynq.ErrTaskIDConflict) || errors.Is(err, asynq.ErrDuplicateTask):
+			rep.Already++
+		case err != nil:
+			return nil, fmt.Errorf("enqueue line %d: %w (re-running the file is safe)", row.Line, err)
+		default:
+			rep.Enqueued++
+		}
+	}
+	bar.SetTotal(-1, true)
+	wait()
+	rep.Rejected = len(rep.rejectAll)
+	slices.SortStableFunc(rep.rejectAll, func(a, b campaign.Reject) int { return a.Line - b.Line })
+	for _, r := range rep.rejectAll {
+		fmt.Fprintf(progress, "%s:%d: %s\n", path, r.Line, r.Reason)
+	}
+	if rep.Rejected > 0 {
+		out, err := os.Create(rejectsPath)
+		if err != nil {
+			return nil, err
+		}
+		if err := campaign.WriteRejects(out, res.Columns, rep.rejectAll); err != nil {
+			out.Close()
+			return nil, err
+		}
+		if err := out.Close(); err != nil {
+			return nil, err
+		}
+		rep.Rejects = rejectsPath
+	}
+	return rep, nil
+}
+
+// newBar returns a progress bar on w (hidden when w is not a terminal) and
+// a function that waits for it to finish drawing.
+func newBar(w io.Writer, name string, total int64) (*mpb.Bar, func()) {
+	p := mpb.New(mpb.WithOutput(terminalOrNil(w)), mpb.WithWidth(40))
+	bar := p.AddBar(total,
+		mpb.PrependDecorators(decor.Name(name, decor.WC{C: decor.DindentRight | decor.DextraSpace}), decor.CountersNoUnit("%d / %d")),
+		mpb.AppendDecorators(decor.Percentage(), decor.Name(" "), decor.EwmaSpeed(0, "%.0f/s", 30)))
+	return bar, p.Wait
+}

@@ -1,0 +1,148 @@
+// Package emulator runs local HTTP emulators of the WhatsApp Cloud API, the
+// Twilio Messages API and customers' webhook receivers. They enforce the
+// providers' published limits, answer with the providers' response and error
+// bodies, and record every accepted message, so that tests and `sluice demo`
+// can count deliveries, duplicates and limit violations. `sluice emulate`
+// runs them standalone through Run.
+//
+// Provider facts below cite /work/shared/PROVIDERS.md (PROVIDERS.md:N is its
+// line N) and the official OpenAPI specs beside it.
+//
+// # Endpoints
+//
+// WhatsApp (WhatsAppURL): POST /{version}/{phone-number-id}/messages, version
+// matching ^v[0-9]+\.[0-9]+$, Authorization: Bearer <token>, JSON body with
+// messaging_product "whatsapp", to (8 to 15 digits, "+" optional) and type
+// "text" (text.body) or "template" (template.name, template.language.code).
+// Success: 200 {"messaging_product":"whatsapp","contacts":[{"input","wa_id"}],
+// "messages":[{"id":"wamid...."}]}. Errors use the Graph envelope
+// {"error":{"message","type","code","error_data":{"messaging_product",
+// "details"},"fbtrace_id"}} (PROVIDERS.md:17): 401 code 104 (no token) or 190
+// (wrong token); 400 code 2500 (bad version), 100 subcode 33 (non-numeric
+// phone-number-id), 100 (invalid body); 400 130429 and 131056 (limits).
+// Other message types (image, interactive, ...) are rejected with code 100:
+// the emulator only models text and template sends.
+//
+// Twilio (TwilioURL): POST /2010-04-01/Accounts/{AccountSid}/Messages.json,
+// HTTP Basic AccountSid:AuthToken, form fields To, From or
+// MessagingServiceSid, Body (or MediaUrl or ContentSid). Success: 201 with the
+// Message resource of the spec (sid "SM"+32 hex, status "queued", or
+// "accepted" when sent through a Messaging Service without From; num_segments
+// is always "1"; dates RFC 2822). Errors use {"code","message","more_info",
+// "status"} (PROVIDERS.md:54): 401 20003; 400 21604 (no To), 21211 (To not
+// "+" and 8 to 15 digits), 21603 (no From nor MessagingServiceSid), 21212
+// (bad From), 21705 (bad MessagingServiceSid), 21602 (no Body, MediaUrl or
+// ContentSid), 21617 (Body over 1600 characters); 429 20429 (limits).
+//
+// Webhook receivers (WebhookURLs, one listener and so one host:port each):
+// POST /hooks, signed with Standard Webhooks 1.0 (PROVIDERS.md:81):
+// webhook-id, webhook-timestamp (Unix seconds, within 5 minutes of Clock
+// either way) and webhook-signature, a space-separated list of
+// "v1,<base64 HMAC-SHA256(key, "{id}.{timestamp}.{body}")>" of which one must
+// match; key is the base64-decoded part of the secret after "whsec_". Bad or
+// missing signature: 401. Body not JSON: 400. Over the rate: 429 with
+// Retry-After, the time to the next whole second in seconds rounded up (so
+// always 1). Success: 204.
+//
+// # Limits and their sources
+//
+//   - WhatsApp throughput, 80 messages per calendar second per
+//     phone-number-id, over it 130429 (PROVIDERS.md:21-22). The 1,000 mps
+//     upgrade is not modelled.
+//   - WhatsApp pair rate, one message per 6 s from one phone-number-id to one
+//     recipient, over it 131056 (PROVIDERS.md:24-25). The bursts that third
+//     parties report Meta tolerating are not modelled: the emulator is
+//     stricter than Meta here.
+//   - Twilio concurrency, 100 requests in flight per account, Latency
+//     included, over it HTTP 429 code 20429 (PROVIDERS.md:59-60; 100 is a
+//     third-party figure).
+//   - Twilio per-sender throughput, 1 message per calendar second per From
+//     (a US long code), or per MessagingServiceSid when there is no From
+//     (PROVIDERS.md:55). Real Twilio queues over-MPS messages for hours
+//     instead of refusing them (PROVIDERS.md:57); the emulator refuses them
+//     with the concurrency error 20429 so that a sender that outpaces a
+//     number is seen. It counts messages, not segments.
+//   - Webhook receivers, 10 requests per calendar second each, over it 429
+//     with Retry-After (PROVIDERS.md:79-82).
+//
+// Every limit is checked in this order: authentication (401), request shape
+// (400), magic recipients, then limits, then the request is accepted and
+// recorded. A refused request is neither recorded nor charged to any limit.
+// Providers do not deduplicate, and neither does the emulator: a request
+// whose idempotency key was already accepted in its channel is accepted again
+// but counted in ChannelStats.Duplicates and marked Record.Duplicate. Keys
+// come from the Idempotency-Key header, else biz_opaque_callback_data
+// (WhatsApp) or I-Twilio-Idempotency-Token (Twilio); for webhooks the key is
+// webhook-id.
+//
+// # Rate checks and tolerance
+//
+// The providers do not publish how they measure their rates; the emulator
+// uses two models, neither of them the providers' algorithm.
+//
+// The "N per second" caps (WhatsAppMPS, TwilioMPS, WebhookRPS) are
+// calendar-second counts per key: a request is accepted iff fewer than N
+// requests with the same key were accepted in its Unix second (UTC-aligned,
+// [s, s+1) on Options.Clock); refused requests are not counted, and the count
+// starts over at each whole second. The count is exact and Tolerance does not
+// apply: N requests are accepted in a second whether they come at one instant
+// or spread out, and the (N+1)th is refused. A burst that straddles a
+// boundary (N at s.999, N more at s+1) is accepted in full, 2N within a few
+// milliseconds. This is how Sluice meters these caps (fixed windows aligned
+// to whole seconds, as asynq schedules retries at whole-second resolution),
+// so a correct sender that bursts up to N at the top of each second is
+// accepted. A provider that measured over a sliding window, or at a steady
+// 1/N s spacing, would refuse some of what the emulator accepts. Conversely,
+// a request that its sender counted in one second but that the emulator's
+// clock places in the next (clock skew, or a request in flight across the
+// boundary) counts in the next one and can be refused there.
+//
+// Interval limits (the WhatsApp pair limit, one per PairInterval) are a GCRA
+// (generic cell rate algorithm) per key with burst 1: with T the interval and
+// TAT the theoretical arrival time of the next request, a request at t is
+// accepted iff
+//
+//	t >= TAT - Tolerance - (burst-1)*T
+//
+// and an accepted request sets TAT = max(TAT, t) + T. A sender's limiter and
+// the provider never see the same arrival times, and network jitter of a few
+// milliseconds would otherwise make a correctly paced sender look early.
+// Tolerance (default 50ms) is that allowance: a request may arrive up to
+// Tolerance before its slot, and early arrivals do not add up. A negative
+// Tolerance means none: the check is then exact, so that requests exactly T
+// apart are accepted and any closer are refused.
+//
+// Time comes from Options.Clock (rate checks, Record.At, webhook timestamp
+// checks, Twilio date_created); Latency is real time.
+//
+// # Magic recipients
+//
+// A recipient whose digits end in:
+//
+//   - "0000" (SuffixUndeliverable): WhatsApp HTTP 400 code 131026 "Message
+//     undeliverable" (permanent, PROVIDERS.md:43); Twilio HTTP 400 code 21610,
+//     unsubscribed recipient (permanent, PROVIDERS.md:73).
+//   - "0500" (SuffixServerError): WhatsApp HTTP 500 code 131000 "Something
+//     went wrong" with is_transient true (transient, PROVIDERS.md:41); Twilio
+//     HTTP 500 code 20500 (transient, PROVIDERS.md:75).
+//
+// They are answered after authentication and shape checks but before limits,
+// are not recorded, and do not use up any limit. They count as Rejected
+// (4xx) and Failed (5xx).
+//
+// # Introspection
+//
+// The WhatsApp listener also serves, for a test process reading a standalone
+// `sluice emulate`:
+//
+//   - GET /_emulator/records: JSON array of Record in acceptance order, keys
+//     channel, at (RFC 3339 with nanoseconds), sender, recipient,
+//     idempotency_key, duplicate, provider_id.
+//   - GET /_emulator/stats: JSON object keyed "whatsapp", "sms", "webhook",
+//     each with accepted, unique, duplicates, throttled, rejected, failed and
+//     throttled_by_code (e.g. {"130429": 3}).
+//   - POST /_emulator/reset: 204; clears records, counters, seen keys and
+//     limiter state, as Server.Reset does.
+//
+// They are not authenticated: the listeners bind 127.0.0.1 by default.
+package emulator

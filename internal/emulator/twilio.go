@@ -1,0 +1,230 @@
+package emulator
+
+import (
+	"crypto/subtle"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+var (
+	e164Pattern         = regexp.MustCompile(`^\+[0-9]{8,15}$`)
+	shortCodePattern    = regexp.MustCompile(`^[0-9]{5,6}$`)
+	alphaSenderPattern  = regexp.MustCompile(`^[A-Za-z0-9 ]{1,11}$`)
+	hasLetterPattern    = regexp.MustCompile(`[A-Za-z]`)
+	messagingSIDPattern = regexp.MustCompile(`^MG[0-9a-fA-F]{32}$`)
+)
+
+// twilioError is Twilio's REST error body.
+type twilioError struct {
+	Code     int    `json:"code"`
+	Message  string `json:"message"`
+	MoreInfo string `json:"more_info"`
+	Status   int    `json:"status"`
+}
+
+func writeTwilioError(w http.ResponseWriter, status, code int, message string) {
+	writeJSON(w, status, twilioError{
+		Code:     code,
+		Message:  message,
+		MoreInfo: fmt.Sprintf("https://www.twilio.com/docs/errors/%d", code),
+		Status:   status,
+	})
+}
+
+// twilioMessage is the Message resource (api.v2010.account.message); field
+// names follow the spec, nullable fields are pointers.
+type twilioMessage struct {
+	AccountSID          string            `json:"account_sid"`
+	APIVersion          string            `json:"api_version"`
+	Body                string            `json:"body"`
+	DateCreated         string            `json:"date_created"`
+	DateSent            *string           `json:"date_sent"`
+	DateUpdated         string            `json:"date_updated"`
+	Direction           string            `json:"direction"`
+	ErrorCode           *int              `json:"error_code"`
+	ErrorMessage        *string           `json:"error_message"`
+	From                *string           `json:"from"`
+	MessagingServiceSID *string           `json:"messaging_service_sid"`
+	NumMedia            string            `json:"num_media"`
+	NumSegments         string            `json:"num_segments"`
+	Price               *string           `json:"price"`
+	PriceUnit           *string           `json:"price_unit"`
+	SID                 string            `json:"sid"`
+	Status              string            `json:"status"`
+	SubresourceURIs     map[string]string `json:"subresource_uris"`
+	To                  string            `json:"to"`
+	URI                 string            `json:"uri"`
+}
+
+func (s *Server) twilioHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /2010-04-01/Accounts/{AccountSid}/Messages.json", s.handleTwilio)
+	return mux
+}
+
+// twilioAuthorized reports whether r carries the account's Basic credentials
+// and addresses that account.
+func (s *Server) twilioAuthorized(r *http.Request) bool {
+	user, pass, ok := r.BasicAuth()
+	if !ok {
+		return false
+	}
+	sidOK := subtle.ConstantTimeCompare([]byte(user), []byte(s.opts.TwilioAccountSID)) == 1
+	tokenOK := subtle.ConstantTimeCompare([]byte(pass), []byte(s.opts.TwilioAuthToken)) == 1
+	return sidOK && tokenOK && r.PathValue("AccountSid") == s.opts.TwilioAccountSID
+}
+
+// twilioForm is a validated create-message request.
+type twilioForm struct {
+	to, from, service, body string
+	numMedia                int
+}
+
+// parseTwilio validates the form; on failure it returns the error code and
+// message to send with HTTP 400.
+func parseTwilio(r *http.Request) (f twilioForm, code int, msg string) {
+	_ = r.ParseForm() // a malformed body leaves fields empty and fails below
+	p := r.PostForm
+	f = twilioForm{
+		to:       p.Get("To"),
+		from:     p.Get("From"),
+		service:  p.Get("MessagingServiceSid"),
+		body:     p.Get("Body"),
+		numMedia: len(p["MediaUrl"]),
+	}
+	switch {
+	case f.to == "":
+		return f, 21604, "A 'To' phone number is required."
+	case !e164Pattern.MatchString(f.to):
+		return f, 21211, fmt.Sprintf("The 'To' number %s is not a valid phone number.", f.to)
+	case f.from == "" && f.service == "":
+		return f, 21603, "A 'From' phone number is required."
+	case f.from != "" && !validFrom(f.from):
+		return f, 21212, fmt.Sprintf("The 'From' number %s is not a valid phone number, shortcode, or alphanumeric sender ID.", f.from)
+	case f.service != "" && !messagingSIDPattern.MatchString(f.service):
+		return f, 21705, "The Messaging Service is invalid."
+	case f.body == "" && f.numMedia == 0 && p.Get("ContentSid") == "":
+		return f, 21602, "Message body is required."
+	case utf8.RuneCountInString(f.body) > 1600:
+		return f, 21617, "The concatenated message body exceeds the 1600 character limit."
+	}
+	return f, 0, ""
+}
+
+// validFrom accepts an E.164 number, a short code or an alphanumeric sender
+// ID (1 to 11 letters, digits or spaces, at least one letter).
+func validFrom(from string) bool {
+	return e164Pattern.MatchString(from) || shortCodePattern.MatchString(from) ||
+		(alphaSenderPattern.MatchString(from) && hasLetterPattern.MatchString(from))
+}
+
+func (s *Server) handleTwilio(w http.ResponseWriter, r *http.Request) {
+	const ch = ChannelSMS
+	if !s.twilioAuthorized(r) {
+		s.countRejected(ch)
+		w.Header().Set("WWW-Authenticate", `Basic realm="Twilio API"`)
+		writeTwilioError(w, http.StatusUnauthorized, 20003, "Authenticate")
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+	f, code, msg := parseTwilio(r)
+	if code != 0 {
+		s.countRejected(ch)
+		writeTwilioError(w, http.StatusBadRequest, code, msg)
+		return
+	}
+	switch {
+	case strings.HasSuffix(f.to, SuffixUndeliverable):
+		s.countRejected(ch)
+		writeTwilioError(w, http.StatusBadRequest, 21610, "Attempt to send to unsubscribed recipient")
+		return
+	case strings.HasSuffix(f.to, SuffixServerError):
+		s.countFailed(ch)
+		writeTwilioError(w, http.StatusInternalServerError, 20500, "Internal Server Error")
+		return
+	}
+
+	sender := f.from
+	if sender == "" {
+		sender = f.service
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if key == "" {
+		key = r.Header.Get("I-Twilio-Idempotency-Token")
+	}
+	account := s.opts.TwilioAccountSID
+	sid := "SM" + randomHex(16)
+	if f.numMedia > 0 {
+		sid = "MM" + sid[2:]
+	}
+
+	s.mu.Lock()
+	now := s.opts.Clock()
+	if s.inflight[account] >= s.opts.TwilioConcurrency {
+		s.throttledLocked(ch, "20429")
+		s.mu.Unlock()
+		writeTwilioError(w, http.StatusTooManyRequests, 20429, "Too Many Requests")
+		return
+	}
+	// A calendar-second count: exact, the tolerance does not apply.
+	if ok, _, _ := s.limiter.allow(now, s.tolerance, limit{key: "sms|" + sender, perSecond: s.opts.TwilioMPS}); !ok {
+		s.throttledLocked(ch, "20429")
+		s.mu.Unlock()
+		writeTwilioError(w, http.StatusTooManyRequests, 20429, "Too Many Requests")
+		return
+	}
+	s.inflight[account]++
+	s.acceptLocked(Record{
+		Channel:        ch,
+		At:             now,
+		Sender:         sender,
+		Recipient:      f.to,
+		IdempotencyKey: key,
+		ProviderID:     sid,
+	})
+	s.mu.Unlock()
+
+	s.process(ch)
+
+	s.mu.Lock()
+	s.inflight[account]--
+	s.mu.Unlock()
+
+	writeJSON(w, http.StatusCreated, newTwilioMessage(account, sid, f, now))
+}
+
+func newTwilioMessage(account, sid string, f twilioForm, now time.Time) twilioMessage {
+	date := now.UTC().Format(time.RFC1123Z)
+	uri := "/2010-04-01/Accounts/" + account + "/Messages/" + sid
+	m := twilioMessage{
+		AccountSID:      account,
+		APIVersion:      "2010-04-01",
+		Body:            f.body,
+		DateCreated:     date,
+		DateUpdated:     date,
+		Direction:       "outbound-api",
+		NumMedia:        fmt.Sprint(f.numMedia),
+		NumSegments:     "1",
+		SID:             sid,
+		Status:          "queued",
+		SubresourceURIs: map[string]string{"media": uri + "/Media.json"},
+		To:              f.to,
+		URI:             uri + ".json",
+	}
+	if f.from != "" {
+		m.From = &f.from
+	}
+	if f.service != "" {
+		m.MessagingServiceSID = &f.service
+		if f.from == "" {
+			// With a Messaging Service and no From, Twilio answers
+			// "accepted" and picks the sender later.
+			m.Status = "accepted"
+		}
+	}
+	return m
+}

@@ -1,0 +1,318 @@
+package emulator
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const (
+	fromA = "+14155550101"
+	fromB = "+14155550102"
+	fromC = "+14155550103"
+	toSMS = "+14155552345"
+)
+
+// messageSchemaFields are the properties of api.v2010.account.message in
+// specs/twilio_api_v2010.json.
+var messageSchemaFields = []string{
+	"account_sid", "api_version", "body", "date_created", "date_sent", "date_updated",
+	"direction", "error_code", "error_message", "from", "messaging_service_sid",
+	"num_media", "num_segments", "price", "price_unit", "sid", "status",
+	"subresource_uris", "to", "uri",
+}
+
+func TestTwilioAccepts(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{})
+	r := h.sms(smsForm(fromA, toSMS), nil)
+	require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
+
+	var got map[string]any
+	require.NoError(t, json.Unmarshal(r.body, &got))
+	var keys []string
+	for k := range got {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	if diff := cmp.Diff(messageSchemaFields, keys); diff != "" {
+		t.Errorf("fields (-want +got):\n%s", diff)
+	}
+
+	sid, _ := got["sid"].(string)
+	require.Regexp(t, `^SM[0-9a-f]{32}$`, sid)
+	base := "/2010-04-01/Accounts/" + DefaultTwilioAccountSID + "/Messages/" + sid
+	want := map[string]any{
+		"account_sid":           DefaultTwilioAccountSID,
+		"api_version":           "2010-04-01",
+		"body":                  "hello",
+		"date_created":          "Mon, 02 Nov 2026 09:00:00 +0000",
+		"date_sent":             nil,
+		"date_updated":          "Mon, 02 Nov 2026 09:00:00 +0000",
+		"direction":             "outbound-api",
+		"error_code":            nil,
+		"error_message":         nil,
+		"from":                  fromA,
+		"messaging_service_sid": nil,
+		"num_media":             "0",
+		"num_segments":          "1",
+		"price":                 nil,
+		"price_unit":            nil,
+		"sid":                   sid,
+		"status":                "queued",
+		"subresource_uris":      map[string]any{"media": base + "/Media.json"},
+		"to":                    toSMS,
+		"uri":                   base + ".json",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("message (-want +got):\n%s", diff)
+	}
+	wantRecords := []Record{{Channel: ChannelSMS, At: t0, Sender: fromA, Recipient: toSMS, ProviderID: sid}}
+	if diff := cmp.Diff(wantRecords, h.s.Records()); diff != "" {
+		t.Errorf("records (-want +got):\n%s", diff)
+	}
+}
+
+func TestTwilioMessagingServiceAndMedia(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{})
+	const mg = "MG0123456789abcdef0123456789abcdef"
+
+	r := h.sms(url.Values{"MessagingServiceSid": {mg}, "To": {toSMS}, "Body": {"hi"}}, nil)
+	require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
+	var m twilioMessage
+	require.NoError(t, json.Unmarshal(r.body, &m))
+	assert.Equal(t, "accepted", m.Status)
+	assert.Nil(t, m.From)
+	require.NotNil(t, m.MessagingServiceSID)
+	assert.Equal(t, mg, *m.MessagingServiceSID)
+
+	r = h.sms(url.Values{"From": {fromA}, "To": {toSMS}, "MediaUrl": {"https://example.com/a.png"}}, nil)
+	require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
+	require.NoError(t, json.Unmarshal(r.body, &m))
+	assert.Regexp(t, `^MM[0-9a-f]{32}$`, m.SID)
+	assert.Equal(t, "1", m.NumMedia)
+
+	r = h.sms(url.Values{"From": {"Sluice"}, "To": {toSMS}, "ContentSid": {"HX0123456789abcdef0123456789abcdef"}}, nil)
+	require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
+
+	var senders []string
+	for _, rec := range h.s.Records() {
+		senders = append(senders, rec.Sender)
+	}
+	assert.Equal(t, []string{mg, fromA, "Sluice"}, senders)
+}
+
+func TestTwilioPerSenderRate(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{}) // 1 per calendar second per From
+	steps := []struct {
+		at     time.Duration
+		from   string
+		status int
+	}{
+		{at: 0, from: fromA, status: 201},
+		{at: 500 * time.Millisecond, from: fromA, status: 429},
+		{at: 500 * time.Millisecond, from: fromB, status: 201}, // other senders unaffected
+		{at: time.Second - time.Nanosecond, from: fromA, status: 429},
+		{at: time.Second, from: fromA, status: 201}, // a new second
+		{at: 1999 * time.Millisecond, from: fromA, status: 429},
+		{at: 2990 * time.Millisecond, from: fromA, status: 201},
+		{at: 3 * time.Second, from: fromA, status: 201}, // 10ms later, but the next second
+		{at: 3 * time.Second, from: fromA, status: 429},
+	}
+	for i, st := range steps {
+		h.clock.Set(t0.Add(st.at))
+		r := h.sms(smsForm(st.from, toSMS), nil)
+		require.Equal(t, st.status, r.status, "step %d: %s", i, r.body)
+		if st.status == http.StatusTooManyRequests {
+			want := twilioError{Code: 20429, Message: "Too Many Requests", MoreInfo: "https://www.twilio.com/docs/errors/20429", Status: 429}
+			assert.Equal(t, want, r.twErr(t), "step %d", i)
+		}
+	}
+	st := h.s.Stats()[ChannelSMS]
+	assert.Equal(t, 5, st.Accepted)
+	assert.Equal(t, 4, st.Throttled)
+	assert.Equal(t, map[string]int{"20429": 4}, st.ThrottledByCode)
+}
+
+func TestTwilioConcurrency(t *testing.T) {
+	t.Parallel()
+	entered := make(chan string, 10)
+	release := make(chan struct{})
+	h := newHarness(t, Options{
+		TwilioConcurrency: 2,
+		hold: func(channel string) {
+			if channel != ChannelSMS {
+				return
+			}
+			entered <- channel
+			<-release
+		},
+	})
+
+	var wg sync.WaitGroup
+	statuses := make([]int, 2)
+	for i, from := range []string{fromA, fromB} {
+		wg.Go(func() { statuses[i] = h.sms(smsForm(from, toSMS), nil).status })
+	}
+	for range 2 {
+		select {
+		case <-entered:
+		case <-time.After(10 * time.Second):
+			close(release)
+			t.Fatal("requests did not reach the emulator")
+		}
+	}
+
+	// Two in flight: a third, from a fresh sender, is over the account's limit.
+	r := h.sms(smsForm(fromC, toSMS), nil)
+	require.Equal(t, http.StatusTooManyRequests, r.status, "body: %s", r.body)
+	assert.Equal(t, twilioError{Code: 20429, Message: "Too Many Requests", MoreInfo: "https://www.twilio.com/docs/errors/20429", Status: 429}, r.twErr(t))
+
+	close(release)
+	wg.Wait()
+	assert.Equal(t, []int{201, 201}, statuses)
+
+	// The slots are free again; fromC was not charged by its refused request.
+	assert.Equal(t, http.StatusCreated, h.sms(smsForm(fromC, toSMS), nil).status)
+
+	st := h.s.Stats()[ChannelSMS]
+	assert.Equal(t, 3, st.Accepted)
+	assert.Equal(t, map[string]int{"20429": 1}, st.ThrottledByCode)
+}
+
+func TestTwilioLatencyIsCutByClose(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{Latency: time.Hour})
+	done := make(chan int)
+	go func() { done <- h.sms(smsForm(fromA, toSMS), nil).status }()
+	require.Eventually(t, func() bool {
+		h.s.mu.Lock()
+		defer h.s.mu.Unlock()
+		return h.s.inflight[DefaultTwilioAccountSID] == 1
+	}, 10*time.Second, time.Millisecond)
+	require.NoError(t, h.s.Close())
+	select {
+	case status := <-done:
+		assert.Equal(t, http.StatusCreated, status)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not end the Latency wait")
+	}
+}
+
+func TestTwilioAuth(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{})
+	const otherSID = "ACffffffffffffffffffffffffffffffff"
+	for _, tc := range []struct {
+		name, account, auth string
+	}{
+		{name: "missing", account: DefaultTwilioAccountSID},
+		{name: "wrong token", account: DefaultTwilioAccountSID, auth: basicAuth(DefaultTwilioAccountSID, "nope")},
+		{name: "wrong sid", account: DefaultTwilioAccountSID, auth: basicAuth(otherSID, DefaultTwilioAuthToken)},
+		{name: "other account in path", account: otherSID, auth: basicAuth(DefaultTwilioAccountSID, DefaultTwilioAuthToken)},
+		{name: "bearer", account: DefaultTwilioAccountSID, auth: "Bearer " + DefaultTwilioAuthToken},
+	} {
+		header := http.Header{"Authorization": nil}
+		if tc.auth != "" {
+			header = hdr("Authorization", tc.auth)
+		}
+		r := h.smsTo(tc.account, smsForm(fromA, toSMS), header)
+		require.Equal(t, http.StatusUnauthorized, r.status, tc.name)
+		assert.Equal(t, twilioError{Code: 20003, Message: "Authenticate", MoreInfo: "https://www.twilio.com/docs/errors/20003", Status: 401}, r.twErr(t), tc.name)
+		assert.Equal(t, `Basic realm="Twilio API"`, r.header.Get("WWW-Authenticate"), tc.name)
+	}
+	st := h.s.Stats()[ChannelSMS]
+	assert.Equal(t, 5, st.Rejected)
+	assert.Zero(t, st.Accepted)
+}
+
+func TestTwilioValidation(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{})
+	for _, tc := range []struct {
+		name string
+		form url.Values
+		code int
+	}{
+		{name: "no To", form: url.Values{"From": {fromA}, "Body": {"x"}}, code: 21604},
+		{name: "To without +", form: smsForm(fromA, "14155552345"), code: 21211},
+		{name: "To too short", form: smsForm(fromA, "+1415555"), code: 21211},
+		{name: "To too long", form: smsForm(fromA, "+1234567890123456"), code: 21211},
+		{name: "To channel address", form: smsForm(fromA, "whatsapp:"+toSMS), code: 21211},
+		{name: "no From", form: url.Values{"To": {toSMS}, "Body": {"x"}}, code: 21603},
+		{name: "bad From", form: smsForm("+1", toSMS), code: 21212},
+		{name: "alphanumeric From too long", form: smsForm("SluiceSenderX", toSMS), code: 21212},
+		{name: "bad MessagingServiceSid", form: url.Values{"To": {toSMS}, "MessagingServiceSid": {"MG123"}, "Body": {"x"}}, code: 21705},
+		{name: "no Body", form: url.Values{"From": {fromA}, "To": {toSMS}}, code: 21602},
+		{name: "Body over 1600", form: url.Values{"From": {fromA}, "To": {toSMS}, "Body": {strings.Repeat("é", 1601)}}, code: 21617},
+	} {
+		r := h.sms(tc.form, nil)
+		require.Equal(t, http.StatusBadRequest, r.status, "%s: %s", tc.name, r.body)
+		e := r.twErr(t)
+		assert.Equal(t, tc.code, e.Code, tc.name)
+		assert.Equal(t, 400, e.Status, tc.name)
+		assert.NotEmpty(t, e.Message, tc.name)
+		assert.True(t, strings.HasSuffix(e.MoreInfo, "/errors/"+strconv.Itoa(tc.code)), tc.name)
+	}
+	// 1600 characters is fine.
+	r := h.sms(url.Values{"From": {fromA}, "To": {toSMS}, "Body": {strings.Repeat("é", 1600)}}, nil)
+	assert.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
+
+	st := h.s.Stats()[ChannelSMS]
+	assert.Equal(t, 11, st.Rejected)
+	assert.Equal(t, 1, st.Accepted)
+}
+
+func TestTwilioMagicRecipients(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{Tolerance: -1})
+
+	r := h.sms(smsForm(fromA, "+14155550000"), nil)
+	require.Equal(t, http.StatusBadRequest, r.status)
+	assert.Equal(t, 21610, r.twErr(t).Code)
+
+	r = h.sms(smsForm(fromA, "+14155550500"), nil)
+	require.Equal(t, http.StatusInternalServerError, r.status)
+	assert.Equal(t, twilioError{Code: 20500, Message: "Internal Server Error", MoreInfo: "https://www.twilio.com/docs/errors/20500", Status: 500}, r.twErr(t))
+
+	// fromA's 1/s was not used up.
+	assert.Equal(t, http.StatusCreated, h.sms(smsForm(fromA, toSMS), nil).status)
+	st := h.s.Stats()[ChannelSMS]
+	assert.Equal(t, ChannelStats{Accepted: 1, Unique: 1, Rejected: 1, Failed: 1, ThrottledByCode: map[string]int{}}, st)
+}
+
+func TestTwilioDuplicates(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{})
+	for i, header := range []http.Header{
+		hdr("Idempotency-Key", "k1"),
+		hdr("I-Twilio-Idempotency-Token", "k1"),
+		hdr("Idempotency-Key", "k2", "I-Twilio-Idempotency-Token", "k1"),
+		nil,
+	} {
+		h.clock.Advance(time.Second)
+		require.Equal(t, http.StatusCreated, h.sms(smsForm(fromA, toSMS), header).status, "request %d", i)
+	}
+	var got []keyDup
+	for _, rec := range h.s.Records() {
+		got = append(got, keyDup{rec.IdempotencyKey, rec.Duplicate})
+	}
+	want := []keyDup{{"k1", false}, {"k1", true}, {"k2", false}, {"", false}}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(keyDup{})); diff != "" {
+		t.Errorf("records (-want +got):\n%s", diff)
+	}
+	st := h.s.Stats()[ChannelSMS]
+	assert.Equal(t, [3]int{4, 3, 1}, [3]int{st.Accepted, st.Unique, st.Duplicates})
+}

@@ -1,0 +1,442 @@
+package emulator
+
+import (
+	"encoding/json"
+	"net/http"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const phoneID = "106540352242922"
+
+func TestWhatsAppAccepts(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{})
+
+	r := h.wa(phoneID, textMessage("+16505551234"), nil)
+	require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
+	assert.Equal(t, "application/json", r.header.Get("Content-Type"))
+
+	var got waResponse
+	require.NoError(t, json.Unmarshal(r.body, &got))
+	require.Len(t, got.Messages, 1)
+	assert.Regexp(t, `^wamid\.[A-Za-z0-9_-]+$`, got.Messages[0].ID)
+	want := waResponse{
+		MessagingProduct: "whatsapp",
+		Contacts:         []waContact{{Input: "+16505551234", WaID: "16505551234"}},
+		Messages:         []waMessage{{ID: got.Messages[0].ID}},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("response (-want +got):\n%s", diff)
+	}
+
+	// Without "+", and a template.
+	tmpl := map[string]any{
+		"messaging_product": "whatsapp",
+		"to":                "16505551235",
+		"type":              "template",
+		"template": map[string]any{
+			"name":     "order_update",
+			"language": map[string]any{"code": "en_US"},
+			"components": []any{map[string]any{
+				"type": "body", "parameters": []any{map[string]any{"type": "text", "text": "42"}},
+			}},
+		},
+	}
+	r2 := h.wa(phoneID, tmpl, nil)
+	require.Equal(t, http.StatusOK, r2.status, "body: %s", r2.body)
+	var got2 waResponse
+	require.NoError(t, json.Unmarshal(r2.body, &got2))
+	assert.Equal(t, []waContact{{Input: "16505551235", WaID: "16505551235"}}, got2.Contacts)
+	assert.NotEqual(t, got.Messages[0].ID, got2.Messages[0].ID)
+
+	wantRecords := []Record{
+		{Channel: ChannelWhatsApp, At: t0, Sender: phoneID, Recipient: "+16505551234", ProviderID: got.Messages[0].ID},
+		{Channel: ChannelWhatsApp, At: t0, Sender: phoneID, Recipient: "+16505551235", ProviderID: got2.Messages[0].ID},
+	}
+	if diff := cmp.Diff(wantRecords, h.s.Records()); diff != "" {
+		t.Errorf("records (-want +got):\n%s", diff)
+	}
+	st := h.s.Stats()[ChannelWhatsApp]
+	assert.Equal(t, 2, st.Accepted)
+	assert.Equal(t, 2, st.Unique)
+}
+
+func TestWhatsAppThroughputAtOneInstant(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{}) // 80 per calendar second per phone-number-id
+
+	for i := range 80 {
+		r := h.waText(phoneID, recipient(i))
+		require.Equal(t, http.StatusOK, r.status, "message %d: %s", i, r.body)
+	}
+	r := h.waText(phoneID, recipient(80))
+	require.Equal(t, http.StatusBadRequest, r.status)
+	e := r.graphErr(t)
+	assert.Equal(t, 130429, e.Code)
+	assert.Equal(t, "OAuthException", e.Type)
+	assert.Equal(t, "(#130429) Rate limit hit", e.Message)
+	require.NotNil(t, e.ErrorData)
+	assert.Equal(t, "whatsapp", e.ErrorData.MessagingProduct)
+	assert.NotEmpty(t, e.ErrorData.Details)
+	assert.Len(t, e.FBTraceID, 23)
+
+	// Another business number has its own limit.
+	r = h.waText("106540352242923", recipient(80))
+	assert.Equal(t, http.StatusOK, r.status)
+
+	// The last instant of the second is still in it; the next whole second
+	// starts a new count.
+	h.clock.Set(t0.Add(time.Second - time.Nanosecond))
+	assert.Equal(t, 130429, h.waText(phoneID, recipient(80)).graphErr(t).Code)
+	h.clock.Set(t0.Add(time.Second))
+	assert.Equal(t, http.StatusOK, h.waText(phoneID, recipient(80)).status)
+
+	st := h.s.Stats()[ChannelWhatsApp]
+	assert.Equal(t, 82, st.Accepted)
+	assert.Equal(t, 2, st.Throttled)
+	assert.Equal(t, map[string]int{"130429": 2}, st.ThrottledByCode)
+	assert.Len(t, h.s.Records(), 82)
+}
+
+// burst is n arrivals at t0+at.
+func burst(at time.Duration, n int) []time.Duration {
+	out := make([]time.Duration, n)
+	for i := range out {
+		out[i] = at
+	}
+	return out
+}
+
+func TestWhatsAppThroughputPerCalendarSecond(t *testing.T) {
+	t.Parallel()
+	var topOfEachSecond, spread, straddle []time.Duration
+	for s := range 10 {
+		topOfEachSecond = append(topOfEachSecond, burst(time.Duration(s)*time.Second, 80)...)
+	}
+	for i := range 81 { // t0 .. t0+987.65ms, 12.35ms apart
+		spread = append(spread, time.Duration(i)*time.Second/81)
+	}
+	straddle = append(burst(ms(990), 40), burst(time.Second, 80)...)
+
+	for _, tc := range []struct {
+		name      string
+		tolerance time.Duration
+		arrivals  []time.Duration // since t0, one message each to a distinct recipient
+		refused   []int           // indices into arrivals answered 130429
+	}{
+		{name: "80 at the top of each second for 10s", arrivals: topOfEachSecond},
+		{name: "81 spread over one second", arrivals: spread, refused: []int{80}},
+		{name: "81 spread over one second, exact", tolerance: -1, arrivals: spread, refused: []int{80}},
+		// Tolerance is for interval limits only: it adds nothing to the cap.
+		{name: "81 at one instant, tolerance 1s", tolerance: time.Second, arrivals: burst(0, 81), refused: []int{80}},
+		// 120 within 10ms, but 40 in one calendar second and 80 in the next.
+		{name: "burst straddling a second boundary", arrivals: straddle},
+		{name: "41st at x.990 after 40", arrivals: append(burst(0, 40), burst(ms(990), 41)...), refused: []int{80}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, Options{Tolerance: tc.tolerance})
+			var refused []int
+			for i, at := range tc.arrivals {
+				h.clock.Set(t0.Add(at))
+				r := h.waText(phoneID, recipient(i))
+				switch r.status {
+				case http.StatusOK:
+				case http.StatusBadRequest:
+					require.Equal(t, 130429, r.graphErr(t).Code, "message %d at %s", i, at)
+					refused = append(refused, i)
+				default:
+					t.Fatalf("message %d at %s: status %d: %s", i, at, r.status, r.body)
+				}
+			}
+			if diff := cmp.Diff(tc.refused, refused, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("refused messages (-want +got):\n%s", diff)
+			}
+			st := h.s.Stats()[ChannelWhatsApp]
+			assert.Equal(t, len(tc.arrivals)-len(tc.refused), st.Accepted)
+			assert.Equal(t, len(tc.refused), st.Throttled)
+		})
+	}
+}
+
+func TestWhatsAppPacedExactlyIsAccepted(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{Tolerance: -1}) // exact
+	step := time.Second / 80                   // 12.5ms
+	for i := range 1000 {
+		h.clock.Set(t0.Add(time.Duration(i) * step))
+		r := h.waText(phoneID, recipient(i))
+		require.Equal(t, http.StatusOK, r.status, "message %d: %s", i, r.body)
+	}
+	st := h.s.Stats()[ChannelWhatsApp]
+	assert.Equal(t, 1000, st.Accepted)
+	assert.Zero(t, st.Throttled)
+}
+
+func TestWhatsApp81stInOneSecondIsRefused(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{Tolerance: -1})
+	step := time.Second / 80
+	for i := range 80 { // t0 .. t0+987.5ms
+		h.clock.Set(t0.Add(time.Duration(i) * step))
+		require.Equal(t, http.StatusOK, h.waText(phoneID, recipient(i)).status, "message %d", i)
+	}
+	// The 81st at the same instant as the 80th, and just before the next slot.
+	r := h.waText(phoneID, recipient(80))
+	require.Equal(t, http.StatusBadRequest, r.status)
+	assert.Equal(t, 130429, r.graphErr(t).Code)
+	h.clock.Set(t0.Add(time.Second - time.Nanosecond))
+	assert.Equal(t, 130429, h.waText(phoneID, recipient(80)).graphErr(t).Code)
+	// The refused requests did not move the schedule: the next slot is t0+1s.
+	h.clock.Set(t0.Add(time.Second))
+	assert.Equal(t, http.StatusOK, h.waText(phoneID, recipient(80)).status)
+	assert.Equal(t, 2, h.s.Stats()[ChannelWhatsApp].Throttled)
+}
+
+func TestWhatsAppToleranceAbsorbsJitter(t *testing.T) {
+	t.Parallel()
+	// A sender paced at the pair limit (1 per 6s to one recipient) whose
+	// requests arrive 20ms late (even) or 20ms early (odd): each odd one is
+	// 40ms early on the previous one's schedule.
+	const to = "+16505551234"
+	arrivals := func(i int) time.Time {
+		jitter := 20 * time.Millisecond
+		if i%2 == 1 {
+			jitter = -jitter
+		}
+		return t0.Add(time.Duration(i)*DefaultPairInterval + jitter)
+	}
+	for _, tc := range []struct {
+		name      string
+		tolerance time.Duration
+		throttled int
+	}{
+		{name: "default 50ms", tolerance: 0, throttled: 0},
+		{name: "40ms", tolerance: 40 * time.Millisecond, throttled: 0},
+		{name: "39ms", tolerance: 39 * time.Millisecond, throttled: 10}, // every early (odd) arrival
+		{name: "exact", tolerance: -1, throttled: 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, Options{Tolerance: tc.tolerance})
+			for i := range 20 {
+				h.clock.Set(arrivals(i))
+				r := h.waText(phoneID, to)
+				if r.status != http.StatusOK {
+					require.Equal(t, 131056, r.graphErr(t).Code, "message %d", i)
+				}
+			}
+			st := h.s.Stats()[ChannelWhatsApp]
+			assert.Equal(t, tc.throttled, st.Throttled)
+			assert.Equal(t, tc.throttled, st.ThrottledByCode["131056"])
+		})
+	}
+}
+
+func TestWhatsAppPairRate(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{}) // 1 per 6s per pair, tolerance 50ms
+	const to = "+16505551234"
+	steps := []struct {
+		at     time.Duration
+		to     string
+		status int
+		code   int
+	}{
+		{at: 0, to: to, status: 200},
+		{at: time.Second, to: to, status: 400, code: 131056},
+		{at: time.Second, to: "+16505551299", status: 200}, // other recipients unaffected
+		{at: 5900 * time.Millisecond, to: to, status: 400, code: 131056},
+		{at: 6 * time.Second, to: to, status: 200},
+		{at: 6500 * time.Millisecond, to: to, status: 400, code: 131056},
+		{at: 11950 * time.Millisecond, to: to, status: 200}, // 50ms early is tolerated
+	}
+	for i, st := range steps {
+		h.clock.Set(t0.Add(st.at))
+		r := h.waText(phoneID, st.to)
+		require.Equal(t, st.status, r.status, "step %d: %s", i, r.body)
+		if st.code != 0 {
+			e := r.graphErr(t)
+			assert.Equal(t, st.code, e.Code, "step %d", i)
+			assert.Equal(t, "(#131056) (Business Account, Consumer Account) pair rate limit hit", e.Message)
+		}
+	}
+	st := h.s.Stats()[ChannelWhatsApp]
+	assert.Equal(t, map[string]int{"131056": 3}, st.ThrottledByCode)
+	assert.Equal(t, 4, st.Accepted)
+}
+
+func TestWhatsAppAuth(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{WhatsAppToken: "secret-token"})
+	for _, tc := range []struct {
+		name, auth string
+		code       int
+	}{
+		{name: "missing", auth: "", code: 104},
+		{name: "wrong token", auth: "Bearer test-token", code: 190},
+		{name: "not bearer", auth: "Basic c2VjcmV0LXRva2Vu", code: 190},
+	} {
+		header := http.Header{"Authorization": {tc.auth}}
+		if tc.auth == "" {
+			header = http.Header{"Authorization": nil}
+		}
+		r := h.wa(phoneID, textMessage("+16505551234"), header)
+		require.Equal(t, http.StatusUnauthorized, r.status, tc.name)
+		e := r.graphErr(t)
+		assert.Equal(t, tc.code, e.Code, tc.name)
+		assert.Equal(t, "OAuthException", e.Type, tc.name)
+		assert.Nil(t, e.ErrorData, tc.name)
+		assert.NotEmpty(t, r.header.Get("WWW-Authenticate"), tc.name)
+	}
+	r := h.wa(phoneID, textMessage("+16505551234"), hdr("Authorization", "Bearer secret-token"))
+	assert.Equal(t, http.StatusOK, r.status)
+
+	st := h.s.Stats()[ChannelWhatsApp]
+	assert.Equal(t, 3, st.Rejected)
+	assert.Equal(t, 1, st.Accepted)
+}
+
+func TestWhatsAppValidation(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{})
+	with := func(mut func(m map[string]any)) map[string]any {
+		m := textMessage("+16505551234")
+		mut(m)
+		return m
+	}
+	for _, tc := range []struct {
+		name    string
+		path    string
+		payload any
+		code    int
+		subcode int
+	}{
+		{name: "version without v", path: "/23.0/" + phoneID + "/messages", payload: textMessage("+16505551234"), code: 2500},
+		{name: "version without minor", path: "/v23/" + phoneID + "/messages", payload: textMessage("+16505551234"), code: 2500},
+		{name: "phone id not numeric", path: "/v23.0/me/messages", payload: textMessage("+16505551234"), code: 100, subcode: 33},
+		{name: "not JSON", payload: "{", code: 100},
+		{name: "JSON array", payload: "[]", code: 100},
+		{name: "no messaging_product", payload: with(func(m map[string]any) { delete(m, "messaging_product") }), code: 100},
+		{name: "wrong messaging_product", payload: with(func(m map[string]any) { m["messaging_product"] = "sms" }), code: 100},
+		{name: "group recipient", payload: with(func(m map[string]any) { m["recipient_type"] = "group" }), code: 100},
+		{name: "no to", payload: with(func(m map[string]any) { delete(m, "to") }), code: 100},
+		{name: "to with letters", payload: with(func(m map[string]any) { m["to"] = "+1650555ABCD" }), code: 100},
+		{name: "to too short", payload: with(func(m map[string]any) { m["to"] = "+1234567" }), code: 100},
+		{name: "to too long", payload: with(func(m map[string]any) { m["to"] = "+1234567890123456" }), code: 100},
+		{name: "to not a string", payload: with(func(m map[string]any) { m["to"] = 16505551234 }), code: 100},
+		{name: "empty text body", payload: with(func(m map[string]any) { m["text"] = map[string]any{"body": ""} }), code: 100},
+		{name: "no text", payload: with(func(m map[string]any) { delete(m, "text") }), code: 100},
+		{name: "template without name", payload: with(func(m map[string]any) {
+			m["type"] = "template"
+			m["template"] = map[string]any{"language": map[string]any{"code": "en_US"}}
+		}), code: 100},
+		{name: "template without language", payload: with(func(m map[string]any) {
+			m["type"] = "template"
+			m["template"] = map[string]any{"name": "order_update"}
+		}), code: 100},
+		{name: "unsupported type", payload: with(func(m map[string]any) { m["type"] = "image" }), code: 100},
+	} {
+		path := tc.path
+		if path == "" {
+			path = "/v23.0/" + phoneID + "/messages"
+		}
+		r := h.waRaw(path, tc.payload, nil)
+		require.Equal(t, http.StatusBadRequest, r.status, "%s: %s", tc.name, r.body)
+		e := r.graphErr(t)
+		assert.Equal(t, tc.code, e.Code, tc.name)
+		assert.Equal(t, tc.subcode, e.ErrorSubcode, tc.name)
+		assert.NotEmpty(t, e.Message, tc.name)
+		assert.NotEmpty(t, e.FBTraceID, tc.name)
+	}
+	st := h.s.Stats()[ChannelWhatsApp]
+	assert.Equal(t, 18, st.Rejected)
+	assert.Zero(t, st.Accepted)
+	assert.Empty(t, h.s.Records())
+}
+
+func TestWhatsAppMagicRecipients(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{Tolerance: -1})
+
+	r := h.waText(phoneID, "+16505550000")
+	require.Equal(t, http.StatusBadRequest, r.status)
+	e := r.graphErr(t)
+	assert.Equal(t, 131026, e.Code)
+	assert.Equal(t, "(#131026) Message undeliverable", e.Message)
+	assert.Nil(t, e.IsTransient)
+
+	r = h.waText(phoneID, "16505550500")
+	require.Equal(t, http.StatusInternalServerError, r.status)
+	e = r.graphErr(t)
+	assert.Equal(t, 131000, e.Code)
+	assert.Equal(t, "(#131000) Something went wrong", e.Message)
+	require.NotNil(t, e.IsTransient)
+	assert.True(t, *e.IsTransient)
+
+	// Neither used up the number's limit: an exact limiter still has room
+	// at this instant.
+	assert.Equal(t, http.StatusOK, h.waText(phoneID, "+16505551234").status)
+
+	st := h.s.Stats()[ChannelWhatsApp]
+	assert.Equal(t, ChannelStats{Accepted: 1, Unique: 1, Rejected: 1, Failed: 1, ThrottledByCode: map[string]int{}}, st)
+	assert.Len(t, h.s.Records(), 1)
+}
+
+func TestWhatsAppDuplicates(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{})
+	send := func(to string, header http.Header, opaque string) {
+		t.Helper()
+		m := textMessage(to)
+		if opaque != "" {
+			m["biz_opaque_callback_data"] = opaque
+		}
+		h.clock.Advance(time.Second)
+		r := h.wa(phoneID, m, header)
+		require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
+	}
+	send("+16505551231", hdr("Idempotency-Key", "k1"), "")
+	send("+16505551232", hdr("Idempotency-Key", "k1"), "ignored") // header wins
+	send("+16505551233", nil, "k2")                               // body fallback
+	send("+16505551234", nil, "")                                 // no key
+	send("+16505551235", nil, "")                                 // no key: not a duplicate
+	send("+16505551236", hdr("Idempotency-Key", "k2"), "")
+
+	var got []keyDup
+	for _, rec := range h.s.Records() {
+		got = append(got, keyDup{rec.IdempotencyKey, rec.Duplicate})
+	}
+	want := []keyDup{{"k1", false}, {"k1", true}, {"k2", false}, {"", false}, {"", false}, {"k2", true}}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(keyDup{})); diff != "" {
+		t.Errorf("records (-want +got):\n%s", diff)
+	}
+	st := h.s.Stats()[ChannelWhatsApp]
+	if diff := cmp.Diff(ChannelStats{Accepted: 6, Unique: 4, Duplicates: 2}, st, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("stats (-want +got):\n%s", diff)
+	}
+}
+
+type keyDup struct {
+	key string
+	dup bool
+}
+
+func TestNewWamidUnique(t *testing.T) {
+	t.Parallel()
+	re := regexp.MustCompile(`^wamid\.[A-Za-z0-9_-]+$`)
+	seen := map[string]bool{}
+	for range 1000 {
+		id := newWamid("16505551234")
+		require.Regexp(t, re, id)
+		require.False(t, seen[id], "duplicate %s", id)
+		seen[id] = true
+	}
+}

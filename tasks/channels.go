@@ -1,0 +1,122 @@
+package tasks
+
+import (
+	"net/url"
+	"slices"
+	"strings"
+)
+
+// channels lists, per channel, its task type and the names of the fields its
+// payload exposes to limit-key templates. The channel name is also the task
+// type's default queue.
+var channels = []struct {
+	name, taskType string
+	fields         []string
+}{
+	{"whatsapp", TypeWhatsAppSend, []string{"phone_number_id", "to"}},
+	{"sms", TypeSMSSend, []string{"from", "messaging_service_sid", "to", "sender"}},
+	{"webhook", TypeWebhookDeliver, []string{"url", "host", "endpoint", "event_type"}},
+	{"http", TypeHTTPCall, []string{"method", "url", "host"}},
+}
+
+// Channels returns the channel names, in a fixed order:
+// "whatsapp", "sms", "webhook", "http".
+func Channels() []string {
+	names := make([]string, len(channels))
+	for i, c := range channels {
+		names[i] = c.name
+	}
+	return names
+}
+
+// ChannelTaskType returns the task type sent on a channel ("sms" →
+// TypeSMSSend), or false if channel is not one of Channels().
+func ChannelTaskType(channel string) (string, bool) {
+	for _, c := range channels {
+		if c.name == channel {
+			return c.taskType, true
+		}
+	}
+	return "", false
+}
+
+// DefaultQueue returns the asynq queue the constructors put a task type in:
+// its channel's name ("whatsapp", "sms", "webhook", "http"), one queue per
+// channel so that one channel's backlog never delays another. It returns ""
+// for an unknown task type.
+func DefaultQueue(taskType string) string {
+	for _, c := range channels {
+		if c.taskType == taskType {
+			return c.name
+		}
+	}
+	return ""
+}
+
+// FieldNames returns the names of the fields that the task type's Fields
+// method returns, i.e. the placeholders a limit-key template may use for it,
+// or false for an unknown task type. The slice is the caller's to modify.
+func FieldNames(taskType string) ([]string, bool) {
+	for _, c := range channels {
+		if c.taskType == taskType {
+			return slices.Clone(c.fields), true
+		}
+	}
+	return nil, false
+}
+
+// Fields returns the values limit-key templates may use: "phone_number_id"
+// and "to".
+func (p WhatsAppSend) Fields() map[string]string {
+	return map[string]string{
+		"phone_number_id": p.PhoneNumberID,
+		"to":              p.To,
+	}
+}
+
+// Fields returns the values limit-key templates may use: "from",
+// "messaging_service_sid", "to" and "sender" (From if set, else
+// MessagingServiceSID). Unset fields map to "".
+func (p SMSSend) Fields() map[string]string {
+	sender := p.From
+	if sender == "" {
+		sender = p.MessagingServiceSID
+	}
+	return map[string]string{
+		"from":                  p.From,
+		"messaging_service_sid": p.MessagingServiceSID,
+		"to":                    p.To,
+		"sender":                sender,
+	}
+}
+
+// Fields returns the values limit-key templates may use: "url", "host" (the
+// URL's host with its port if it has one, lower-cased: "api.example.com:8443"),
+// "endpoint" and "event_type".
+func (p WebhookDeliver) Fields() map[string]string {
+	return map[string]string{
+		"url":        p.URL,
+		"host":       urlHost(p.URL),
+		"endpoint":   p.Endpoint,
+		"event_type": p.EventType,
+	}
+}
+
+// Fields returns the values limit-key templates may use: "method", "url" and
+// "host" (as for WebhookDeliver).
+func (p HTTPCall) Fields() map[string]string {
+	return map[string]string{
+		"method": p.Method,
+		"url":    p.URL,
+		"host":   urlHost(p.URL),
+	}
+}
+
+// urlHost returns the lower-cased host[:port] of s, or "" if s does not parse.
+func urlHost(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return ""
+	}
+	return strings.ToLower(u.Host)
+}

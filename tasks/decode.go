@@ -1,0 +1,73 @@
+package tasks
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+)
+
+// ErrMalformed is wrapped by every Decode… error: the payload is not valid
+// JSON for its type, has an unknown field or an unsupported version, or fails
+// Validate. Retrying cannot fix it; a worker should fail the task without
+// retry (wrap asynq.SkipRetry).
+var ErrMalformed = errors.New("malformed payload")
+
+// malformedError reads "payload: <cause>" and matches both ErrMalformed and
+// the cause with errors.Is and errors.As.
+type malformedError struct{ err error }
+
+func (e *malformedError) Error() string   { return "payload: " + e.err.Error() }
+func (e *malformedError) Unwrap() []error { return []error{ErrMalformed, e.err} }
+
+// DecodeWhatsAppSend parses a whatsapp:send task payload. Decoding is strict:
+// unknown fields, trailing data, a "v" other than PayloadVersion and anything
+// Validate rejects (including non-E.164 numbers) are errors wrapping
+// ErrMalformed, e.g. `payload: json: unknown field "foo"` or
+// `payload: v: unsupported version 2 (want 1)`.
+func DecodeWhatsAppSend(b []byte) (WhatsAppSend, error) { return decode[WhatsAppSend](b) }
+
+// DecodeSMSSend parses an sms:send task payload; see DecodeWhatsAppSend.
+func DecodeSMSSend(b []byte) (SMSSend, error) { return decode[SMSSend](b) }
+
+// DecodeWebhookDeliver parses a webhook:deliver task payload; see
+// DecodeWhatsAppSend.
+func DecodeWebhookDeliver(b []byte) (WebhookDeliver, error) { return decode[WebhookDeliver](b) }
+
+// DecodeHTTPCall parses an http:call task payload; see DecodeWhatsAppSend.
+func DecodeHTTPCall(b []byte) (HTTPCall, error) { return decode[HTTPCall](b) }
+
+func decode[T interface{ Validate() error }](b []byte) (T, error) {
+	var zero, p T
+	err := decodeStrict(b, &p)
+	// A payload from a newer producer may have fields this version does not
+	// know; report its version rather than the first unknown field.
+	var head struct {
+		V int `json:"v"`
+	}
+	if json.Unmarshal(b, &head) == nil && head.V != PayloadVersion {
+		return zero, &malformedError{checkVersion(head.V)}
+	}
+	if err != nil {
+		return zero, &malformedError{err}
+	}
+	if err := p.Validate(); err != nil {
+		return zero, &malformedError{err}
+	}
+	return p, nil
+}
+
+func decodeStrict(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if err == io.EOF {
+			return errors.New("empty")
+		}
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("json: unexpected data after the top-level value")
+	}
+	return nil
+}

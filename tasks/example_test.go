@@ -1,0 +1,60 @@
+package tasks_test
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/sluice-dev/sluice/tasks"
+)
+
+func ExampleNewWhatsAppSendTask() {
+	task, err := tasks.NewWhatsAppSendTask(tasks.WhatsAppSend{
+		PhoneNumberID: "106540352242922",
+		To:            "+1 (202) 555-0123",
+		Template: &tasks.Template{
+			Name:       "order_update",
+			Language:   "en_US",
+			Parameters: []string{"Ava", "ORD-100123"},
+		},
+		IdempotencyKey: "order-100123-shipped",
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(task.Type())
+	fmt.Println(string(task.Payload()))
+	// Output:
+	// whatsapp:send
+	// {"v":1,"phone_number_id":"106540352242922","to":"+12025550123","template":{"name":"order_update","language":"en_US","parameters":["Ava","ORD-100123"]},"idempotency_key":"order-100123-shipped"}
+}
+
+func ExampleNewWhatsAppSendTask_invalid() {
+	_, err := tasks.NewWhatsAppSendTask(tasks.WhatsAppSend{
+		PhoneNumberID: "106540352242922",
+		To:            "+1555",
+		Text:          "Your order shipped",
+	})
+	fmt.Println(err)
+	// Output:
+	// to: "+1555" is not a valid E.164 phone number
+}
+
+func ExampleDecodeWhatsAppSend() {
+	_, err := tasks.DecodeWhatsAppSend([]byte(`{"v":2,"phone_number_id":"1","to":"+12025550123","text":"hi"}`))
+	fmt.Println(err)
+	fmt.Println(errors.Is(err, tasks.ErrMalformed))
+	// Output:
+	// payload: v: unsupported version 2 (want 1)
+	// true
+}
+
+func ExampleSMSSend_Fields() {
+	p := tasks.SMSSend{MessagingServiceSID: "MG0123456789abcdef0123456789abcdef", To: "+12025550123"}
+	fmt.Println(p.Fields()["sender"])
+	names, _ := tasks.FieldNames(tasks.TypeSMSSend)
+	fmt.Println(names)
+	// Output:
+	// MG0123456789abcdef0123456789abcdef
+	// [from messaging_service_sid to sender]
+}

@@ -1,0 +1,129 @@
+package tasks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+)
+
+// Defaults the task constructors apply; caller options override them.
+const (
+	// DefaultMaxRetry is how many times a failed task is retried before asynq
+	// archives it.
+	DefaultMaxRetry = 10
+	// DefaultRetention is how long a completed task stays in Redis. While it
+	// does, its ID (the idempotency key) stays reserved, so enqueuing the same
+	// key again fails with ErrDuplicate instead of sending twice.
+	DefaultRetention = 24 * time.Hour
+)
+
+// ErrDuplicate is wrapped by the Enqueue… helpers when asynq rejects the task
+// because a task with the same ID (the payload's IdempotencyKey) already
+// exists in the queue: pending, scheduled, running, retrying, archived, or
+// completed within the retention period. The message was not enqueued again;
+// for a retried producer this usually means success.
+var ErrDuplicate = errors.New("duplicate task")
+
+// NewWhatsAppSendTask normalizes p (sets V, rewrites To as E.164), validates
+// it and returns a whatsapp:send task. Options, in order: Queue("whatsapp"),
+// MaxRetry(DefaultMaxRetry), Retention(DefaultRetention), TaskID(key) when
+// p.IdempotencyKey is set, then opts, which override any of them.
+//
+// The error is Validate's (it names the field); p is not modified.
+func NewWhatsAppSendTask(p WhatsAppSend, opts ...asynq.Option) (*asynq.Task, error) {
+	p.normalize()
+	return newTask(TypeWhatsAppSend, p, p.IdempotencyKey, opts)
+}
+
+// NewSMSSendTask is NewWhatsAppSendTask for sms:send tasks: it normalizes
+// From and To to E.164 and uses the "sms" queue.
+func NewSMSSendTask(p SMSSend, opts ...asynq.Option) (*asynq.Task, error) {
+	p.normalize()
+	return newTask(TypeSMSSend, p, p.IdempotencyKey, opts)
+}
+
+// NewWebhookDeliverTask is NewWhatsAppSendTask for webhook:deliver tasks: it
+// trims the URL and uses the "webhook" queue.
+func NewWebhookDeliverTask(p WebhookDeliver, opts ...asynq.Option) (*asynq.Task, error) {
+	p.normalize()
+	return newTask(TypeWebhookDeliver, p, p.IdempotencyKey, opts)
+}
+
+// NewHTTPCallTask is NewWhatsAppSendTask for http:call tasks: it upper-cases
+// Method, trims the URL and uses the "http" queue.
+func NewHTTPCallTask(p HTTPCall, opts ...asynq.Option) (*asynq.Task, error) {
+	p.normalize()
+	return newTask(TypeHTTPCall, p, p.IdempotencyKey, opts)
+}
+
+func newTask(typ string, p interface{ Validate() error }, key string, opts []asynq.Option) (*asynq.Task, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("%s: encode payload: %w", typ, err)
+	}
+	all := []asynq.Option{
+		asynq.Queue(DefaultQueue(typ)),
+		asynq.MaxRetry(DefaultMaxRetry),
+		asynq.Retention(DefaultRetention),
+	}
+	if key != "" {
+		all = append(all, asynq.TaskID(key))
+	}
+	return asynq.NewTask(typ, b, append(all, opts...)...), nil
+}
+
+// EnqueueWhatsAppSend builds the task with NewWhatsAppSendTask(p, opts...) and
+// enqueues it. If the idempotency key is already taken it returns an error
+// wrapping both ErrDuplicate and asynq.ErrTaskIDConflict.
+func EnqueueWhatsAppSend(ctx context.Context, c *asynq.Client, p WhatsAppSend, opts ...asynq.Option) (*asynq.TaskInfo, error) {
+	t, err := NewWhatsAppSendTask(p, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return enqueue(ctx, c, t, p.IdempotencyKey)
+}
+
+// EnqueueSMSSend is EnqueueWhatsAppSend for sms:send tasks.
+func EnqueueSMSSend(ctx context.Context, c *asynq.Client, p SMSSend, opts ...asynq.Option) (*asynq.TaskInfo, error) {
+	t, err := NewSMSSendTask(p, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return enqueue(ctx, c, t, p.IdempotencyKey)
+}
+
+// EnqueueWebhookDeliver is EnqueueWhatsAppSend for webhook:deliver tasks.
+func EnqueueWebhookDeliver(ctx context.Context, c *asynq.Client, p WebhookDeliver, opts ...asynq.Option) (*asynq.TaskInfo, error) {
+	t, err := NewWebhookDeliverTask(p, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return enqueue(ctx, c, t, p.IdempotencyKey)
+}
+
+// EnqueueHTTPCall is EnqueueWhatsAppSend for http:call tasks.
+func EnqueueHTTPCall(ctx context.Context, c *asynq.Client, p HTTPCall, opts ...asynq.Option) (*asynq.TaskInfo, error) {
+	t, err := NewHTTPCallTask(p, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return enqueue(ctx, c, t, p.IdempotencyKey)
+}
+
+func enqueue(ctx context.Context, c *asynq.Client, t *asynq.Task, key string) (*asynq.TaskInfo, error) {
+	info, err := c.EnqueueContext(ctx, t)
+	switch {
+	case errors.Is(err, asynq.ErrTaskIDConflict) || errors.Is(err, asynq.ErrDuplicateTask):
+		return nil, fmt.Errorf("enqueue %s (idempotency_key %q): %w: %w", t.Type(), key, ErrDuplicate, err)
+	case err != nil:
+		return nil, fmt.Errorf("enqueue %s: %w", t.Type(), err)
+	}
+	return info, nil
+}

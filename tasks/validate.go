@@ -1,0 +1,353 @@
+package tasks
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/nyaruka/phonenumbers"
+)
+
+// Limits enforced by Validate. Text lengths count Unicode code points, as the
+// providers do.
+const (
+	maxWhatsAppText   = 4096 // WhatsApp Cloud API text body and template parameters
+	maxSMSBody        = 1600 // Twilio Programmable Messaging body
+	maxTemplateName   = 512  // WhatsApp template names
+	maxIdempotencyKey = 200
+)
+
+var (
+	templateNameRE = regexp.MustCompile(`^[a-z0-9_]+$`)
+	serviceSIDRE   = regexp.MustCompile(`^MG[0-9a-fA-F]{32}$`)
+)
+
+// httpMethods are the methods an HTTPCall may use.
+var httpMethods = []string{"GET", "POST", "PUT", "PATCH", "DELETE"}
+
+// NormalizePhone parses s as an international phone number and returns it in
+// E.164 form ("+12025550123"). s must start with "+" followed by digits,
+// optionally grouped with spaces, dashes and parentheses
+// ("+1 (202) 555-0123"); surrounding whitespace is ignored. Letters,
+// extensions and national formats without a country code are rejected. The
+// number must be valid according to libphonenumber's metadata (a known
+// country code, the right length and an assigned range).
+//
+// The error reads `"+1555" is not a valid E.164 phone number`; callers prefix
+// it with the field name.
+func NormalizePhone(s string) (string, error) {
+	t := strings.TrimSpace(s)
+	if !phoneSyntax(t) {
+		return "", fmt.Errorf("%q is not a valid E.164 phone number", s)
+	}
+	n, err := phonenumbers.Parse(t, "ZZ")
+	if err != nil || !phonenumbers.IsValidNumber(n) {
+		return "", fmt.Errorf("%q is not a valid E.164 phone number", s)
+	}
+	return phonenumbers.Format(n, phonenumbers.E164), nil
+}
+
+// phoneSyntax reports whether s is "+" followed by digits and the grouping
+// characters space, '-', '(' and ')', with at least one digit.
+func phoneSyntax(s string) bool {
+	if len(s) < 2 || s[0] != '+' {
+		return false
+	}
+	digits := 0
+	for _, c := range []byte(s[1:]) {
+		switch {
+		case c >= '0' && c <= '9':
+			digits++
+		case c == ' ' || c == '-' || c == '(' || c == ')':
+		default:
+			return false
+		}
+	}
+	return digits > 0
+}
+
+// normPhone returns the E.164 form of s, or s unchanged if it is not a valid
+// number (Validate then reports it).
+func normPhone(s string) string {
+	if e, err := NormalizePhone(s); err == nil {
+		return e
+	}
+	return s
+}
+
+// Validate reports whether p is a well-formed version-1 payload in canonical
+// form: the error names the first offending field by its JSON name
+// (`to: "+1555" is not a valid E.164 phone number`). Phone numbers must
+// already be in E.164 form; NewWhatsAppSendTask normalizes them first.
+func (p WhatsAppSend) Validate() error {
+	if err := checkVersion(p.V); err != nil {
+		return err
+	}
+	if p.PhoneNumberID == "" {
+		return errors.New("phone_number_id: required")
+	}
+	if !allDigits(p.PhoneNumberID) {
+		return fmt.Errorf("phone_number_id: %q must contain only digits", p.PhoneNumberID)
+	}
+	if err := checkPhone("to", p.To); err != nil {
+		return err
+	}
+	switch {
+	case p.Text != "" && p.Template != nil:
+		return errors.New("text, template: set exactly one (got both)")
+	case p.Text == "" && p.Template == nil:
+		return errors.New("text, template: set exactly one (got neither)")
+	case p.Text != "":
+		if err := checkText("text", p.Text, maxWhatsAppText); err != nil {
+			return err
+		}
+	default:
+		if err := p.Template.validate(); err != nil {
+			return err
+		}
+	}
+	return checkIdempotencyKey(p.IdempotencyKey)
+}
+
+func (t *Template) validate() error {
+	switch {
+	case t.Name == "":
+		return errors.New("template.name: required")
+	case len(t.Name) > maxTemplateName:
+		return fmt.Errorf("template.name: %d characters, want at most %d", len(t.Name), maxTemplateName)
+	case !templateNameRE.MatchString(t.Name):
+		return fmt.Errorf("template.name: %q must match %s", t.Name, templateNameRE)
+	case t.Language == "":
+		return errors.New("template.language: required")
+	}
+	for i, v := range t.Parameters {
+		if err := checkText(fmt.Sprintf("template.parameters[%d]", i), v, maxWhatsAppText); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Validate reports whether p is a well-formed version-1 payload in canonical
+// form; the error names the first offending field by its JSON name. Exactly
+// one of From (E.164) and MessagingServiceSID ("MG" + 32 hex digits) must be
+// set; Body must be non-blank and at most 1600 characters.
+func (p SMSSend) Validate() error {
+	if err := checkVersion(p.V); err != nil {
+		return err
+	}
+	switch {
+	case p.From != "" && p.MessagingServiceSID != "":
+		return errors.New("from, messaging_service_sid: set exactly one (got both)")
+	case p.From == "" && p.MessagingServiceSID == "":
+		return errors.New("from, messaging_service_sid: set exactly one (got neither)")
+	case p.From != "":
+		if err := checkPhone("from", p.From); err != nil {
+			return err
+		}
+	case !serviceSIDRE.MatchString(p.MessagingServiceSID):
+		return fmt.Errorf("messaging_service_sid: %q must be \"MG\" followed by 32 hex digits", p.MessagingServiceSID)
+	}
+	if err := checkPhone("to", p.To); err != nil {
+		return err
+	}
+	if err := checkText("body", p.Body, maxSMSBody); err != nil {
+		return err
+	}
+	return checkIdempotencyKey(p.IdempotencyKey)
+}
+
+// Validate reports whether p is a well-formed version-1 payload; the error
+// names the first offending field by its JSON name. URL must be an absolute
+// http(s) URL with a host and no userinfo; Payload must be a JSON object or
+// array (an empty payload is an error, not "{}").
+func (p WebhookDeliver) Validate() error {
+	if err := checkVersion(p.V); err != nil {
+		return err
+	}
+	if err := checkURL("url", p.URL); err != nil {
+		return err
+	}
+	if strings.TrimSpace(p.EventType) == "" {
+		return errors.New("event_type: required")
+	}
+	if err := checkJSONPayload(p.Payload); err != nil {
+		return err
+	}
+	return checkIdempotencyKey(p.IdempotencyKey)
+}
+
+// Validate reports whether p is a well-formed version-1 payload; the error
+// names the first offending field by its JSON name. Method must be one of
+// GET, POST, PUT, PATCH, DELETE in upper case (NewHTTPCallTask upper-cases
+// it); URL must be an absolute http(s) URL; header names must be RFC 9110
+// tokens and values must not contain CR, LF or NUL.
+func (p HTTPCall) Validate() error {
+	if err := checkVersion(p.V); err != nil {
+		return err
+	}
+	if !slices.Contains(httpMethods, p.Method) {
+		return fmt.Errorf("method: %q is not one of %s", p.Method, strings.Join(httpMethods, ", "))
+	}
+	if err := checkURL("url", p.URL); err != nil {
+		return err
+	}
+	names := make([]string, 0, len(p.Headers))
+	for name := range p.Headers {
+		names = append(names, name)
+	}
+	slices.Sort(names) // report the same header first every time
+	for _, name := range names {
+		if !isToken(name) {
+			return fmt.Errorf("headers: %q is not a valid header name", name)
+		}
+		if strings.ContainsAny(p.Headers[name], "\r\n\x00") {
+			return fmt.Errorf("headers[%q]: value contains CR, LF or NUL", name)
+		}
+	}
+	return checkIdempotencyKey(p.IdempotencyKey)
+}
+
+func (p *WhatsAppSend) normalize() {
+	p.V = PayloadVersion
+	p.PhoneNumberID = strings.TrimSpace(p.PhoneNumberID)
+	p.To = normPhone(p.To)
+}
+
+func (p *SMSSend) normalize() {
+	p.V = PayloadVersion
+	p.From = normPhone(p.From)
+	p.MessagingServiceSID = strings.TrimSpace(p.MessagingServiceSID)
+	p.To = normPhone(p.To)
+}
+
+func (p *WebhookDeliver) normalize() {
+	p.V = PayloadVersion
+	p.URL = strings.TrimSpace(p.URL)
+}
+
+func (p *HTTPCall) normalize() {
+	p.V = PayloadVersion
+	p.Method = strings.ToUpper(strings.TrimSpace(p.Method))
+	p.URL = strings.TrimSpace(p.URL)
+}
+
+func checkVersion(v int) error {
+	if v != PayloadVersion {
+		return fmt.Errorf("v: unsupported version %d (want %d)", v, PayloadVersion)
+	}
+	return nil
+}
+
+// checkPhone requires s to be a valid number already in E.164 form.
+func checkPhone(field, s string) error {
+	if s == "" {
+		return fmt.Errorf("%s: required", field)
+	}
+	e, err := NormalizePhone(s)
+	if err != nil {
+		return fmt.Errorf("%s: %w", field, err)
+	}
+	if e != s {
+		return fmt.Errorf("%s: %q is not in E.164 form (want %q)", field, s, e)
+	}
+	return nil
+}
+
+// checkText requires s to be non-blank UTF-8 of at most max code points.
+func checkText(field, s string, max int) error {
+	switch {
+	case strings.TrimSpace(s) == "":
+		return fmt.Errorf("%s: required (got only whitespace or nothing)", field)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%s: not valid UTF-8", field)
+	}
+	if n := utf8.RuneCountInString(s); n > max {
+		return fmt.Errorf("%s: %d characters, want at most %d", field, n, max)
+	}
+	return nil
+}
+
+// checkURL requires an absolute http or https URL with a host and no userinfo.
+// The userinfo error does not repeat the URL: it holds credentials.
+func checkURL(field, s string) error {
+	if s == "" {
+		return fmt.Errorf("%s: required", field)
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("%s: %q is not a valid URL: %v", field, s, err)
+	}
+	switch {
+	case u.User != nil:
+		return fmt.Errorf("%s: must not contain userinfo (user:password@)", field)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("%s: %q must be an absolute http or https URL", field, s)
+	case u.Hostname() == "":
+		return fmt.Errorf("%s: %q has no host", field, s)
+	}
+	return nil
+}
+
+func checkJSONPayload(b json.RawMessage) error {
+	t := bytes.TrimSpace(b)
+	switch {
+	case len(t) == 0:
+		return errors.New("payload: required (a JSON object or array)")
+	case !json.Valid(t):
+		return errors.New("payload: not valid JSON")
+	case t[0] != '{' && t[0] != '[':
+		return fmt.Errorf("payload: must be a JSON object or array, got %.20s", t)
+	}
+	return nil
+}
+
+// checkIdempotencyKey allows an empty key (no deduplication) or 1 to
+// 200 characters of [A-Za-z0-9._:-].
+func checkIdempotencyKey(k string) error {
+	if len(k) > maxIdempotencyKey {
+		return fmt.Errorf("idempotency_key: %d characters, want at most %d", len(k), maxIdempotencyKey)
+	}
+	for _, c := range []byte(k) {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '.' || c == '_' || c == ':' || c == '-'
+		if !ok {
+			return fmt.Errorf("idempotency_key: %q may only contain A-Z a-z 0-9 . _ : -", k)
+		}
+	}
+	return nil
+}
+
+func allDigits(s string) bool {
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// isToken reports whether s is an RFC 9110 token (a valid header name).
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+		if !ok {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,180 @@
+package tasks
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestNormalizePhone(t *testing.T) {
+	t.Parallel()
+	good := []struct{ in, want string }{
+		{"+12025550123", "+12025550123"},
+		{"+1 (202) 555-0123", "+12025550123"},
+		{"+1-202-555-0123", "+12025550123"},
+		{"  +1 202 555 0123\t", "+12025550123"},
+		{"+61 491 570 006", "+61491570006"},
+		{"+44 20 7946 0958", "+442079460958"},
+	}
+	for _, tc := range good {
+		got, err := NormalizePhone(tc.in)
+		require.NoError(t, err, "NormalizePhone(%q)", tc.in)
+		require.Equal(t, tc.want, got, "NormalizePhone(%q)", tc.in)
+	}
+	bad := []string{
+		"", "+", "+1555", "+1 202 555", "12025550123", "not-a-number",
+		"+12025550123abc", "+1202555ABCD", "+1 202 555 0123 ext. 5", "tel:+12025550123",
+		"+0 123", "+１２０２５５５０１２３", "+1 202.555.0123",
+	}
+	for _, in := range bad {
+		_, err := NormalizePhone(in)
+		require.Error(t, err, "NormalizePhone(%q)", in)
+		require.Contains(t, err.Error(), "is not a valid E.164 phone number")
+	}
+}
+
+func validWhatsApp() WhatsAppSend {
+	return WhatsAppSend{V: 1, PhoneNumberID: "106540352242922", To: "+12025550123", Text: "Your order shipped"}
+}
+
+func validSMS() SMSSend {
+	return SMSSend{V: 1, From: "+12025550100", To: "+12025550123", Body: "Your order shipped"}
+}
+
+func validWebhook() WebhookDeliver {
+	return WebhookDeliver{V: 1, URL: "https://hooks.example.com/sluice", EventType: "order.updated", Payload: json.RawMessage(`{"id":1}`)}
+}
+
+func validHTTP() HTTPCall {
+	return HTTPCall{V: 1, Method: "POST", URL: "https://api.example.com/v1/orders", Headers: map[string]string{"Content-Type": "application/json"}}
+}
+
+// validationCase mutates a valid payload; wantErr is a substring of the
+// error ("" means valid).
+type validationCase[T any] struct {
+	name    string
+	mutate  func(*T)
+	wantErr string
+}
+
+func runValidation[T interface{ Validate() error }](t *testing.T, valid func() T, cases []validationCase[T]) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := valid()
+			tc.mutate(&p)
+			err := p.Validate()
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tc.wantErr)
+		})
+	}
+}
+
+func TestWhatsAppSendValidate(t *testing.T) {
+	t.Parallel()
+	tmpl := func(p *WhatsAppSend) { p.Text = ""; p.Template = &Template{Name: "order_update", Language: "en_US"} }
+	runValidation(t, validWhatsApp, []validationCase[WhatsAppSend]{
+		{"text", func(*WhatsAppSend) {}, ""},
+		{"template", tmpl, ""},
+		{"template with parameters", func(p *WhatsAppSend) { tmpl(p); p.Template.Parameters = []string{"Ava", "ORD-1"} }, ""},
+		{"text at limit", func(p *WhatsAppSend) { p.Text = strings.Repeat("é", 4096) }, ""},
+		{"idempotency key", func(p *WhatsAppSend) { p.IdempotencyKey = "cmp-1:whatsapp.row_2-A" }, ""},
+		{"version 0", func(p *WhatsAppSend) { p.V = 0 }, "v: unsupported version 0 (want 1)"},
+		{"version 2", func(p *WhatsAppSend) { p.V = 2 }, "v: unsupported version 2 (want 1)"},
+		{"no phone_number_id", func(p *WhatsAppSend) { p.PhoneNumberID = "" }, "phone_number_id: required"},
+		{"phone_number_id not digits", func(p *WhatsAppSend) { p.PhoneNumberID = "1065x" }, `phone_number_id: "1065x" must contain only digits`},
+		{"no to", func(p *WhatsAppSend) { p.To = "" }, "to: required"},
+		{"short to", func(p *WhatsAppSend) { p.To = "+1555" }, `to: "+1555" is not a valid E.164 phone number`},
+		{"to without plus", func(p *WhatsAppSend) { p.To = "12025550123" }, `to: "12025550123" is not a valid E.164 phone number`},
+		{"to not normalized", func(p *WhatsAppSend) { p.To = "+1 202 555 0123" }, `to: "+1 202 555 0123" is not in E.164 form (want "+12025550123")`},
+		{"neither text nor template", func(p *WhatsAppSend) { p.Text = "" }, "text, template: set exactly one (got neither)"},
+		{"both text and template", func(p *WhatsAppSend) { p.Template = &Template{Name: "a", Language: "en"} }, "text, template: set exactly one (got both)"},
+		{"blank text", func(p *WhatsAppSend) { p.Text = " \n" }, "text: required"},
+		{"text too long", func(p *WhatsAppSend) { p.Text = strings.Repeat("a", 4097) }, "text: 4097 characters, want at most 4096"},
+		{"text invalid utf-8", func(p *WhatsAppSend) { p.Text = "a\xffb" }, "text: not valid UTF-8"},
+		{"template name upper", func(p *WhatsAppSend) { tmpl(p); p.Template.Name = "Order_Update" }, `template.name: "Order_Update" must match ^[a-z0-9_]+$`},
+		{"template name dash", func(p *WhatsAppSend) { tmpl(p); p.Template.Name = "order-update" }, "template.name:"},
+		{"template name empty", func(p *WhatsAppSend) { tmpl(p); p.Template.Name = "" }, "template.name: required"},
+		{"template language empty", func(p *WhatsAppSend) { tmpl(p); p.Template.Language = "" }, "template.language: required"},
+		{"template empty parameter", func(p *WhatsAppSend) { tmpl(p); p.Template.Parameters = []string{"Ava", ""} }, "template.parameters[1]: required"},
+		{"idempotency key space", func(p *WhatsAppSend) { p.IdempotencyKey = "a b" }, `idempotency_key: "a b" may only contain`},
+		{"idempotency key slash", func(p *WhatsAppSend) { p.IdempotencyKey = "a/b" }, "idempotency_key:"},
+		{"idempotency key too long", func(p *WhatsAppSend) { p.IdempotencyKey = strings.Repeat("k", 201) }, "idempotency_key: 201 characters, want at most 200"},
+	})
+}
+
+func TestSMSSendValidate(t *testing.T) {
+	t.Parallel()
+	const sid = "MG0123456789abcdef0123456789abcdef"
+	runValidation(t, validSMS, []validationCase[SMSSend]{
+		{"from", func(*SMSSend) {}, ""},
+		{"messaging service", func(p *SMSSend) { p.From = ""; p.MessagingServiceSID = sid }, ""},
+		{"body at limit", func(p *SMSSend) { p.Body = strings.Repeat("ü", 1600) }, ""},
+		{"version", func(p *SMSSend) { p.V = 3 }, "v: unsupported version 3 (want 1)"},
+		{"both senders", func(p *SMSSend) { p.MessagingServiceSID = sid }, "from, messaging_service_sid: set exactly one (got both)"},
+		{"no sender", func(p *SMSSend) { p.From = "" }, "from, messaging_service_sid: set exactly one (got neither)"},
+		{"bad from", func(p *SMSSend) { p.From = "+1555" }, `from: "+1555" is not a valid E.164 phone number`},
+		{"sid short", func(p *SMSSend) { p.From = ""; p.MessagingServiceSID = "MG123" }, `messaging_service_sid: "MG123" must be "MG" followed by 32 hex digits`},
+		{"sid prefix", func(p *SMSSend) { p.From = ""; p.MessagingServiceSID = "PN" + sid[2:] }, "messaging_service_sid:"},
+		{"sid not hex", func(p *SMSSend) { p.From = ""; p.MessagingServiceSID = "MG0123456789abcdef0123456789abcdeg" }, "messaging_service_sid:"},
+		{"bad to", func(p *SMSSend) { p.To = "not-a-number" }, `to: "not-a-number" is not a valid E.164 phone number`},
+		{"empty body", func(p *SMSSend) { p.Body = "" }, "body: required"},
+		{"body too long", func(p *SMSSend) { p.Body = strings.Repeat("x", 1601) }, "body: 1601 characters, want at most 1600"},
+		{"bad key", func(p *SMSSend) { p.IdempotencyKey = "ключ" }, "idempotency_key:"},
+	})
+}
+
+func TestWebhookDeliverValidate(t *testing.T) {
+	t.Parallel()
+	runValidation(t, validWebhook, []validationCase[WebhookDeliver]{
+		{"object", func(*WebhookDeliver) {}, ""},
+		{"array", func(p *WebhookDeliver) { p.Payload = json.RawMessage(` [1,2] `) }, ""},
+		{"http with port", func(p *WebhookDeliver) { p.URL = "http://localhost:8080/hook?x=1" }, ""},
+		{"version", func(p *WebhookDeliver) { p.V = 0 }, "v: unsupported version 0"},
+		{"no url", func(p *WebhookDeliver) { p.URL = "" }, "url: required"},
+		{"relative url", func(p *WebhookDeliver) { p.URL = "/hooks" }, `url: "/hooks" must be an absolute http or https URL`},
+		{"ftp url", func(p *WebhookDeliver) { p.URL = "ftp://example.com/x" }, "url: \"ftp://example.com/x\" must be an absolute http or https URL"},
+		{"no host", func(p *WebhookDeliver) { p.URL = "https:///path" }, `url: "https:///path" has no host`},
+		{"port only", func(p *WebhookDeliver) { p.URL = "http://:80/x" }, "has no host"},
+		{"userinfo", func(p *WebhookDeliver) { p.URL = "https://user:s3cret@example.com/" }, "url: must not contain userinfo"},
+		{"unparsable", func(p *WebhookDeliver) { p.URL = "http://exa mple.com/" }, "url: \"http://exa mple.com/\" is not a valid URL"},
+		{"no event type", func(p *WebhookDeliver) { p.EventType = "" }, "event_type: required"},
+		{"empty payload", func(p *WebhookDeliver) { p.Payload = nil }, "payload: required"},
+		{"blank payload", func(p *WebhookDeliver) { p.Payload = json.RawMessage("  ") }, "payload: required"},
+		{"invalid payload", func(p *WebhookDeliver) { p.Payload = json.RawMessage(`{"a":`) }, "payload: not valid JSON"},
+		{"string payload", func(p *WebhookDeliver) { p.Payload = json.RawMessage(`"hi"`) }, "payload: must be a JSON object or array"},
+		{"null payload", func(p *WebhookDeliver) { p.Payload = json.RawMessage(`null`) }, "payload: must be a JSON object or array, got null"},
+	})
+}
+
+func TestWebhookUserinfoErrorHidesSecret(t *testing.T) {
+	t.Parallel()
+	p := validWebhook()
+	p.URL = "https://user:s3cret@example.com/"
+	require.NotContains(t, p.Validate().Error(), "s3cret")
+}
+
+func TestHTTPCallValidate(t *testing.T) {
+	t.Parallel()
+	runValidation(t, validHTTP, []validationCase[HTTPCall]{
+		{"post", func(*HTTPCall) {}, ""},
+		{"delete no headers", func(p *HTTPCall) { p.Method = "DELETE"; p.Headers = nil }, ""},
+		{"token header", func(p *HTTPCall) { p.Headers = map[string]string{"X-Request-Id!#$%&'*+-.^_`|~": "1"} }, ""},
+		{"version", func(p *HTTPCall) { p.V = 2 }, "v: unsupported version 2"},
+		{"lower method", func(p *HTTPCall) { p.Method = "post" }, `method: "post" is not one of GET, POST, PUT, PATCH, DELETE`},
+		{"head", func(p *HTTPCall) { p.Method = "HEAD" }, `method: "HEAD" is not one of`},
+		{"empty method", func(p *HTTPCall) { p.Method = "" }, `method: "" is not one of`},
+		{"relative url", func(p *HTTPCall) { p.URL = "api.example.com/v1" }, "url:"},
+		{"header with space", func(p *HTTPCall) { p.Headers = map[string]string{"Bad Name": "x"} }, `headers: "Bad Name" is not a valid header name`},
+		{"header colon", func(p *HTTPCall) { p.Headers = map[string]string{"X:Y": "x"} }, `headers: "X:Y" is not a valid header name`},
+		{"header empty name", func(p *HTTPCall) { p.Headers = map[string]string{"": "x"} }, `headers: "" is not a valid header name`},
+		{"header value newline", func(p *HTTPCall) { p.Headers = map[string]string{"X-A": "a\r\nX-Injected: 1"} }, `headers["X-A"]: value contains CR, LF or NUL`},
+		{"bad key", func(p *HTTPCall) { p.IdempotencyKey = "a\nb" }, "idempotency_key:"},
+	})
+}
