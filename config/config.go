@@ -150,6 +150,11 @@ func Default() *Config {
 	gcra := func(name, key string, r throttle.Rate) LimitRule {
 		return LimitRule{Limit: throttle.Limit{Name: name, Algorithm: throttle.GCRA, Rate: r, Burst: 1}, Key: key, Cost: 1}
 	}
+	// Per-second caps are fixed windows aligned to whole seconds, the
+	// resolution at which asynq schedules delayed tasks (sluice.example.yaml).
+	perSecond := func(name, key string, n int64) LimitRule {
+		return LimitRule{Limit: throttle.Limit{Name: name, Algorithm: throttle.FixedWindow, Rate: throttle.PerSecond(n)}, Key: key, Cost: 1}
+	}
 	channel := func(name string) *ChannelConfig {
 		return &ChannelConfig{
 			Name:            name,
@@ -166,7 +171,7 @@ func Default() *Config {
 	wa.APIVersion = "v23.0"
 	wa.TokenEnv = "WHATSAPP_TOKEN"
 	wa.Limits = []LimitRule{
-		gcra("throughput", "whatsapp:number:{phone_number_id}", throttle.PerSecond(80)),
+		perSecond("throughput", "whatsapp:number:{phone_number_id}", 80),
 		gcra("pair", "whatsapp:pair:{phone_number_id}:{to}", throttle.Rate{Limit: 1, Period: 6 * time.Second}),
 		{Limit: throttle.Limit{Name: "daily", Algorithm: throttle.FixedWindow, Rate: throttle.PerDay(250)}, Key: "whatsapp:daily:{to}", Cost: 1},
 	}
@@ -176,16 +181,16 @@ func Default() *Config {
 	sms.AccountSIDEnv = "TWILIO_ACCOUNT_SID"
 	sms.AuthTokenEnv = "TWILIO_AUTH_TOKEN"
 	sms.Limits = []LimitRule{
-		gcra("sender", "sms:sender:{sender}", throttle.PerSecond(1)),
+		perSecond("sender", "sms:sender:{sender}", 1),
 		{Limit: throttle.Limit{Name: "concurrency", Algorithm: throttle.Concurrency, Max: 100, Lease: throttle.DefaultLease}, Key: "sms:account:{account_sid}", Cost: 1},
 	}
 
 	webhook := channel("webhook")
 	webhook.SigningSecretEnv = "WEBHOOK_SECRET"
-	webhook.Limits = []LimitRule{gcra("host", "webhook:host:{host}", throttle.PerSecond(10))}
+	webhook.Limits = []LimitRule{perSecond("host", "webhook:host:{host}", 10)}
 
 	http := channel("http")
-	http.Limits = []LimitRule{gcra("host", "http:host:{host}", throttle.PerSecond(10))}
+	http.Limits = []LimitRule{perSecond("host", "http:host:{host}", 10)}
 
 	return &Config{
 		Redis: RedisConfig{URLEnv: "REDIS_URL", Addr: "127.0.0.1:6379", DB: 0, KeyPrefix: "sluice"},

@@ -82,9 +82,13 @@ func normPhone(s string) string {
 }
 
 // Validate reports whether p is a well-formed version-1 payload in canonical
-// form: the error names the first offending field by its JSON name
-// (`to: "+1555" is not a valid E.164 phone number`). Phone numbers must
-// already be in E.164 form; NewWhatsAppSendTask normalizes them first.
+// form; the error names the first offending field by its JSON name
+// (`to: "+1555" is not a valid E.164 phone number`). Rules: PhoneNumberID is
+// digits; To is a valid number already in E.164 form (NewWhatsAppSendTask
+// normalizes it first); exactly one of Text (non-blank, at most 4096
+// characters) and Template (Name matching ^[a-z0-9_]+$, Language non-empty,
+// no empty Parameters) is set; IdempotencyKey is empty or 1–200 characters of
+// [A-Za-z0-9._:-].
 func (p WhatsAppSend) Validate() error {
 	if err := checkVersion(p.V); err != nil {
 		return err

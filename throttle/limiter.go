@@ -82,10 +82,12 @@ type LimitDecision struct {
 	// RetryAfter is how long until the cost fits in this limit; 0 if Allowed.
 	// It is exact: the earliest moment the limit could allow the cost.
 	RetryAfter time.Duration
-	// Wait is when a blocked Consume should come back: RetryAfter, or for a
-	// FixedWindow limit with a backlog, its place in line (waiters are sent
-	// to successive windows, Limit units each). Equal to RetryAfter for Check
-	// and for allowed limits.
+	// Wait is when a blocked caller should come back (>= RetryAfter). For a
+	// FixedWindow limit it spreads a crowd: one window later for every Limit
+	// units already blocked in the current window, so a backlog returns about
+	// Limit per window instead of all at once. Other algorithms: RetryAfter.
+	// A blocked Consume counts its caller as a waiter only in the limit that
+	// sets Decision.Wait. Zero when Allowed.
 	Wait time.Duration
 }
 

@@ -21,7 +21,7 @@ type fakeClock struct {
 	t  time.Time
 }
 
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 func (c *fakeClock) Set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
 
 // t0 is a UTC midnight, so fixed windows of every length start there.
@@ -291,12 +291,15 @@ func TestFixedWindowWaitLinesUpWaiters(t *testing.T) {
 		ms := time.Millisecond
 		require.Equal(t, []time.Duration{0, 0, 800 * ms, 800 * ms, 1800 * ms, 1800 * ms, 2800 * ms}, waits)
 
-		// Check reports the exact RetryAfter and records no place in line.
-		c, err := l.Check(ctx, req)
-		require.NoError(t, err)
-		require.Equal(t, 800*ms, c.Wait)
+		// Check reports the wait a consumer would get, and counts no waiter.
+		for range 2 {
+			c, err := l.Check(ctx, req)
+			require.NoError(t, err)
+			require.Equal(t, 800*ms, c.RetryAfter)
+			require.Equal(t, 2800*ms, c.Wait)
+		}
 
-		// Once the line is behind the current window it starts again at the next.
+		// Places are counted afresh in each window.
 		clk.Set(t0.Add(10*time.Second + 100*ms))
 		for range 2 {
 			d, err := l.Consume(ctx, req)
@@ -306,5 +309,35 @@ func TestFixedWindowWaitLinesUpWaiters(t *testing.T) {
 		d, err := l.Consume(ctx, req)
 		require.NoError(t, err)
 		require.Equal(t, 900*ms, d.Wait)
+	})
+}
+
+func TestOnlyTheLimitThatSetsTheWaitCountsAWaiter(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		clk := &fakeClock{t: t0}
+		l := throttle.New(rdb, throttle.Options{Prefix: "t", Clock: clk.Now})
+		ctx := context.Background()
+		number := throttle.Request{Key: "whatsapp:number:1", Limit: throttle.Limit{Name: "throughput", Algorithm: throttle.FixedWindow, Rate: throttle.PerSecond(1)}}
+		pair := func(to string) throttle.Request {
+			return throttle.Request{Key: "whatsapp:pair:1:" + to, Limit: throttle.Limit{Name: "pair", Algorithm: throttle.GCRA, Rate: throttle.Rate{Limit: 1, Period: 6 * time.Second}}}
+		}
+		d, err := l.Consume(ctx, number, pair("+1"))
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+		// Blocked by both; the pair's 6 s wait is the longer, so the
+		// throughput window does not count this caller.
+		clk.Set(t0.Add(500 * time.Millisecond))
+		d, err = l.Consume(ctx, number, pair("+1"))
+		require.NoError(t, err)
+		require.Equal(t, "pair", d.BlockedBy)
+		require.Equal(t, 5500*time.Millisecond, d.Wait)
+		// So the next caller blocked only by throughput is first in line.
+		d, err = l.Consume(ctx, number, pair("+2"))
+		require.NoError(t, err)
+		require.Equal(t, "throughput", d.BlockedBy)
+		require.Equal(t, 500*time.Millisecond, d.Wait)
+		d, err = l.Consume(ctx, number, pair("+3"))
+		require.NoError(t, err)
+		require.Equal(t, 1500*time.Millisecond, d.Wait, "one per window: second in line")
 	})
 }

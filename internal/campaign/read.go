@@ -177,7 +177,11 @@ func Read(r io.Reader, opts Options) (*Result, error) {
 // parseRow validates one record; a non-empty reason rejects it.
 func parseRow(columns []string, toIdx, line int, rec []string) (Row, string) {
 	if len(rec) != len(columns) {
-		return Row{}, fmt.Sprintf("has %d fields, want %d", len(rec), len(columns))
+		fields := "fields"
+		if len(rec) == 1 {
+			fields = "field"
+		}
+		return Row{}, fmt.Sprintf("has %d %s, want %d", len(rec), fields, len(columns))
 	}
 	to := strings.TrimSpace(rec[toIdx])
 	if to == "" {

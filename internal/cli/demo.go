@@ -421,4 +421,3 @@ func redactURL(u string) string {
 	}
 	return opt.Addr
 }
-

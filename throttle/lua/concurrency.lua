@@ -39,6 +39,7 @@ local function concurrency_decide(key, now, limit, lease, cost, lease_id)
     local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
     redis.call('PEXPIRE', key, ttl_ms((tonumber(last[2]) or now) - now))
   end
-  d.wait = function() return d.retry end
+  d.wait = d.retry
+  d.record = function() end
   return d
 end

@@ -12,8 +12,8 @@
 -- Returns: {now_us, allowed (1|0: every limit had room; in consume mode
 --           the cost was then taken), then per limit i:
 --           ok (1|0), remaining, reset (us since epoch), retry_after (us),
---           wait (us; in consume mode, for a blocked limit, the queue-aware
---           wait, see prelude.lua; else equal to retry_after)}
+--           wait (us, >= retry_after: when a blocked caller should come
+--           back, see prelude.lua)}
 -- remaining is after the call when committed, else what is available now.
 local now = tonumber(ARGV[1])
 if now == 0 then
@@ -55,10 +55,17 @@ if mode == 'consume' and all_ok == 1 then
   for i = 1, n do decisions[i].commit() end
   committed = 1
 end
-for i = 1, n do
-  local d = decisions[i]
-  d.waited = d.retry
-  if mode == 'consume' and all_ok == 0 and d.ok == 0 then d.waited = d.wait() end
+-- A blocked caller waits for its slowest limit; only that limit counts it
+-- as a waiter, so the others do not hold a place it will not use.
+if mode == 'consume' and all_ok == 0 then
+  local longest = 0
+  for i = 1, n do
+    if decisions[i].ok == 0 and decisions[i].wait > longest then longest = decisions[i].wait end
+  end
+  for i = 1, n do
+    local d = decisions[i]
+    if d.ok == 0 and d.wait == longest then d.record() end
+  end
 end
 
 local out = {now, all_ok}
@@ -70,6 +77,6 @@ for i = 1, n do
   out[#out + 1] = rem
   out[#out + 1] = d.reset
   out[#out + 1] = d.retry
-  out[#out + 1] = math.ceil(d.waited)
+  out[#out + 1] = math.ceil(d.wait)
 end
 return out

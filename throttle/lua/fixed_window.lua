@@ -2,23 +2,25 @@
 -- period since the Unix epoch (a 1d window starts at 00:00 UTC).
 --
 -- KEYS: key        hash {w = window start us, c = units used in it,
---                         qw = window the last waiter was sent to, qn = units
---                         of waiters sent to qw}
+--                         bw = window of the waiter count, b = units of
+--                         blocked callers counted in window bw}
 -- ARGV (per limit): limit  units per window
 --                   period window length, us
 --                   cost   units this call takes
 -- State: the hash; TTL = end of the window. A hash from an older window counts
 -- as empty, so a caller-supplied clock never sees stale counts.
 -- Returns: see prelude.lua. retry = time to the next window start. wait
--- lines blocked callers up: the first `limit` units of waiters are sent to
--- the next window, the next `limit` to the one after, and so on, so a backlog
--- of W waiters is retried about once each instead of W times per window. It
--- is a schedule, not a reservation: a window's units still go to whoever
--- asks first, and the count c alone decides.
+-- spreads a crowd: the j-th unit blocked during a window (j from 0) is sent
+-- to the window floor(j / limit) after the next one, so W waiters come back
+-- about `limit` per window instead of all W in every window. It is a
+-- schedule, not a reservation: a window's units go to whoever asks first,
+-- and the count c alone decides. Places are counted afresh in every window,
+-- relative to it, so a caller that came back late or was blocked again
+-- never leaves a stale place that pushes later callers further out.
 local function fixed_window_decide(key, now, limit, period, cost)
   local start = now - math.fmod(now, period)
   local stop = start + period
-  local w, c, qw, qn = unpack(redis.call('HMGET', key, 'w', 'c', 'qw', 'qn'))
+  local w, c, bw, b = unpack(redis.call('HMGET', key, 'w', 'c', 'bw', 'b'))
   local used = 0
   if w and tonumber(w) == start then used = tonumber(c) or 0 end
   local d = {}
@@ -33,25 +35,19 @@ local function fixed_window_decide(key, now, limit, period, cost)
     d.retry = stop - now
     d.rem_after = d.rem_now
   end
-  local tail = tonumber(qw)
-  local tail_used = tonumber(qn) or 0
-  if not tail or tail < stop then
-    tail = stop
-    tail_used = 0
+  local waiting = 0
+  if bw and tonumber(bw) == start then waiting = tonumber(b) or 0 end
+  d.wait = d.retry
+  if d.ok == 0 then
+    d.wait = d.retry + math.floor(waiting / limit) * period
   end
-  local expires = math.max(stop, tail + period)
   d.commit = function()
     redis.call('HSET', key, 'w', string.format('%d', start), 'c', used + cost)
-    redis.call('PEXPIRE', key, ttl_ms(expires - now))
+    redis.call('PEXPIRE', key, ttl_ms(stop - now))
   end
-  d.wait = function()
-    if tail_used + cost > limit then
-      tail = tail + period
-      tail_used = 0
-    end
-    redis.call('HSET', key, 'qw', string.format('%d', tail), 'qn', tail_used + cost)
-    redis.call('PEXPIRE', key, ttl_ms(math.max(stop, tail + period) - now))
-    return tail - now
+  d.record = function()
+    redis.call('HSET', key, 'bw', string.format('%d', start), 'b', waiting + cost)
+    redis.call('PEXPIRE', key, ttl_ms(stop - now))
   end
   return d
 end

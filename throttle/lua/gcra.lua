@@ -31,6 +31,7 @@ local function gcra_decide(key, now, limit, period, burst, cost)
     local stored = math.ceil(new_tat) -- rounding up never over-admits
     redis.call('SET', key, string.format('%d', stored), 'PX', ttl_ms(stored - now))
   end
-  d.wait = function() return d.retry end
+  d.wait = d.retry
+  d.record = function() end
   return d
 end

@@ -16,10 +16,12 @@
 --   d.retry     us to wait until cost units fit (0 when d.ok == 1): exact,
 --               the earliest moment the limit could allow the cost
 --   d.commit    function() that writes the consumption and refreshes the TTL
---   d.wait      function() -> us, called in consume mode when the call is
---               blocked: the wait that places this caller in line behind the
---               callers already told to come back (>= d.retry). It may
---               record the caller's place; it takes no units.
+--   d.wait      us a blocked caller should wait (>= d.retry): for most
+--               algorithms d.retry; a fixed window spreads a crowd of waiters
+--               over the next windows (see fixed_window.lua)
+--   d.record    function() called in consume mode, for a blocked call, on
+--               the limit that sets the call's wait: counts the caller among
+--               that limit's waiters. It takes no units.
 
 -- ttl_ms turns a state lifetime in us into a PEXPIRE argument: rounded up,
 -- plus one second so state outlives small clock differences between callers
