@@ -22,8 +22,10 @@ func (e *malformedError) Unwrap() []error { return []error{ErrMalformed, e.err} 
 
 // DecodeWhatsAppSend parses a whatsapp:send task payload. Decoding is strict:
 // unknown fields, trailing data, a "v" other than PayloadVersion and anything
-// Validate rejects (including non-E.164 numbers) are errors wrapping
-// ErrMalformed, e.g. `payload: json: unknown field "foo"` or
+// Validate rejects are errors wrapping ErrMalformed. Phone numbers are
+// checked for E.164 shape only ("+" and 7–15 digits); the constructors
+// already checked them in full with libphonenumber (see checkE164Syntax).
+// Errors read, e.g. `payload: json: unknown field "foo"` or
 // `payload: v: unsupported version 2 (want 1)`.
 func DecodeWhatsAppSend(b []byte) (WhatsAppSend, error) { return decode[WhatsAppSend](b) }
 
@@ -37,7 +39,9 @@ func DecodeWebhookDeliver(b []byte) (WebhookDeliver, error) { return decode[Webh
 // DecodeHTTPCall parses an http:call task payload; see DecodeWhatsAppSend.
 func DecodeHTTPCall(b []byte) (HTTPCall, error) { return decode[HTTPCall](b) }
 
-func decode[T interface{ Validate() error }](b []byte) (T, error) {
+func decode[T interface {
+	validate(func(field, s string) error) error
+}](b []byte) (T, error) {
 	var zero, p T
 	err := decodeStrict(b, &p)
 	// A payload from a newer producer may have fields this version does not
@@ -51,7 +55,7 @@ func decode[T interface{ Validate() error }](b []byte) (T, error) {
 	if err != nil {
 		return zero, &malformedError{err}
 	}
-	if err := p.Validate(); err != nil {
+	if err := p.validate(checkE164Syntax); err != nil {
 		return zero, &malformedError{err}
 	}
 	return p, nil

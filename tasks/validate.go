@@ -89,7 +89,9 @@ func normPhone(s string) string {
 // characters) and Template (Name matching ^[a-z0-9_]+$, Language non-empty,
 // no empty Parameters) is set; IdempotencyKey is empty or 1–200 characters of
 // [A-Za-z0-9._:-].
-func (p WhatsAppSend) Validate() error {
+func (p WhatsAppSend) Validate() error { return p.validate(checkPhone) }
+
+func (p WhatsAppSend) validate(checkPhone func(field, s string) error) error {
 	if err := checkVersion(p.V); err != nil {
 		return err
 	}
@@ -142,7 +144,9 @@ func (t *Template) validate() error {
 // form; the error names the first offending field by its JSON name. Exactly
 // one of From (E.164) and MessagingServiceSID ("MG" + 32 hex digits) must be
 // set; Body must be non-blank and at most 1600 characters.
-func (p SMSSend) Validate() error {
+func (p SMSSend) Validate() error { return p.validate(checkPhone) }
+
+func (p SMSSend) validate(checkPhone func(field, s string) error) error {
 	if err := checkVersion(p.V); err != nil {
 		return err
 	}
@@ -171,7 +175,9 @@ func (p SMSSend) Validate() error {
 // names the first offending field by its JSON name. URL must be an absolute
 // http(s) URL with a host and no userinfo; Payload must be a JSON object or
 // array (an empty payload is an error, not "{}").
-func (p WebhookDeliver) Validate() error {
+func (p WebhookDeliver) Validate() error { return p.validate(checkPhone) }
+
+func (p WebhookDeliver) validate(checkPhone func(field, s string) error) error {
 	if err := checkVersion(p.V); err != nil {
 		return err
 	}
@@ -192,7 +198,9 @@ func (p WebhookDeliver) Validate() error {
 // GET, POST, PUT, PATCH, DELETE in upper case (NewHTTPCallTask upper-cases
 // it); URL must be an absolute http(s) URL; header names must be RFC 9110
 // tokens and values must not contain CR, LF or NUL.
-func (p HTTPCall) Validate() error {
+func (p HTTPCall) Validate() error { return p.validate(checkPhone) }
+
+func (p HTTPCall) validate(checkPhone func(field, s string) error) error {
 	if err := checkVersion(p.V); err != nil {
 		return err
 	}
@@ -245,6 +253,26 @@ func (p *HTTPCall) normalize() {
 func checkVersion(v int) error {
 	if v != PayloadVersion {
 		return fmt.Errorf("v: unsupported version %d (want %d)", v, PayloadVersion)
+	}
+	return nil
+}
+
+// e164Syntax is the shape of an E.164 number: "+", a non-zero digit, and
+// 7 to 15 digits in all (ITU-T E.164).
+var e164Syntax = regexp.MustCompile(`^\+[1-9][0-9]{6,14}$`)
+
+// checkE164Syntax is the decoders' phone check: the worker receives
+// payloads that a constructor already validated in full, so it checks only
+// the shape, and leaves libphonenumber's cost (about 30 µs a number) to
+// enqueue time. A well-formed number that is not assigned gets the
+// provider's permanent error (WhatsApp 131026, Twilio 21211) and is
+// archived with it.
+func checkE164Syntax(field, s string) error {
+	if s == "" {
+		return fmt.Errorf("%s: required", field)
+	}
+	if !e164Syntax.MatchString(s) {
+		return fmt.Errorf("%s: %q is not an E.164 phone number (want + and 7 to 15 digits)", field, s)
 	}
 	return nil
 }

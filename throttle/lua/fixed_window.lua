@@ -41,13 +41,19 @@ local function fixed_window_decide(key, now, limit, period, cost)
   if d.ok == 0 then
     d.wait = d.retry + math.floor(waiting / limit) * period
   end
+  local current = w and tonumber(w) == start
   d.commit = function()
-    redis.call('HSET', key, 'w', string.format('%d', start), 'c', used + cost)
-    redis.call('PEXPIRE', key, ttl_ms(stop - now))
+    if current then
+      -- The TTL was set to this window's end when the window opened.
+      redis.call('HINCRBY', key, 'c', cost)
+    else
+      redis.call('HSET', key, 'w', string.format('%d', start), 'c', cost)
+      redis.call('PEXPIRE', key, ttl_ms(stop - now))
+    end
   end
   d.record = function()
     redis.call('HSET', key, 'bw', string.format('%d', start), 'b', waiting + cost)
-    redis.call('PEXPIRE', key, ttl_ms(stop - now))
+    if not current then redis.call('PEXPIRE', key, ttl_ms(stop - now)) end
   end
   return d
 end

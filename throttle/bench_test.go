@@ -1,0 +1,62 @@
+package throttle_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/throttle"
+)
+
+// BenchmarkConsume measures decisions/s for WhatsApp's three limits in one
+// atomic call, from 64 concurrent callers against one redis-server.
+func BenchmarkConsume(b *testing.B) {
+	srv := redistest.Start(b)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
+	b.Cleanup(func() { _ = rdb.Close() })
+	l := throttle.New(rdb, throttle.Options{Prefix: "bench"})
+	number := throttle.Limit{Name: "throughput", Algorithm: throttle.FixedWindow, Rate: throttle.PerSecond(1 << 40)}
+	pair := throttle.Limit{Name: "pair", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(1 << 30), Burst: 1 << 20}
+	daily := throttle.Limit{Name: "daily", Algorithm: throttle.FixedWindow, Rate: throttle.PerDay(1 << 40)}
+	ctx := context.Background()
+	b.SetParallelism(32) // 2 cores × 32 = 64 callers
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			to := fmt.Sprintf("+1202555%04d", i%1000)
+			i++
+			d, err := l.Consume(ctx,
+				throttle.Request{Key: "whatsapp:number:106540352242922", Limit: number},
+				throttle.Request{Key: "whatsapp:pair:106540352242922:" + to, Limit: pair},
+				throttle.Request{Key: "whatsapp:daily:" + to, Limit: daily})
+			if err != nil || !d.Allowed {
+				b.Fatalf("%+v %v", d, err)
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+	if st, err := rdb.Info(ctx, "commandstats").Result(); err == nil {
+		for _, l := range splitLines(st) {
+			if len(l) > 15 && l[:15] == "cmdstat_evalsha" {
+				b.Log(l)
+			}
+		}
+	}
+}
+
+func splitLines(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\n' {
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	return out
+}
