@@ -34,7 +34,6 @@ func BenchmarkThrottleMiddleware(b *testing.B) {
 	b.Cleanup(func() { _ = rdb.Close() })
 	client := asynq.NewClientFromRedisClient(rdb)
 	lim := throttle.New(rdb, throttle.Options{Prefix: "bench"})
-	b.Cleanup(lim.Close)
 	never := []worker.Rule{
 		{Key: "whatsapp:number:{phone_number_id}", Limit: throttle.Limit{Name: "throughput", Algorithm: throttle.FixedWindow, Rate: throttle.PerSecond(1 << 40)}},
 		{Key: "whatsapp:pair:{phone_number_id}:{to}", Limit: throttle.Limit{Name: "pair", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(1 << 30), Burst: 1 << 20}},
