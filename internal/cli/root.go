@@ -17,7 +17,8 @@ import (
 	"github.com/sluice-dev/sluice/config"
 )
 
-// ExitError carries a specific exit code (e.g. 2 for `config check` findings).
+// ExitError carries a specific exit code: 2 for usage errors, 3 for a
+// bulk send with rejected rows (1, the default, for everything else).
 type ExitError struct {
 	Code int
 	Err  error
