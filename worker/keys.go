@@ -59,11 +59,3 @@ func (t keyTemplate) render(fields map[string]string) (key string, ok bool) {
 	}
 	return b.String(), true
 }
-
-func (t keyTemplate) fields() []string {
-	var out []string
-	for i := 1; i < len(t.parts); i += 2 {
-		out = append(out, t.parts[i])
-	}
-	return out
-}
