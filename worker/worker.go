@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -195,7 +196,7 @@ func (w *Worker) Handler(ch Channel) (asynq.Handler, error) {
 		if err != nil {
 			return nil, fmt.Errorf("rules[%d]: %w", i, err)
 		}
-		if scope, _, _ := splitScope(r.Key); scope != ch.Name {
+		if scope, _, _ := strings.Cut(r.Key, ":"); scope != ch.Name {
 			return nil, fmt.Errorf("rules[%d]: key %q: scope must be the channel name %q", i, r.Key, ch.Name)
 		}
 		if err := r.Limit.Validate(); err != nil {
@@ -298,15 +299,6 @@ func (w *Worker) logError(ctx context.Context, t *asynq.Task, err error) {
 		n, _ := asynq.GetRetryCount(ctx)
 		w.logger.Warn("send failed, will retry", "task_id", id, "type", t.Type(), "retried", n, "err", err)
 	}
-}
-
-func splitScope(key string) (scope, rest string, ok bool) {
-	for i := 0; i < len(key); i++ {
-		if key[i] == ':' {
-			return key[:i], key[i+1:], true
-		}
-	}
-	return key, "", false
 }
 
 // asynqLogger routes asynq's own logs into slog.

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -157,7 +158,7 @@ whatsapp:pair:106540352242922:+12025550123.`,
 				_, err := fmt.Fprintln(g.stdout, k)
 				return err
 			})
-			if err != nil && err != errStop {
+			if err != nil && !errors.Is(err, errStop) {
 				return err
 			}
 			fmt.Fprintf(g.stderr, "%d keys\n", n)
@@ -198,8 +199,5 @@ whatsapp:pair:106540352242922:+12025550123.`,
 	return cmd
 }
 
-type stopErr struct{}
-
-func (stopErr) Error() string { return "stop" }
-
-var errStop error = stopErr{}
+// errStop ends a key walk early; it is not a failure.
+var errStop = errors.New("stop")
