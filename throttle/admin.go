@@ -3,7 +3,7 @@ package throttle
 import (
 	"context"
 	"fmt"
-	"strconv"
+	"sort"
 	"strings"
 	"time"
 
@@ -15,65 +15,63 @@ var cleanupScript = redis.NewScript(joinLua("cleanup.lua"))
 // KeyState is the raw state of one limiter key, for `sluice limits show`.
 type KeyState struct {
 	Key  string        // full Redis key
-	Type string        // "string" (GCRA), "hash" (FixedWindow), "zset" (Concurrency)
+	Type string        // Redis type: "string", "hash", "zset"; "none" when missing
 	TTL  time.Duration // -1 no TTL; -2 the key does not exist
-	// Algorithm is inferred from Type.
-	Algorithm Algorithm
-	// TAT is GCRA's theoretical arrival time.
-	TAT time.Time
-	// Window and Used are FixedWindow's current window start and units used in it.
-	Window time.Time
-	Used   int64
-	// Leases are Concurrency's held leases and their expiry times.
-	Leases map[string]time.Time
+	// Bytes is the key's MEMORY USAGE.
+	Bytes int64
+	// Value is a string key's value: a GCRA TAT or a MinInterval last
+	// operation, in us since the epoch.
+	Value string
+	// Fields are a hash's fields: FixedWindow {w, c, bw, b},
+	// SlidingWindowCounter {w, c, p}, or GCRA TATs by limit name.
+	Fields map[string]string
+	// Members are a sorted set's members with their scores as times:
+	// SlidingWindowLog entries, Concurrency leases (expiry), Distinct members
+	// (last admitted). At most 100, oldest first.
+	Members []Member
+	// Count is the sorted set's size.
+	Count int64
+}
+
+// Member is one sorted-set member of a limiter key.
+type Member struct {
+	Member string
+	At     time.Time
 }
 
 // Inspect reads a key's state without changing it. key is without prefix
-// ("whatsapp:pair:…"). A missing key has TTL -2 and no fields.
-func (l *Limiter) Inspect(ctx context.Context, key string) (KeyState, error) {
+// ("whatsapp:pair:…"). A missing key has Type "none" and TTL -2.
+func (l *Redis) Inspect(ctx context.Context, key string) (KeyState, error) {
 	full := l.Key(key)
 	st := KeyState{Key: full}
 	pipe := l.rdb.Pipeline()
 	typ := pipe.Type(ctx, full)
 	ttl := pipe.PTTL(ctx, full)
-	if _, err := pipe.Exec(ctx); err != nil {
+	mem := pipe.MemoryUsage(ctx, full)
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
 		return st, fmt.Errorf("throttle: inspect %s: %w", full, err)
 	}
-	st.Type, st.TTL = typ.Val(), ttl.Val()
+	st.Type, st.TTL, st.Bytes = typ.Val(), ttl.Val(), mem.Val()
 	if st.TTL > 0 {
 		st.TTL = st.TTL.Round(time.Millisecond)
 	}
+	var err error
 	switch st.Type {
 	case "string":
-		st.Algorithm = GCRA
-		v, err := l.rdb.Get(ctx, full).Int64()
-		if err != nil {
-			return st, fmt.Errorf("throttle: inspect %s: %w", full, err)
-		}
-		st.TAT = time.UnixMicro(v)
+		st.Value, err = l.rdb.Get(ctx, full).Result()
 	case "hash":
-		st.Algorithm = FixedWindow
-		v, err := l.rdb.HMGet(ctx, full, "w", "c").Result()
-		if err != nil {
-			return st, fmt.Errorf("throttle: inspect %s: %w", full, err)
-		}
-		if s, ok := v[0].(string); ok {
-			w, _ := strconv.ParseInt(s, 10, 64)
-			st.Window = time.UnixMicro(w)
-		}
-		if s, ok := v[1].(string); ok {
-			st.Used, _ = strconv.ParseInt(s, 10, 64)
-		}
+		st.Fields, err = l.rdb.HGetAll(ctx, full).Result()
 	case "zset":
-		st.Algorithm = Concurrency
-		zs, err := l.rdb.ZRangeWithScores(ctx, full, 0, -1).Result()
-		if err != nil {
-			return st, fmt.Errorf("throttle: inspect %s: %w", full, err)
+		var zs []redis.Z
+		if st.Count, err = l.rdb.ZCard(ctx, full).Result(); err == nil {
+			zs, err = l.rdb.ZRangeWithScores(ctx, full, 0, 99).Result()
 		}
-		st.Leases = make(map[string]time.Time, len(zs))
 		for _, z := range zs {
-			st.Leases[fmt.Sprint(z.Member)] = time.UnixMicro(int64(z.Score))
+			st.Members = append(st.Members, Member{Member: fmt.Sprint(z.Member), At: time.UnixMicro(int64(z.Score))})
 		}
+	}
+	if err != nil && err != redis.Nil {
+		return st, fmt.Errorf("throttle: inspect %s: %w", full, err)
 	}
 	return st, nil
 }
@@ -82,13 +80,15 @@ func (l *Limiter) Inspect(ctx context.Context, key string) (KeyState, error) {
 // SCAN page at a time: pass cursor 0 first, then the returned cursor until it
 // is 0. count is a hint of keys per page. It never uses KEYS. On a Redis
 // Cluster client it scans every master and ignores cursor paging.
-func (l *Limiter) List(ctx context.Context, prefix string, cursor uint64, count int64) (keys []string, next uint64, err error) {
+func (l *Redis) List(ctx context.Context, prefix string, cursor uint64, count int64) (keys []string, next uint64, err error) {
 	match := l.match(prefix)
 	if cc, ok := l.rdb.(*redis.ClusterClient); ok {
 		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
 			it := c.Scan(ctx, 0, match, count).Iterator()
 			for it.Next(ctx) {
-				keys = append(keys, l.strip(it.Val()))
+				if s := l.strip(it.Val()); !reserved(s) {
+					keys = append(keys, s)
+				}
 			}
 			return it.Err()
 		})
@@ -99,13 +99,15 @@ func (l *Limiter) List(ctx context.Context, prefix string, cursor uint64, count 
 		return nil, 0, fmt.Errorf("throttle: scan %s: %w", match, err)
 	}
 	for _, k := range raw {
-		keys = append(keys, l.strip(k))
+		if s := l.strip(k); !reserved(s) {
+			keys = append(keys, s)
+		}
 	}
 	return keys, next, nil
 }
 
 // Each calls fn for every limiter key starting with prefix (without prefix).
-func (l *Limiter) Each(ctx context.Context, prefix string, fn func(key string) error) error {
+func (l *Redis) Each(ctx context.Context, prefix string, fn func(key string) error) error {
 	var cursor uint64
 	for {
 		keys, next, err := l.List(ctx, prefix, cursor, 500)
@@ -126,7 +128,7 @@ func (l *Limiter) Each(ctx context.Context, prefix string, fn func(key string) e
 
 // Reset deletes the state of the given keys (without prefix): their limits
 // start over at full capacity. It returns how many existed.
-func (l *Limiter) Reset(ctx context.Context, keys ...string) (int64, error) {
+func (l *Redis) Reset(ctx context.Context, keys ...string) (int64, error) {
 	var n int64
 	for _, k := range keys {
 		// One key per call: keys of different scopes live in different
@@ -141,7 +143,7 @@ func (l *Limiter) Reset(ctx context.Context, keys ...string) (int64, error) {
 }
 
 // ResetPrefix deletes every limiter key starting with prefix.
-func (l *Limiter) ResetPrefix(ctx context.Context, prefix string) (int64, error) {
+func (l *Redis) ResetPrefix(ctx context.Context, prefix string) (int64, error) {
 	var keys []string
 	if err := l.Each(ctx, prefix, func(k string) error { keys = append(keys, k); return nil }); err != nil {
 		return 0, err
@@ -159,7 +161,7 @@ type CleanupStats struct {
 // Cleanup walks every limiter key once: it reclaims expired concurrency
 // leases and deletes limiter state left without a TTL. Safe to run while
 // workers run, from any number of processes.
-func (l *Limiter) Cleanup(ctx context.Context) (CleanupStats, error) {
+func (l *Redis) Cleanup(ctx context.Context) (CleanupStats, error) {
 	var st CleanupStats
 	err := l.Each(ctx, "", func(k string) error {
 		st.Scanned++
@@ -178,7 +180,7 @@ func (l *Limiter) Cleanup(ctx context.Context) (CleanupStats, error) {
 }
 
 // match is the SCAN pattern for keys under prefix, with glob characters escaped.
-func (l *Limiter) match(prefix string) string {
+func (l *Redis) match(prefix string) string {
 	var full string
 	if prefix == "" {
 		full = l.prefix + ":"
@@ -189,8 +191,12 @@ func (l *Limiter) match(prefix string) string {
 	return r.Replace(full) + "*"
 }
 
+// reserved reports whether a key belongs to Sluice itself (events stream,
+// overrides), not to a limit: its scope starts with '_'.
+func reserved(key string) bool { return strings.HasPrefix(key, "_") }
+
 // strip turns a full key back into "scope:rest".
-func (l *Limiter) strip(full string) string {
+func (l *Redis) strip(full string) string {
 	s := strings.TrimPrefix(full, l.prefix+":")
 	if strings.HasPrefix(s, "{") {
 		if end := strings.IndexByte(s, '}'); end > 0 {
@@ -198,4 +204,99 @@ func (l *Limiter) strip(full string) string {
 		}
 	}
 	return s
+}
+
+// Stats summarizes the limiter's keys, for `sluice limits stats`.
+type Stats struct {
+	Keys   int64            // limiter keys under the prefix
+	ByType map[string]int64 // keys by Redis type
+	Bytes  int64            // sum of MEMORY USAGE
+	// Top are the keys with the largest share of their limit in use, most
+	// used first (only keys limitFor knows).
+	Top []KeyUse
+}
+
+// BytesPerKey is the mean MEMORY USAGE of a key.
+func (s Stats) BytesPerKey() float64 {
+	if s.Keys == 0 {
+		return 0
+	}
+	return float64(s.Bytes) / float64(s.Keys)
+}
+
+// KeyUse is one key's use of its limit.
+type KeyUse struct {
+	Key   string
+	Name  string // the limit's name
+	Used  int64  // capacity - remaining
+	Limit int64  // capacity
+	Share float64
+	Bytes int64
+}
+
+// Stats scans every limiter key under prefix once (SCAN, pipelined TYPE and
+// MEMORY USAGE per page). limitFor, when not nil, says which limit governs a
+// key; those keys' use is read with Status (one round trip each) and the top
+// most used are returned.
+func (l *Redis) Stats(ctx context.Context, prefix string, top int, limitFor func(key string) (Limit, bool)) (Stats, error) {
+	st := Stats{ByType: map[string]int64{}}
+	var uses []KeyUse
+	var cursor uint64
+	for {
+		keys, next, err := l.List(ctx, prefix, cursor, 500)
+		if err != nil {
+			return st, err
+		}
+		pipe := l.rdb.Pipeline()
+		types := make([]*redis.StatusCmd, len(keys))
+		mems := make([]*redis.IntCmd, len(keys))
+		for i, k := range keys {
+			types[i] = pipe.Type(ctx, l.Key(k))
+			mems[i] = pipe.MemoryUsage(ctx, l.Key(k))
+		}
+		if len(keys) > 0 {
+			if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+				return st, fmt.Errorf("throttle: stats: %w", err)
+			}
+		}
+		for i, k := range keys {
+			typ := types[i].Val()
+			if typ == "none" { // expired since SCAN saw it
+				continue
+			}
+			st.Keys++
+			st.ByType[typ]++
+			st.Bytes += mems[i].Val()
+			if limitFor == nil {
+				continue
+			}
+			lim, ok := limitFor(k)
+			if !ok || lim.Algorithm == Distinct {
+				continue
+			}
+			d, err := l.Status(ctx, Request{Key: k, Limit: lim})
+			if err != nil {
+				continue // the key's state belongs to another limit shape
+			}
+			ld := d.Limits[0]
+			u := KeyUse{Key: k, Name: lim.Name, Used: ld.Limit - ld.Remaining, Limit: ld.Limit, Bytes: mems[i].Val()}
+			u.Share = float64(u.Used) / float64(max(u.Limit, 1))
+			uses = append(uses, u)
+		}
+		if next == 0 {
+			break
+		}
+		cursor = next
+	}
+	sort.SliceStable(uses, func(i, j int) bool {
+		if uses[i].Share != uses[j].Share {
+			return uses[i].Share > uses[j].Share
+		}
+		return uses[i].Used > uses[j].Used
+	})
+	if top >= 0 && len(uses) > top {
+		uses = uses[:top]
+	}
+	st.Top = uses
+	return st, nil
 }

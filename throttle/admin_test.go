@@ -16,7 +16,7 @@ import (
 func TestListInspectReset(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		clk := &fakeClock{t: t0}
-		l := throttle.New(rdb, throttle.Options{Prefix: "adm", Clock: clk.Now})
+		l := throttle.NewRedis(rdb, throttle.Options{Prefix: "adm", Clock: clk.Now})
 		ctx := context.Background()
 		g := throttle.Limit{Name: "pair", Algorithm: throttle.GCRA, Rate: throttle.Rate{Limit: 1, Period: 6 * time.Second}}
 		f := throttle.Limit{Name: "throughput", Algorithm: throttle.FixedWindow, Rate: throttle.PerSecond(80)}
@@ -45,19 +45,21 @@ func TestListInspectReset(t *testing.T) {
 
 		st, err := l.Inspect(ctx, "whatsapp:pair:1:+12025550000")
 		require.NoError(t, err)
-		require.Equal(t, throttle.GCRA, st.Algorithm)
-		require.Equal(t, t0.Add(6*time.Second), st.TAT.UTC())
+		require.Equal(t, "string", st.Type)
+		require.Equal(t, fmt.Sprint(t0.Add(6*time.Second).UnixMicro()), st.Value, "the TAT")
+		require.Positive(t, st.Bytes)
 		require.Greater(t, st.TTL, time.Duration(0))
 
 		st, err = l.Inspect(ctx, "whatsapp:number:1")
 		require.NoError(t, err)
-		require.Equal(t, throttle.FixedWindow, st.Algorithm)
-		require.Equal(t, int64(5), st.Used)
-		require.Equal(t, t0, st.Window.UTC())
+		require.Equal(t, "hash", st.Type)
+		require.Equal(t, map[string]string{"w": fmt.Sprint(t0.UnixMicro()), "c": "5"}, st.Fields)
 
 		st, err = l.Inspect(ctx, "whatsapp:conc")
 		require.NoError(t, err)
-		require.Len(t, st.Leases, 1)
+		require.Equal(t, int64(1), st.Count)
+		require.Len(t, st.Members, 1)
+		require.Equal(t, t0.Add(throttle.DefaultLease), st.Members[0].At.UTC(), "lease expiry")
 
 		st, err = l.Inspect(ctx, "whatsapp:missing")
 		require.NoError(t, err)
@@ -80,11 +82,11 @@ func TestCleanupReclaimsLeasesAndTTLLessState(t *testing.T) {
 		ctx := context.Background()
 		// A lease taken "an hour ago" by a worker that died.
 		past := &fakeClock{t: time.Now().Add(-time.Hour)}
-		old := throttle.New(rdb, throttle.Options{Prefix: "cl", Clock: past.Now})
+		old := throttle.NewRedis(rdb, throttle.Options{Prefix: "cl", Clock: past.Now})
 		c := throttle.Limit{Name: "conc", Algorithm: throttle.Concurrency, Max: 3, Lease: time.Minute}
 		_, err := old.Consume(ctx, throttle.Request{Key: "sms:account:AC1", Limit: c})
 		require.NoError(t, err)
-		l := throttle.New(rdb, throttle.Options{Prefix: "cl"})
+		l := throttle.NewRedis(rdb, throttle.Options{Prefix: "cl"})
 		_, err = l.Consume(ctx, throttle.Request{Key: "sms:account:AC1", Limit: c}) // a live lease (this one reclaims the old one itself)
 		require.NoError(t, err)
 		_, err = old.Consume(ctx, throttle.Request{Key: "sms:account:AC1", Limit: c}) // expired again, as seen from now

@@ -19,7 +19,7 @@ func BenchmarkConsume(b *testing.B) {
 	srv := redistest.Start(b)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
 	b.Cleanup(func() { _ = rdb.Close() })
-	l := throttle.New(rdb, throttle.Options{Prefix: "bench"})
+	l := throttle.NewRedis(rdb, throttle.Options{Prefix: "bench"})
 	number := throttle.Limit{Name: "throughput", Algorithm: throttle.FixedWindow, Rate: throttle.PerSecond(1 << 40)}
 	pair := throttle.Limit{Name: "pair", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(1 << 30), Burst: 1 << 20}
 	daily := throttle.Limit{Name: "daily", Algorithm: throttle.FixedWindow, Rate: throttle.PerDay(1 << 40)}

@@ -2,73 +2,66 @@ package throttle
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
-// DefaultPrefix is the first segment of every limiter key.
-const DefaultPrefix = "sluice"
-
-// Options configures a Limiter. The zero value is ready to use.
-type Options struct {
-	// Prefix is prepended to every key as "<prefix>:". Zero means DefaultPrefix.
-	Prefix string
-	// Clock, when set, supplies the time instead of Redis TIME. Only tests
-	// should set it: all workers must share one clock, and Redis is that clock.
-	Clock func() time.Time
-	// ConcurrencyRetry caps the RetryAfter of a blocked Concurrency limit.
-	// Leases are normally released within a send's round trip, far sooner than
-	// they expire, so waiting for the expiry would idle the slot. Zero means 100ms.
-	ConcurrencyRetry time.Duration
+// Limiter decides whether work may proceed under a set of limits. Two
+// backends implement it with the same decisions: Redis (NewRedis), shared by
+// any number of processes, and Local (NewLocal), in-process.
+//
+// Being over a limit is a Decision with Allowed false, never an error; errors
+// mean bad requests (ErrNoRequests, ErrCostOverLimit, ErrBadRequest) or a
+// failed backend.
+type Limiter interface {
+	// Consume takes each request's cost from its limit if, and only if, every
+	// limit has room. Requests whose keys share a scope are decided in one
+	// atomic step; see Redis for calls that span scopes.
+	Consume(ctx context.Context, reqs ...Request) (Decision, error)
+	// Check reports what Consume would decide now, taking nothing.
+	Check(ctx context.Context, reqs ...Request) (Decision, error)
+	// Status reports each limit's current state (remaining, reset, and the
+	// RetryAfter for one unit), taking nothing; the requests' costs are
+	// ignored.
+	Status(ctx context.Context, reqs ...Request) (Decision, error)
+	// Release frees Concurrency leases of a Decision. Releasing an expired
+	// or already released lease is not an error.
+	Release(ctx context.Context, leases []Lease) error
+	// Reset deletes the state of the given keys: their limits start over at
+	// full capacity. It returns how many existed.
+	Reset(ctx context.Context, keys ...string) (int64, error)
+	// ResetPrefix deletes every key that starts with prefix.
+	ResetPrefix(ctx context.Context, prefix string) (int64, error)
+	// List returns keys that start with prefix, a page at a time: pass cursor
+	// 0 first, then the returned cursor until it is 0. count is a hint of
+	// keys per page.
+	List(ctx context.Context, prefix string, cursor uint64, count int64) (keys []string, next uint64, err error)
 }
-
-// Limiter decides, over Redis, whether work may proceed under a set of limits.
-// It is safe for concurrent use by any number of goroutines and processes
-// sharing the Redis server.
-type Limiter struct {
-	rdb              redis.UniversalClient
-	prefix           string
-	clock            func() time.Time
-	concurrencyRetry time.Duration
-}
-
-// New returns a Limiter over rdb.
-func New(rdb redis.UniversalClient, opts Options) *Limiter {
-	l := &Limiter{rdb: rdb, prefix: opts.Prefix, clock: opts.Clock, concurrencyRetry: opts.ConcurrencyRetry}
-	if l.prefix == "" {
-		l.prefix = DefaultPrefix
-	}
-	if l.concurrencyRetry <= 0 {
-		l.concurrencyRetry = 100 * time.Millisecond
-	}
-	return l
-}
-
-// Prefix returns the key prefix, without the trailing ':'.
-func (l *Limiter) Prefix() string { return l.prefix }
 
 // Request asks for Cost units of Limit on Key.
 type Request struct {
-	// Key is the limiter key without prefix, "{scope}:{resource}:{identifier}"
-	// as in "whatsapp:pair:+12025550123". Its first segment (the scope) becomes
-	// the Redis Cluster hash tag, so every key of one call must share a scope.
+	// Key names the limited thing, "{scope}:{resource}:{identifier}" as in
+	// "whatsapp:pair:106540352242922:+12025550123". The scope (first segment)
+	// is the Redis Cluster hash tag: keys of one scope are decided in one
+	// atomic step. Scopes starting with '_' are reserved.
 	Key   string
 	Limit Limit
-	// Cost is the units to take; zero means 1.
+	// Cost is the units to take; zero means 1. A Distinct limit takes 1 unit
+	// for a new member and 0 for one already counted; a MinInterval limit
+	// takes 1.
 	Cost int64
+	// Member is the subject a Distinct limit counts (a recipient); required
+	// there, unused by the other algorithms.
+	Member string
 }
 
 // LimitDecision is the outcome for one limit of a call.
 type LimitDecision struct {
 	Name string // Limit.Name
-	Key  string // Request.Key (without prefix)
+	Key  string // Request.Key
 	// Allowed reports whether this limit alone had room for the cost.
 	Allowed bool
 	// Limit is the limit's capacity (see Limit.Capacity).
@@ -76,8 +69,9 @@ type LimitDecision struct {
 	// Remaining is the units left: after the call when the call consumed,
 	// otherwise what is available now.
 	Remaining int64
-	// Reset is when the limit is back to full capacity (GCRA), its window
-	// ends (FixedWindow), or its oldest lease expires (Concurrency).
+	// Reset is when the limit is back to full capacity (GCRA, sliding
+	// windows, Distinct), its window ends (FixedWindow), the interval ends
+	// (MinInterval), or its oldest lease expires (Concurrency).
 	Reset time.Time
 	// RetryAfter is how long until the cost fits in this limit; 0 if Allowed.
 	// It is exact: the earliest moment the limit could allow the cost.
@@ -89,13 +83,24 @@ type LimitDecision struct {
 	// A blocked Consume counts its caller as a waiter only in the limit that
 	// sets Decision.Wait. Zero when Allowed.
 	Wait time.Duration
+	// Taken is the units the call took from this limit (0 unless it
+	// consumed; 0 for a Distinct member already counted).
+	Taken int64
+	// Window is the limit's window (Limit.Window), for headers and events.
+	Window time.Duration
 }
 
-// Decision is the outcome of a Consume or Check call.
+// Decision is the outcome of a Consume, Check or Status call.
 type Decision struct {
 	// Allowed is true when every limit had room; for Consume, the cost was
 	// then taken from all of them. When false nothing was taken.
 	Allowed bool
+	// Limit, Remaining and Reset are those of the limit with the fewest
+	// units remaining (of the blocking limit when blocked): what a client
+	// shown one limit needs to know.
+	Limit     int64
+	Remaining int64
+	Reset     time.Time
 	// Limits holds one decision per request, in request order.
 	Limits []LimitDecision
 	// RetryAfter is how long until every blocked limit has room: the largest
@@ -107,14 +112,15 @@ type Decision struct {
 	// (>= RetryAfter). A queue schedules blocked work with it, so a backlog
 	// is retried about once per item instead of once per item per window.
 	Wait time.Duration
-	// Now is the time the decision was made at (Redis TIME unless a Clock is set).
+	// Now is the time the decision was made at (Redis TIME for Redis unless
+	// a Clock is set).
 	Now time.Time
 	// Leases must be passed to Release when the work ends, if any request used
 	// a Concurrency limit and the call consumed.
 	Leases []Lease
 }
 
-// Blocking returns the decision of the limit that sets RetryAfter, if any.
+// Blocking returns the decision of the limit that sets Wait, if any.
 func (d Decision) Blocking() (LimitDecision, bool) {
 	for _, ld := range d.Limits {
 		if !ld.Allowed && ld.Name == d.BlockedBy {
@@ -124,172 +130,150 @@ func (d Decision) Blocking() (LimitDecision, bool) {
 	return LimitDecision{}, false
 }
 
-// Lease is a held Concurrency slot.
-type Lease struct {
-	Key string // full Redis key
-	ID  string // sorted-set member
+// Binding returns the limit a client should be shown: the blocking one when
+// blocked, else the one with the fewest units remaining (ties: the later
+// reset).
+func (d Decision) Binding() (LimitDecision, bool) {
+	if b, ok := d.Blocking(); ok {
+		return b, true
+	}
+	best := -1
+	for i, ld := range d.Limits {
+		if best < 0 || ld.Remaining < d.Limits[best].Remaining ||
+			(ld.Remaining == d.Limits[best].Remaining && ld.Reset.After(d.Limits[best].Reset)) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return LimitDecision{}, false
+	}
+	return d.Limits[best], true
 }
 
-// Errors returned before Redis is asked.
+// decisionJSON is the wire form of a decision: reset is Unix milliseconds,
+// retryAfter milliseconds (rounded up).
+type decisionJSON struct {
+	Allowed    bool  `json:"allowed"`
+	Remaining  int64 `json:"remaining"`
+	Reset      int64 `json:"reset"`
+	RetryAfter int64 `json:"retryAfter"`
+}
+
+// MarshalJSON renders {"allowed":false,"remaining":0,"reset":1704307200000,
+// "retryAfter":23000}: reset in Unix ms, retryAfter in ms rounded up.
+func (d Decision) MarshalJSON() ([]byte, error) {
+	return json.Marshal(decisionJSON{Allowed: d.Allowed, Remaining: d.Remaining, Reset: unixMilli(d.Reset), RetryAfter: ceilMillis(d.RetryAfter)})
+}
+
+// MarshalJSON renders one limit's decision in the same form as Decision's,
+// with its name and capacity: {"name","limit","allowed","remaining","reset",
+// "retryAfter"}.
+func (ld LimitDecision) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Name  string `json:"name"`
+		Limit int64  `json:"limit"`
+		decisionJSON
+	}{ld.Name, ld.Limit, decisionJSON{ld.Allowed, ld.Remaining, unixMilli(ld.Reset), ceilMillis(ld.RetryAfter)}})
+}
+
+func unixMilli(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func ceilMillis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// summarize fills the decision-wide fields from d.Limits.
+func (d *Decision) summarize() {
+	d.Allowed = true
+	d.RetryAfter, d.Wait, d.BlockedBy = 0, 0, ""
+	for _, ld := range d.Limits {
+		if ld.Allowed {
+			continue
+		}
+		d.Allowed = false
+		d.RetryAfter = max(d.RetryAfter, ld.RetryAfter)
+		if ld.Wait > d.Wait || d.BlockedBy == "" {
+			d.BlockedBy = ld.Name
+			d.Wait = max(d.Wait, ld.Wait)
+		}
+	}
+	if b, ok := d.Binding(); ok {
+		d.Limit, d.Remaining, d.Reset = b.Limit, b.Remaining, b.Reset
+	}
+}
+
+// Lease is a held Concurrency slot.
+type Lease struct {
+	Key string // Request.Key of the Concurrency limit
+	ID  string // unique per lease
+}
+
+// Errors returned before any backend is asked.
 var (
 	ErrNoRequests     = errors.New("throttle: no requests")
-	ErrCrossSlot      = errors.New("throttle: keys of one call must share a scope")
 	ErrCostOverLimit  = errors.New("throttle: cost exceeds the limit's capacity and could never be allowed")
+	ErrBadRequest     = errors.New("throttle: bad request")
 	ErrMalformedReply = errors.New("throttle: malformed reply from Redis script")
 )
 
-// Key returns the Redis key for a limiter key: "whatsapp:pair:+1202…" →
-// "sluice:{whatsapp}:pair:+1202…". The braces are the Redis Cluster hash tag.
-func (l *Limiter) Key(key string) string {
-	scope, rest, _ := strings.Cut(key, ":")
-	if rest == "" {
-		return l.prefix + ":{" + scope + "}"
-	}
-	return l.prefix + ":{" + scope + "}:" + rest
-}
-
-// Consume takes each request's cost from its limit if, and only if, every
-// limit has room, in one atomic round trip. Being over a limit is not an
-// error: it is a Decision with Allowed false and a RetryAfter.
-func (l *Limiter) Consume(ctx context.Context, reqs ...Request) (Decision, error) {
-	return l.run(ctx, "consume", reqs)
-}
-
-// Check reports what Consume would decide now, taking nothing.
-func (l *Limiter) Check(ctx context.Context, reqs ...Request) (Decision, error) {
-	return l.run(ctx, "check", reqs)
-}
-
-// Release frees Concurrency leases. Releasing an expired or already released
-// lease is not an error.
-func (l *Limiter) Release(ctx context.Context, leases []Lease) error {
-	if len(leases) == 0 {
-		return nil
-	}
-	if len(leases) == 1 {
-		return l.rdb.ZRem(ctx, leases[0].Key, leases[0].ID).Err()
-	}
-	_, err := l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, ls := range leases {
-			p.ZRem(ctx, ls.Key, ls.ID)
-		}
-		return nil
-	})
-	return err
-}
-
-const argsPerLimit = 5
-
-func (l *Limiter) run(ctx context.Context, mode string, reqs []Request) (Decision, error) {
-	if len(reqs) == 0 {
-		return Decision{}, ErrNoRequests
-	}
-	keys := make([]string, len(reqs))
-	args := make([]any, 3, 3+argsPerLimit*len(reqs))
-	args[0] = "0"
-	if l.clock != nil {
-		args[0] = strconv.FormatInt(l.clock().UnixMicro(), 10)
-	}
-	args[1] = mode
-	args[2] = ""
-	scope := ""
-	var leaseID string
-	for i, r := range reqs {
-		if err := r.Limit.Validate(); err != nil {
-			return Decision{}, fmt.Errorf("throttle: requests[%d]: %w", i, err)
-		}
-		cost := r.cost()
-		if cost > r.Limit.Capacity() {
-			return Decision{}, fmt.Errorf("%w: requests[%d] %q: cost %d, capacity %d", ErrCostOverLimit, i, r.Limit.Name, cost, r.Limit.Capacity())
-		}
-		s, _, _ := strings.Cut(r.Key, ":")
-		if i == 0 {
-			scope = s
-		} else if s != scope {
-			return Decision{}, fmt.Errorf("%w: %q and %q", ErrCrossSlot, reqs[0].Key, r.Key)
-		}
-		keys[i] = l.Key(r.Key)
-		switch r.Limit.Algorithm {
-		case GCRA:
-			args = append(args, "gcra", r.Limit.Rate.Limit, r.Limit.Rate.Period.Microseconds(), max(r.Limit.Burst, 1), cost)
-		case FixedWindow:
-			args = append(args, "fixed_window", r.Limit.Rate.Limit, r.Limit.Rate.Period.Microseconds(), 0, cost)
-		case Concurrency:
-			lease := r.Limit.Lease
-			if lease <= 0 {
-				lease = DefaultLease
-			}
-			args = append(args, "concurrency", r.Limit.Max, lease.Microseconds(), 0, cost)
-			if leaseID == "" && mode == "consume" {
-				leaseID = newLeaseID()
-			}
-		}
-	}
-	args[2] = leaseID
-
-	raw, err := consumeScript.Run(ctx, l.rdb, keys, args...).Int64Slice()
-	if err != nil {
-		return Decision{}, fmt.Errorf("throttle: %s %q: %w", mode, reqs[0].Key, err)
-	}
-	return l.decode(raw, reqs, keys, leaseID)
-}
-
-func (l *Limiter) decode(raw []int64, reqs []Request, keys []string, leaseID string) (Decision, error) {
-	const per = 5
-	if len(raw) != 2+per*len(reqs) {
-		return Decision{}, fmt.Errorf("%w: %d values for %d limits", ErrMalformedReply, len(raw), len(reqs))
-	}
-	now := time.UnixMicro(raw[0])
-	d := Decision{Allowed: raw[1] == 1, Now: now, Limits: make([]LimitDecision, len(reqs))}
-	for i, r := range reqs {
-		v := raw[2+per*i : 2+per*(i+1)]
-		ld := LimitDecision{
-			Name:       r.Limit.Name,
-			Key:        r.Key,
-			Allowed:    v[0] == 1,
-			Limit:      r.Limit.Capacity(),
-			Remaining:  v[1],
-			Reset:      time.UnixMicro(v[2]),
-			RetryAfter: time.Duration(v[3]) * time.Microsecond,
-			Wait:       time.Duration(v[4]) * time.Microsecond,
-		}
-		if r.Limit.Algorithm == Concurrency && !ld.Allowed && ld.RetryAfter > l.concurrencyRetry {
-			ld.RetryAfter = l.concurrencyRetry
-			ld.Wait = l.concurrencyRetry
-		}
-		if !ld.Allowed {
-			d.RetryAfter = max(d.RetryAfter, ld.RetryAfter)
-			if ld.Wait > d.Wait || d.BlockedBy == "" {
-				d.BlockedBy = ld.Name
-				d.Wait = max(d.Wait, ld.Wait)
-			}
-		}
-		d.Limits[i] = ld
-		if d.Allowed && r.Limit.Algorithm == Concurrency && leaseID != "" {
-			for j := int64(1); j <= r.cost(); j++ {
-				id := leaseID
-				if j > 1 {
-					id += "#" + strconv.FormatInt(j, 10)
-				}
-				d.Leases = append(d.Leases, Lease{Key: keys[i], ID: id})
-			}
-		}
-	}
-	if d.Allowed {
-		d.RetryAfter, d.Wait, d.BlockedBy = 0, 0, ""
-	}
-	return d, nil
-}
-
+// cost is the units a request asks for: Cost, or 1 when zero.
 func (r Request) cost() int64 {
-	if r.Cost <= 0 {
+	if r.Cost <= 0 || r.Limit.Algorithm == Distinct {
 		return 1
 	}
 	return r.Cost
 }
 
-func newLeaseID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return hex.EncodeToString(b[:])
+// scope is the key's first segment, its Redis Cluster hash tag.
+func scope(key string) string {
+	s, _, _ := strings.Cut(key, ":")
+	return s
+}
+
+// validate checks a call's requests the same way for every backend. It
+// returns, per request, the field name under which a GCRA limit shares its
+// key with other GCRA limits of the call ("" when the key is its own).
+func validate(reqs []Request) (fields []string, err error) {
+	if len(reqs) == 0 {
+		return nil, ErrNoRequests
+	}
+	fields = make([]string, len(reqs))
+	var seen map[string][]int
+	if len(reqs) > 1 {
+		seen = make(map[string][]int, len(reqs))
+	}
+	for i, r := range reqs {
+		if err := r.Limit.Validate(); err != nil {
+			return nil, fmt.Errorf("throttle: requests[%d]: %w", i, err)
+		}
+		if s := scope(r.Key); s == "" || strings.ContainsAny(r.Key, "{}") || s[0] == '_' {
+			return nil, fmt.Errorf("%w: requests[%d] key %q: want scope:resource:id, with a scope not starting with '_' and no braces", ErrBadRequest, i, r.Key)
+		}
+		if r.Cost < 0 {
+			return nil, fmt.Errorf("%w: requests[%d] %q: cost %d is negative", ErrBadRequest, i, r.Limit.Name, r.Cost)
+		}
+		if c := r.cost(); c > r.Limit.Capacity() {
+			return nil, fmt.Errorf("%w: requests[%d] %q: cost %d, capacity %d", ErrCostOverLimit, i, r.Limit.Name, c, r.Limit.Capacity())
+		}
+		if r.Limit.Algorithm == Distinct && r.Member == "" {
+			return nil, fmt.Errorf("%w: requests[%d] %q: a distinct limit needs a Member", ErrBadRequest, i, r.Limit.Name)
+		}
+		if seen == nil {
+			continue
+		}
+		for _, j := range seen[r.Key] {
+			o := reqs[j]
+			if r.Limit.Algorithm != GCRA || o.Limit.Algorithm != GCRA || r.Limit.Name == o.Limit.Name || r.Limit.Name == "" {
+				return nil, fmt.Errorf("%w: requests[%d] and [%d] share key %q: only GCRA limits with distinct names may share a key", ErrBadRequest, j, i, r.Key)
+			}
+			fields[i], fields[j] = r.Limit.Name, o.Limit.Name
+		}
+		seen[r.Key] = append(seen[r.Key], i)
+	}
+	return fields, nil
 }

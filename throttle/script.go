@@ -12,7 +12,9 @@ var luaFiles embed.FS
 
 // consumeScript is prelude.lua, the algorithm files and consume.lua joined into
 // one script, so any mix of limits is decided in one EVALSHA.
-var consumeScript = redis.NewScript(joinLua("prelude.lua", "gcra.lua", "fixed_window.lua", "concurrency.lua", "consume.lua"))
+var consumeScript = redis.NewScript(joinLua("prelude.lua", "gcra.lua", "fixed_window.lua",
+	"sliding_window_log.lua", "sliding_window_counter.lua", "min_interval.lua",
+	"concurrency.lua", "distinct.lua", "consume.lua"))
 
 func joinLua(names ...string) string {
 	var b strings.Builder

@@ -33,7 +33,7 @@ func BenchmarkThrottleMiddleware(b *testing.B) {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 100})
 	b.Cleanup(func() { _ = rdb.Close() })
 	client := asynq.NewClientFromRedisClient(rdb)
-	lim := throttle.New(rdb, throttle.Options{Prefix: "bench"})
+	lim := throttle.NewRedis(rdb, throttle.Options{Prefix: "bench"})
 	never := []worker.Rule{
 		{Key: "whatsapp:number:{phone_number_id}", Limit: throttle.Limit{Name: "throughput", Algorithm: throttle.FixedWindow, Rate: throttle.PerSecond(1 << 40)}},
 		{Key: "whatsapp:pair:{phone_number_id}:{to}", Limit: throttle.Limit{Name: "pair", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(1 << 30), Burst: 1 << 20}},

@@ -57,7 +57,7 @@ type Options struct {
 	// one connection pool serves both. Not closed by the Worker. Required.
 	Redis redis.UniversalClient
 	// Limiter decides the channels' limits. Required.
-	Limiter  *throttle.Limiter
+	Limiter  throttle.Limiter
 	Channels []Channel
 	// Queues maps queue names to priority weights. Zero means one queue per
 	// channel, named after it, weight 1, so one channel's backlog never

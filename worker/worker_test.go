@@ -63,7 +63,7 @@ type harness struct {
 	redis   *redistest.Server
 	client  *asynq.Client
 	insp    *asynq.Inspector
-	limiter *throttle.Limiter
+	limiter *throttle.Redis
 	sent    chan sendRecord
 	mu      sync.Mutex
 	calls   map[string]int
@@ -77,7 +77,7 @@ func newHarness(t *testing.T, rules []Rule, fn func(p testPayload, call int) err
 	rdb := srv.Client(t)
 	h.client = asynq.NewClientFromRedisClient(rdb)
 	h.insp = asynq.NewInspectorFromRedisClient(rdb)
-	h.limiter = throttle.New(rdb, throttle.Options{Prefix: "wt"})
+	h.limiter = throttle.NewRedis(rdb, throttle.Options{Prefix: "wt"})
 	ch := Channel{Name: "test", TaskType: "test:send", Rules: rules,
 		Prepare: func(b []byte) (Prepared, error) {
 			var p testPayload

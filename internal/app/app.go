@@ -58,13 +58,13 @@ type Options struct {
 }
 
 // NewLimiter returns the limiter over rdb with the configured key prefix.
-func NewLimiter(cfg *config.Config, rdb redis.UniversalClient, clock func() time.Time) *throttle.Limiter {
-	return throttle.New(rdb, throttle.Options{Prefix: cfg.Redis.KeyPrefix, Clock: clock})
+func NewLimiter(cfg *config.Config, rdb redis.UniversalClient, clock func() time.Time) *throttle.Redis {
+	return throttle.NewRedis(rdb, throttle.Options{Prefix: cfg.Redis.KeyPrefix, Clock: clock})
 }
 
 // NewWorker builds the worker for every enabled channel of cfg. A channel's
 // missing credential is an error naming its environment variable.
-func NewWorker(cfg *config.Config, rdb redis.UniversalClient, lim *throttle.Limiter, opts Options) (*worker.Worker, error) {
+func NewWorker(cfg *config.Config, rdb redis.UniversalClient, lim *throttle.Redis, opts Options) (*worker.Worker, error) {
 	secrets := opts.Secrets
 	if secrets == nil {
 		secrets = cfg.Secret
@@ -184,7 +184,7 @@ func NewCleanupMetrics(reg prometheus.Registerer) *CleanupMetrics {
 // StartCleanup schedules lim.Cleanup on cfg.Cleanup.Schedule with
 // robfig/cron. It logs only when a pass removed something or failed. Stop
 // the returned cron to end it.
-func StartCleanup(cfg *config.Config, lim *throttle.Limiter, logger *slog.Logger, m *CleanupMetrics) (*cron.Cron, error) {
+func StartCleanup(cfg *config.Config, lim *throttle.Redis, logger *slog.Logger, m *CleanupMetrics) (*cron.Cron, error) {
 	c := cron.New(cron.WithChain(cron.SkipIfStillRunning(cron.DiscardLogger)))
 	_, err := c.AddFunc(cfg.Cleanup.Schedule, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

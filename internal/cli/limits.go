@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -28,7 +30,7 @@ func describeLimit(l throttle.Limit) string {
 }
 
 // limiterFor connects to Redis and returns the configured limiter.
-func (g *globals) limiterFor(ctx context.Context) (*throttle.Limiter, *config.Config, redis.UniversalClient, error) {
+func (g *globals) limiterFor(ctx context.Context) (*throttle.Redis, *config.Config, redis.UniversalClient, error) {
 	cfg, err := g.loadConfig()
 	if err != nil {
 		return nil, nil, nil, err
@@ -105,17 +107,19 @@ whatsapp:pair:106540352242922:+12025550123.`,
 			if st.TTL == -2 {
 				fmt.Fprintf(w, "state\tnone (unused: full capacity)\n")
 			} else {
-				fmt.Fprintf(w, "algorithm\t%s\n", st.Algorithm)
+				fmt.Fprintf(w, "type\t%s\n", st.Type)
 				fmt.Fprintf(w, "ttl\t%v\n", st.TTL)
-				switch st.Algorithm {
-				case throttle.GCRA:
-					fmt.Fprintf(w, "tat\t%s\n", st.TAT.UTC().Format(time.RFC3339Nano))
-				case throttle.FixedWindow:
-					fmt.Fprintf(w, "window\t%s\nused\t%d\n", st.Window.UTC().Format(time.RFC3339), st.Used)
-				case throttle.Concurrency:
-					fmt.Fprintf(w, "leases\t%d\n", len(st.Leases))
-					for id, exp := range st.Leases {
-						fmt.Fprintf(w, "  %s\texpires %s\n", id, exp.UTC().Format(time.RFC3339Nano))
+				fmt.Fprintf(w, "memory\t%d bytes\n", st.Bytes)
+				if st.Value != "" {
+					fmt.Fprintf(w, "value\t%s\n", st.Value)
+				}
+				for _, f := range slices.Sorted(maps.Keys(st.Fields)) {
+					fmt.Fprintf(w, "  %s\t%s\n", f, st.Fields[f])
+				}
+				if st.Type == "zset" {
+					fmt.Fprintf(w, "members\t%d\n", st.Count)
+					for _, m := range st.Members {
+						fmt.Fprintf(w, "  %s\t%s\n", m.Member, m.At.UTC().Format(time.RFC3339Nano))
 					}
 				}
 			}

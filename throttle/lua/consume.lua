@@ -1,19 +1,21 @@
 -- consume.lua: check, and in "consume" mode take, several limits at once,
--- all or nothing.
+-- all or nothing; in "refund" mode give back what a consume took.
 --
 -- KEYS[i]: the state key of limit i (all keys share one {hash tag}).
--- ARGV[1]: now, us since the epoch; "0" = use Redis TIME (one clock for all workers)
--- ARGV[2]: mode: "consume" takes the cost from every limit only if all allow;
---          "check" takes nothing
--- ARGV[3]: lease id for concurrency limits
--- ARGV[4 + 5*(i-1) ...]: limit i as: algorithm ("gcra" | "fixed_window" |
---          "concurrency"), limit, period us (lease us for concurrency),
---          burst, cost
--- Returns: {now_us, allowed (1|0: every limit had room; in consume mode
---           the cost was then taken), then per limit i:
---           ok (1|0), remaining, reset (us since epoch), retry_after (us),
---           wait (us, >= retry_after: when a blocked caller should come
---           back, see prelude.lua)}
+-- ARGV[1]: now, us since the epoch; "0" = use Redis TIME (one clock for all
+--          workers). A refund passes the consume's own now.
+-- ARGV[2]: mode: "consume" takes the cost from every limit only if all
+--          allow; "check" takes nothing; "refund" gives back each limit's
+--          cost (the units the consume reported as taken)
+-- ARGV[3]: call id: unique per call; names sliding-log entries and leases
+-- ARGV[4 + 6*(i-1) ...]: limit i as: algorithm, limit, period us (lease us
+--          for concurrency, interval us for min_interval), burst, cost,
+--          extra (gcra: '' or the field in a shared hash; distinct: member)
+-- Returns: {now_us, allowed (1|0: every limit had room; in consume mode the
+--           cost was then taken), then per limit i: ok (1|0), remaining,
+--           reset (us since epoch), retry_after (us), wait (us, >=
+--           retry_after: when a blocked caller should come back), taken
+--           (units the commit took; 0 unless committed)}
 -- remaining is after the call when committed, else what is available now.
 local now = tonumber(ARGV[1])
 if now == 0 then
@@ -21,42 +23,68 @@ if now == 0 then
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local mode = ARGV[2]
-local lease_id = ARGV[3]
+local call_id = ARGV[3]
 local n = #KEYS
-if #ARGV ~= 3 + 5 * n then
-  return redis.error_reply('sluice: want ' .. (3 + 5 * n) .. ' ARGV for ' .. n .. ' keys, got ' .. #ARGV)
+if #ARGV ~= 3 + 6 * n then
+  return redis.error_reply('sluice: want ' .. (3 + 6 * n) .. ' ARGV for ' .. n .. ' keys, got ' .. #ARGV)
+end
+
+if mode == 'refund' then
+  for i = 1, n do
+    local a = 3 + 6 * (i - 1)
+    local algo, key = ARGV[a + 1], KEYS[i]
+    local limit, period, cost = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 5])
+    if algo == 'gcra' then gcra_refund(key, ARGV[a + 6], now, limit, period, cost)
+    elseif algo == 'fixed_window' then fixed_window_refund(key, now, period, cost)
+    elseif algo == 'sliding_window_log' then sliding_window_log_refund(key, cost, call_id)
+    elseif algo == 'sliding_window_counter' then sliding_window_counter_refund(key, now, period, cost)
+    elseif algo == 'min_interval' then min_interval_refund(key, now)
+    elseif algo == 'concurrency' then concurrency_refund(key, cost, call_id)
+    elseif algo == 'distinct' then distinct_refund(key, now, ARGV[a + 6], cost)
+    end
+  end
+  return {now, 1}
 end
 
 local decisions = {}
 local all_ok = 1
 for i = 1, n do
-  local a = 3 + 5 * (i - 1)
-  local algo = ARGV[a + 1]
-  local limit = tonumber(ARGV[a + 2])
-  local period = tonumber(ARGV[a + 3])
-  local burst = tonumber(ARGV[a + 4])
-  local cost = tonumber(ARGV[a + 5])
+  local a = 3 + 6 * (i - 1)
+  local algo, key = ARGV[a + 1], KEYS[i]
+  local limit, period = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  local burst, cost, extra = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), ARGV[a + 6]
   local d
-  if algo == 'gcra' then
-    d = gcra_decide(KEYS[i], now, limit, period, burst, cost)
-  elseif algo == 'fixed_window' then
-    d = fixed_window_decide(KEYS[i], now, limit, period, cost)
-  elseif algo == 'concurrency' then
-    d = concurrency_decide(KEYS[i], now, limit, period, cost, lease_id)
-  else
-    return redis.error_reply('sluice: unknown algorithm ' .. tostring(algo))
+  if algo == 'gcra' then d = gcra_decide(key, extra, now, limit, period, burst, cost)
+  elseif algo == 'fixed_window' then d = fixed_window_decide(key, now, limit, period, cost)
+  elseif algo == 'sliding_window_log' then d = sliding_window_log_decide(key, now, limit, period, cost)
+  elseif algo == 'sliding_window_counter' then d = sliding_window_counter_decide(key, now, limit, period, cost)
+  elseif algo == 'min_interval' then d = min_interval_decide(key, now, period)
+  elseif algo == 'concurrency' then d = concurrency_decide(key, now, limit, period, cost)
+  elseif algo == 'distinct' then d = distinct_decide(key, now, limit, period, extra)
+  else return redis.error_reply('sluice: unknown algorithm ' .. tostring(algo))
   end
   if d.ok == 0 then all_ok = 0 end
   decisions[i] = d
 end
 
-local committed = 0
-if mode == 'consume' and all_ok == 1 then
-  for i = 1, n do decisions[i].commit() end
-  committed = 1
+local committed = mode == 'consume' and all_ok == 1
+if committed then
+  for i = 1, n do
+    local d = decisions[i]
+    local algo = d.algo
+    if algo == 'gcra' then gcra_commit(d)
+    elseif algo == 'fixed_window' then fixed_window_commit(d)
+    elseif algo == 'sliding_window_log' then sliding_window_log_commit(d, call_id)
+    elseif algo == 'sliding_window_counter' then sliding_window_counter_commit(d)
+    elseif algo == 'min_interval' then min_interval_commit(d)
+    elseif algo == 'concurrency' then concurrency_commit(d, call_id)
+    elseif algo == 'distinct' then distinct_commit(d)
+    end
+  end
 end
 -- A blocked caller waits for its slowest limit; only that limit counts it
--- as a waiter, so the others do not hold a place it will not use.
+-- as a waiter (fixed windows), so the others do not hold a place it will
+-- not use.
 if mode == 'consume' and all_ok == 0 then
   local longest = 0
   for i = 1, n do
@@ -64,19 +92,20 @@ if mode == 'consume' and all_ok == 0 then
   end
   for i = 1, n do
     local d = decisions[i]
-    if d.ok == 0 and d.wait == longest then d.record() end
+    if d.ok == 0 and d.wait == longest and d.algo == 'fixed_window' then fixed_window_record(d) end
   end
 end
 
 local out = {now, all_ok}
 for i = 1, n do
   local d = decisions[i]
-  local rem = d.rem_now
-  if committed == 1 then rem = d.rem_after end
+  local rem, taken = d.rem_now, 0
+  if committed then rem, taken = d.rem_after, d.taken end
   out[#out + 1] = d.ok
   out[#out + 1] = rem
   out[#out + 1] = d.reset
   out[#out + 1] = d.retry
   out[#out + 1] = math.ceil(d.wait)
+  out[#out + 1] = taken
 end
 return out

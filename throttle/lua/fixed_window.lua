@@ -9,6 +9,8 @@
 --                   cost   units this call takes
 -- State: the hash; TTL = end of the window. A hash from an older window counts
 -- as empty, so a caller-supplied clock never sees stale counts.
+-- Boundary: the count starts over at every window start, so up to 2 x limit
+-- units can pass within one period that spans a boundary.
 -- Returns: see prelude.lua. retry = time to the next window start. wait
 -- spreads a crowd: the j-th unit blocked during a window (j from 0) is sent
 -- to the window floor(j / limit) after the next one, so W waiters come back
@@ -20,10 +22,14 @@
 local function fixed_window_decide(key, now, limit, period, cost)
   local start = now - math.fmod(now, period)
   local stop = start + period
-  local w, c, bw, b = unpack(redis.call('HMGET', key, 'w', 'c', 'bw', 'b'))
+  local v, replace = read('HMGET', key, 'w', 'c', 'bw', 'b')
+  v = v or {}
+  local w, c, bw, b = v[1], v[2], v[3], v[4]
+  local current = w and tonumber(w) == start
   local used = 0
-  if w and tonumber(w) == start then used = tonumber(c) or 0 end
-  local d = {}
+  if current then used = tonumber(c) or 0 end
+  local d = {algo = 'fixed_window', key = key, now = now, start = start, stop = stop,
+             cost = cost, taken = cost, current = current, replace = replace}
   d.rem_now = math.max(0, limit - used)
   d.reset = stop
   if used + cost <= limit then
@@ -35,25 +41,35 @@ local function fixed_window_decide(key, now, limit, period, cost)
     d.retry = stop - now
     d.rem_after = d.rem_now
   end
-  local waiting = 0
-  if bw and tonumber(bw) == start then waiting = tonumber(b) or 0 end
+  d.waiting = 0
+  if bw and tonumber(bw) == start then d.waiting = tonumber(b) or 0 end
   d.wait = d.retry
   if d.ok == 0 then
-    d.wait = d.retry + math.floor(waiting / limit) * period
-  end
-  local current = w and tonumber(w) == start
-  d.commit = function()
-    if current then
-      -- The TTL was set to this window's end when the window opened.
-      redis.call('HINCRBY', key, 'c', cost)
-    else
-      redis.call('HSET', key, 'w', string.format('%d', start), 'c', cost)
-      redis.call('PEXPIRE', key, ttl_ms(stop - now))
-    end
-  end
-  d.record = function()
-    redis.call('HSET', key, 'bw', string.format('%d', start), 'b', waiting + cost)
-    if not current then redis.call('PEXPIRE', key, ttl_ms(stop - now)) end
+    d.wait = d.retry + math.floor(d.waiting / limit) * period
   end
   return d
+end
+
+local function fixed_window_commit(d)
+  if d.replace then redis.call('DEL', d.key) end
+  if d.current and not d.replace then
+    -- The TTL was set to this window's end when the window opened.
+    redis.call('HINCRBY', d.key, 'c', d.cost)
+  else
+    redis.call('HSET', d.key, 'w', us(d.start), 'c', d.cost)
+    redis.call('PEXPIRE', d.key, ttl_ms(d.stop - d.now))
+  end
+end
+
+-- fixed_window_record counts a blocked caller among the window's waiters.
+local function fixed_window_record(d)
+  if d.replace then redis.call('DEL', d.key) end
+  redis.call('HSET', d.key, 'bw', us(d.start), 'b', d.waiting + d.cost)
+  if not d.current or d.replace then redis.call('PEXPIRE', d.key, ttl_ms(d.stop - d.now)) end
+end
+
+local function fixed_window_refund(key, now, period, cost)
+  local start = now - math.fmod(now, period)
+  local w = read('HGET', key, 'w')
+  if w and tonumber(w) == start then redis.call('HINCRBY', key, 'c', -cost) end
 end

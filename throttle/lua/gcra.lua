@@ -1,20 +1,26 @@
--- gcra.lua: token bucket as the generic cell rate algorithm (GCRA).
+-- gcra.lua: token bucket as the generic cell rate algorithm (GCRA), the same
+-- decisions as go-redis/redis_rate.
 --
--- KEYS: key        string holding the theoretical arrival time (TAT, us)
+-- KEYS: key     string holding the theoretical arrival time (TAT, us), or,
+--               when field ~= '', a hash with one TAT per limit name (several
+--               GCRA limits of one subject share one key)
 -- ARGV (per limit): limit  units per period (> 0)
 --                   period us
 --                   burst  bucket size in units (>= 1); 1 spaces units evenly
 --                   cost   units this call takes (>= 0)
--- State: one string, the TAT; TTL = time until the bucket is full again.
+--                   field  '' or the limit's name in the shared hash
+-- State: the TAT; TTL = time until the bucket is full again.
 -- Returns: see prelude.lua. retry is exact: the earliest time cost units fit.
-local function gcra_decide(key, now, limit, period, burst, cost)
+local function gcra_decide(key, field, now, limit, period, burst, cost)
   local interval = period / limit          -- emission interval T
   local tolerance = interval * burst       -- bucket depth in us
-  local tat = tonumber(redis.call('GET', key)) or now
+  local raw, replace
+  if field == '' then raw, replace = read('GET', key) else raw, replace = read('HGET', key, field) end
+  local tat = tonumber(raw) or now
   if tat < now then tat = now end
   local new_tat = tat + interval * cost
   local allow_at = new_tat - tolerance
-  local d = {}
+  local d = {algo = 'gcra', key = key, field = field, now = now, new_tat = new_tat, taken = cost, replace = replace}
   d.rem_now = math.max(0, floor_units(now - tat + tolerance, interval))
   if now >= allow_at then
     d.ok = 1
@@ -27,11 +33,30 @@ local function gcra_decide(key, now, limit, period, burst, cost)
     d.rem_after = d.rem_now
     d.reset = math.ceil(tat)
   end
-  d.commit = function()
-    local stored = math.ceil(new_tat) -- rounding up never over-admits
-    redis.call('SET', key, string.format('%d', stored), 'PX', ttl_ms(stored - now))
-  end
   d.wait = d.retry
-  d.record = function() end
   return d
+end
+
+local function gcra_commit(d)
+  local stored = math.ceil(d.new_tat) -- rounding up never over-admits
+  if d.replace then redis.call('DEL', d.key) end
+  if d.field == '' then
+    redis.call('SET', d.key, us(stored), 'PX', ttl_ms(stored - d.now))
+  else
+    redis.call('HSET', d.key, d.field, us(stored))
+    extend(d.key, ttl_ms(stored - d.now))
+  end
+end
+
+local function gcra_refund(key, field, now, limit, period, cost)
+  local raw
+  if field == '' then raw = read('GET', key) else raw = read('HGET', key, field) end
+  local tat = tonumber(raw)
+  if not tat then return end
+  local back = math.ceil(tat - (period / limit) * cost)
+  if field == '' then
+    if back <= now then redis.call('DEL', key) else redis.call('SET', key, us(back), 'KEEPTTL') end
+  else
+    if back <= now then redis.call('HDEL', key, field) else redis.call('HSET', key, field, us(back)) end
+  end
 end

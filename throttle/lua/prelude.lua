@@ -1,27 +1,26 @@
 -- prelude.lua: shared by every limiter script. Sluice composes one script from
--- prelude.lua, one file per algorithm (gcra.lua, fixed_window.lua,
--- concurrency.lua) and consume.lua, so one EVALSHA checks and consumes any mix
--- of limits atomically.
+-- prelude.lua, one file per algorithm and consume.lua, so one EVALSHA checks
+-- and consumes any mix of limits atomically.
 --
 -- Units: all times are integer microseconds since the Unix epoch ("us"). A
 -- double holds them exactly (2^53 us is year 2255).
 --
--- Every algorithm file defines a function
---   decide(key, now, limit, period, burst, cost, lease_id) -> d
--- that reads state and writes nothing. d has:
+-- Every algorithm file defines <algo>_decide(...) -> d, which reads state and
+-- writes nothing, <algo>_commit(d), which writes the consumption and sets the
+-- TTL, and <algo>_refund(...), which gives back what a committed call took
+-- (a cross-slot call whose later part was blocked). d has:
 --   d.ok        1 if cost units fit now, else 0
 --   d.rem_now   units available before this call
 --   d.rem_after units left if this call is committed
 --   d.reset     absolute us at which the limit is back to full capacity
 --   d.retry     us to wait until cost units fit (0 when d.ok == 1): exact,
 --               the earliest moment the limit could allow the cost
---   d.commit    function() that writes the consumption and refreshes the TTL
---   d.wait      us a blocked caller should wait (>= d.retry): for most
---               algorithms d.retry; a fixed window spreads a crowd of waiters
---               over the next windows (see fixed_window.lua)
---   d.record    function() called in consume mode, for a blocked call, on
---               the limit that sets the call's wait: counts the caller among
---               that limit's waiters. It takes no units.
+--   d.wait      us a blocked caller should wait (>= d.retry): d.retry except
+--               for a fixed window, which spreads a crowd of waiters over the
+--               next windows (see fixed_window.lua)
+--   d.taken     units a commit takes (0 for a distinct member already counted)
+--   d.replace   true when the key holds another algorithm's state (a limit
+--               was reconfigured): the commit deletes it first
 
 -- ttl_ms turns a state lifetime in us into a PEXPIRE argument: rounded up,
 -- plus one second so state outlives small clock differences between callers
@@ -35,4 +34,23 @@ end
 -- non-integer emission intervals (1s/3 = 333333.33us).
 local function floor_units(span, interval)
   return math.floor(span / interval + 1e-9)
+end
+
+-- us renders a time for a Redis argument without an exponent.
+local function us(t)
+  return string.format('%d', t)
+end
+
+-- read runs a read command that fails with WRONGTYPE when the key holds
+-- another algorithm's state; it returns the reply, or nil and true then.
+local function read(...)
+  local r = redis.pcall(...)
+  if type(r) == 'table' and r.err then return nil, true end
+  return r, false
+end
+
+-- extend raises key's TTL to at least ms (keys shared by several limits keep
+-- the longest lifetime any of them needs).
+local function extend(key, ms)
+  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
 end

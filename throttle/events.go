@@ -1,0 +1,173 @@
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Event types in the events stream.
+const (
+	// EventExceeded: a Consume was blocked by the limit on Key. Fields: key,
+	// name, limit (capacity), window, reset (Unix ms).
+	EventExceeded = "limits.exceeded"
+	// EventWarning: a Consume left fewer than the threshold units on Key.
+	// Fields: key, name, remaining, threshold, limit.
+	EventWarning = "limits.warning"
+)
+
+// EventOptions configures the events stream of a Redis limiter. Events are
+// best-effort: an event that cannot be written is dropped, never failing the
+// decision.
+type EventOptions struct {
+	// Disabled turns events off.
+	Disabled bool
+	// MaxLen caps the stream (XADD MAXLEN ~). Zero means 10000.
+	MaxLen int64
+	// WarnAt is the share of a limit's capacity below which remaining units
+	// raise a limits.warning. Zero means 0.1 (10%); negative disables warnings.
+	WarnAt float64
+}
+
+// Event is one entry of the events stream.
+type Event struct {
+	ID        string        `json:"id"` // stream entry id
+	Type      string        `json:"type"`
+	Key       string        `json:"key"`
+	Name      string        `json:"name"`  // the limit's name
+	Limit     int64         `json:"limit"` // its capacity
+	Window    time.Duration `json:"-"`
+	Reset     time.Time     `json:"-"`
+	Remaining int64         `json:"remaining,omitempty"`
+	Threshold int64         `json:"threshold,omitempty"`
+	At        time.Time     `json:"-"`
+}
+
+var eventsScript = redis.NewScript(joinLua("events.lua"))
+
+// eventSink turns decisions into events, once per key, type and window:
+// first checked in a bounded in-process map, then across processes by the
+// marker in events.lua.
+type eventSink struct {
+	l      *Redis
+	opts   EventOptions
+	mu     sync.Mutex
+	sent   map[string]time.Time // type+key → end of its window
+	failed int64
+}
+
+const maxEventMarks = 10000
+
+func newEventSink(l *Redis, opts EventOptions) *eventSink {
+	if opts.MaxLen <= 0 {
+		opts.MaxLen = 10000
+	}
+	if opts.WarnAt == 0 {
+		opts.WarnAt = 0.1
+	}
+	return &eventSink{l: l, opts: opts, sent: map[string]time.Time{}}
+}
+
+// StreamKey is the Redis key of the events stream.
+func (l *Redis) StreamKey() string { return l.prefix + ":{_events}" }
+
+// threshold is the remaining-units level below which a warning is raised.
+func (s *eventSink) threshold(capacity int64) int64 {
+	if s.opts.WarnAt < 0 {
+		return 0
+	}
+	return int64(float64(capacity) * s.opts.WarnAt)
+}
+
+func (s *eventSink) observe(ctx context.Context, reqs []Request, d Decision) {
+	if s == nil || s.opts.Disabled {
+		return
+	}
+	for i, ld := range d.Limits {
+		lim := reqs[i].Limit
+		switch {
+		case !ld.Allowed:
+			until := ld.Reset
+			if !until.After(d.Now) {
+				until = d.Now.Add(ld.RetryAfter)
+			}
+			s.emit(ctx, EventExceeded, ld.Key, until, d.Now,
+				"key", ld.Key, "name", ld.Name, "limit", ld.Limit, "window", FormatPeriod(lim.Window()), "reset", unixMilli(ld.Reset))
+		case d.Allowed && ld.Taken > 0:
+			th := s.threshold(ld.Limit)
+			if th > 0 && ld.Remaining < th && ld.Remaining+ld.Taken >= th {
+				until := d.Now.Add(lim.Window())
+				if lim.Algorithm == FixedWindow {
+					until = ld.Reset
+				}
+				s.emit(ctx, EventWarning, ld.Key, until, d.Now,
+					"key", ld.Key, "name", ld.Name, "remaining", ld.Remaining, "threshold", th, "limit", ld.Limit)
+			}
+		}
+	}
+}
+
+func (s *eventSink) emit(ctx context.Context, typ, key string, until, now time.Time, fields ...any) {
+	mark := typ + ":" + key
+	s.mu.Lock()
+	if t, ok := s.sent[mark]; ok && now.Before(t) {
+		s.mu.Unlock()
+		return
+	}
+	if len(s.sent) >= maxEventMarks {
+		clear(s.sent) // bounded: forgetting marks only costs a round trip each
+	}
+	s.sent[mark] = until
+	s.mu.Unlock()
+	ttl := max(until.Sub(now).Milliseconds(), 1)
+	args := append([]any{ttl, s.opts.MaxLen, "type", typ, "at", now.UnixMilli()}, fields...)
+	keys := []string{s.l.StreamKey(), s.l.prefix + ":{_events}:seen:" + mark}
+	if err := eventsScript.Run(context.WithoutCancel(ctx), s.l.rdb, keys, args...).Err(); err != nil && err != redis.Nil {
+		s.mu.Lock()
+		s.failed++
+		s.mu.Unlock()
+	}
+}
+
+// Events reads up to count events after the entry id after ("0" from the
+// start, "$" only new ones), waiting up to block for one to arrive (0 does
+// not wait). It returns the events and the id to pass next.
+func (l *Redis) Events(ctx context.Context, after string, count int64, block time.Duration) ([]Event, string, error) {
+	if block <= 0 {
+		block = -1 // go-redis: no BLOCK argument
+	}
+	res, err := l.rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{l.StreamKey(), after}, Count: count, Block: block}).Result()
+	if err == redis.Nil {
+		return nil, after, nil
+	}
+	if err != nil {
+		return nil, after, fmt.Errorf("throttle: read events: %w", err)
+	}
+	var out []Event
+	for _, st := range res {
+		for _, m := range st.Messages {
+			out = append(out, parseEvent(m))
+			after = m.ID
+		}
+	}
+	return out, after, nil
+}
+
+func parseEvent(m redis.XMessage) Event {
+	str := func(k string) string { s, _ := m.Values[k].(string); return s }
+	num := func(k string) int64 { n, _ := strconv.ParseInt(str(k), 10, 64); return n }
+	e := Event{ID: m.ID, Type: str("type"), Key: str("key"), Name: str("name"), Limit: num("limit"),
+		Remaining: num("remaining"), Threshold: num("threshold")}
+	if w, err := ParsePeriod(str("window")); err == nil {
+		e.Window = w
+	}
+	if r := num("reset"); r > 0 {
+		e.Reset = time.UnixMilli(r)
+	}
+	e.At = time.UnixMilli(num("at"))
+	return e
+}
