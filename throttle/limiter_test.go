@@ -51,10 +51,10 @@ type step struct {
 	retry     time.Duration
 }
 
-func runSteps(t *testing.T, rdb redis.UniversalClient, lim throttle.Limit, steps []step) {
+func runSteps(t *testing.T, newLimiter limiterFactory, lim throttle.Limit, steps []step) {
 	t.Helper()
 	clk := &fakeClock{}
-	l := throttle.NewRedis(rdb, throttle.Options{Prefix: "t", Clock: clk.Now})
+	l := newLimiter(clk.Now)
 	ctx := context.Background()
 	for i, s := range steps {
 		clk.Set(t0.Add(s.at))
@@ -66,10 +66,10 @@ func runSteps(t *testing.T, rdb redis.UniversalClient, lim throttle.Limit, steps
 }
 
 func TestGCRASteps(t *testing.T) {
-	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+	allBackends(t, func(t *testing.T, newLimiter limiterFactory) {
 		// 10/s, burst 3: T = 100ms, bucket depth 300ms.
 		lim := throttle.Limit{Name: "g", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(10), Burst: 3}
-		runSteps(t, rdb, lim, []step{
+		runSteps(t, newLimiter, lim, []step{
 			{0, 1, true, 2, 0},
 			{0, 1, true, 1, 0},
 			{0, 1, true, 0, 0},
@@ -85,7 +85,7 @@ func TestGCRASteps(t *testing.T) {
 }
 
 func TestGCRAEvenSpacing(t *testing.T) {
-	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+	allBackends(t, func(t *testing.T, newLimiter limiterFactory) {
 		// 80/s burst 1 (WhatsApp throughput): exactly one unit per 12.5ms.
 		lim := throttle.Limit{Name: "throughput", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(80)}
 		steps := []step{{0, 1, true, 0, 0}}
@@ -95,15 +95,15 @@ func TestGCRAEvenSpacing(t *testing.T) {
 				step{at - time.Microsecond, 1, false, 0, time.Microsecond},
 				step{at, 1, true, 0, 0})
 		}
-		runSteps(t, rdb, lim, steps)
+		runSteps(t, newLimiter, lim, steps)
 	})
 }
 
 func TestGCRAPairInterval(t *testing.T) {
-	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+	allBackends(t, func(t *testing.T, newLimiter limiterFactory) {
 		// 1/6s: the WhatsApp pair rate limit.
 		lim := throttle.Limit{Name: "pair", Algorithm: throttle.GCRA, Rate: throttle.Rate{Limit: 1, Period: 6 * time.Second}}
-		runSteps(t, rdb, lim, []step{
+		runSteps(t, newLimiter, lim, []step{
 			{0, 1, true, 0, 0},
 			{time.Second, 1, false, 0, 5 * time.Second},
 			{6 * time.Second, 1, true, 0, 0},
@@ -113,9 +113,9 @@ func TestGCRAPairInterval(t *testing.T) {
 }
 
 func TestFixedWindowSteps(t *testing.T) {
-	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+	allBackends(t, func(t *testing.T, newLimiter limiterFactory) {
 		lim := throttle.Limit{Name: "f", Algorithm: throttle.FixedWindow, Rate: throttle.Rate{Limit: 3, Period: time.Minute}}
-		runSteps(t, rdb, lim, []step{
+		runSteps(t, newLimiter, lim, []step{
 			{10 * time.Second, 2, true, 1, 0},
 			{20 * time.Second, 1, true, 0, 0},
 			{59 * time.Second, 1, false, 0, time.Second},
@@ -130,9 +130,9 @@ func TestFixedWindowSteps(t *testing.T) {
 }
 
 func TestFixedWindowDailyAlignedToUTCMidnight(t *testing.T) {
-	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+	allBackends(t, func(t *testing.T, newLimiter limiterFactory) {
 		lim := throttle.Limit{Name: "daily", Algorithm: throttle.FixedWindow, Rate: throttle.PerDay(2)}
-		runSteps(t, rdb, lim, []step{
+		runSteps(t, newLimiter, lim, []step{
 			{23 * time.Hour, 2, true, 0, 0},
 			{23*time.Hour + 59*time.Minute, 1, false, 0, time.Minute},
 			{24 * time.Hour, 1, true, 1, 0},
@@ -141,9 +141,9 @@ func TestFixedWindowDailyAlignedToUTCMidnight(t *testing.T) {
 }
 
 func TestConcurrencyLeases(t *testing.T) {
-	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+	allBackends(t, func(t *testing.T, newLimiter limiterFactory) {
 		clk := &fakeClock{t: t0}
-		l := throttle.NewRedis(rdb, throttle.Options{Prefix: "t", Clock: clk.Now, ConcurrencyRetry: time.Hour})
+		l := newLimiter(clk.Now)
 		lim := throttle.Limit{Name: "c", Algorithm: throttle.Concurrency, Max: 2, Lease: 10 * time.Second}
 		req := throttle.Request{Key: "test:conc", Limit: lim}
 		ctx := context.Background()
@@ -177,16 +177,16 @@ func TestConcurrencyLeases(t *testing.T) {
 		e, err := l.Consume(ctx, req)
 		require.NoError(t, err)
 		require.True(t, e.Allowed, "b's lease expired at 11s")
-		n, err := rdb.ZCard(ctx, l.Key("test:conc")).Result()
+		st, err := l.Status(ctx, req)
 		require.NoError(t, err)
-		require.Equal(t, int64(2), n, "d and e hold leases; b was reclaimed")
+		require.Equal(t, int64(0), st.Limits[0].Remaining, "d and e hold leases; b was reclaimed")
 	})
 }
 
 func TestConsumeIsAllOrNothing(t *testing.T) {
-	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+	allBackends(t, func(t *testing.T, newLimiter limiterFactory) {
 		clk := &fakeClock{t: t0}
-		l := throttle.NewRedis(rdb, throttle.Options{Prefix: "t", Clock: clk.Now})
+		l := newLimiter(clk.Now)
 		ctx := context.Background()
 		number := throttle.Request{Key: "whatsapp:number:1065", Limit: throttle.Limit{Name: "throughput", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(80), Burst: 80}}
 		pair := throttle.Request{Key: "whatsapp:pair:1065:+12025550123", Limit: throttle.Limit{Name: "pair", Algorithm: throttle.GCRA, Rate: throttle.Rate{Limit: 1, Period: 6 * time.Second}}}
@@ -273,9 +273,9 @@ func TestKeyHashTag(t *testing.T) {
 }
 
 func TestFixedWindowWaitLinesUpWaiters(t *testing.T) {
-	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+	allBackends(t, func(t *testing.T, newLimiter limiterFactory) {
 		clk := &fakeClock{t: t0.Add(200 * time.Millisecond)}
-		l := throttle.NewRedis(rdb, throttle.Options{Prefix: "t", Clock: clk.Now})
+		l := newLimiter(clk.Now)
 		ctx := context.Background()
 		req := throttle.Request{Key: "sms:sender:+12025550100", Limit: throttle.Limit{Name: "sender", Algorithm: throttle.FixedWindow, Rate: throttle.PerSecond(2)}}
 		var waits []time.Duration
@@ -313,9 +313,9 @@ func TestFixedWindowWaitLinesUpWaiters(t *testing.T) {
 }
 
 func TestOnlyTheLimitThatSetsTheWaitCountsAWaiter(t *testing.T) {
-	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+	allBackends(t, func(t *testing.T, newLimiter limiterFactory) {
 		clk := &fakeClock{t: t0}
-		l := throttle.NewRedis(rdb, throttle.Options{Prefix: "t", Clock: clk.Now})
+		l := newLimiter(clk.Now)
 		ctx := context.Background()
 		number := throttle.Request{Key: "whatsapp:number:1", Limit: throttle.Limit{Name: "throughput", Algorithm: throttle.FixedWindow, Rate: throttle.PerSecond(1)}}
 		pair := func(to string) throttle.Request {
