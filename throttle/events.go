@@ -56,7 +56,7 @@ type eventSink struct {
 	l      *Redis
 	opts   EventOptions
 	mu     sync.Mutex
-	sent   map[string]time.Time // type+key → end of its window
+	sent   map[string]time.Time // type:key:window end → window end
 	failed int64
 }
 
@@ -89,21 +89,17 @@ func (s *eventSink) observe(ctx context.Context, reqs []Request, d Decision) {
 	}
 	for i, ld := range d.Limits {
 		lim := reqs[i].Limit
+		// Events repeat at most once per aligned window of the limit (for a
+		// fixed window exactly its window), so the marker names the window.
+		w := max(lim.Window(), time.Millisecond)
+		until := time.UnixMicro((d.Now.UnixMicro()/w.Microseconds() + 1) * w.Microseconds())
 		switch {
 		case !ld.Allowed:
-			until := ld.Reset
-			if !until.After(d.Now) {
-				until = d.Now.Add(ld.RetryAfter)
-			}
 			s.emit(ctx, EventExceeded, ld.Key, until, d.Now,
 				"key", ld.Key, "name", ld.Name, "limit", ld.Limit, "window", FormatPeriod(lim.Window()), "reset", unixMilli(ld.Reset))
 		case d.Allowed && ld.Taken > 0:
 			th := s.threshold(ld.Limit)
 			if th > 0 && ld.Remaining < th && ld.Remaining+ld.Taken >= th {
-				until := d.Now.Add(lim.Window())
-				if lim.Algorithm == FixedWindow {
-					until = ld.Reset
-				}
 				s.emit(ctx, EventWarning, ld.Key, until, d.Now,
 					"key", ld.Key, "name", ld.Name, "remaining", ld.Remaining, "threshold", th, "limit", ld.Limit)
 			}
@@ -112,9 +108,9 @@ func (s *eventSink) observe(ctx context.Context, reqs []Request, d Decision) {
 }
 
 func (s *eventSink) emit(ctx context.Context, typ, key string, until, now time.Time, fields ...any) {
-	mark := typ + ":" + key
+	mark := typ + ":" + key + ":" + strconv.FormatInt(until.UnixMilli(), 10)
 	s.mu.Lock()
-	if t, ok := s.sent[mark]; ok && now.Before(t) {
+	if _, ok := s.sent[mark]; ok {
 		s.mu.Unlock()
 		return
 	}
