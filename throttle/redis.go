@@ -178,7 +178,9 @@ func (l *Redis) run(ctx context.Context, m mode, reqs []Request) (Decision, erro
 		}
 	}
 	var d Decision
-	if single {
+	if len(reqs) == 1 && reqs[0].Limit.Algorithm == GCRA && m != modeRefund {
+		d, err = l.gcraOne(ctx, m, reqs[0])
+	} else if single {
 		d, err = l.script(ctx, m, callID, reqs, fields, time.Time{})
 	} else {
 		d, err = l.crossScope(ctx, m, callID, reqs, fields)
@@ -342,6 +344,40 @@ func (l *Redis) script(ctx context.Context, m mode, callID string, reqs []Reques
 		return Decision{}, nil
 	}
 	return l.decode(raw, reqs, callID)
+}
+
+// gcraOne decides one GCRA request with gcra_one.lua.
+func (l *Redis) gcraOne(ctx context.Context, m mode, r Request) (Decision, error) {
+	var now int64
+	if l.clock != nil {
+		now = l.clock().UnixMicro()
+	}
+	lim := r.Limit
+	raw, err := gcraOneScript.Run(ctx, l.rdb, []string{l.Key(r.Key)},
+		now, string(m), lim.Rate.Limit, lim.Rate.Period.Microseconds(), max(lim.Burst, 1), r.cost()).Int64Slice()
+	if err != nil {
+		return Decision{}, fmt.Errorf("throttle: %s %q: %w", m, r.Key, err)
+	}
+	if len(raw) != 5 {
+		return Decision{}, fmt.Errorf("%w: %d values for one GCRA limit", ErrMalformedReply, len(raw))
+	}
+	ld := LimitDecision{
+		Name:       lim.Name,
+		Key:        r.Key,
+		Allowed:    raw[1] == 1,
+		Limit:      lim.Capacity(),
+		Remaining:  raw[2],
+		Reset:      time.UnixMicro(raw[3]),
+		RetryAfter: time.Duration(raw[4]) * time.Microsecond,
+		Window:     lim.Rate.Period,
+	}
+	ld.Wait = ld.RetryAfter
+	if ld.Allowed && m == modeConsume {
+		ld.Taken = r.cost()
+	}
+	d := Decision{Now: time.UnixMicro(raw[0]), Limits: []LimitDecision{ld}}
+	d.summarize()
+	return d, nil
 }
 
 func (l *Redis) decode(raw []int64, reqs []Request, callID string) (Decision, error) {

@@ -16,6 +16,9 @@ var consumeScript = redis.NewScript(joinLua("prelude.lua", "gcra.lua", "fixed_wi
 	"sliding_window_log.lua", "sliding_window_counter.lua", "min_interval.lua",
 	"concurrency.lua", "distinct.lua", "consume.lua"))
 
+// gcraOneScript is the fast path for a call of one GCRA limit on its own key.
+var gcraOneScript = redis.NewScript(joinLua("gcra_one.lua"))
+
 func joinLua(names ...string) string {
 	var b strings.Builder
 	for _, n := range names {
