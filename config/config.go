@@ -21,6 +21,7 @@ type Config struct {
 	Worker  WorkerConfig
 	HTTP    HTTPConfig
 	Cleanup CleanupConfig
+	Events  EventsConfig
 	// Channels holds one entry per channel: whatsapp, sms, webhook and http,
 	// always all four (a disabled channel has Enabled false).
 	Channels map[string]*ChannelConfig
@@ -76,6 +77,20 @@ type CleanupConfig struct {
 	Batch int
 }
 
+// EventsConfig configures the limiter's events stream, the limits.exceeded
+// and limits.warning entries read by `sluice events tail`.
+type EventsConfig struct {
+	// Enabled writes events. Default true.
+	Enabled bool
+	// MaxLen caps the stream's length (XADD MAXLEN ~): older events are
+	// trimmed. Default 10000.
+	MaxLen int64
+	// WarnAt is the share of a limit's capacity (0 to 1) below which the
+	// units left after a send raise a limits.warning; 0 turns warnings off.
+	// Default 0.1.
+	WarnAt float64
+}
+
 // ChannelConfig configures one channel. Fields a channel does not use stay
 // empty; the file may only set the fields of its channel.
 type ChannelConfig struct {
@@ -115,16 +130,24 @@ type ChannelConfig struct {
 }
 
 // LimitRule is one limit of a channel: a throttle.Limit, the key template
-// that picks the limited identifier from a task, and the task's cost.
+// that picks the limited identifier from a task, the member template of a
+// distinct limit, and the task's cost.
 type LimitRule struct {
 	// Limit is the limit itself, valid per throttle.Limit.Validate. Burst is
-	// set (>= 1) for GCRA and Lease (> 0) for Concurrency.
+	// set (>= 1) for GCRA, Lease (> 0) for Concurrency and Interval (>= 1ms)
+	// for MinInterval; every algorithm of throttle.Algorithms is accepted,
+	// windowed ones only with a window of throttle.Windows.
 	Limit throttle.Limit
 	// Key is the key template: ':'-separated segments, the first is the
 	// channel name, {field} placeholders name task fields:
 	// "whatsapp:pair:{phone_number_id}:{to}".
 	Key string
+	// Member is the member template of a Distinct limit, the subject it
+	// counts: literal text and {field} placeholders naming task fields, as
+	// in "{to}". Required for Distinct, empty for every other algorithm.
+	Member string
 	// Cost is the units one task uses; >= 1, at most the limit's capacity.
+	// Always 1 for Distinct (a new member counts 1) and MinInterval.
 	// Default 1.
 	Cost int64
 	// Line is the rule's line in the file, 0 for a built-in default.
@@ -203,6 +226,7 @@ func Default() *Config {
 		},
 		HTTP:     HTTPConfig{Listen: "127.0.0.1:9090"},
 		Cleanup:  CleanupConfig{Schedule: "@every 1m", Batch: 500},
+		Events:   EventsConfig{Enabled: true, MaxLen: 10000, WarnAt: 0.1},
 		Channels: map[string]*ChannelConfig{"whatsapp": wa, "sms": sms, "webhook": webhook, "http": http},
 	}
 }

@@ -166,6 +166,43 @@ func TestParseMergesWithDefaults(t *testing.T) {
 				}
 			},
 		},
+		{
+			name: "events section",
+			yaml: doc("events:", "  max_len: 500", "  warn_at: 0.25"),
+			want: func(c *Config) { c.Events.MaxLen, c.Events.WarnAt = 500, 0.25 },
+		},
+		{
+			name: "events off, warnings off",
+			yaml: doc("events: {enabled: false, warn_at: 0}"),
+			want: func(c *Config) { c.Events.Enabled, c.Events.WarnAt = false, 0 },
+		},
+		{
+			name: "sliding windows, min_interval and distinct rules",
+			yaml: doc(
+				"channels:",
+				"  whatsapp:",
+				"    limits:",
+				"      - {name: throughput, key: 'whatsapp:number:{phone_number_id}', algorithm: sliding_window_log, rate: 80/s, cost: 2}",
+				"      - {name: minute, key: 'whatsapp:minute:{phone_number_id}', algorithm: sliding_window_counter, rate: 1000/1m}",
+				"      - {name: pair, key: 'whatsapp:pair:{phone_number_id}:{to}', algorithm: min_interval, interval: 6s}",
+				"      - {name: cool, key: 'whatsapp:cool:{to}', algorithm: cooldown, interval: 1m30s}",
+				"      - name: tier",
+				"        key: 'whatsapp:tier:{phone_number_id}'",
+				"        algorithm: distinct",
+				"        rate: 250/1d",
+				"        member: '{to}'",
+				"        cost: 1",
+			),
+			want: func(c *Config) {
+				c.Channels["whatsapp"].Limits = []LimitRule{
+					{Limit: throttle.Limit{Name: "throughput", Algorithm: throttle.SlidingWindowLog, Rate: throttle.PerSecond(80)}, Key: "whatsapp:number:{phone_number_id}", Cost: 2, Line: 4},
+					{Limit: throttle.Limit{Name: "minute", Algorithm: throttle.SlidingWindowCounter, Rate: throttle.PerMinute(1000)}, Key: "whatsapp:minute:{phone_number_id}", Cost: 1, Line: 5},
+					{Limit: throttle.Limit{Name: "pair", Algorithm: throttle.MinInterval, Interval: 6 * time.Second}, Key: "whatsapp:pair:{phone_number_id}:{to}", Cost: 1, Line: 6},
+					{Limit: throttle.Limit{Name: "cool", Algorithm: throttle.MinInterval, Interval: 90 * time.Second}, Key: "whatsapp:cool:{to}", Cost: 1, Line: 7},
+					{Limit: throttle.Limit{Name: "tier", Algorithm: throttle.Distinct, Rate: throttle.PerDay(250)}, Key: "whatsapp:tier:{phone_number_id}", Member: "{to}", Cost: 1, Line: 8},
+				}
+			},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

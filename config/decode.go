@@ -304,7 +304,7 @@ func hostPort(s string) error {
 }
 
 func (d *decoder) config(n *yaml.Node, c *Config) {
-	sections := []string{"redis", "worker", "http", "cleanup", "channels"}
+	sections := []string{"redis", "worker", "http", "cleanup", "events", "channels"}
 	d.mapping(n, "", "section", sections, func(key string, _, v *yaml.Node) {
 		switch key {
 		case "redis":
@@ -315,6 +315,8 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 			d.http(v, key, &c.HTTP)
 		case "cleanup":
 			d.cleanup(v, key, &c.Cleanup)
+		case "events":
+			d.events(v, key, &c.Events)
 		case "channels":
 			d.mapping(v, key, "channel", channelNames, func(name string, _, v *yaml.Node) {
 				d.channel(v, join(key, name), c.Channels[name])
@@ -412,6 +414,36 @@ func (d *decoder) cleanup(n *yaml.Node, path string, c *CleanupConfig) {
 	})
 }
 
+func (d *decoder) events(n *yaml.Node, path string, e *EventsConfig) {
+	d.mapping(n, path, "field", []string{"enabled", "max_len", "warn_at"}, func(key string, _, v *yaml.Node) {
+		p := join(path, key)
+		switch key {
+		case "enabled":
+			d.boolean(v, p, &e.Enabled)
+		case "max_len":
+			if m, ok := d.integer(v, p, 1); ok {
+				e.MaxLen = m
+			}
+		case "warn_at":
+			s, ok := d.scalar(v, p)
+			if !ok {
+				return
+			}
+			v = resolve(v)
+			var f float64
+			if (v.ShortTag() != "!!float" && v.ShortTag() != "!!int") || v.Decode(&f) != nil {
+				d.errorf(v, p, "want a share of the capacity between 0 and 1 such as 0.1, got %q", s)
+				return
+			}
+			if math.IsNaN(f) || f < 0 || f >= 1 {
+				d.errorf(v, p, "want a share of the capacity >= 0 and < 1 (0 turns warnings off), got %s", s)
+				return
+			}
+			e.WarnAt = f
+		}
+	})
+}
+
 // channelFields lists the fields each channel accepts besides the common ones.
 var channelFields = map[string][]string{
 	"whatsapp": {"base_url", "api_version", "token_env"},
@@ -505,21 +537,57 @@ func (d *decoder) limits(n *yaml.Node, path, channel string) ([]LimitRule, bool)
 	return rules, len(d.errs) == before
 }
 
-var ruleFields = []string{"name", "key", "algorithm", "rate", "burst", "cost", "max", "lease"}
+var ruleFields = []string{"name", "key", "algorithm", "rate", "burst", "cost", "max", "lease", "interval", "member"}
 
 // algorithmFields are the rule fields each algorithm uses; the others of
-// rate, burst, max and lease are errors.
+// shapeFields are errors.
 var algorithmFields = map[throttle.Algorithm][]string{
-	throttle.GCRA:        {"rate", "burst"},
-	throttle.FixedWindow: {"rate"},
-	throttle.Concurrency: {"max", "lease"},
+	throttle.GCRA:                 {"rate", "burst"},
+	throttle.FixedWindow:          {"rate"},
+	throttle.SlidingWindowLog:     {"rate"},
+	throttle.SlidingWindowCounter: {"rate"},
+	throttle.MinInterval:          {"interval"},
+	throttle.Concurrency:          {"max", "lease"},
+	throttle.Distinct:             {"rate", "member"},
 }
 
-// capacityField names the field that sets throttle.Limit.Capacity.
+// shapeFields are the rule fields that only some algorithms use.
+var shapeFields = []string{"rate", "burst", "max", "lease", "interval", "member"}
+
+// required are the fields an algorithm cannot do without, with a hint.
+var required = map[throttle.Algorithm][][2]string{
+	throttle.GCRA:                 {{"rate", rateHint}},
+	throttle.FixedWindow:          {{"rate", windowHint}},
+	throttle.SlidingWindowLog:     {{"rate", windowHint}},
+	throttle.SlidingWindowCounter: {{"rate", windowHint}},
+	throttle.MinInterval:          {{"interval", "a duration such as 6s: the least time between two tasks"}},
+	throttle.Concurrency:          {{"max", "leases held at once"}},
+	throttle.Distinct:             {{"rate", "N/window: N distinct members per window of 1s, 30s, 1m, 5m, 1h or 1d"}, {"member", "a template such as {to}: the subject counted"}},
+}
+
+const (
+	rateHint   = "N/period such as 80/s, 1/6s or 250/1d"
+	windowHint = "N/window with a window of 1s, 30s, 1m, 5m, 1h or 1d, such as 80/s or 250/1d"
+)
+
+// capacityField says what sets throttle.Limit.Capacity, for cost errors.
 var capacityField = map[throttle.Algorithm]string{
-	throttle.GCRA:        "burst",
-	throttle.FixedWindow: "rate count",
-	throttle.Concurrency: "max",
+	throttle.GCRA:                 "its burst",
+	throttle.FixedWindow:          "its rate count",
+	throttle.SlidingWindowLog:     "its rate count",
+	throttle.SlidingWindowCounter: "its rate count",
+	throttle.MinInterval:          "one task per interval",
+	throttle.Concurrency:          "its max",
+	throttle.Distinct:             "its rate count",
+}
+
+// algorithmNames is "gcra, fixed_window, … or distinct".
+func algorithmNames() string {
+	names := make([]string, len(throttle.Algorithms))
+	for i, a := range throttle.Algorithms {
+		names[i] = string(a)
+	}
+	return orList(names)
 }
 
 var limitNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
@@ -559,7 +627,7 @@ func (d *decoder) rule(n *yaml.Node, path, channel string) (r LimitRule, nameNod
 	}
 
 	if v := nodes["algorithm"]; v == nil {
-		d.errorf(n, field("algorithm"), "required (gcra, fixed_window or concurrency)")
+		d.errorf(n, field("algorithm"), "required (%s)", algorithmNames())
 	} else if s, ok := d.scalar(v, field("algorithm")); ok {
 		a, err := throttle.ParseAlgorithm(s)
 		if err != nil {
@@ -590,22 +658,36 @@ func (d *decoder) rule(n *yaml.Node, path, channel string) (r LimitRule, nameNod
 	if v := nodes["lease"]; v != nil {
 		l.Lease, _ = d.duration(v, field("lease"))
 	}
+	if v := nodes["interval"]; v != nil {
+		if iv, ok := d.duration(v, field("interval")); ok {
+			if iv < time.Millisecond {
+				d.errorf(v, field("interval"), "want at least 1ms, got %s", iv)
+			}
+			l.Interval = iv
+		}
+	}
+	if v := nodes["member"]; v != nil {
+		if s, ok := d.scalar(v, field("member")); ok {
+			if err := checkMember(channel, s); err != nil {
+				d.errorf(v, field("member"), "%v", err)
+			}
+			r.Member = s
+		}
+	}
 
 	if used, ok := algorithmFields[l.Algorithm]; ok {
-		for _, f := range []string{"rate", "burst", "max", "lease"} {
+		for _, f := range shapeFields {
 			if v := nodes[f]; v != nil && !slices.Contains(used, f) {
 				d.errorf(v, field(f), "not used by algorithm %s (it uses %s)", l.Algorithm, strings.Join(used, " and "))
 			}
 		}
-		switch l.Algorithm {
-		case throttle.GCRA, throttle.FixedWindow:
-			if nodes["rate"] == nil {
-				d.errorf(n, field("rate"), "required by algorithm %s (N/period such as 80/s, 1/6s or 250/1d)", l.Algorithm)
+		for _, req := range required[l.Algorithm] {
+			if nodes[req[0]] == nil {
+				d.errorf(n, field(req[0]), "required by algorithm %s (%s)", l.Algorithm, req[1])
 			}
-		case throttle.Concurrency:
-			if nodes["max"] == nil {
-				d.errorf(n, field("max"), "required by algorithm concurrency (leases held at once)")
-			}
+		}
+		if v := nodes["cost"]; l.Algorithm == throttle.Distinct && v != nil && r.Cost > 1 {
+			d.errorf(v, field("cost"), "not used by algorithm distinct: a new member counts 1, a member already counted 0 (omit cost)")
 		}
 	}
 	if len(d.errs) > before {
@@ -623,14 +705,17 @@ func (d *decoder) rule(n *yaml.Node, path, channel string) (r LimitRule, nameNod
 	}
 	if err := l.Validate(); err != nil {
 		at, f := n, path
-		if v := nodes["rate"]; v != nil {
-			at, f = v, field("rate")
+		for _, name := range []string{"rate", "interval", "max"} {
+			if v := nodes[name]; v != nil {
+				at, f = v, field(name)
+				break
+			}
 		}
 		d.errorf(at, f, "%v", err)
 		return r, nameNode
 	}
 	if capacity := l.Capacity(); r.Cost > capacity {
-		d.errorf(cmp.Or(nodes["cost"], n), field("cost"), "%d is more than the limit admits at once (%d, its %s): no task could ever pass",
+		d.errorf(cmp.Or(nodes["cost"], n), field("cost"), "%d is more than the limit admits at once (%d, %s): no task could ever pass",
 			r.Cost, capacity, capacityField[l.Algorithm])
 	}
 	return r, nameNode

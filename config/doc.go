@@ -19,7 +19,19 @@
 // A limit rule becomes a LimitRule: a throttle.Limit, the key template
 // ("whatsapp:pair:{phone_number_id}:{to}": ':'-separated segments, the first
 // the channel name, {field} placeholders naming task fields) and the cost of
-// one task.
+// one task. Every algorithm of throttle.Algorithms is accepted, by name or
+// alias (throttle.ParseAlgorithm), each with its own fields: rate (gcra and
+// the windowed algorithms, whose window must be one of throttle.Windows:
+// 1s, 30s, 1m, 5m, 1h, 1d), burst (gcra), interval (min_interval), max and
+// lease (concurrency), member (distinct: the template of the subject it
+// counts, such as "{to}"):
+//
+//	limits:
+//	  - name: tier
+//	    key: "whatsapp:tier:{phone_number_id}"
+//	    algorithm: distinct
+//	    rate: 2000/1d
+//	    member: "{to}"
 //
 // Validation reports every problem at once, each with its position and field,
 // sorted by position:

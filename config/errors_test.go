@@ -64,10 +64,10 @@ func TestParseErrors(t *testing.T) {
 				`      - {name: sender, key: "sms:sender:{sender}", algorithm: gcra, rate: 1/s, burts: 2}`,
 			),
 			want: []string{
-				`sluice.yaml:1:1: reddis: unknown section (want redis, worker, http, cleanup or channels)`,
+				`sluice.yaml:1:1: reddis: unknown section (want redis, worker, http, cleanup, events or channels)`,
 				`sluice.yaml:4:3: worker.concurency: unknown field (want concurrency, delayed_task_check_interval, task_check_interval, shutdown_timeout or max_retry)`,
 				`sluice.yaml:7:5: channels.sms.token_env: unknown field (want enabled, queue, priority, base_url, account_sid_env, auth_token_env, timeout, throttle_backoff or limits)`,
-				`sluice.yaml:9:80: channels.sms.limits[0].burts: unknown field (want name, key, algorithm, rate, burst, cost, max or lease)`,
+				`sluice.yaml:9:80: channels.sms.limits[0].burts: unknown field (want name, key, algorithm, rate, burst, cost, max, lease, interval or member)`,
 			},
 		},
 		{
@@ -76,9 +76,9 @@ func TestParseErrors(t *testing.T) {
 				"channels:",
 				"  webhook:",
 				"    limits:",
-				`      - {name: host, key: "webhook:host:{host}", algorithm: leaky_bucket, rate: 10/s}`,
+				`      - {name: host, key: "webhook:host:{host}", algorithm: leaky, rate: 10/s}`,
 			),
-			want: []string{`sluice.yaml:4:61: channels.webhook.limits[0].algorithm: algorithm "leaky_bucket": want gcra, token_bucket, fixed_window or concurrency`},
+			want: []string{`sluice.yaml:4:61: channels.webhook.limits[0].algorithm: algorithm "leaky": want one of gcra, fixed_window, sliding_window_log, sliding_window_counter, min_interval, concurrency, distinct (aliases token_bucket, leaky_bucket, cooldown)`},
 		},
 		{
 			name: "placeholder not a field of the channel",
@@ -144,7 +144,52 @@ func TestParseErrors(t *testing.T) {
 				"        algorithm: fixed_window",
 				"        rate: 1/6s",
 			),
-			want: []string{`sluice.yaml:7:15: channels.whatsapp.limits[0].rate: limit "pair": rate 1/6s: fixed window must be one of 1s, 30s, 1m, 5m, 1h, 1d`},
+			want: []string{`sluice.yaml:7:15: channels.whatsapp.limits[0].rate: limit "pair": rate 1/6s: window 6s: fixed_window needs one of 1s, 30s, 1m, 5m, 1h, 1d`},
+		},
+		{
+			name: "sliding window log of 6s names the window",
+			yaml: doc(
+				"channels:",
+				"  whatsapp:",
+				"    limits:",
+				"      - name: pair",
+				"        key: whatsapp:pair:{phone_number_id}:{to}",
+				"        algorithm: sliding_window_log",
+				"        rate: 1/6s",
+			),
+			want: []string{`sluice.yaml:7:15: channels.whatsapp.limits[0].rate: limit "pair": rate 1/6s: window 6s: sliding_window_log needs one of 1s, 30s, 1m, 5m, 1h, 1d`},
+		},
+		{
+			name: "min_interval and distinct fields",
+			yaml: doc(
+				"channels:",
+				"  whatsapp:",
+				"    limits:",
+				"      - {name: a, key: 'whatsapp:pair:{to}', algorithm: min_interval}",
+				"      - {name: b, key: 'whatsapp:pair:{to}', algorithm: cooldown, interval: 6s, rate: 1/6s}",
+				"      - {name: c, key: 'whatsapp:pair:{to}', algorithm: min_interval, interval: 6s, cost: 2}",
+				"      - {name: d, key: 'whatsapp:pair:{to}', algorithm: min_interval, interval: 100us}",
+				"      - {name: e, key: 'whatsapp:pair:{to}', algorithm: gcra, rate: 1/6s, member: '{to}'}",
+				"      - {name: f, key: 'whatsapp:tier:{phone_number_id}', algorithm: distinct, rate: 250/1d}",
+				"      - {name: g, key: 'whatsapp:tier:{phone_number_id}', algorithm: distinct, member: '{to}'}",
+				"      - {name: h, key: 'whatsapp:tier:{phone_number_id}', algorithm: distinct, rate: 250/1d, member: '{phone}'}",
+				"      - {name: i, key: 'whatsapp:tier:{phone_number_id}', algorithm: distinct, rate: 250/1d, member: 'all'}",
+				"      - {name: j, key: 'whatsapp:tier:{phone_number_id}', algorithm: distinct, rate: 250/1d, member: '{to}', cost: 2}",
+				"      - {name: k, key: 'whatsapp:tier:{phone_number_id}', algorithm: distinct, rate: 250/24h, member: '{to}', interval: 1s}",
+			),
+			want: []string{
+				`sluice.yaml:4:9: channels.whatsapp.limits[0].interval: required by algorithm min_interval (a duration such as 6s: the least time between two tasks)`,
+				`sluice.yaml:5:87: channels.whatsapp.limits[1].rate: not used by algorithm min_interval (it uses interval)`,
+				`sluice.yaml:6:91: channels.whatsapp.limits[2].cost: 2 is more than the limit admits at once (1, one task per interval): no task could ever pass`,
+				`sluice.yaml:7:81: channels.whatsapp.limits[3].interval: want at least 1ms, got 100µs`,
+				`sluice.yaml:8:83: channels.whatsapp.limits[4].member: not used by algorithm gcra (it uses rate and burst)`,
+				`sluice.yaml:9:9: channels.whatsapp.limits[5].member: required by algorithm distinct (a template such as {to}: the subject counted)`,
+				`sluice.yaml:10:9: channels.whatsapp.limits[6].rate: required by algorithm distinct (N/window: N distinct members per window of 1s, 30s, 1m, 5m, 1h or 1d)`,
+				`sluice.yaml:11:102: channels.whatsapp.limits[7].member: member "{phone}": placeholder {phone} is not a field of whatsapp tasks (want {phone_number_id}, {to})`,
+				`sluice.yaml:12:102: channels.whatsapp.limits[8].member: member "all": want at least one placeholder naming a task field ({phone_number_id}, {to}); a constant member counts once`,
+				`sluice.yaml:13:116: channels.whatsapp.limits[9].cost: not used by algorithm distinct: a new member counts 1, a member already counted 0 (omit cost)`,
+				`sluice.yaml:14:121: channels.whatsapp.limits[10].interval: not used by algorithm distinct (it uses rate and member)`,
+			},
 		},
 		{
 			name: "bad durations",
@@ -208,11 +253,11 @@ func TestParseErrors(t *testing.T) {
 			want: []string{
 				`sluice.yaml:4:9: channels.http.limits[0].name: required`,
 				`sluice.yaml:4:9: channels.http.limits[0].key: required`,
-				`sluice.yaml:4:9: channels.http.limits[0].algorithm: required (gcra, fixed_window or concurrency)`,
+				`sluice.yaml:4:9: channels.http.limits[0].algorithm: required (gcra, fixed_window, sliding_window_log, sliding_window_counter, min_interval, concurrency or distinct)`,
 				`sluice.yaml:5:9: channels.http.limits[1].name: required`,
 				`sluice.yaml:5:9: channels.http.limits[1].key: required`,
-				`sluice.yaml:5:9: channels.http.limits[1].algorithm: required (gcra, fixed_window or concurrency)`,
-				`sluice.yaml:6:9: channels.http.limits[2]: want a limit rule mapping (name, key, algorithm, rate, burst, cost, max, lease), got "host"`,
+				`sluice.yaml:5:9: channels.http.limits[1].algorithm: required (gcra, fixed_window, sliding_window_log, sliding_window_counter, min_interval, concurrency or distinct)`,
+				`sluice.yaml:6:9: channels.http.limits[2]: want a limit rule mapping (name, key, algorithm, rate, burst, cost, max, lease, interval, member), got "host"`,
 			},
 		},
 		{
@@ -257,6 +302,25 @@ func TestParseErrors(t *testing.T) {
 			},
 		},
 		{
+			name: "bad events fields",
+			yaml: doc(
+				"events:",
+				"  max_len: 0",
+				"  warn_at: 1.5",
+				"  warn: 0.1",
+			),
+			want: []string{
+				`sluice.yaml:2:12: events.max_len: want >= 1, got 0`,
+				`sluice.yaml:3:12: events.warn_at: want a share of the capacity >= 0 and < 1 (0 turns warnings off), got 1.5`,
+				`sluice.yaml:4:3: events.warn: unknown field (want enabled, max_len or warn_at)`,
+			},
+		},
+		{
+			name: "warn_at not a number",
+			yaml: doc("events: {warn_at: ten percent}"),
+			want: []string{`sluice.yaml:1:19: events.warn_at: want a share of the capacity between 0 and 1 such as 0.1, got "ten percent"`},
+		},
+		{
 			name: "field given twice",
 			yaml: doc(
 				"channels:",
@@ -292,7 +356,7 @@ func TestParseErrors(t *testing.T) {
 			want: []string{
 				`sluice.yaml:2:32: worker.delayed_task_check_interval: 2s is longer than 1s: asynq moves due retry and scheduled tasks to pending only this often, so every throttled task would wait up to 2s past its RetryAfter`,
 				`sluice.yaml:6:9: channels.whatsapp.limits[0].key: required`,
-				`sluice.yaml:9:9: channels.whatsapp.limits[0].per: unknown field (want name, key, algorithm, rate, burst, cost, max or lease)`,
+				`sluice.yaml:9:9: channels.whatsapp.limits[0].per: unknown field (want name, key, algorithm, rate, burst, cost, max, lease, interval or member)`,
 				`sluice.yaml:10:3: channels.telegram: unknown channel (want whatsapp, sms, webhook or http)`,
 				`sluice.yaml:12:7: redis.db: want a whole number, got "x"`,
 			},
@@ -312,7 +376,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			name: "root is not a mapping",
 			yaml: doc("- redis"),
-			want: []string{`sluice.yaml:1:1: want a mapping of redis, worker, http, cleanup or channels, got a list`},
+			want: []string{`sluice.yaml:1:1: want a mapping of redis, worker, http, cleanup, events or channels, got a list`},
 		},
 		{
 			name: "two documents",

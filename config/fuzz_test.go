@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/throttle"
 )
 
 // FuzzParse checks that Parse never panics, returns exactly one of a config
@@ -21,6 +23,9 @@ func FuzzParse(f *testing.F) {
 		"channels: {whatsapp: {limits: [{name: a, key: 'whatsapp:n:{to}', algorithm: gcra, rate: 80/s}]}}",
 		"channels: {sms: {limits: [{name: c, key: 'sms:a:{account_sid}', algorithm: concurrency, max: 3, lease: 1s, cost: 3}]}}",
 		"channels: {webhook: {limits: [{name: d, key: 'webhook:h:{host}', algorithm: fixed_window, rate: 1/6s}]}}",
+		"channels: {whatsapp: {limits: [{name: t, key: 'whatsapp:t:{phone_number_id}', algorithm: distinct, rate: 250/1d, member: '{to}'}]}}",
+		"channels: {whatsapp: {limits: [{name: p, key: 'whatsapp:p:{to}', algorithm: min_interval, interval: 6s}]}}",
+		"channels: {http: {limits: [{name: s, key: 'http:h:{host}', algorithm: sliding_window_counter, rate: 5/5m}]}}",
 		"worker: {delayed_task_check_interval: 2s, concurrency: x}\nredis: {db: -1}",
 		"a: &a [*a]\nchannels: &c {http: *c}",
 		"channels:\n  http:\n    limits: &l [*l]\n",
@@ -60,6 +65,14 @@ func FuzzParse(f *testing.F) {
 				}
 				if err := checkKey(name, r.Key); err != nil {
 					t.Fatalf("channels.%s: accepted bad key: %v", name, err)
+				}
+				if (r.Limit.Algorithm == throttle.Distinct) != (r.Member != "") {
+					t.Fatalf("channels.%s: limit %q: %s rule with member %q", name, r.Limit.Name, r.Limit.Algorithm, r.Member)
+				}
+				if r.Member != "" {
+					if err := checkMember(name, r.Member); err != nil {
+						t.Fatalf("channels.%s: accepted bad member: %v", name, err)
+					}
 				}
 				if r.Cost < 1 || r.Cost > r.Limit.Capacity() {
 					t.Fatalf("channels.%s: limit %q: accepted cost %d", name, r.Limit.Name, r.Cost)

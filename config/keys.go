@@ -43,27 +43,59 @@ func checkKey(channel, key string) error {
 	if segs[0] != channel {
 		return fmt.Errorf("key %q: scope %q must be the channel name %q", key, segs[0], channel)
 	}
-	fields, _ := fieldNames(channel)
 	for _, seg := range segs[1:] {
-		for rest := seg; rest != ""; {
-			i := strings.IndexAny(rest, "{}")
-			if i < 0 {
-				break
-			}
-			if rest[i] == '}' {
-				return fmt.Errorf("key %q: \"}\" without \"{\"", key)
-			}
-			end := strings.IndexByte(rest[i:], '}')
-			if end < 0 {
-				return fmt.Errorf("key %q: \"{\" without \"}\"", key)
-			}
-			name := rest[i+1 : i+end]
-			if !slices.Contains(fields, name) {
-				return fmt.Errorf("key %q: placeholder {%s} is not a field of %s tasks (want {%s})",
-					key, name, channel, strings.Join(fields, "}, {"))
-			}
-			rest = rest[i+end+1:]
+		if _, err := placeholders("key", key, seg, channel); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// checkMember validates a distinct rule's member template, the subject the
+// rule counts: literal text and at least one {field} placeholder naming a
+// field of the channel's tasks ("{to}"), no spaces or control characters.
+func checkMember(channel, member string) error {
+	if member == "" {
+		return fmt.Errorf("member %q: want a template such as {to}", member)
+	}
+	if strings.ContainsFunc(member, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return fmt.Errorf("member %q: spaces and control characters are not allowed", member)
+	}
+	n, err := placeholders("member", member, member, channel)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		fields, _ := fieldNames(channel)
+		return fmt.Errorf("member %q: want at least one placeholder naming a task field ({%s}); a constant member counts once", member, strings.Join(fields, "}, {"))
+	}
+	return nil
+}
+
+// placeholders checks the {field} placeholders of s, a part of template tmpl
+// (a key or a member, what), and returns how many there are.
+func placeholders(what, tmpl, s, channel string) (int, error) {
+	fields, _ := fieldNames(channel)
+	n := 0
+	for rest := s; rest != ""; {
+		i := strings.IndexAny(rest, "{}")
+		if i < 0 {
+			break
+		}
+		if rest[i] == '}' {
+			return n, fmt.Errorf("%s %q: \"}\" without \"{\"", what, tmpl)
+		}
+		end := strings.IndexByte(rest[i:], '}')
+		if end < 0 {
+			return n, fmt.Errorf("%s %q: \"{\" without \"}\"", what, tmpl)
+		}
+		name := rest[i+1 : i+end]
+		if !slices.Contains(fields, name) {
+			return n, fmt.Errorf("%s %q: placeholder {%s} is not a field of %s tasks (want {%s})",
+				what, tmpl, name, channel, strings.Join(fields, "}, {"))
+		}
+		n++
+		rest = rest[i+end+1:]
+	}
+	return n, nil
 }

@@ -23,6 +23,11 @@ type Rule struct {
 	// "whatsapp:pair:{phone_number_id}:{to}". A rule whose placeholder is
 	// empty for a task does not apply to that task.
 	Key string
+	// Member is a Distinct limit's member template, the subject it counts,
+	// with placeholders as in Key: "{to}". Required for Distinct, empty for
+	// the other algorithms. A rule whose member renders empty for a task does
+	// not apply to that task.
+	Member string
 	// Cost is the units one send takes; zero means 1.
 	Cost int64
 }
@@ -92,7 +97,8 @@ type Worker struct {
 
 type compiledRule struct {
 	Rule
-	tmpl keyTemplate
+	tmpl   keyTemplate
+	member keyTemplate // Distinct only
 }
 
 // New validates opts and builds the worker.
@@ -202,7 +208,16 @@ func (w *Worker) Handler(ch Channel) (asynq.Handler, error) {
 		if err := r.Limit.Validate(); err != nil {
 			return nil, fmt.Errorf("rules[%d]: %w", i, err)
 		}
-		rules[i] = compiledRule{Rule: r, tmpl: t}
+		c := compiledRule{Rule: r, tmpl: t}
+		switch {
+		case r.Limit.Algorithm == throttle.Distinct:
+			if c.member, err = parseMemberTemplate(r.Member); err != nil {
+				return nil, fmt.Errorf("rules[%d]: distinct limit %q: %w", i, r.Limit.Name, err)
+			}
+		case r.Member != "":
+			return nil, fmt.Errorf("rules[%d]: limit %q: member is only used by distinct limits, not %s", i, r.Limit.Name, r.Limit.Algorithm)
+		}
+		rules[i] = c
 	}
 	h := &handler{w: w, ch: ch, rules: rules}
 	return asynq.HandlerFunc(h.process), nil
@@ -227,7 +242,13 @@ func (h *handler) process(ctx context.Context, t *asynq.Task) error {
 		if !ok {
 			continue
 		}
-		reqs = append(reqs, throttle.Request{Key: key, Limit: r.Limit, Cost: r.Cost})
+		req := throttle.Request{Key: key, Limit: r.Limit, Cost: r.Cost}
+		if r.Limit.Algorithm == throttle.Distinct {
+			if req.Member, ok = r.member.render(p.Fields); !ok {
+				continue
+			}
+		}
+		reqs = append(reqs, req)
 	}
 	if len(reqs) > 0 {
 		d, err := h.w.opts.Limiter.Consume(ctx, reqs...)

@@ -50,6 +50,7 @@ func TestIsFailure(t *testing.T) {
 type testPayload struct {
 	ID   string `json:"id"`
 	Step string `json:"step,omitempty"`
+	To   string `json:"to,omitempty"`
 }
 
 type sendRecord struct {
@@ -84,7 +85,7 @@ func newHarness(t *testing.T, rules []Rule, fn func(p testPayload, call int) err
 			if err := json.Unmarshal(b, &p); err != nil || p.ID == "" {
 				return Prepared{}, fmt.Errorf("id: missing or not JSON: %q", b)
 			}
-			return Prepared{Fields: map[string]string{"id": p.ID}, Send: func(ctx context.Context) (channels.Response, error) {
+			return Prepared{Fields: map[string]string{"id": p.ID, "to": p.To}, Send: func(ctx context.Context) (channels.Response, error) {
 				h.mu.Lock()
 				h.calls[p.ID]++
 				n := h.calls[p.ID]
@@ -225,6 +226,46 @@ func TestConcurrencyLeaseReleasedAfterSend(t *testing.T) {
 	require.Zero(t, n, "every lease released")
 }
 
+func TestDistinctRuleCountsRecipients(t *testing.T) {
+	t.Parallel()
+	// At most 2 distinct recipients per day on one key.
+	rules := []Rule{{Key: "test:tier", Member: "{to}", Limit: throttle.Limit{Name: "tier", Algorithm: throttle.Distinct, Rate: throttle.PerDay(2)}}}
+	h := newHarness(t, rules, func(testPayload, int) error { return nil })
+	send := func(id, to string) {
+		t.Helper()
+		h.enqueue(id, fmt.Sprintf(`{"id":%q,"to":%q}`, id, to))
+	}
+
+	send("a", "+12025550101")
+	require.Equal(t, "a", h.waitSent(10*time.Second).id)
+	send("b", "+12025550102")
+	require.Equal(t, "b", h.waitSent(10*time.Second).id)
+
+	// A third recipient is over the tier: requeued for about a day, its
+	// retry count untouched.
+	send("c", "+12025550103")
+	info := h.waitState("c", asynq.TaskStateRetry, 10*time.Second)
+	require.Equal(t, 0, info.Retried, "a throttled task keeps its retry count")
+	require.Contains(t, info.LastErr, "tier")
+	require.Greater(t, time.Until(info.NextProcessAt), 23*time.Hour, "back when the first recipient leaves the window")
+
+	// A recipient already counted passes, and so does a task without one
+	// (the member renders empty: the rule does not apply).
+	send("d", "+12025550101")
+	require.Equal(t, "d", h.waitSent(10*time.Second).id)
+	send("e", "")
+	require.Equal(t, "e", h.waitSent(10*time.Second).id)
+
+	members, err := h.redis.Client(t).ZRange(context.Background(), h.limiter.Key("test:tier"), 0, -1).Result()
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"+12025550101", "+12025550102"}, members, "only the admitted recipients are counted")
+	select {
+	case r := <-h.sent:
+		t.Fatalf("unexpected send of %s", r.id)
+	default:
+	}
+}
+
 func TestHandlerRejectsBadRules(t *testing.T) {
 	w := &Worker{opts: Options{}, logger: slog.New(slog.DiscardHandler)}
 	prep := func([]byte) (Prepared, error) { return Prepared{}, nil }
@@ -233,4 +274,13 @@ func TestHandlerRejectsBadRules(t *testing.T) {
 	require.ErrorContains(t, err, `scope must be the channel name "sms"`)
 	_, err = w.Handler(Channel{Name: "sms", TaskType: "sms:send", Prepare: prep, Rules: []Rule{{Key: "sms:x:{to", Limit: g}}})
 	require.ErrorContains(t, err, "unmatched '{'")
+	dist := throttle.Limit{Name: "tier", Algorithm: throttle.Distinct, Rate: throttle.PerDay(250)}
+	_, err = w.Handler(Channel{Name: "sms", TaskType: "sms:send", Prepare: prep, Rules: []Rule{{Key: "sms:tier:{from}", Limit: dist}}})
+	require.ErrorContains(t, err, `distinct limit "tier": member "": want at least one {field} placeholder`)
+	_, err = w.Handler(Channel{Name: "sms", TaskType: "sms:send", Prepare: prep, Rules: []Rule{{Key: "sms:tier:{from}", Member: "{to", Limit: dist}}})
+	require.ErrorContains(t, err, `member "{to": unmatched '{'`)
+	_, err = w.Handler(Channel{Name: "sms", TaskType: "sms:send", Prepare: prep, Rules: []Rule{{Key: "sms:x:{to}", Member: "{to}", Limit: g}}})
+	require.ErrorContains(t, err, `member is only used by distinct limits, not gcra`)
+	_, err = w.Handler(Channel{Name: "sms", TaskType: "sms:send", Prepare: prep, Rules: []Rule{{Key: "sms:x}{to}", Limit: g}}})
+	require.ErrorContains(t, err, "unmatched '}'")
 }

@@ -57,9 +57,29 @@ type Options struct {
 	Clock func() time.Time
 }
 
-// NewLimiter returns the limiter over rdb with the configured key prefix.
+// OverrideRefresh is how often a limiter re-reads the runtime overrides set
+// by `sluice limits set`: every worker honours a change within 1s.
+const OverrideRefresh = 500 * time.Millisecond
+
+// NewLimiter returns the limiter over rdb with the configured key prefix and
+// events stream, honouring runtime overrides.
 func NewLimiter(cfg *config.Config, rdb redis.UniversalClient, clock func() time.Time) *throttle.Redis {
-	return throttle.NewRedis(rdb, throttle.Options{Prefix: cfg.Redis.KeyPrefix, Clock: clock})
+	return throttle.NewRedis(rdb, LimiterOptions(cfg, clock))
+}
+
+// LimiterOptions are the throttle.Options for cfg.
+func LimiterOptions(cfg *config.Config, clock func() time.Time) throttle.Options {
+	ev := cfg.Events
+	warnAt := ev.WarnAt
+	if warnAt == 0 {
+		warnAt = -1 // config: 0 turns warnings off; throttle: negative does
+	}
+	return throttle.Options{
+		Prefix:          cfg.Redis.KeyPrefix,
+		Clock:           clock,
+		Events:          throttle.EventOptions{Disabled: !ev.Enabled, MaxLen: ev.MaxLen, WarnAt: warnAt},
+		OverrideRefresh: OverrideRefresh,
+	}
 }
 
 // NewWorker builds the worker for every enabled channel of cfg. A channel's
@@ -116,7 +136,7 @@ func buildChannel(cc *config.ChannelConfig, secrets Secrets, hc *http.Client) (w
 	}
 	rules := make([]worker.Rule, 0, len(cc.Limits))
 	for _, r := range cc.Rules() {
-		rules = append(rules, worker.Rule{Limit: r.Limit, Key: r.Key, Cost: r.Cost})
+		rules = append(rules, worker.Rule{Limit: r.Limit, Key: r.Key, Member: r.Member, Cost: r.Cost})
 	}
 	var ch worker.Channel
 	switch cc.Name {

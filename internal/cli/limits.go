@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -24,26 +25,46 @@ func describeLimit(l throttle.Limit) string {
 		return fmt.Sprintf("max %d, lease %v", l.Max, l.Lease)
 	case throttle.GCRA:
 		return fmt.Sprintf("%v burst %d", l.Rate, max(l.Burst, 1))
+	case throttle.MinInterval:
+		return fmt.Sprintf("interval %v", l.Interval)
 	default:
 		return l.Rate.String()
 	}
 }
 
-// limiterFor connects to Redis and returns the configured limiter.
+// describeRule is describeLimit with a distinct rule's member template.
+func describeRule(r config.LimitRule) string {
+	if r.Member != "" {
+		return describeLimit(r.Limit) + " of " + r.Member
+	}
+	return describeLimit(r.Limit)
+}
+
+// limiterFor loads the configuration, connects to Redis and returns the
+// configured limiter.
 func (g *globals) limiterFor(ctx context.Context) (*throttle.Redis, *config.Config, redis.UniversalClient, error) {
 	cfg, err := g.loadConfig()
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	url, err := g.resolveRedisURL(cfg)
+	lim, rdb, err := g.connect(ctx, cfg)
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	return lim, cfg, rdb, nil
+}
+
+// connect opens Redis as cfg and --redis say and returns cfg's limiter over it.
+func (g *globals) connect(ctx context.Context, cfg *config.Config) (*throttle.Redis, redis.UniversalClient, error) {
+	url, err := g.resolveRedisURL(cfg)
+	if err != nil {
+		return nil, nil, err
 	}
 	rdb, err := app.ConnectURL(ctx, url)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
-	return app.NewLimiter(cfg, rdb, nil), cfg, rdb, nil
+	return app.NewLimiter(cfg, rdb, nil), rdb, nil
 }
 
 // ruleFor finds the configured rule whose key template matches key: literal
@@ -83,22 +104,59 @@ func templateMatches(ts, ks []string) bool {
 func newLimitsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "limits",
-		Short: "Show, list and reset limiter state in Redis",
+		Short: "Show, list, reset and override limits; limiter key statistics",
 		Long: `Keys are written without the prefix: scope:resource:identifier, as in
-whatsapp:pair:106540352242922:+12025550123.`,
+whatsapp:pair:106540352242922:+12025550123. Rules are matched to keys with the
+configuration (--config): give the workers' file.`,
 	}
+	var showJSON bool
+	var showMember string
 	show := &cobra.Command{
 		Use:   "show KEY",
-		Short: "Show a key's state and, when a configured rule matches it, its remaining capacity",
-		Args:  cobra.ExactArgs(1),
+		Short: "Show a key's state and, when a configured rule matches it, its current decision",
+		Long: `Show prints the key's raw state in Redis and, when a configured rule matches
+the key, the limit's current state (Status: remaining units, reset, and how long
+one unit would wait), with any runtime override applied. Nothing is taken.
+--json prints only that decision: {"name","limit","allowed","remaining","reset"
+(Unix ms),"retryAfter" (ms)}. For a distinct rule the decision is for a new
+member unless --member names one.`,
+		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			key := args[0]
+			if err := checkLimiterKey(key, false); err != nil {
+				return usageErr("limits show: %v", err)
+			}
 			ctx := cmd.Context()
 			lim, cfg, rdb, err := g.limiterFor(ctx)
 			if err != nil {
 				return err
 			}
 			defer rdb.Close()
-			st, err := lim.Inspect(ctx, args[0])
+			r, matched := ruleFor(cfg, key)
+			var ld throttle.LimitDecision
+			if matched {
+				member := showMember
+				if member == "" {
+					member = probeMember
+				}
+				d, err := lim.Status(ctx, throttle.Request{Key: key, Limit: r.Limit, Cost: r.Cost, Member: member})
+				if err != nil {
+					return err
+				}
+				ld = d.Limits[0]
+			}
+			if showJSON {
+				if !matched {
+					return fmt.Errorf("limits show %s: no configured rule matches the key, so there is no decision to print (see limits show without --json for its raw state)", key)
+				}
+				b, err := json.Marshal(ld)
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(g.stdout, "%s\n", b)
+				return err
+			}
+			st, err := lim.Inspect(ctx, key)
 			if err != nil {
 				return err
 			}
@@ -117,19 +175,28 @@ whatsapp:pair:106540352242922:+12025550123.`,
 					fmt.Fprintf(w, "  %s\t%s\n", f, st.Fields[f])
 				}
 				if st.Type == "zset" {
-					fmt.Fprintf(w, "members\t%d\n", st.Count)
+					fmt.Fprintf(w, "%s\t%d\n", zsetLabel(r, matched), st.Count)
 					for _, m := range st.Members {
 						fmt.Fprintf(w, "  %s\t%s\n", m.Member, m.At.UTC().Format(time.RFC3339Nano))
 					}
 				}
 			}
-			if r, ok := ruleFor(cfg, args[0]); ok {
-				d, err := lim.Check(ctx, throttle.Request{Key: args[0], Limit: r.Limit, Cost: r.Cost})
+			if matched {
+				fmt.Fprintf(w, "rule\t%s (%s %s)\n", r.Limit.Name, r.Limit.Algorithm, describeRule(r))
+				overrides, err := lim.Overrides(ctx)
 				if err != nil {
 					return err
 				}
-				ld := d.Limits[0]
-				fmt.Fprintf(w, "rule\t%s (%s %s)\n", r.Limit.Name, r.Limit.Algorithm, describeLimit(r.Limit))
+				if pattern, o, ok := overrideFor(overrides, key); ok {
+					fmt.Fprintf(w, "override\t%s (set on %s at %s)\n", o, pattern, o.SetAt.UTC().Format(time.RFC3339))
+				}
+				if r.Limit.Algorithm == throttle.Distinct {
+					if showMember == "" {
+						fmt.Fprintf(w, "for\ta new member\n")
+					} else {
+						fmt.Fprintf(w, "for\tmember %s\n", showMember)
+					}
+				}
 				fmt.Fprintf(w, "remaining\t%d of %d\n", ld.Remaining, ld.Limit)
 				fmt.Fprintf(w, "reset\t%s\n", ld.Reset.UTC().Format(time.RFC3339Nano))
 				fmt.Fprintf(w, "allowed now\t%v\n", ld.Allowed)
@@ -140,6 +207,8 @@ whatsapp:pair:106540352242922:+12025550123.`,
 			return w.Flush()
 		},
 	}
+	show.Flags().BoolVar(&showJSON, "json", false, `print the rule's decision as JSON: {"name","limit","allowed","remaining","reset","retryAfter"}`)
+	show.Flags().StringVar(&showMember, "member", "", "distinct rules: the member to decide for (default: a new member)")
 	var listPrefix string
 	var listMax int
 	list := &cobra.Command{
@@ -199,8 +268,51 @@ whatsapp:pair:106540352242922:+12025550123.`,
 		},
 	}
 	reset.Flags().StringVar(&resetPrefix, "prefix", "", "reset every key starting with this")
-	cmd.AddCommand(show, list, reset)
+	cmd.AddCommand(show, list, reset, newLimitsSetCmd(g), newLimitsUnsetCmd(g), newLimitsOverridesCmd(g), newLimitsStatsCmd(g))
 	return cmd
+}
+
+// probeMember stands for a member never counted, so the Status of a distinct
+// limit says whether a new member would be admitted.
+const probeMember = "\x00sluice:new-member"
+
+// zsetLabel names a sorted set's members after the algorithm that keeps it.
+func zsetLabel(r config.LimitRule, matched bool) string {
+	if matched {
+		switch r.Limit.Algorithm {
+		case throttle.Concurrency:
+			return "leases"
+		case throttle.SlidingWindowLog:
+			return "entries"
+		}
+	}
+	return "members"
+}
+
+// checkLimiterKey checks a key given on the command line: scope:rest, no
+// braces, spaces or control characters; with pattern, a final '*' (a prefix
+// pattern) is allowed.
+func checkLimiterKey(key string, pattern bool) error {
+	k := key
+	if pattern {
+		k = strings.TrimSuffix(key, "*")
+	}
+	switch {
+	case key == "":
+		return errors.New("empty key")
+	case strings.ContainsFunc(key, func(r rune) bool { return r <= ' ' || r == 0x7f }):
+		return fmt.Errorf("key %q: spaces and control characters are not allowed", key)
+	case strings.ContainsAny(key, "{}"):
+		return fmt.Errorf("key %q: braces are not allowed (write keys without the prefix, as scope:resource:id)", key)
+	case strings.Contains(k, "*"):
+		if pattern {
+			return fmt.Errorf("key %q: '*' may only end a pattern (whatsapp:daily:*)", key)
+		}
+		return fmt.Errorf("key %q: '*' is not allowed here", key)
+	case k == "" || strings.HasPrefix(k, ":") || strings.HasPrefix(k, "_"):
+		return fmt.Errorf("key %q: want scope:resource:id, such as whatsapp:daily:+12025550123", key)
+	}
+	return nil
 }
 
 // errStop ends a key walk early; it is not a failure.

@@ -51,13 +51,17 @@ as long as the limit requires, without spending a retry.`,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
+	// A bad flag (--burst x, --interval 6) is a usage error, for every command.
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return &ExitError{Code: 2, Err: fmt.Errorf("%s: %w", cmd.CommandPath(), err)}
+	})
 	pf := root.PersistentFlags()
 	pf.StringVarP(&g.configPath, "config", "c", "", "configuration file (YAML); default: built-in provider limits")
 	pf.StringVar(&g.redisURL, "redis", "", "Redis URL, overrides the config (default: $REDIS_URL, else redis.addr)")
 	pf.StringVar(&g.logLevel, "log-level", "info", "debug, info, warn or error")
 	root.AddCommand(
 		newServeCmd(g), newDemoCmd(g), newEmulateCmd(g), newEnqueueCmd(g),
-		newSendCmd(g), newLimitsCmd(g), newConfigCmd(g),
+		newSendCmd(g), newLimitsCmd(g), newEventsCmd(g), newConfigCmd(g),
 	)
 	return root
 }
@@ -104,6 +108,16 @@ func (g *globals) resolveRedisURL(cfg *config.Config) (string, error) {
 
 func usageErr(format string, args ...any) error {
 	return &ExitError{Code: 2, Err: fmt.Errorf(format, args...)}
+}
+
+// usageArgs makes a wrong number of arguments a usage error (exit 2).
+func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := check(cmd, args); err != nil {
+			return &ExitError{Code: 2, Err: fmt.Errorf("%s: %w", cmd.CommandPath(), err)}
+		}
+		return nil
+	}
 }
 
 func envOr(name, def string) string {

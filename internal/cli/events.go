@@ -1,0 +1,168 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluice-dev/sluice/throttle"
+)
+
+// eventsBlock is how long one read waits for new events; a cancelled tail
+// (Ctrl-C) returns within it.
+const eventsBlock = time.Second
+
+// eventJSON is one line of `events tail --json`: times in Unix ms, as in the
+// decisions' JSON.
+type eventJSON struct {
+	ID        string `json:"id"`
+	Type      string `json:"type"`
+	At        int64  `json:"at"`
+	Key       string `json:"key"`
+	Name      string `json:"name"`
+	Limit     int64  `json:"limit"`
+	Window    string `json:"window,omitempty"`
+	Reset     int64  `json:"reset,omitempty"`
+	Remaining *int64 `json:"remaining,omitempty"`
+	Threshold int64  `json:"threshold,omitempty"`
+}
+
+func newEventsCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "events",
+		Short: "Read the limiter's events (limits.exceeded, limits.warning)",
+		Long: `Workers write an event to a capped Redis stream when a limit blocks a send
+(limits.exceeded) and when a send leaves less than events.warn_at of a limit
+(limits.warning), at most once per key, type and window.`,
+	}
+	var typ string
+	var fromStart, asJSON bool
+	var count int
+	tail := &cobra.Command{
+		Use:   "tail [--type limits.exceeded|limits.warning] [--from-start] [--count N] [--json]",
+		Short: "Print events as they arrive, until Ctrl-C or --count events",
+		Long: `Tail follows the events stream and prints one line per event: time (UTC), type,
+key, then the event's fields (name, limit, window and reset for limits.exceeded;
+name, remaining, threshold and limit for limits.warning). --json prints one JSON
+object per line instead, with at and reset in Unix ms.`,
+		Example: `  sluice events tail
+  sluice events tail --type limits.exceeded --from-start --count 100 --json`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch typ {
+			case "", throttle.EventExceeded, throttle.EventWarning:
+			case "exceeded", "warning":
+				typ = "limits." + typ
+			default:
+				return usageErr("events tail: --type %q: want %s or %s", typ, throttle.EventExceeded, throttle.EventWarning)
+			}
+			if count < 0 {
+				return usageErr("events tail: --count: want >= 0 (0: follow until interrupted), got %d", count)
+			}
+			ctx := cmd.Context()
+			lim, _, rdb, err := g.limiterFor(ctx)
+			if err != nil {
+				return err
+			}
+			defer rdb.Close()
+			after := "0"
+			if !fromStart {
+				// Start after the newest entry now, not at "$" on every read,
+				// so nothing written between two reads is missed.
+				last, err := rdb.XRevRangeN(ctx, lim.StreamKey(), "+", "-", 1).Result()
+				if err != nil {
+					return fmt.Errorf("events: %w", err)
+				}
+				if len(last) > 0 {
+					after = last[0].ID
+				}
+			}
+			printed := 0
+			for count == 0 || printed < count {
+				batch := int64(100)
+				evs, next, err := lim.Events(ctx, after, batch, eventsBlock)
+				if err != nil {
+					if ctx.Err() != nil {
+						return nil // interrupted: a normal end of a tail
+					}
+					return err
+				}
+				after = next
+				for _, e := range evs {
+					if typ != "" && e.Type != typ {
+						continue
+					}
+					if err := printEvent(g.stdout, e, asJSON); err != nil {
+						return err
+					}
+					printed++
+					if count > 0 && printed >= count {
+						return nil
+					}
+				}
+				if ctx.Err() != nil {
+					return nil
+				}
+			}
+			return nil
+		},
+	}
+	fl := tail.Flags()
+	fl.StringVar(&typ, "type", "", "only this type: limits.exceeded or limits.warning")
+	fl.BoolVar(&fromStart, "from-start", false, "begin with the oldest event kept, not the next new one")
+	fl.IntVar(&count, "count", 0, "stop after this many events (0: follow until interrupted)")
+	fl.BoolVar(&asJSON, "json", false, "print one JSON object per event")
+	cmd.AddCommand(tail)
+	return cmd
+}
+
+func printEvent(w io.Writer, e throttle.Event, asJSON bool) error {
+	if asJSON {
+		j := eventJSON{ID: e.ID, Type: e.Type, At: e.At.UnixMilli(), Key: e.Key, Name: e.Name, Limit: e.Limit, Threshold: e.Threshold}
+		if e.Window > 0 {
+			j.Window = window(e.Window)
+		}
+		if !e.Reset.IsZero() {
+			j.Reset = e.Reset.UnixMilli()
+		}
+		if e.Type == throttle.EventWarning {
+			j.Remaining = &e.Remaining
+		}
+		b, err := json.Marshal(j)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s %s name=%s", e.At.UTC().Format("2006-01-02T15:04:05.000Z"), e.Type, e.Key, e.Name)
+	switch e.Type {
+	case throttle.EventWarning:
+		fmt.Fprintf(&b, " remaining=%d threshold=%d limit=%d", e.Remaining, e.Threshold, e.Limit)
+	default:
+		fmt.Fprintf(&b, " limit=%d", e.Limit)
+		if e.Window > 0 {
+			fmt.Fprintf(&b, " window=%s", window(e.Window))
+		}
+		if !e.Reset.IsZero() {
+			fmt.Fprintf(&b, " reset=%s", e.Reset.UTC().Format(time.RFC3339))
+		}
+	}
+	b.WriteByte('\n')
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// window renders a window with its count, as rules write it: 1s, 6s, 1d.
+func window(d time.Duration) string {
+	s := throttle.FormatPeriod(d)
+	if s != "" && (s[0] < '0' || s[0] > '9') {
+		s = "1" + s
+	}
+	return s
+}
