@@ -96,7 +96,7 @@ func (s *eventSink) observe(ctx context.Context, reqs []Request, d Decision) {
 		switch {
 		case !ld.Allowed:
 			s.emit(ctx, EventExceeded, ld.Key, until, d.Now,
-				"key", ld.Key, "name", ld.Name, "limit", ld.Limit, "window", FormatPeriod(lim.Window()), "reset", unixMilli(ld.Reset))
+				"key", ld.Key, "name", ld.Name, "limit", ld.Limit, "window", formatWindow(lim.Window()), "reset", unixMilli(ld.Reset))
 		case d.Allowed && ld.Taken > 0:
 			th := s.threshold(ld.Limit)
 			if th > 0 && ld.Remaining < th && ld.Remaining+ld.Taken >= th {
@@ -127,6 +127,16 @@ func (s *eventSink) emit(ctx context.Context, typ, key string, until, now time.T
 		s.failed++
 		s.mu.Unlock()
 	}
+}
+
+// formatWindow renders a window with its count, "1s", "1m", "1d", where
+// FormatPeriod writes the bare unit of a rate ("80/s").
+func formatWindow(d time.Duration) string {
+	s := FormatPeriod(d)
+	if s != "" && (s[0] < '0' || s[0] > '9') {
+		return "1" + s
+	}
+	return s
 }
 
 // Events reads up to count events after the entry id after ("0" from the
