@@ -229,6 +229,14 @@ func (r Request) cost() int64 {
 	return r.Cost
 }
 
+// fieldOf is fields[i], "" when fields is nil.
+func fieldOf(fields []string, i int) string {
+	if fields == nil {
+		return ""
+	}
+	return fields[i]
+}
+
 // scope is the key's first segment, its Redis Cluster hash tag.
 func scope(key string) string {
 	s, _, _ := strings.Cut(key, ":")
@@ -237,12 +245,12 @@ func scope(key string) string {
 
 // validate checks a call's requests the same way for every backend. It
 // returns, per request, the field name under which a GCRA limit shares its
-// key with other GCRA limits of the call ("" when the key is its own).
+// key with other GCRA limits of the call ("" when the key is its own), or
+// nil when no key is shared.
 func validate(reqs []Request) (fields []string, err error) {
 	if len(reqs) == 0 {
 		return nil, ErrNoRequests
 	}
-	fields = make([]string, len(reqs))
 	var seen map[string][]int
 	if len(reqs) > 1 {
 		seen = make(map[string][]int, len(reqs))
@@ -270,6 +278,9 @@ func validate(reqs []Request) (fields []string, err error) {
 			o := reqs[j]
 			if r.Limit.Algorithm != GCRA || o.Limit.Algorithm != GCRA || r.Limit.Name == o.Limit.Name || r.Limit.Name == "" {
 				return nil, fmt.Errorf("%w: requests[%d] and [%d] share key %q: only GCRA limits with distinct names may share a key", ErrBadRequest, j, i, r.Key)
+			}
+			if fields == nil {
+				fields = make([]string, len(reqs))
 			}
 			fields[i], fields[j] = r.Limit.Name, o.Limit.Name
 		}

@@ -151,6 +151,24 @@ const (
 	modeRefund  mode = "refund"
 )
 
+// Script arguments boxed once: a string converted to an interface on
+// every call would allocate.
+var (
+	argConsume any = string(modeConsume)
+	argCheck   any = string(modeCheck)
+	argRefund  any = string(modeRefund)
+)
+
+func (m mode) arg() any {
+	switch m {
+	case modeConsume:
+		return argConsume
+	case modeCheck:
+		return argCheck
+	}
+	return argRefund
+}
+
 const (
 	argsPerLimit  = 6
 	replyPerLimit = 6
@@ -282,6 +300,9 @@ func pick(reqs []Request, idx []int) []Request {
 }
 
 func pickStrings(s []string, idx []int) []string {
+	if s == nil {
+		return nil
+	}
 	out := make([]string, len(idx))
 	for k, i := range idx {
 		out[k] = s[i]
@@ -311,7 +332,7 @@ func (l *Redis) script(ctx context.Context, m mode, callID string, reqs []Reques
 	default:
 		args[0] = 0
 	}
-	args[1], args[2] = string(m), callID
+	args[1], args[2] = m.arg(), callID
 	for i, r := range reqs {
 		keys[i] = l.Key(r.Key)
 		lim := r.Limit
@@ -321,7 +342,7 @@ func (l *Redis) script(ctx context.Context, m mode, callID string, reqs []Reques
 		}
 		switch lim.Algorithm {
 		case GCRA:
-			args = append(args, "gcra", lim.Rate.Limit, lim.Rate.Period.Microseconds(), max(lim.Burst, 1), cost, fields[i])
+			args = append(args, "gcra", lim.Rate.Limit, lim.Rate.Period.Microseconds(), max(lim.Burst, 1), cost, fieldOf(fields, i))
 		case MinInterval:
 			args = append(args, "min_interval", 1, lim.Interval.Microseconds(), 0, cost, "")
 		case Concurrency:
@@ -354,7 +375,7 @@ func (l *Redis) gcraOne(ctx context.Context, m mode, r Request) (Decision, error
 	}
 	lim := r.Limit
 	raw, err := gcraOneScript.Run(ctx, l.rdb, []string{l.Key(r.Key)},
-		now, string(m), lim.Rate.Limit, lim.Rate.Period.Microseconds(), max(lim.Burst, 1), r.cost()).Int64Slice()
+		now, m.arg(), lim.Rate.Limit, lim.Rate.Period.Microseconds(), max(lim.Burst, 1), r.cost()).Int64Slice()
 	if err != nil {
 		return Decision{}, fmt.Errorf("throttle: %s %q: %w", m, r.Key, err)
 	}
