@@ -16,10 +16,9 @@ package throttle_test
 //	                                           until the bucket is full, after the call
 //	Cost 0: Sluice takes 1 unit (Request.Cost); redis_rate takes nothing and
 //	  reports the current state with Allowed 0. A step with cost 0 compares
-//	  Status, which takes nothing, with AllowN(0): Remaining must be equal.
-//	  Reset differs: AllowN(0).ResetAfter is the current TAT - now (0 on a
-//	  full bucket), while Status (like Check) reports the Reset that taking
-//	  its one unit would leave: TAT + interval when a unit is free.
+//	  Status, which takes nothing, with AllowN(0): Remaining must be equal,
+//	  and so must Reset: both report the bucket as it stands, TAT - now
+//	  (0 on a full bucket).
 //	Cost > B: Sluice returns ErrCostOverLimit without asking Redis;
 //	  redis_rate answers blocked (Allowed 0, RetryAfter > 0) and keeps nothing.
 //
@@ -343,13 +342,10 @@ func (r *rrRun) step(i int, key string, cost int64, simNow time.Time, tolf func(
 		if !simNow.IsZero() && !d.Now.Equal(simNow) {
 			errf("sluice now %v, TIME %v", d.Now, simNow)
 		}
-		// Sluice's Status is a check of one unit: remaining now, and the
-		// reset that taking it would leave.
+		// Sluice's Status is a check of one unit that takes nothing:
+		// remaining and reset now.
 		se := sluiceExact(d.Now, 1)
 		wantReset := se.tat
-		if se.allowed {
-			wantReset = se.next
-		}
 		if d.Allowed != se.allowed || ld.Remaining != se.remNow || ld.Reset.UnixMicro() != baseUs+ceilDiv(wantReset, n) ||
 			d.RetryAfter != time.Duration(ceilDiv(se.retry, n))*time.Microsecond {
 			errf("sluice Status %v remaining %d reset %v retry %v; exact GCRA on its TAT: %v %d %v %v",
@@ -358,14 +354,10 @@ func (r *rrRun) step(i int, key string, cost int64, simNow time.Time, tolf func(
 		if res.Allowed != 0 || res.RetryAfter != -1 {
 			errf("redis_rate AllowN(0) allowed %d retry %v; want 0, -1", res.Allowed, res.RetryAfter)
 		}
-		// Reset: Status's is TAT+interval when a unit is free, AllowN(0)'s
-		// the TAT; compare like with like.
+		// Reset: both the current TAT.
 		sReset := ld.Reset.Sub(d.Now)
-		if ld.Allowed {
-			sReset -= r.ticksDur(T)
-		}
 		if rd := absDur(sReset - res.ResetAfter); rd > tolD+time.Microsecond {
-			errf("reset: sluice Status %v (- interval when a unit is free: %v), redis_rate AllowN(0) %v", ld.Reset.Sub(d.Now), sReset, res.ResetAfter)
+			errf("reset: sluice Status %v, redis_rate AllowN(0) %v", sReset, res.ResetAfter)
 		}
 		e, haveExact := rrExactAt(0)
 		if haveExact {

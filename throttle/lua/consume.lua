@@ -99,11 +99,11 @@ end
 local out = {now, all_ok}
 for i = 1, n do
   local d = decisions[i]
-  local rem, taken = d.rem_now, 0
-  if committed then rem, taken = d.rem_after, d.taken end
+  local rem, taken, reset = d.rem_now, 0, d.reset
+  if committed then rem, taken, reset = d.rem_after, d.taken, d.reset_after or d.reset end
   out[#out + 1] = d.ok
   out[#out + 1] = rem
-  out[#out + 1] = d.reset
+  out[#out + 1] = reset
   out[#out + 1] = d.retry
   out[#out + 1] = math.ceil(d.wait)
   out[#out + 1] = taken

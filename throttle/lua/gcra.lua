@@ -11,34 +11,41 @@
 --                   field  '' or the limit's name in the shared hash
 -- State: the TAT; TTL = time until the bucket is full again.
 -- Returns: see prelude.lua. retry is exact: the earliest time cost units fit.
+-- reset is when the bucket is full again: after this call if it is
+-- committed, else as it stands. The TAT is stored rounded up to a whole us,
+-- so with an interval that is not a whole number of us (3/s) calls at the
+-- very same microsecond may find up to 1 us less room: it never over-admits.
 local function gcra_decide(key, field, now, limit, period, burst, cost)
   local interval = period / limit          -- emission interval T
   local tolerance = interval * burst       -- bucket depth in us
   local raw, replace
   if field == '' then raw, replace = read('GET', key) else raw, replace = read('HGET', key, field) end
-  local tat = tonumber(raw) or now
-  if tat < now then tat = now end
-  local new_tat = tat + interval * cost
-  local allow_at = new_tat - tolerance
-  local d = {algo = 'gcra', key = key, field = field, now = now, new_tat = new_tat, taken = cost, replace = replace}
-  d.rem_now = math.max(0, floor_units(now - tat + tolerance, interval))
-  if now >= allow_at then
+  -- Work relative to now: TAT - now is a small exact integer, where the
+  -- absolute TAT (~1.8e15 us) would leave a double only 1/4 us of precision.
+  local ahead = (tonumber(raw) or now) - now
+  if ahead < 0 then ahead = 0 end
+  local new_ahead = ahead + interval * cost
+  local d = {algo = 'gcra', key = key, field = field, now = now, new_ahead = new_ahead, taken = cost, replace = replace}
+  d.rem_now = math.max(0, floor_units(tolerance - ahead, interval))
+  d.reset_now = now + ahead
+  if new_ahead <= tolerance then
     d.ok = 1
     d.retry = 0
-    d.rem_after = math.max(0, floor_units(now - new_tat + tolerance, interval))
-    d.reset = math.ceil(new_tat)
+    d.rem_after = math.max(0, floor_units(tolerance - new_ahead, interval))
+    d.reset_after = now + math.ceil(new_ahead)
   else
     d.ok = 0
-    d.retry = math.ceil(allow_at - now)
+    d.retry = math.ceil(new_ahead - tolerance)
     d.rem_after = d.rem_now
-    d.reset = math.ceil(tat)
+    d.reset_after = d.reset_now
   end
+  d.reset = d.reset_now
   d.wait = d.retry
   return d
 end
 
 local function gcra_commit(d)
-  local stored = math.ceil(d.new_tat) -- rounding up never over-admits
+  local stored = d.now + math.ceil(d.new_ahead) -- rounding up never over-admits
   if d.replace then redis.call('DEL', d.key) end
   if d.field == '' then
     redis.call('SET', d.key, us(stored), 'PX', ttl_ms(stored - d.now))

@@ -18,17 +18,17 @@ local interval = tonumber(ARGV[4]) / tonumber(ARGV[3])
 local tolerance = interval * tonumber(ARGV[5])
 local raw = redis.pcall('GET', KEYS[1])
 local replace = type(raw) == 'table'
-local tat = (not replace and tonumber(raw)) or now
-if tat < now then tat = now end
-local new_tat = tat + interval * tonumber(ARGV[6])
-if now < new_tat - tolerance then
-  return {now, 0, math.max(0, math.floor((now - tat + tolerance) / interval + 1e-9)),
-          math.ceil(tat), math.ceil(new_tat - tolerance - now)}
+local ahead = ((not replace and tonumber(raw)) or now) - now
+if ahead < 0 then ahead = 0 end
+local new_ahead = ahead + interval * tonumber(ARGV[6])
+if new_ahead > tolerance then
+  return {now, 0, math.max(0, math.floor((tolerance - ahead) / interval + 1e-9)),
+          now + ahead, math.ceil(new_ahead - tolerance)}
 end
-local stored = math.ceil(new_tat)
 if ARGV[2] == 'consume' then
+  local stored = now + math.ceil(new_ahead)
   if replace then redis.call('DEL', KEYS[1]) end
   redis.call('SET', KEYS[1], string.format('%d', stored), 'PX', math.ceil((stored - now) / 1000) + 1000)
-  return {now, 1, math.max(0, math.floor((now - new_tat + tolerance) / interval + 1e-9)), stored, 0}
+  return {now, 1, math.max(0, math.floor((tolerance - new_ahead) / interval + 1e-9)), stored, 0}
 end
-return {now, 1, math.max(0, math.floor((now - tat + tolerance) / interval + 1e-9)), stored, 0}
+return {now, 1, math.max(0, math.floor((tolerance - ahead) / interval + 1e-9)), now + ahead, 0}
