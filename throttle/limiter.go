@@ -71,7 +71,7 @@ type LimitDecision struct {
 	Remaining int64
 	// Reset is when the limit is back to full capacity (GCRA, sliding
 	// windows, Distinct), its window ends (FixedWindow), the interval ends
-	// (MinInterval), or its oldest lease expires (Concurrency).
+	// (MinInterval), or its last held lease expires (Concurrency).
 	Reset time.Time
 	// RetryAfter is how long until the cost fits in this limit; 0 if Allowed.
 	// It is exact: the earliest moment the limit could allow the cost.

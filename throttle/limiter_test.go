@@ -153,6 +153,7 @@ func TestConcurrencyLeases(t *testing.T) {
 		require.True(t, a.Allowed)
 		require.Len(t, a.Leases, 1)
 		require.Equal(t, int64(1), a.Limits[0].Remaining)
+		require.Equal(t, t0.Add(10*time.Second), a.Limits[0].Reset.UTC(), "full again when the last lease expires")
 
 		clk.Set(t0.Add(time.Second))
 		b, err := l.Consume(ctx, req)

@@ -425,7 +425,7 @@ func (l *Local) decide(r Request, field string, now int64) localDecision {
 		d.member = r.Member
 		distinctDecide(&d, e, now)
 	}
-	if lim.Algorithm != GCRA {
+	if lim.Algorithm != GCRA && lim.Algorithm != Concurrency {
 		d.resetAfter = d.reset
 	}
 	return d
@@ -871,10 +871,18 @@ func concurrencyDecide(d *localDecision, e *entry, now int64) {
 		held = z.countAbove(now)
 	}
 	d.remNow = max(0, limit-held)
+	// Full capacity again when the last held lease expires.
+	latest := now
+	if held > 0 {
+		if at, ok := z.kthAbove(now, held); ok {
+			latest = at
+		}
+	}
+	d.reset, d.resetAfter = latest, latest
 	if held+d.cost <= limit {
 		d.ok = true
 		d.remAfter = limit - held - d.cost
-		d.reset = now
+		d.resetAfter = max(latest, now+d.period)
 	} else {
 		d.remAfter = d.remNow
 		expiry := now
@@ -882,7 +890,6 @@ func concurrencyDecide(d *localDecision, e *entry, now int64) {
 			expiry = at
 		}
 		d.retry = max(0, expiry-now)
-		d.reset = expiry
 	}
 	d.wait = d.retry
 }

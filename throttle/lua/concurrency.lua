@@ -8,7 +8,8 @@
 -- State: the sorted set; expired members are leases of workers that died and
 -- are reclaimed on the next commit (and by the cleanup job). TTL = the
 -- latest expiry.
--- Returns: see prelude.lua. retry = time until the oldest lease expires, the
+-- Returns: see prelude.lua. reset = when the last held lease expires (full
+-- capacity again). retry = time until the oldest lease expires, the
 -- latest moment a slot is certain to free up (leases are usually released
 -- much sooner; callers may cap it).
 local function concurrency_decide(key, now, limit, lease, cost)
@@ -16,18 +17,21 @@ local function concurrency_decide(key, now, limit, lease, cost)
   held = held or 0
   local d = {algo = 'concurrency', key = key, now = now, lease = lease, cost = cost, taken = cost, replace = replace}
   d.rem_now = math.max(0, limit - held)
+  -- Full capacity again when the last held lease expires.
+  local latest = now
+  if held > 0 then latest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]) end
+  d.reset = latest
   if held + cost <= limit then
     d.ok = 1
     d.retry = 0
     d.rem_after = limit - held - cost
-    d.reset = now
+    d.reset_after = math.max(latest, now + lease)
   else
     d.ok = 0
     d.rem_after = d.rem_now
     local oldest = redis.call('ZRANGEBYSCORE', key, '(' .. us(now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
     local expiry = tonumber(oldest[2]) or now
     d.retry = math.max(0, math.ceil(expiry - now))
-    d.reset = math.ceil(expiry)
   end
   d.wait = d.retry
   return d
