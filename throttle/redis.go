@@ -285,7 +285,7 @@ func (l *Redis) refund(ctx context.Context, callID string, reqs []Request, field
 		// A refund must land even if the caller's context is done.
 		rctx := context.WithoutCancel(ctx)
 		if _, err := l.script(rctx, modeRefund, callID, sub, pickStrings(fields, takenIdx[g]), d.Now); err != nil {
-			return fmt.Errorf("throttle: refund %q: %w", sub[0].Key, err)
+			return err // names the mode and key
 		}
 	}
 	return nil

@@ -220,3 +220,34 @@ func TestDecisionJSON(t *testing.T) {
 	require.JSONEq(t, `{"allowed":false,"remaining":0,"reset":1704307200000,"retryAfter":23000}`, string(b))
 	require.Equal(t, `{"allowed":false,"remaining":0,"reset":1704307200000,"retryAfter":23000}`, string(b), "exact names and order")
 }
+
+// TestCrossScopeRefundsEveryAlgorithm: every algorithm taken in an earlier
+// scope is given back when the last scope ("z") blocks.
+func TestCrossScopeRefundsEveryAlgorithm(t *testing.T) {
+	allBackends(t, func(t *testing.T, newLimiter limiterFactory) {
+		clk := &fakeClock{t: t0.Add(90 * time.Second)}
+		l := newLimiter(clk.Now)
+		ctx := context.Background()
+		reqs := []throttle.Request{
+			{Key: "a:fixed", Limit: throttle.Limit{Name: "fixed", Algorithm: throttle.FixedWindow, Rate: throttle.PerMinute(5)}, Cost: 2},
+			{Key: "b:swc", Limit: throttle.Limit{Name: "swc", Algorithm: throttle.SlidingWindowCounter, Rate: throttle.PerMinute(5)}, Cost: 2},
+			{Key: "c:log", Limit: throttle.Limit{Name: "log", Algorithm: throttle.SlidingWindowLog, Rate: throttle.PerMinute(5)}, Cost: 2},
+			{Key: "d:interval", Limit: throttle.Limit{Name: "interval", Algorithm: throttle.MinInterval, Interval: time.Minute}},
+			{Key: "e:distinct", Limit: throttle.Limit{Name: "distinct", Algorithm: throttle.Distinct, Rate: throttle.PerMinute(5)}, Member: "m"},
+			{Key: "f:gcra", Limit: throttle.Limit{Name: "gcra", Algorithm: throttle.GCRA, Rate: throttle.PerMinute(5), Burst: 5}, Cost: 2},
+		}
+		gate := throttle.Request{Key: "z:gate", Limit: throttle.Limit{Name: "gate", Algorithm: throttle.FixedWindow, Rate: throttle.PerMinute(1)}}
+		_, err := l.Consume(ctx, gate)
+		require.NoError(t, err)
+		before, err := l.Status(ctx, reqs...)
+		require.NoError(t, err)
+		d, err := l.Consume(ctx, append(reqs, gate)...)
+		require.NoError(t, err)
+		require.False(t, d.Allowed)
+		require.Equal(t, "gate", d.BlockedBy)
+		after, err := l.Status(ctx, reqs...)
+		require.NoError(t, err)
+		require.Equal(t, remaining(before), remaining(after), "nothing kept")
+		require.Equal(t, []int64{5, 5, 5, 1, 5, 5}, remaining(after))
+	})
+}

@@ -35,9 +35,9 @@ if mode == 'refund' then
     local algo, key = ARGV[a + 1], KEYS[i]
     local limit, period, cost = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 5])
     if algo == 'gcra' then gcra_refund(key, ARGV[a + 6], now, limit, period, cost)
-    elseif algo == 'fixed_window' then fixed_window_refund(key, now, period, cost)
+    elseif algo == 'fixed_window' then window_refund(key, now, period, cost)
     elseif algo == 'sliding_window_log' then sliding_window_log_refund(key, cost, call_id)
-    elseif algo == 'sliding_window_counter' then sliding_window_counter_refund(key, now, period, cost)
+    elseif algo == 'sliding_window_counter' then window_refund(key, now, period, cost)
     elseif algo == 'min_interval' then min_interval_refund(key, now)
     elseif algo == 'concurrency' then concurrency_refund(key, cost, call_id)
     elseif algo == 'distinct' then distinct_refund(key, now, ARGV[a + 6], cost)

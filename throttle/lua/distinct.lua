@@ -49,5 +49,5 @@ end
 -- Only a member this call added is given back (taken 1); one that was
 -- already counted stays.
 local function distinct_refund(key, now, member, taken)
-  if taken > 0 and tonumber(read('ZSCORE', key, member)) == now then redis.call('ZREM', key, member) end
+  if taken > 0 and tonumber((read('ZSCORE', key, member))) == now then redis.call('ZREM', key, member) end
 end

@@ -67,9 +67,3 @@ local function fixed_window_record(d)
   redis.call('HSET', d.key, 'bw', us(d.start), 'b', d.waiting + d.cost)
   if not d.current or d.replace then redis.call('PEXPIRE', d.key, ttl_ms(d.stop - d.now)) end
 end
-
-local function fixed_window_refund(key, now, period, cost)
-  local start = now - math.fmod(now, period)
-  local w = read('HGET', key, 'w')
-  if w and tonumber(w) == start then redis.call('HINCRBY', key, 'c', -cost) end
-end

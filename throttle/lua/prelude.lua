@@ -54,3 +54,12 @@ end
 local function extend(key, ms)
   if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
 end
+
+-- window_refund gives back cost units counted in the window of now in a
+-- {w = window start, c = count} hash (fixed window, sliding window counter),
+-- if that window is still the current one.
+local function window_refund(key, now, period, cost)
+  local start = now - math.fmod(now, period)
+  local w = read('HGET', key, 'w')
+  if w and tonumber(w) == start then redis.call('HINCRBY', key, 'c', -cost) end
+end

@@ -65,9 +65,3 @@ local function sliding_window_counter_commit(d)
     redis.call('PEXPIRE', d.key, ttl_ms(d.start + 2 * d.period - d.now))
   end
 end
-
-local function sliding_window_counter_refund(key, now, period, cost)
-  local start = now - math.fmod(now, period)
-  local w = read('HGET', key, 'w')
-  if w and tonumber(w) == start then redis.call('HINCRBY', key, 'c', -cost) end
-end
