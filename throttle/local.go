@@ -294,11 +294,7 @@ func (l *Local) run(ctx context.Context, m mode, reqs []Request) (Decision, erro
 	l.sweep(now, sweepBatch)
 	allOK := true
 	for i, r := range reqs {
-		field := "" // validate returns nil fields when no key is shared
-		if fields != nil {
-			field = fields[i]
-		}
-		ds[i] = l.decide(r, field, now)
+		ds[i] = l.decide(r, fieldOf(fields, i), now)
 		allOK = allOK && ds[i].ok
 	}
 	committed := m == modeConsume && allOK

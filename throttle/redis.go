@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -85,20 +86,11 @@ func (l *Redis) Client() redis.UniversalClient { return l.rdb }
 // Key returns the Redis key for a limiter key: "whatsapp:pair:+1202…" →
 // "sluice:{whatsapp}:pair:+1202…". The braces are the Redis Cluster hash tag.
 func (l *Redis) Key(key string) string {
-	s, rest, _ := cutScope(key)
+	s, rest, _ := strings.Cut(key, ":")
 	if rest == "" {
 		return l.prefix + ":{" + s + "}"
 	}
 	return l.prefix + ":{" + s + "}:" + rest
-}
-
-func cutScope(key string) (string, string, bool) {
-	for i := 0; i < len(key); i++ {
-		if key[i] == ':' {
-			return key[:i], key[i+1:], true
-		}
-	}
-	return key, "", false
 }
 
 // Consume implements Limiter.
