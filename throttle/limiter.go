@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -211,6 +212,34 @@ func (d *Decision) summarize() {
 type Lease struct {
 	Key string // Request.Key of the Concurrency limit
 	ID  string // unique per lease
+}
+
+// capConcurrencyRetry caps a blocked Concurrency limit's RetryAfter and Wait
+// (Options.ConcurrencyRetry, LocalOptions.ConcurrencyRetry): leases are
+// usually released long before the oldest one expires.
+func capConcurrencyRetry(ld *LimitDecision, lim Limit, retryCap time.Duration) {
+	if lim.Algorithm == Concurrency && !ld.Allowed && ld.RetryAfter > retryCap {
+		ld.RetryAfter, ld.Wait = retryCap, retryCap
+	}
+}
+
+// appendLeases adds the leases a consume took on a Concurrency limit: ids
+// callID, callID#2, callID#3 … (concurrency.lua's lease_member).
+func appendLeases(leases []Lease, r Request, callID string, taken int64) []Lease {
+	if r.Limit.Algorithm != Concurrency || callID == "" {
+		return leases
+	}
+	for j := int64(1); j <= taken; j++ {
+		leases = append(leases, Lease{Key: r.Key, ID: leaseID(callID, j)})
+	}
+	return leases
+}
+
+func leaseID(callID string, i int64) string {
+	if i == 1 {
+		return callID
+	}
+	return callID + "#" + strconv.FormatInt(i, 10)
 }
 
 // Errors returned before any backend is asked.

@@ -340,26 +340,12 @@ func (l *Local) run(ctx context.Context, m mode, reqs []Request) (Decision, erro
 			Taken:      taken,
 			Window:     r.Limit.Window(),
 		}
-		if r.Limit.Algorithm == Concurrency && !ld.Allowed && ld.RetryAfter > l.concurrencyRetry {
-			ld.RetryAfter = l.concurrencyRetry
-			ld.Wait = l.concurrencyRetry
-		}
+		capConcurrencyRetry(&ld, r.Limit, l.concurrencyRetry)
 		out.Limits[i] = ld
-		if r.Limit.Algorithm == Concurrency && taken > 0 {
-			for j := int64(1); j <= taken; j++ {
-				out.Leases = append(out.Leases, Lease{Key: r.Key, ID: leaseID(callID, j)})
-			}
-		}
+		out.Leases = appendLeases(out.Leases, r, callID, taken)
 	}
 	out.summarize()
 	return out, nil
-}
-
-func leaseID(callID string, i int64) string {
-	if i == 1 {
-		return callID
-	}
-	return callID + "#" + strconv.FormatInt(i, 10)
 }
 
 // localDecision is the Lua's decision table d (see prelude.lua), times in

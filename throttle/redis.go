@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -412,20 +411,9 @@ func (l *Redis) decode(raw []int64, reqs []Request, callID string) (Decision, er
 			Taken:      v[5],
 			Window:     r.Limit.Window(),
 		}
-		if r.Limit.Algorithm == Concurrency && !ld.Allowed && ld.RetryAfter > l.concurrencyRetry {
-			ld.RetryAfter = l.concurrencyRetry
-			ld.Wait = l.concurrencyRetry
-		}
+		capConcurrencyRetry(&ld, r.Limit, l.concurrencyRetry)
 		d.Limits[i] = ld
-		if r.Limit.Algorithm == Concurrency && callID != "" && ld.Taken > 0 {
-			for j := int64(1); j <= ld.Taken; j++ {
-				id := callID
-				if j > 1 {
-					id += "#" + strconv.FormatInt(j, 10)
-				}
-				d.Leases = append(d.Leases, Lease{Key: r.Key, ID: id})
-			}
-		}
+		d.Leases = appendLeases(d.Leases, r, callID, ld.Taken)
 	}
 	d.summarize()
 	return d, nil
