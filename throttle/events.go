@@ -53,11 +53,10 @@ var eventsScript = redis.NewScript(joinLua("events.lua"))
 // first checked in a bounded in-process map, then across processes by the
 // marker in events.lua.
 type eventSink struct {
-	l      *Redis
-	opts   EventOptions
-	mu     sync.Mutex
-	sent   map[string]time.Time // type:key:window end → window end
-	failed int64
+	l    *Redis
+	opts EventOptions
+	mu   sync.Mutex
+	sent map[string]struct{} // "type:key:window end" already emitted
 }
 
 const maxEventMarks = 10000
@@ -69,7 +68,7 @@ func newEventSink(l *Redis, opts EventOptions) *eventSink {
 	if opts.WarnAt == 0 {
 		opts.WarnAt = 0.1
 	}
-	return &eventSink{l: l, opts: opts, sent: map[string]time.Time{}}
+	return &eventSink{l: l, opts: opts, sent: map[string]struct{}{}}
 }
 
 // StreamKey is the Redis key of the events stream.
@@ -89,25 +88,27 @@ func (s *eventSink) observe(ctx context.Context, reqs []Request, d Decision) {
 	}
 	for i, ld := range d.Limits {
 		lim := reqs[i].Limit
-		// Events repeat at most once per aligned window of the limit (for a
-		// fixed window exactly its window), so the marker names the window.
-		w := max(lim.Window(), time.Millisecond)
-		until := time.UnixMicro((d.Now.UnixMicro()/w.Microseconds() + 1) * w.Microseconds())
 		switch {
 		case !ld.Allowed:
-			s.emit(ctx, EventExceeded, ld.Key, until, d.Now,
+			s.emit(ctx, EventExceeded, ld.Key, lim.Window(), d.Now,
 				"key", ld.Key, "name", ld.Name, "limit", ld.Limit, "window", formatWindow(lim.Window()), "reset", unixMilli(ld.Reset))
 		case d.Allowed && ld.Taken > 0:
 			th := s.threshold(ld.Limit)
 			if th > 0 && ld.Remaining < th && ld.Remaining+ld.Taken >= th {
-				s.emit(ctx, EventWarning, ld.Key, until, d.Now,
+				s.emit(ctx, EventWarning, ld.Key, lim.Window(), d.Now,
 					"key", ld.Key, "name", ld.Name, "remaining", ld.Remaining, "threshold", th, "limit", ld.Limit)
 			}
 		}
 	}
 }
 
-func (s *eventSink) emit(ctx context.Context, typ, key string, until, now time.Time, fields ...any) {
+// emit writes an event unless this key already had one of its type in the
+// current window. Events repeat at most once per aligned window of the limit
+// (for a fixed window exactly its window), so the marker names the window's
+// end. A failed write is dropped: events are best-effort.
+func (s *eventSink) emit(ctx context.Context, typ, key string, window time.Duration, now time.Time, fields ...any) {
+	w := max(window, time.Millisecond).Microseconds()
+	until := time.UnixMicro((now.UnixMicro()/w + 1) * w)
 	mark := typ + ":" + key + ":" + strconv.FormatInt(until.UnixMilli(), 10)
 	s.mu.Lock()
 	if _, ok := s.sent[mark]; ok {
@@ -117,16 +118,12 @@ func (s *eventSink) emit(ctx context.Context, typ, key string, until, now time.T
 	if len(s.sent) >= maxEventMarks {
 		clear(s.sent) // bounded: forgetting marks only costs a round trip each
 	}
-	s.sent[mark] = until
+	s.sent[mark] = struct{}{}
 	s.mu.Unlock()
 	ttl := max(until.Sub(now).Milliseconds(), 1)
 	args := append([]any{ttl, s.opts.MaxLen, "type", typ, "at", now.UnixMilli()}, fields...)
 	keys := []string{s.l.StreamKey(), s.l.prefix + ":{_events}:seen:" + mark}
-	if err := eventsScript.Run(context.WithoutCancel(ctx), s.l.rdb, keys, args...).Err(); err != nil && err != redis.Nil {
-		s.mu.Lock()
-		s.failed++
-		s.mu.Unlock()
-	}
+	_ = eventsScript.Run(context.WithoutCancel(ctx), s.l.rdb, keys, args...).Err()
 }
 
 // formatWindow renders a window with its count, "1s", "1m", "1d", where

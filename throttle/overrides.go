@@ -152,7 +152,9 @@ func (c *overrideCache) current(ctx context.Context) *overrideSnapshot {
 			return nil
 		}
 		// Keep the last good snapshot; try again after another refresh.
-		c.snap.Store(&overrideSnapshot{at: time.Now(), exact: s.exact, patterns: s.patterns, byPrefix: s.byPrefix})
+		kept := *s
+		kept.at = time.Now()
+		c.snap.Store(&kept)
 		return s
 	}
 	n := &overrideSnapshot{at: time.Now(), exact: map[string]Override{}, byPrefix: map[string]Override{}}
