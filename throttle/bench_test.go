@@ -20,19 +20,13 @@ import (
 	"github.com/sluice-dev/sluice/throttle"
 )
 
-// BenchmarkConsume measures decisions/s for WhatsApp's three limits in one
-// atomic call, from 64 concurrent callers against one redis-server.
-func BenchmarkConsume(b *testing.B) {
-	srv := redistest.Start(b)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
-	b.Cleanup(func() { _ = rdb.Close() })
-	l := throttle.NewRedis(rdb, throttle.Options{Prefix: "bench"})
+// consumeWhatsAppCalls runs b.N calls of WhatsApp's three limits (number,
+// pair, daily; all generous enough to allow) from parallel callers.
+func consumeWhatsAppCalls(b *testing.B, l throttle.Limiter) {
 	number := throttle.Limit{Name: "throughput", Algorithm: throttle.FixedWindow, Rate: throttle.PerSecond(1 << 40)}
 	pair := throttle.Limit{Name: "pair", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(1 << 30), Burst: 1 << 20}
 	daily := throttle.Limit{Name: "daily", Algorithm: throttle.FixedWindow, Rate: throttle.PerDay(1 << 40)}
 	ctx := context.Background()
-	b.SetParallelism(32) // 2 cores × 32 = 64 callers
-	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0
 		for pb.Next() {
@@ -47,6 +41,19 @@ func BenchmarkConsume(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkConsume measures decisions/s for WhatsApp's three limits in one
+// atomic call, from 64 concurrent callers against one redis-server.
+func BenchmarkConsume(b *testing.B) {
+	srv := redistest.Start(b)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
+	b.Cleanup(func() { _ = rdb.Close() })
+	l := throttle.NewRedis(rdb, throttle.Options{Prefix: "bench"})
+	ctx := context.Background()
+	b.SetParallelism(32) // 2 cores × 32 = 64 callers
+	b.ResetTimer()
+	consumeWhatsAppCalls(b, l)
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 	// Redis CPU per decision, from INFO commandstats: the script's own cost.

@@ -321,23 +321,5 @@ func TestLocalConcurrentCallers(t *testing.T) {
 // BenchmarkLocalConsume: WhatsApp's three limits in one call, from
 // parallel callers, in-process.
 func BenchmarkLocalConsume(b *testing.B) {
-	l := throttle.NewLocal(throttle.LocalOptions{})
-	number := throttle.Limit{Name: "throughput", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(1 << 30), Burst: 1 << 20}
-	pair := throttle.Limit{Name: "pair", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(1 << 30), Burst: 1 << 20}
-	daily := throttle.Limit{Name: "daily", Algorithm: throttle.FixedWindow, Rate: throttle.PerDay(1 << 40)}
-	ctx := context.Background()
-	b.RunParallel(func(pb *testing.PB) {
-		i := 0
-		for pb.Next() {
-			to := fmt.Sprintf("+1202555%04d", i%1000)
-			i++
-			d, err := l.Consume(ctx,
-				throttle.Request{Key: "whatsapp:number:106540352242922", Limit: number},
-				throttle.Request{Key: "whatsapp:pair:106540352242922:" + to, Limit: pair},
-				throttle.Request{Key: "whatsapp:daily:" + to, Limit: daily})
-			if err != nil || !d.Allowed {
-				b.Fatalf("%+v %v", d, err)
-			}
-		}
-	})
+	consumeWhatsAppCalls(b, throttle.NewLocal(throttle.LocalOptions{}))
 }
