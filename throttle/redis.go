@@ -243,11 +243,13 @@ func (l *Redis) crossScope(ctx context.Context, m mode, callID string, reqs []Re
 				if err := l.refund(ctx, callID, reqs, fields, taken, takenIdx); err != nil {
 					return Decision{}, err
 				}
+				// Refunded: report what is available now, as a blocked call
+				// of one scope does.
 				for _, t := range takenIdx {
 					for _, i := range t {
-						out.Limits[i].Taken = 0
-						out.Limits[i].Remaining += reqs[i].cost()
-						out.Limits[i].Remaining = min(out.Limits[i].Remaining, out.Limits[i].Limit)
+						ld := &out.Limits[i]
+						ld.Remaining = min(ld.Remaining+ld.Taken, ld.Limit)
+						ld.Taken = 0
 					}
 				}
 			}
