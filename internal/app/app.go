@@ -20,16 +20,21 @@ import (
 
 	"github.com/sluice-dev/sluice/channels"
 	"github.com/sluice-dev/sluice/config"
+	"github.com/sluice-dev/sluice/internal/redact"
 	"github.com/sluice-dev/sluice/throttle"
 	"github.com/sluice-dev/sluice/worker"
 )
 
 // ConnectURL opens a Redis client for a redis://, rediss:// or unix:// URL
-// and checks it answers. The URL, which may hold a password, is never logged.
+// and checks it answers. The URL, which may hold a password, is never logged
+// and never in an error: a URL that does not parse is shown as
+// redact.URL gives it ("redis URL redis://[::1: parse error: missing ']' in
+// host").
 func ConnectURL(ctx context.Context, url string) (redis.UniversalClient, error) {
 	opt, err := redis.ParseURL(url)
 	if err != nil {
-		return nil, fmt.Errorf("redis URL: %w", err) // go-redis errors do not echo the password
+		// go-redis returns url.Parse's error, which quotes the whole URL.
+		return nil, fmt.Errorf("redis URL %s: %s", redact.URL(url), redact.ParseError(err, url))
 	}
 	c := redis.NewClient(opt)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)

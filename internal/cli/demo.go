@@ -15,7 +15,6 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
@@ -24,6 +23,7 @@ import (
 	"github.com/sluice-dev/sluice/examples"
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/campaign"
+	"github.com/sluice-dev/sluice/internal/redact"
 	"github.com/sluice-dev/sluice/internal/emulator"
 	"github.com/sluice-dev/sluice/worker"
 )
@@ -107,7 +107,7 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 	if url == "" {
 		url = os.Getenv("REDIS_URL")
 	}
-	redisName := "redis " + redactURL(url)
+	redisName := "redis " + redact.URL(url)
 	if url == "" {
 		m := miniredis.NewMiniRedis()
 		if err := m.Start(); err != nil {
@@ -413,11 +413,3 @@ func printSummary(w io.Writer, s *DemoSummary) {
 	fmt.Fprintln(w, "achieved = deliveries per calendar second per key, first to last second; the cap is the limit's rate.")
 }
 
-// redactURL hides a Redis URL's password.
-func redactURL(u string) string {
-	opt, err := redis.ParseURL(u)
-	if err != nil || u == "" {
-		return ""
-	}
-	return opt.Addr
-}
