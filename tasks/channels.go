@@ -1,6 +1,7 @@
 package tasks
 
 import (
+	"fmt"
 	"net/url"
 	"slices"
 	"strings"
@@ -12,11 +13,43 @@ import (
 var channels = []struct {
 	name, taskType string
 	fields         []string
+	maxPayload     int // bytes of encoded JSON; see MaxPayloadBytes
 }{
-	{"whatsapp", TypeWhatsAppSend, []string{"phone_number_id", "to"}},
-	{"sms", TypeSMSSend, []string{"from", "messaging_service_sid", "to", "sender"}},
-	{"webhook", TypeWebhookDeliver, []string{"url", "host", "endpoint", "event_type"}},
-	{"http", TypeHTTPCall, []string{"method", "url", "host"}},
+	{"whatsapp", TypeWhatsAppSend, []string{"phone_number_id", "to"}, 64 << 10},
+	{"sms", TypeSMSSend, []string{"from", "messaging_service_sid", "to", "sender"}, 16 << 10},
+	{"webhook", TypeWebhookDeliver, []string{"url", "host", "endpoint", "event_type"}, 1 << 20},
+	{"http", TypeHTTPCall, []string{"method", "url", "host"}, 1 << 20},
+}
+
+// MaxPayloadBytes returns the largest encoded payload, in bytes of JSON, that
+// the constructors build and the decoders accept for a task type, or 0 for
+// an unknown type:
+//
+//   - whatsapp:send 64 KiB: a 4,096-character text body (Cloud API limit)
+//     takes at most 24 KiB even if every character is JSON-escaped;
+//   - sms:send 16 KiB: a 1,600-character body (Twilio) takes at most 9.6 KiB;
+//   - webhook:deliver and http:call 1 MiB: an event or request body; Standard
+//     Webhooks advises small payloads, and a large one is better fetched by
+//     the receiver than pushed through a queue.
+//
+// A channel's configuration may lower its cap (channels.<name>.max_payload_bytes),
+// never raise it. A producer that bypasses the constructors is held to the
+// same cap by the worker, which archives a larger task without decoding it.
+func MaxPayloadBytes(taskType string) int {
+	for _, c := range channels {
+		if c.taskType == taskType {
+			return c.maxPayload
+		}
+	}
+	return 0
+}
+
+// checkSize reports an encoded payload over MaxPayloadBytes(taskType).
+func checkSize(taskType string, n int) error {
+	if max := MaxPayloadBytes(taskType); n > max {
+		return fmt.Errorf("payload: %d bytes encoded, want at most %d for %s", n, max, taskType)
+	}
+	return nil
 }
 
 // Channels returns the channel names, in a fixed order:

@@ -21,28 +21,36 @@ func (e *malformedError) Error() string   { return "payload: " + e.err.Error() }
 func (e *malformedError) Unwrap() []error { return []error{ErrMalformed, e.err} }
 
 // DecodeWhatsAppSend parses a whatsapp:send task payload. Decoding is strict:
-// unknown fields, trailing data, a "v" other than PayloadVersion and anything
-// Validate rejects are errors wrapping ErrMalformed. Phone numbers are
+// a payload over MaxPayloadBytes (checked before parsing), unknown fields,
+// trailing data, a "v" other than PayloadVersion and anything Validate
+// rejects are errors wrapping ErrMalformed. Phone numbers are
 // checked for E.164 shape only ("+" and 7–15 digits); the constructors
 // already checked them in full with libphonenumber (see checkE164Syntax).
 // Errors read, e.g. `payload: json: unknown field "foo"` or
 // `payload: v: unsupported version 2 (want 1)`.
-func DecodeWhatsAppSend(b []byte) (WhatsAppSend, error) { return decode[WhatsAppSend](b) }
+func DecodeWhatsAppSend(b []byte) (WhatsAppSend, error) {
+	return decode[WhatsAppSend](TypeWhatsAppSend, b)
+}
 
 // DecodeSMSSend parses an sms:send task payload; see DecodeWhatsAppSend.
-func DecodeSMSSend(b []byte) (SMSSend, error) { return decode[SMSSend](b) }
+func DecodeSMSSend(b []byte) (SMSSend, error) { return decode[SMSSend](TypeSMSSend, b) }
 
 // DecodeWebhookDeliver parses a webhook:deliver task payload; see
 // DecodeWhatsAppSend.
-func DecodeWebhookDeliver(b []byte) (WebhookDeliver, error) { return decode[WebhookDeliver](b) }
+func DecodeWebhookDeliver(b []byte) (WebhookDeliver, error) {
+	return decode[WebhookDeliver](TypeWebhookDeliver, b)
+}
 
 // DecodeHTTPCall parses an http:call task payload; see DecodeWhatsAppSend.
-func DecodeHTTPCall(b []byte) (HTTPCall, error) { return decode[HTTPCall](b) }
+func DecodeHTTPCall(b []byte) (HTTPCall, error) { return decode[HTTPCall](TypeHTTPCall, b) }
 
 func decode[T interface {
 	validate(func(field, s string) error) error
-}](b []byte) (T, error) {
+}](taskType string, b []byte) (T, error) {
 	var zero, p T
+	if err := checkSize(taskType, len(b)); err != nil {
+		return zero, &malformedError{err}
+	}
 	err := decodeStrict(b, &p)
 	// A payload from a newer producer may have fields this version does not
 	// know; report its version rather than the first unknown field.

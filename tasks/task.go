@@ -33,7 +33,8 @@ var ErrDuplicate = errors.New("duplicate task")
 // MaxRetry(DefaultMaxRetry), Retention(DefaultRetention), TaskID(key) when
 // p.IdempotencyKey is set, then opts, which override any of them.
 //
-// The error is Validate's (it names the field); p is not modified.
+// The error is Validate's (it names the field), or a payload over
+// MaxPayloadBytes; p is not modified.
 func NewWhatsAppSendTask(p WhatsAppSend, opts ...asynq.Option) (*asynq.Task, error) {
 	p.normalize()
 	return newTask(TypeWhatsAppSend, p, p.IdempotencyKey, opts)
@@ -67,6 +68,9 @@ func newTask(typ string, p interface{ Validate() error }, key string, opts []asy
 	b, err := json.Marshal(p)
 	if err != nil {
 		return nil, fmt.Errorf("%s: encode payload: %w", typ, err)
+	}
+	if err := checkSize(typ, len(b)); err != nil {
+		return nil, err
 	}
 	all := []asynq.Option{
 		asynq.Queue(DefaultQueue(typ)),
