@@ -3,6 +3,8 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net/netip"
 	"net/url"
 	"os"
 	"slices"
@@ -10,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
 )
 
@@ -22,6 +25,7 @@ type Config struct {
 	HTTP    HTTPConfig
 	Cleanup CleanupConfig
 	Events  EventsConfig
+	Egress  EgressConfig
 	// Channels holds one entry per channel: whatsapp, sms, webhook and http,
 	// always all four (a disabled channel has Enabled false).
 	Channels map[string]*ChannelConfig
@@ -91,6 +95,19 @@ type EventsConfig struct {
 	WarnAt float64
 }
 
+// EgressConfig says where webhook deliveries and HTTP calls may connect. Their
+// target URLs come from tasks, so by default every address in a private,
+// loopback, link-local, unique-local, multicast, unspecified, CGNAT or
+// reserved range, and the IPv4-mapped forms of those, is refused, checked on
+// the address actually dialled (channels.Egress). WhatsApp and Twilio use
+// their configured base_url and are not restricted.
+type EgressConfig struct {
+	// AllowCIDRs admits these ranges all the same: "127.0.0.0/8" for a
+	// receiver on the same host, "10.20.0.0/16" for internal services.
+	// Default none.
+	AllowCIDRs []netip.Prefix
+}
+
 // ChannelConfig configures one channel. Fields a channel does not use stay
 // empty; the file may only set the fields of its channel.
 type ChannelConfig struct {
@@ -124,6 +141,18 @@ type ChannelConfig struct {
 	// ThrottleBackoff is the delay after a provider's throttle response that
 	// carries no Retry-After. Default 1s.
 	ThrottleBackoff time.Duration
+	// MaxRetryAfter caps the wait a provider may ask for (Retry-After, Meta's
+	// estimated_time_to_regain_access, or a documented default such as
+	// Twilio 30023's wait until midnight): a longer one is treated as this
+	// long, so a hostile or broken answer cannot park a task for years.
+	// Defaults 24h for whatsapp and sms (their daily limits reset within a
+	// day), 1h for webhook and http.
+	MaxRetryAfter time.Duration
+	// MaxPayloadBytes caps a task's encoded payload; the worker archives a
+	// larger task without decoding it. At most, and by default,
+	// tasks.MaxPayloadBytes of the channel's task type: 64 KiB whatsapp,
+	// 16 KiB sms, 1 MiB webhook and http.
+	MaxPayloadBytes int
 	// Limits are the channel's limit rules, checked in order. Defaults: the
 	// provider limits in sluice.example.yaml. Use Rules to read them.
 	Limits []LimitRule
@@ -179,6 +208,7 @@ func Default() *Config {
 		return LimitRule{Limit: throttle.Limit{Name: name, Algorithm: throttle.FixedWindow, Rate: throttle.PerSecond(n)}, Key: key, Cost: 1}
 	}
 	channel := func(name string) *ChannelConfig {
+		taskType, _ := tasks.ChannelTaskType(name)
 		return &ChannelConfig{
 			Name:            name,
 			Enabled:         true,
@@ -186,6 +216,8 @@ func Default() *Config {
 			Priority:        1,
 			Timeout:         15 * time.Second,
 			ThrottleBackoff: time.Second,
+			MaxRetryAfter:   time.Hour,
+			MaxPayloadBytes: tasks.MaxPayloadBytes(taskType),
 		}
 	}
 
@@ -193,6 +225,7 @@ func Default() *Config {
 	wa.BaseURL = "https://graph.facebook.com"
 	wa.APIVersion = "v23.0"
 	wa.TokenEnv = "WHATSAPP_TOKEN"
+	wa.MaxRetryAfter = 24 * time.Hour
 	wa.Limits = []LimitRule{
 		perSecond("throughput", "whatsapp:number:{phone_number_id}", 80),
 		gcra("pair", "whatsapp:pair:{phone_number_id}:{to}", throttle.Rate{Limit: 1, Period: 6 * time.Second}),
@@ -203,6 +236,7 @@ func Default() *Config {
 	sms.BaseURL = "https://api.twilio.com"
 	sms.AccountSIDEnv = "TWILIO_ACCOUNT_SID"
 	sms.AuthTokenEnv = "TWILIO_AUTH_TOKEN"
+	sms.MaxRetryAfter = 24 * time.Hour
 	sms.Limits = []LimitRule{
 		perSecond("sender", "sms:sender:{sender}", 1),
 		{Limit: throttle.Limit{Name: "concurrency", Algorithm: throttle.Concurrency, Max: 100, Lease: throttle.DefaultLease}, Key: "sms:account:{account_sid}", Cost: 1},
@@ -231,12 +265,24 @@ func Default() *Config {
 	}
 }
 
+// MaxFileBytes bounds a configuration file (1 MiB): a real one is a few KiB.
+const MaxFileBytes = 1 << 20
+
 // Load reads the YAML file at path and returns Default overlaid with it,
-// validated. Errors name path:line:column and the field; see Parse.
+// validated. Errors name path:line:column and the field; see Parse. A file
+// over MaxFileBytes is refused unread.
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if len(data) > MaxFileBytes {
+		return nil, &Error{File: path, Err: fmt.Errorf("file is over %d bytes; a configuration is a few KiB", MaxFileBytes)}
 	}
 	return Parse(path, data)
 }
@@ -251,6 +297,9 @@ func Load(path string) (*Config, error) {
 // "name:line:column: field.path: message". A YAML syntax error is reported
 // alone, with the line yaml gives.
 func Parse(name string, data []byte) (*Config, error) {
+	if len(data) > MaxFileBytes {
+		return nil, &Error{File: name, Err: fmt.Errorf("file is %d bytes, want at most %d; a configuration is a few KiB", len(data), MaxFileBytes)}
+	}
 	cfg := Default()
 	root, err := parseYAML(name, data)
 	if err != nil {

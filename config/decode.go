@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"slices"
@@ -18,11 +19,23 @@ import (
 	"github.com/robfig/cron/v3"
 	"gopkg.in/yaml.v3"
 
+	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
 )
 
-// maxDelayedTaskCheckInterval bounds worker.delayed_task_check_interval.
-const maxDelayedTaskCheckInterval = time.Second
+// Bounds on the file's values. Every string the file gives is held in
+// memory, rendered into keys and log lines, so none is unbounded.
+const (
+	// maxDelayedTaskCheckInterval bounds worker.delayed_task_check_interval.
+	maxDelayedTaskCheckInterval = time.Second
+	// maxScalarBytes bounds every single value (a URL, a template, a name).
+	maxScalarBytes = 2048
+	// maxKeyPrefixBytes bounds redis.key_prefix: it starts every limiter key.
+	maxKeyPrefixBytes = 64
+	// maxRules bounds a channel's limits list: each rule is a Redis call's
+	// worth of work on every send.
+	maxRules = 32
+)
 
 // parseYAML returns the root node of data's single document, or nil if data
 // holds no document.
@@ -193,6 +206,10 @@ func (d *decoder) scalar(n *yaml.Node, path string) (string, bool) {
 		d.errorf(n, path, "no value (omit the field to keep its default)")
 		return "", false
 	}
+	if len(n.Value) > maxScalarBytes {
+		d.errorf(n, path, "value is %d bytes, want at most %d", len(n.Value), maxScalarBytes)
+		return "", false
+	}
 	return n.Value, true
 }
 
@@ -304,7 +321,7 @@ func hostPort(s string) error {
 }
 
 func (d *decoder) config(n *yaml.Node, c *Config) {
-	sections := []string{"redis", "worker", "http", "cleanup", "events", "channels"}
+	sections := []string{"redis", "worker", "http", "cleanup", "events", "egress", "channels"}
 	d.mapping(n, "", "section", sections, func(key string, _, v *yaml.Node) {
 		switch key {
 		case "redis":
@@ -317,6 +334,8 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 			d.cleanup(v, key, &c.Cleanup)
 		case "events":
 			d.events(v, key, &c.Events)
+		case "egress":
+			d.egress(v, key, &c.Egress)
 		case "channels":
 			d.mapping(v, key, "channel", channelNames, func(name string, _, v *yaml.Node) {
 				d.channel(v, join(key, name), c.Channels[name])
@@ -343,6 +362,10 @@ func (d *decoder) redis(n *yaml.Node, path string, r *RedisConfig) {
 			d.setInt(v, p, 0, &r.DB)
 		case "key_prefix":
 			if s, ok := d.scalar(v, p); ok {
+				if len(s) > maxKeyPrefixBytes {
+					d.errorf(resolve(v), p, "%d bytes, want at most %d", len(s), maxKeyPrefixBytes)
+					return
+				}
 				if s == "" || strings.ContainsAny(s, "{} \t\r\n") {
 					d.errorf(resolve(v), p, "want a non-empty prefix without spaces or braces, got %q", s)
 					return
@@ -444,6 +467,44 @@ func (d *decoder) events(n *yaml.Node, path string, e *EventsConfig) {
 	})
 }
 
+// maxAllowCIDRs bounds egress.allow_cidrs: each is checked on every dial.
+const maxAllowCIDRs = 256
+
+func (d *decoder) egress(n *yaml.Node, path string, e *EgressConfig) {
+	d.mapping(n, path, "field", []string{"allow_cidrs"}, func(key string, _, v *yaml.Node) {
+		p := join(path, key)
+		v = resolve(v)
+		if v.Kind != yaml.SequenceNode {
+			d.errorf(v, p, "want a list of CIDRs such as [127.0.0.0/8, \"::1/128\"] ([] for none), got %s", describe(v))
+			return
+		}
+		if len(v.Content) > maxAllowCIDRs {
+			d.errorf(v, p, "%d entries, want at most %d", len(v.Content), maxAllowCIDRs)
+			return
+		}
+		var out []netip.Prefix
+		ok := true
+		for i, item := range v.Content {
+			ip := fmt.Sprintf("%s[%d]", p, i)
+			s, good := d.scalar(item, ip)
+			if !good {
+				ok = false
+				continue
+			}
+			pfx, err := netip.ParsePrefix(s)
+			if err != nil {
+				d.errorf(resolve(item), ip, "want a CIDR such as 127.0.0.0/8 or fd00::/8 (a single address is 10.0.0.5/32), got %q", s)
+				ok = false
+				continue
+			}
+			out = append(out, pfx.Masked())
+		}
+		if ok {
+			e.AllowCIDRs = out
+		}
+	})
+}
+
 // channelFields lists the fields each channel accepts besides the common ones.
 var channelFields = map[string][]string{
 	"whatsapp": {"base_url", "api_version", "token_env"},
@@ -459,7 +520,7 @@ var (
 
 func (d *decoder) channel(n *yaml.Node, path string, c *ChannelConfig) {
 	fields := append([]string{"enabled", "queue", "priority"}, channelFields[c.Name]...)
-	fields = append(fields, "timeout", "throttle_backoff", "limits")
+	fields = append(fields, "timeout", "throttle_backoff", "max_retry_after", "max_payload_bytes", "limits")
 	d.mapping(n, path, "field", fields, func(key string, _, v *yaml.Node) {
 		p := join(path, key)
 		switch key {
@@ -504,6 +565,18 @@ func (d *decoder) channel(n *yaml.Node, path string, c *ChannelConfig) {
 			d.setDuration(v, p, &c.Timeout)
 		case "throttle_backoff":
 			d.setDuration(v, p, &c.ThrottleBackoff)
+		case "max_retry_after":
+			d.setDuration(v, p, &c.MaxRetryAfter)
+		case "max_payload_bytes":
+			taskType, _ := tasks.ChannelTaskType(c.Name)
+			ceiling := tasks.MaxPayloadBytes(taskType)
+			if m, ok := d.integer(v, p, 1); ok {
+				if m > int64(ceiling) {
+					d.errorf(resolve(v), p, "want at most %d, the cap of %s payloads (tasks.MaxPayloadBytes), got %d", ceiling, taskType, m)
+					return
+				}
+				c.MaxPayloadBytes = int(m)
+			}
 		case "limits":
 			if rules, ok := d.limits(v, p, c.Name); ok {
 				c.Limits = rules
@@ -517,6 +590,10 @@ func (d *decoder) limits(n *yaml.Node, path, channel string) ([]LimitRule, bool)
 	n = resolve(n)
 	if n.Kind != yaml.SequenceNode {
 		d.errorf(n, path, "want a list of limit rules ([] for none), got %s", describe(n))
+		return nil, false
+	}
+	if len(n.Content) > maxRules {
+		d.errorf(n, path, "%d rules, want at most %d", len(n.Content), maxRules)
 		return nil, false
 	}
 	before := len(d.errs)

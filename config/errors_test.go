@@ -64,9 +64,9 @@ func TestParseErrors(t *testing.T) {
 				`      - {name: sender, key: "sms:sender:{sender}", algorithm: gcra, rate: 1/s, burts: 2}`,
 			),
 			want: []string{
-				`sluice.yaml:1:1: reddis: unknown section (want redis, worker, http, cleanup, events or channels)`,
+				`sluice.yaml:1:1: reddis: unknown section (want redis, worker, http, cleanup, events, egress or channels)`,
 				`sluice.yaml:4:3: worker.concurency: unknown field (want concurrency, delayed_task_check_interval, task_check_interval, shutdown_timeout or max_retry)`,
-				`sluice.yaml:7:5: channels.sms.token_env: unknown field (want enabled, queue, priority, base_url, account_sid_env, auth_token_env, timeout, throttle_backoff or limits)`,
+				`sluice.yaml:7:5: channels.sms.token_env: unknown field (want enabled, queue, priority, base_url, account_sid_env, auth_token_env, timeout, throttle_backoff, max_retry_after, max_payload_bytes or limits)`,
 				`sluice.yaml:9:80: channels.sms.limits[0].burts: unknown field (want name, key, algorithm, rate, burst, cost, max, lease, interval or member)`,
 			},
 		},
@@ -376,7 +376,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			name: "root is not a mapping",
 			yaml: doc("- redis"),
-			want: []string{`sluice.yaml:1:1: want a mapping of redis, worker, http, cleanup, events or channels, got a list`},
+			want: []string{`sluice.yaml:1:1: want a mapping of redis, worker, http, cleanup, events, egress or channels, got a list`},
 		},
 		{
 			name: "two documents",
