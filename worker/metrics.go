@@ -11,6 +11,9 @@ type Metrics struct {
 	send     *prometheus.HistogramVec
 }
 
+// unknownChannel is the channel label of tasks whose type no channel handles.
+const unknownChannel = "unknown"
+
 // Outcomes counted in sluice_tasks_total{outcome}.
 const (
 	OutcomeSent             = "sent"
@@ -20,6 +23,7 @@ const (
 	OutcomePermanent        = "permanent"          // archived
 	OutcomeMalformed        = "malformed"          // bad payload; archived
 	OutcomeLimiterError     = "limiter_error"      // Redis failed; retried with backoff
+	OutcomeUnknownType      = "unknown_type"       // no handler for the task type; archived
 )
 
 // NewMetrics creates and registers the series on reg.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-dev/sluice/channels"
+	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
 )
 
@@ -54,7 +56,19 @@ type Channel struct {
 	// PairBackoff is that wait when the throttle concerns one recipient
 	// (WhatsApp 131056, Twilio 14107). Zero means 6s, WhatsApp's pair interval.
 	PairBackoff time.Duration
+	// MaxRetryAfter caps the wait a provider asks for (Retry-After and the
+	// like): a longer one is cut to MaxRetryAfter, so a hostile or broken
+	// answer cannot park a task for years. Zero means DefaultMaxRetryAfter.
+	MaxRetryAfter time.Duration
+	// MaxPayloadBytes caps a task's payload; a larger task is archived
+	// before it is decoded. Zero means tasks.MaxPayloadBytes(TaskType), or
+	// no cap for a task type the tasks package does not know.
+	MaxPayloadBytes int
 }
+
+// DefaultMaxRetryAfter is Channel.MaxRetryAfter's default: 24h, the longest
+// documented provider wait (daily limits reset within a day).
+const DefaultMaxRetryAfter = 24 * time.Hour
 
 // Options configures a Worker.
 type Options struct {
@@ -138,13 +152,16 @@ func New(opts Options) (*Worker, error) {
 			queues[ch.Name] = 1
 		}
 	}
+	known := make(map[string]string, len(opts.Channels)) // task type → channel
 	for i, ch := range opts.Channels {
 		h, err := w.Handler(ch)
 		if err != nil {
 			return nil, fmt.Errorf("worker: Options.Channels[%d]: %w", i, err)
 		}
 		w.mux.Handle(ch.TaskType, h)
+		known[ch.TaskType] = ch.Name
 	}
+	w.mux.Use(w.exactTypes(known))
 	w.srv = asynq.NewServerFromRedisClient(opts.Redis, asynq.Config{
 		Concurrency:              opts.Concurrency,
 		Queues:                   queues,
@@ -196,6 +213,12 @@ func (w *Worker) Handler(ch Channel) (asynq.Handler, error) {
 	if ch.PairBackoff == 0 {
 		ch.PairBackoff = 6 * time.Second
 	}
+	if ch.MaxRetryAfter == 0 {
+		ch.MaxRetryAfter = DefaultMaxRetryAfter
+	}
+	if ch.MaxPayloadBytes == 0 {
+		ch.MaxPayloadBytes = tasks.MaxPayloadBytes(ch.TaskType)
+	}
 	rules := make([]compiledRule, len(ch.Rules))
 	for i, r := range ch.Rules {
 		t, err := parseKeyTemplate(r.Key)
@@ -223,6 +246,28 @@ func (w *Worker) Handler(ch Channel) (asynq.Handler, error) {
 	return asynq.HandlerFunc(h.process), nil
 }
 
+// exactTypes is mux middleware that archives a task whose type no channel
+// handles, at once and with the reason: asynq would retry it MaxRetry times
+// (ErrHandlerNotFound), and its prefix match would hand "whatsapp:sendx" to
+// the whatsapp:send handler.
+func (w *Worker) exactTypes(known map[string]string) asynq.MiddlewareFunc {
+	types := make([]string, 0, len(known))
+	for t := range known {
+		types = append(types, t)
+	}
+	slices.Sort(types)
+	list := strings.Join(types, ", ")
+	return func(next asynq.Handler) asynq.Handler {
+		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+			if _, ok := known[t.Type()]; !ok {
+				w.opts.Metrics.outcome(unknownChannel, OutcomeUnknownType)
+				return permanent(fmt.Errorf("unknown task type %.64q: no handler (this worker handles %s)", t.Type(), list))
+			}
+			return next.ProcessTask(ctx, t)
+		})
+	}
+}
+
 type handler struct {
 	w     *Worker
 	ch    Channel
@@ -231,6 +276,10 @@ type handler struct {
 
 func (h *handler) process(ctx context.Context, t *asynq.Task) error {
 	m, name := h.w.opts.Metrics, h.ch.Name
+	if n := len(t.Payload()); h.ch.MaxPayloadBytes > 0 && n > h.ch.MaxPayloadBytes {
+		m.outcome(name, OutcomeMalformed)
+		return permanent(fmt.Errorf("%s: payload is %d bytes, over the channel's cap of %d (max_payload_bytes)", t.Type(), n, h.ch.MaxPayloadBytes))
+	}
 	p, err := h.ch.Prepare(t.Payload())
 	if err != nil {
 		m.outcome(name, OutcomeMalformed)
@@ -286,6 +335,11 @@ func (h *handler) process(ctx context.Context, t *asynq.Task) error {
 			if ce.Scope == "pair" {
 				wait = h.ch.PairBackoff
 			}
+		}
+		if wait > h.ch.MaxRetryAfter {
+			h.w.logger.Warn("provider asked for a wait over the channel's cap; waiting the cap",
+				"channel", name, "code", ce.Code, "asked", ce.RetryAfter, "cap", h.ch.MaxRetryAfter)
+			wait = h.ch.MaxRetryAfter
 		}
 		m.outcome(name, OutcomeProviderThrottle)
 		m.throttled(name, "provider", wait.Seconds())

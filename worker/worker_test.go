@@ -70,8 +70,9 @@ type harness struct {
 	calls   map[string]int
 }
 
-// newHarness runs a Worker with one channel, "test", whose Send is fn.
-func newHarness(t *testing.T, rules []Rule, fn func(p testPayload, call int) error) *harness {
+// newHarness runs a Worker with one channel, "test", whose Send is fn;
+// each of with may change the channel first.
+func newHarness(t *testing.T, rules []Rule, fn func(p testPayload, call int) error, with ...func(*Channel)) *harness {
 	t.Helper()
 	srv := redistest.Start(t)
 	h := &harness{t: t, redis: srv, sent: make(chan sendRecord, 100), calls: map[string]int{}}
@@ -98,6 +99,9 @@ func newHarness(t *testing.T, rules []Rule, fn func(p testPayload, call int) err
 				return channels.Response{Status: 200}, nil
 			}}, nil
 		}}
+	for _, f := range with {
+		f(&ch)
+	}
 	w, err := New(Options{
 		Redis: rdb, Limiter: h.limiter, Channels: []Channel{ch}, Concurrency: 4,
 		Logger: slog.New(slog.DiscardHandler), ShutdownTimeout: time.Second,
