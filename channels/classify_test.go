@@ -63,7 +63,6 @@ func TestWhatsAppClassification(t *testing.T) {
 		{"4xx no JSON", 404, nil, "not found", &Error{Class: Permanent, Message: "not found"}},
 		{"BUC header on throttle", 400, http.Header{"X-Business-Use-Case-Usage": {`{"102290129340398":[{"type":"whatsapp_business_management","call_count":100,"estimated_time_to_regain_access":0},{"type":"whatsapp","call_count":100,"estimated_time_to_regain_access":15}]}`}},
 			waErrBody(80007, false), &Error{Class: Throttled, Code: 80007, Scope: ScopeAccount, RetryAfter: 15 * time.Minute}},
-		{"2xx without id", 200, nil, `{"messaging_product":"whatsapp"}`, &Error{Class: Transient, Message: `2xx response without messages[0].id: {"messaging_product":"whatsapp"}`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -118,7 +117,6 @@ func TestTwilioClassification(t *testing.T) {
 		{"other 4xx", 401, nil, body(20003, 401), &Error{Class: Permanent, Code: 20003}},
 		{"5xx", 500, nil, body(20500, 500), &Error{Class: Transient, Code: 20500}},
 		{"5xx no body", 503, nil, "", &Error{Class: Transient, Message: "Service Unavailable"}},
-		{"2xx without sid", 201, nil, `{}`, &Error{Class: Transient, Message: "2xx response without sid: {}"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -220,7 +218,7 @@ func TestHTTPClassification(t *testing.T) {
 				case tt.status == 410:
 					require.Equal(t, "endpoint is gone (410 Gone): disable it: gone", e.Message)
 				case tt.status == 301:
-					require.Equal(t, "redirects are not followed (Location: https://example.com/new)", e.Message)
+					require.Equal(t, "redirects are not followed (Location: https://example.com)", e.Message)
 				}
 			})
 		}
@@ -260,8 +258,8 @@ func TestInvalidPayloads(t *testing.T) {
 	secret := func(string) (string, error) { return testSecret, nil }
 	wa := &WhatsApp{BaseURL: srv.URL, Token: "EAAtok", HTTP: srv.Client()}
 	tw := &Twilio{BaseURL: srv.URL, AccountSID: testAccountSID, AuthToken: "tok", HTTP: srv.Client()}
-	wh := &Webhook{Secret: secret, HTTP: srv.Client()}
-	hc := &HTTPCaller{HTTP: srv.Client()}
+	wh := &Webhook{Egress: loopback, Secret: secret, HTTP: srv.Client()}
+	hc := &HTTPCaller{Egress: loopback, HTTP: srv.Client()}
 	text := func(f func(*tasks.WhatsAppSend)) tasks.WhatsAppSend {
 		p := tasks.WhatsAppSend{V: 1, PhoneNumberID: "1065", To: "+12025550123", Text: "hi"}
 		f(&p)
@@ -299,8 +297,8 @@ func TestInvalidPayloads(t *testing.T) {
 		"wh no event type":     deliver(wh, hook(func(p *tasks.WebhookDeliver) { p.EventType = "" })),
 		"wh bad url":           deliver(wh, hook(func(p *tasks.WebhookDeliver) { p.URL = "ftp://x/" })),
 		"wh payload not JSON":  deliver(wh, hook(func(p *tasks.WebhookDeliver) { p.Payload = []byte(`{`) })),
-		"wh no Secret func":    deliver(&Webhook{HTTP: srv.Client()}, hook(func(*tasks.WebhookDeliver) {})),
-		"wh short secret": deliver(&Webhook{Secret: func(string) (string, error) { return "whsec_c2hvcnQ=", nil }},
+		"wh no Secret func":    deliver(&Webhook{Egress: loopback, HTTP: srv.Client()}, hook(func(*tasks.WebhookDeliver) {})),
+		"wh short secret": deliver(&Webhook{Egress: loopback, Secret: func(string) (string, error) { return "whsec_c2hvcnQ=", nil }},
 			hook(func(*tasks.WebhookDeliver) {})),
 		"http method":       call(tasks.HTTPCall{Method: "TRACE", URL: srv.URL}),
 		"http relative url": call(tasks.HTTPCall{Method: "GET", URL: "/relative"}),
@@ -335,7 +333,7 @@ func TestSecretsNotInErrors(t *testing.T) {
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), auth)
 
-	_, err = (&HTTPCaller{HTTP: srv.Client()}).Call(ctx, tasks.HTTPCall{Method: "GET", URL: srv.URL, Headers: map[string]string{"Authorization": "Bearer " + token}})
+	_, err = (&HTTPCaller{Egress: loopback, HTTP: srv.Client()}).Call(ctx, tasks.HTTPCall{Method: "GET", URL: srv.URL, Headers: map[string]string{"Authorization": "Bearer " + token}})
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), token)
 
@@ -343,11 +341,11 @@ func TestSecretsNotInErrors(t *testing.T) {
 	dead := httptest.NewServer(http.NotFoundHandler())
 	deadURL := dead.URL
 	dead.Close()
-	_, err = (&HTTPCaller{}).Call(ctx, tasks.HTTPCall{Method: "GET", URL: strings.Replace(deadURL, "http://", "http://user:pw@", 1) + "/x?api_key=" + token})
+	_, err = (&HTTPCaller{Egress: loopback}).Call(ctx, tasks.HTTPCall{Method: "GET", URL: strings.Replace(deadURL, "http://", "http://user:pw@", 1) + "/x?api_key=" + token})
 	var e *Error
 	require.ErrorAs(t, err, &e)
 	require.Equal(t, Transient, e.Class)
 	require.NotContains(t, err.Error(), token)
 	require.NotContains(t, err.Error(), "pw")
-	require.Contains(t, err.Error(), "/x")
+	require.NotContains(t, err.Error(), "/x") // paths may hold tokens: only scheme and host are shown
 }

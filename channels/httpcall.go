@@ -13,8 +13,13 @@ import (
 // HTTPCaller makes one request to a third-party API per tasks.HTTPCall. Safe for
 // concurrent use.
 type HTTPCaller struct {
-	// HTTP is the client to use; nil = NewHTTPClient() (15 s timeout, no redirects).
+	// HTTP is the client to use; nil = NewEgressHTTPClient(Egress) (15 s
+	// timeout, no redirects, every dialled address checked by Egress). A client
+	// given here is used as is: only the URL's literal host is checked.
 	HTTP *http.Client
+	// Egress is where calls may go; the zero value refuses loopback, private,
+	// link-local and the other ranges of RefusedRanges.
+	Egress Egress
 	// Now is the clock for Retry-After dates; nil = time.Now.
 	Now func() time.Time
 }
@@ -29,6 +34,9 @@ var httpMethods = map[string]bool{
 // sent as Idempotency-Key (IETF httpapi draft) unless p.Headers sets that
 // header (in any case). A "Host" entry in p.Headers sets the request's Host.
 //
+// A target that c.Egress refuses (before the request, or at dial time) is
+// Permanent, with an *EgressError as Err naming the refused range.
+//
 // Classification: 2xx and 304 success; 429 and 503 Throttled with ScopeSender
 // (the whole host) and RetryAfter from Retry-After; 408 and other 5xx
 // Transient; 3xx Permanent (redirects are not followed by the default client);
@@ -42,6 +50,9 @@ func (c *HTTPCaller) Call(ctx context.Context, p tasks.HTTPCall) (Response, erro
 	}
 	if err := validEndpointURL(p.URL); err != nil {
 		return Response{}, permanent(ProviderHTTP, "invalid payload: url: %v", err)
+	}
+	if err := c.Egress.CheckURL(p.URL); err != nil {
+		return Response{}, targetError(ProviderHTTP, err)
 	}
 	var body io.Reader
 	if p.Body != "" {
@@ -74,7 +85,11 @@ func (c *HTTPCaller) Call(ctx context.Context, p tasks.HTTPCall) (Response, erro
 	if req.Header.Get("User-Agent") == "" {
 		req.Header.Set("User-Agent", DefaultUserAgent)
 	}
-	r, err := do(ctx, c.HTTP, req, ProviderHTTP, secrets...)
+	hc := c.HTTP
+	if hc == nil {
+		hc = c.Egress.client()
+	}
+	r, err := do(ctx, hc, req, ProviderHTTP, secrets...)
 	if err != nil {
 		return Response{}, err
 	}

@@ -122,8 +122,11 @@ func FuzzClassify(f *testing.F) {
 			if resp.Status != status {
 				t.Fatalf("status %d became %d", status, resp.Status)
 			}
-			if err == nil && resp.ProviderID == "" {
-				t.Fatal("success without a provider ID")
+			if err == nil && (status < 200 || status > 299) {
+				t.Fatalf("success on HTTP %d", status)
+			}
+			if err != nil && status >= 200 && status <= 299 {
+				t.Fatalf("HTTP %d is a delivery, got %v", status, err) // a retry would send twice
 			}
 			if e, ok := err.(*Error); err != nil && (!ok || e.Class == Success || len(e.Message) > maxMessage+len("…")+64) {
 				t.Fatalf("bad error %#v", err)

@@ -8,11 +8,14 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/sluice-dev/sluice/internal/redact"
 )
 
 // MaxBodyBytes is how much of any response body the clients read (64 KiB).
@@ -65,19 +68,92 @@ type reply struct {
 	status int
 	header http.Header
 	body   []byte
+	// incomplete: a 2xx whose body could not be read to the end (timeout,
+	// reset); body holds what arrived.
+	incomplete bool
+	// echo lists what of the request must not come back in an error message
+	// when a receiver echoes the request: see requestSecrets.
+	echo []string
 }
 
-// do sends req and reads at most MaxBodyBytes of the body. A nil reply comes
-// with a non-nil error: the caller's cancellation (wrapping ctx.Err(), not an
+// minRedact is the shortest request value requestSecrets redacts: shorter
+// ones ("1", "en") would garble messages and give nothing away.
+const minRedact = 4
+
+// requestSecrets returns the parts of req that an echoing receiver could put
+// in a response body and that must not reach an archive reason or a log: the
+// value of every header Sluice sets except Content-Type, Content-Length,
+// Accept and User-Agent (signatures, tokens, caller headers), the URL's query
+// as a whole and each query value, the escaped path, and each path segment
+// of 16 bytes or more (webhook URLs such as Slack's carry tokens in the
+// path). Values shorter than minRedact are left alone.
+func requestSecrets(req *http.Request) []string {
+	var out []string
+	add := func(v string) {
+		if len(v) >= minRedact {
+			out = append(out, v)
+			if j := strings.ReplaceAll(v, "/", `\/`); j != v { // JSON echoes may escape '/'
+				out = append(out, j)
+			}
+		}
+	}
+	for name, vs := range req.Header {
+		switch name {
+		case "Content-Type", "Content-Length", "Accept", "User-Agent":
+			continue
+		}
+		for _, v := range vs {
+			add(v)
+			for _, c := range credentials(v)[1:] {
+				add(c)
+			}
+		}
+	}
+	u := req.URL
+	if u.RawQuery != "" {
+		add(u.RawQuery)
+		for _, vs := range u.Query() {
+			for _, v := range vs {
+				add(v)
+				add(url.QueryEscape(v))
+			}
+		}
+	}
+	if p := u.EscapedPath(); len(p) > 1 {
+		add(p)
+		for _, seg := range strings.Split(p, "/") {
+			if len(seg) >= 16 {
+				add(seg)
+			}
+		}
+	}
+	// Longest first, so a value is never half-replaced by one it contains.
+	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
+	return out
+}
+
+// do sends req and reads at most MaxBodyBytes of the body. A 2xx is returned
+// as a reply even when its body fails to arrive (reply.incomplete): the
+// request was accepted, whatever happens to the body afterwards. A nil reply
+// comes with a non-nil error: the caller's cancellation (wrapping ctx.Err(), not an
 // *Error) or a Transient *Error for network errors and timeouts. secrets are
 // redacted from error text.
 func do(ctx context.Context, c *http.Client, req *http.Request, provider string, secrets ...string) (*reply, error) {
 	resp, err := httpClient(c).Do(req.WithContext(ctx))
 	if err != nil {
+		if ee, ok := egressError(err); ok {
+			return nil, refuseTarget(provider, ee)
+		}
 		return nil, networkError(ctx, provider, err, secrets)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxBodyBytes))
+	if err != nil && resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		// The status line says the provider accepted the request. A body that
+		// then trickles past the timeout, or breaks off, cannot undo that, and
+		// a retry would deliver twice: keep what arrived and report success.
+		return &reply{status: resp.StatusCode, header: resp.Header, body: body, incomplete: true, echo: requestSecrets(req)}, nil
+	}
 	if err != nil {
 		if cerr := cancelled(ctx, provider); cerr != nil {
 			return nil, cerr
@@ -92,7 +168,7 @@ func do(ctx context.Context, c *http.Client, req *http.Request, provider string,
 		}
 		return nil, err
 	}
-	return &reply{status: resp.StatusCode, header: resp.Header, body: body}, nil
+	return &reply{status: resp.StatusCode, header: resp.Header, body: body, echo: requestSecrets(req)}, nil
 }
 
 // cancelled returns the wrapped ctx error if the caller cancelled ctx
@@ -145,15 +221,15 @@ func redactErr(err error, secrets []string) error {
 		return nil
 	}
 	msg := err.Error()
-	red := redact(msg, secrets)
+	red := scrub(msg, secrets)
 	if red == msg {
 		return err
 	}
 	return &redactedError{msg: red, err: err}
 }
 
-// redact replaces every non-empty secret in s.
-func redact(s string, secrets []string) string {
+// scrub replaces every non-empty secret in s.
+func scrub(s string, secrets []string) string {
 	for _, sec := range secrets {
 		if sec != "" {
 			s = strings.ReplaceAll(s, sec, "[REDACTED]")
@@ -162,25 +238,16 @@ func redact(s string, secrets []string) string {
 	return s
 }
 
-// redactURL drops the user info, query and fragment of raw.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "[unparsable URL]"
-	}
-	u.User = nil
-	u.RawQuery = ""
-	u.ForceQuery = false
-	u.Fragment = ""
-	u.RawFragment = ""
-	return u.String()
-}
+// redactURL keeps only the scheme and host of raw ("https://example.com"):
+// user info, path, query and fragment may all carry credentials (Slack and
+// Discord webhook URLs hold their token in the path). See redact.URL.
+func redactURL(raw string) string { return redact.URL(raw) }
 
 // cleanMessage makes a provider message fit for Error.Message: valid UTF-8,
 // control characters replaced by spaces, secrets redacted, at most maxMessage
 // bytes.
 func cleanMessage(s string, secrets []string) string {
-	s = redact(strings.ToValidUTF8(s, "\uFFFD"), secrets)
+	s = scrub(strings.ToValidUTF8(s, "\uFFFD"), secrets)
 	s = strings.Map(func(r rune) rune {
 		if unicode.IsControl(r) {
 			return ' '

@@ -38,8 +38,8 @@ func sendAll(ctx context.Context, url string, c *http.Client) map[string]error {
 	errs := map[string]error{}
 	_, errs["whatsapp"] = (&WhatsApp{BaseURL: url, Token: "t", HTTP: c}).Send(ctx, tasks.WhatsAppSend{PhoneNumberID: "1", To: "+12025550123", Text: "x"})
 	_, errs["twilio"] = (&Twilio{BaseURL: url, AccountSID: testAccountSID, AuthToken: "t", HTTP: c}).Send(ctx, tasks.SMSSend{From: "+1", To: "+2", Body: "x"})
-	_, errs["webhook"] = (&Webhook{Secret: func(string) (string, error) { return testSecret, nil }, HTTP: c}).Deliver(ctx, tasks.WebhookDeliver{URL: url, EventType: "e", Payload: []byte(`1`), IdempotencyKey: "msg_1"})
-	_, errs["http"] = (&HTTPCaller{HTTP: c}).Call(ctx, tasks.HTTPCall{Method: "POST", URL: url, Body: "x"})
+	_, errs["webhook"] = (&Webhook{Egress: loopback, Secret: func(string) (string, error) { return testSecret, nil }, HTTP: c}).Deliver(ctx, tasks.WebhookDeliver{URL: url, EventType: "e", Payload: []byte(`1`), IdempotencyKey: "msg_1"})
+	_, errs["http"] = (&HTTPCaller{Egress: loopback, HTTP: c}).Call(ctx, tasks.HTTPCall{Method: "POST", URL: url, Body: "x"})
 	return errs
 }
 
@@ -105,7 +105,7 @@ func TestCancelledContextIsNotAFailure(t *testing.T) {
 		cause := errors.New("worker shutting down")
 		ctx, cancel := context.WithCancelCause(context.Background())
 		cancel(cause)
-		_, err := (&HTTPCaller{HTTP: srv.Client()}).Call(ctx, tasks.HTTPCall{Method: "GET", URL: srv.URL})
+		_, err := (&HTTPCaller{Egress: loopback, HTTP: srv.Client()}).Call(ctx, tasks.HTTPCall{Method: "GET", URL: srv.URL})
 		require.ErrorIs(t, err, context.Canceled)
 		require.ErrorIs(t, err, cause)
 	})
@@ -156,7 +156,7 @@ func TestDefaultHTTPClient(t *testing.T) {
 
 func TestHTTPCall(t *testing.T) {
 	srv, got := capture(t, 200, `{"ok":true}`, nil)
-	c := &HTTPCaller{HTTP: srv.Client()}
+	c := &HTTPCaller{Egress: loopback, HTTP: srv.Client()}
 	ctx := context.Background()
 
 	resp, err := c.Call(ctx, tasks.HTTPCall{Method: "patch", URL: srv.URL + "/v1/things/7?expand=1",

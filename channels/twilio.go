@@ -44,7 +44,8 @@ type Twilio struct {
 // Validate checks the configuration and names the first bad field.
 func (c *Twilio) Validate() error {
 	if !twilioAccountSID.MatchString(c.AccountSID) {
-		return fmt.Errorf("channels: Twilio.AccountSID: want AC followed by 32 hex digits, got %q", c.AccountSID)
+		// Not quoted: an auth token pasted here by mistake must not reach a log.
+		return fmt.Errorf("channels: Twilio.AccountSID: want AC followed by 32 hex digits, got %d characters (the value is not shown)", len(c.AccountSID))
 	}
 	if c.AuthToken == "" {
 		return errors.New("channels: Twilio.AuthToken: required")
@@ -183,6 +184,7 @@ type twilioResponse struct {
 
 // twilioResult classifies a Messages.json response; see Send.
 func twilioResult(r *reply, now time.Time, secrets ...string) (Response, error) {
+	secrets = append(secrets, r.echo...)
 	resp := Response{Status: r.status}
 	var body twilioResponse
 	jsonErr := json.Unmarshal(r.body, &body)
@@ -191,8 +193,10 @@ func twilioResult(r *reply, now time.Time, secrets ...string) (Response, error) 
 			resp.ProviderID = body.SID
 			return resp, nil
 		}
-		return resp, &Error{Class: Transient, Provider: ProviderTwilio, HTTPStatus: r.status,
-			Message: "2xx response without sid: " + bodyMessage(r, secrets)}
+		// Accepted, but the body is cut off or has no sid: a 2xx is a
+		// delivery, and a retry would send the message twice. Success without
+		// a SID.
+		return resp, nil
 	}
 	e := &Error{Provider: ProviderTwilio, HTTPStatus: r.status, RetryAfter: ParseRetryAfter(r.header, now)}
 	if jsonErr != nil || body.Code == 0 && body.Message == "" {

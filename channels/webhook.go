@@ -41,11 +41,15 @@ type Webhook struct {
 	// Secret returns the signing secret ("whsec_<base64>", 24–64 bytes decoded) of
 	// the named endpoint (tasks.WebhookDeliver.Endpoint). Required.
 	Secret func(endpoint string) (string, error)
-	// HTTP is the client to use; nil = NewHTTPClient() (15 s timeout, redirects
-	// not followed, as Standard Webhooks requires). It should refuse private
-	// addresses (SSRF) when endpoints are customer-supplied, e.g. with a
-	// net.Dialer.Control.
+	// HTTP is the client to use; nil = NewEgressHTTPClient(Egress) (15 s
+	// timeout, redirects not followed, as Standard Webhooks requires, and every
+	// dialled address checked by Egress). A client given here is used as is:
+	// only the URL's literal host is checked, so it should refuse private
+	// addresses itself (NewEgressHTTPClient does).
 	HTTP *http.Client
+	// Egress is where deliveries may go; the zero value refuses loopback,
+	// private, link-local and the other ranges of RefusedRanges.
+	Egress Egress
 	// UserAgent is the User-Agent header; default DefaultUserAgent.
 	UserAgent string
 	// Now is the clock for webhook-timestamp, the body's timestamp and
@@ -62,6 +66,9 @@ type Webhook struct {
 // deduplicate; required), webhook-timestamp = Unix seconds of this attempt,
 // webhook-signature = Sign(secret, id, now, body).
 //
+// A target that c.Egress refuses (before the request, or at dial time) is
+// Permanent, with an *EgressError as Err naming the refused range.
+//
 // Classification (Standard Webhooks "Retry schedule" and RFC 9110):
 // 2xx success; 429, 502, 503, 504 Throttled with ScopeSender (the whole host)
 // and RetryAfter from Retry-After; 408 and other 5xx Transient; 3xx Permanent
@@ -76,6 +83,9 @@ func (c *Webhook) Deliver(ctx context.Context, p tasks.WebhookDeliver) (Response
 	}
 	if err := validEndpointURL(p.URL); err != nil {
 		return Response{}, permanent(ProviderWebhook, "invalid payload: url: %v", err)
+	}
+	if err := c.Egress.CheckURL(p.URL); err != nil {
+		return Response{}, targetError(ProviderWebhook, err)
 	}
 	if p.IdempotencyKey == "" {
 		return Response{}, permanent(ProviderWebhook, "invalid payload: idempotency_key: required, it is the webhook-id")
@@ -122,7 +132,11 @@ func (c *Webhook) Deliver(ctx context.Context, p tasks.WebhookDeliver) (Response
 	req.Header.Set("webhook-id", p.IdempotencyKey)
 	req.Header.Set("webhook-timestamp", ts)
 	req.Header.Set("webhook-signature", sign(key, p.IdempotencyKey, ts, body))
-	r, err := do(ctx, c.HTTP, req, ProviderWebhook, secret)
+	hc := c.HTTP
+	if hc == nil {
+		hc = c.Egress.client()
+	}
+	r, err := do(ctx, hc, req, ProviderWebhook, secret)
 	if err != nil {
 		return Response{}, err
 	}
@@ -153,6 +167,15 @@ func mac(key []byte, id, ts string, body []byte) []byte {
 	h.Write([]byte{'.'})
 	h.Write(body)
 	return h.Sum(nil)
+}
+
+// CheckSecret reports whether secret is a well-formed Standard Webhooks
+// signing secret: "whsec_" and the standard base64 of 24–64 bytes. The error
+// says what is wrong without showing the secret. Check it at start-up: a
+// malformed secret would otherwise archive every delivery.
+func CheckSecret(secret string) error {
+	_, err := decodeSecret(secret)
+	return err
 }
 
 // decodeSecret returns the key bytes of "whsec_<base64>".
@@ -239,6 +262,7 @@ func validEndpointURL(raw string) error {
 //   - 410: Permanent, the endpoint is gone;
 //   - other 4xx (and anything else): Permanent.
 func httpResult(provider string, r *reply, now time.Time, secrets ...string) (Response, error) {
+	secrets = append(secrets, r.echo...)
 	resp := Response{Status: r.status}
 	s := r.status
 	if s >= 200 && s < 300 || provider == ProviderHTTP && s == http.StatusNotModified {

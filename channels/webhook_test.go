@@ -116,7 +116,7 @@ func TestDeliver(t *testing.T) {
 	srv, got := capture(t, http.StatusNoContent, "", nil)
 	at := time.Date(2026, 11, 10, 12, 0, 0, 0, time.UTC)
 	var asked string
-	w := &Webhook{
+	w := &Webhook{Egress: loopback,
 		Secret: func(endpoint string) (string, error) { asked = endpoint; return testSecret, nil },
 		HTTP:   srv.Client(),
 		Now:    func() time.Time { return at },
@@ -158,7 +158,7 @@ func TestDeliverNoRedirect(t *testing.T) {
 	target, gotTarget := capture(t, 200, "", nil)
 	srv, _ := capture(t, http.StatusTemporaryRedirect, "", http.Header{"Location": {target.URL}})
 	// The default client (nil HTTP) must not follow the redirect.
-	w := &Webhook{Secret: func(string) (string, error) { return testSecret, nil }}
+	w := &Webhook{Egress: loopback, Secret: func(string) (string, error) { return testSecret, nil }}
 	_, err := w.Deliver(context.Background(), tasks.WebhookDeliver{URL: srv.URL, EventType: "e", Payload: json.RawMessage(`1`), IdempotencyKey: "msg_1"})
 	var e *Error
 	require.ErrorAs(t, err, &e)
@@ -170,7 +170,7 @@ func TestDeliverNoRedirect(t *testing.T) {
 func TestDeliverSecretLookupFails(t *testing.T) {
 	t.Parallel()
 	boom := errors.New("vault sealed")
-	w := &Webhook{Secret: func(string) (string, error) { return "", boom }}
+	w := &Webhook{Egress: loopback, Secret: func(string) (string, error) { return "", boom }}
 	_, err := w.Deliver(context.Background(), tasks.WebhookDeliver{URL: "https://example.invalid/", EventType: "e", IdempotencyKey: "msg_1"})
 	var e *Error
 	require.ErrorAs(t, err, &e)

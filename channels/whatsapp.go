@@ -243,6 +243,7 @@ type whatsappResponse struct {
 
 // whatsappResult classifies a /messages response; see Send.
 func whatsappResult(r *reply, now time.Time, secrets ...string) (Response, error) {
+	secrets = append(secrets, r.echo...)
 	resp := Response{Status: r.status}
 	var body whatsappResponse
 	jsonErr := json.Unmarshal(r.body, &body)
@@ -251,10 +252,10 @@ func whatsappResult(r *reply, now time.Time, secrets ...string) (Response, error
 			resp.ProviderID = body.Messages[0].ID
 			return resp, nil
 		}
-		// Accepted, but not in the documented shape (a proxy page?): the outcome
-		// is unknown, so retry; Idempotency-Key makes that safe where honoured.
-		return resp, &Error{Class: Transient, Provider: ProviderWhatsApp, HTTPStatus: r.status,
-			Message: "2xx response without messages[0].id: " + bodyMessage(r, secrets)}
+		// Accepted, but the body is cut off or not in the documented shape: a
+		// 2xx is a delivery, and a retry would send the message twice (Meta
+		// ignores Idempotency-Key). Success without a message ID.
+		return resp, nil
 	}
 	e := &Error{Provider: ProviderWhatsApp, HTTPStatus: r.status}
 	e.RetryAfter = max(parseBusinessUseCaseUsage(r.header), ParseRetryAfter(r.header, now))

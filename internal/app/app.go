@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -106,7 +107,7 @@ func NewWorker(cfg *config.Config, rdb redis.UniversalClient, lim *throttle.Redi
 		if cc == nil || !cc.Enabled {
 			continue
 		}
-		ch, err := buildChannel(cc, secrets, opts.HTTP)
+		ch, err := buildChannel(cc, channels.Egress{Allow: cfg.Egress.AllowCIDRs}, secrets, opts.HTTP)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("channels.%s: %w", name, err))
 			continue
@@ -134,9 +135,18 @@ func NewWorker(cfg *config.Config, rdb redis.UniversalClient, lim *throttle.Redi
 	})
 }
 
-func buildChannel(cc *config.ChannelConfig, secrets Secrets, hc *http.Client) (worker.Channel, error) {
+// buildChannel makes cc's worker.Channel. Credentials are read and their
+// format checked here, so `serve` refuses to start with an error naming the
+// variable rather than archiving every task later. Webhook and HTTP-call
+// targets come from tasks: their client checks every dialled address with
+// egress.
+func buildChannel(cc *config.ChannelConfig, egress channels.Egress, secrets Secrets, hc *http.Client) (worker.Channel, error) {
 	if hc == nil {
-		hc = channels.NewHTTPClient()
+		if cc.Name == "webhook" || cc.Name == "http" {
+			hc = channels.NewEgressHTTPClient(egress)
+		} else {
+			hc = channels.NewHTTPClient()
+		}
 		hc.Timeout = cc.Timeout
 	}
 	rules := make([]worker.Rule, 0, len(cc.Limits))
@@ -149,6 +159,9 @@ func buildChannel(cc *config.ChannelConfig, secrets Secrets, hc *http.Client) (w
 		token, err := secrets(cc.TokenEnv)
 		if err != nil {
 			return ch, err
+		}
+		if err := credentialFormat(token); err != nil {
+			return ch, fmt.Errorf("env %s: %w", cc.TokenEnv, err)
 		}
 		c := &channels.WhatsApp{BaseURL: cc.BaseURL, Version: cc.APIVersion, Token: token, HTTP: hc}
 		if err := c.Validate(); err != nil {
@@ -164,8 +177,14 @@ func buildChannel(cc *config.ChannelConfig, secrets Secrets, hc *http.Client) (w
 		if err != nil {
 			return ch, err
 		}
+		if err := credentialFormat(token); err != nil {
+			return ch, fmt.Errorf("env %s: %w", cc.AuthTokenEnv, err)
+		}
 		c := &channels.Twilio{BaseURL: cc.BaseURL, AccountSID: sid, AuthToken: token, HTTP: hc}
 		if err := c.Validate(); err != nil {
+			if strings.Contains(err.Error(), "AccountSID") {
+				return ch, fmt.Errorf("env %s: %w", cc.AccountSIDEnv, err)
+			}
 			return ch, err
 		}
 		ch = worker.SMSChannel(c, rules)
@@ -174,14 +193,35 @@ func buildChannel(cc *config.ChannelConfig, secrets Secrets, hc *http.Client) (w
 		if err != nil {
 			return ch, err
 		}
-		ch = worker.WebhookChannel(&channels.Webhook{HTTP: hc, Secret: func(string) (string, error) { return secret, nil }}, rules)
+		if err := channels.CheckSecret(secret); err != nil {
+			return ch, fmt.Errorf("env %s: %w", cc.SigningSecretEnv, err)
+		}
+		ch = worker.WebhookChannel(&channels.Webhook{HTTP: hc, Egress: egress, Secret: func(string) (string, error) { return secret, nil }}, rules)
 	case "http":
-		ch = worker.HTTPChannel(&channels.HTTPCaller{HTTP: hc}, rules)
+		ch = worker.HTTPChannel(&channels.HTTPCaller{HTTP: hc, Egress: egress}, rules)
 	default:
 		return ch, fmt.Errorf("unknown channel %q", cc.Name)
 	}
 	ch.ThrottleBackoff = cc.ThrottleBackoff
+	ch.MaxRetryAfter = cc.MaxRetryAfter
+	ch.MaxPayloadBytes = cc.MaxPayloadBytes
 	return ch, nil
+}
+
+// credentialFormat rejects a token that cannot be what a provider issued:
+// surrounding whitespace (a newline from `$(cat file)`), inner spaces or
+// control characters, which would be sent and refused on every request. The
+// error never shows the value.
+func credentialFormat(v string) error {
+	if strings.TrimSpace(v) != v {
+		return errors.New("has leading or trailing whitespace (the value is not shown)")
+	}
+	for _, r := range v {
+		if r <= ' ' || r == 0x7f {
+			return errors.New("contains spaces or control characters (the value is not shown)")
+		}
+	}
+	return nil
 }
 
 // CleanupMetrics are the cleanup job's Prometheus series.

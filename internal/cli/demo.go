@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"text/tabwriter"
@@ -157,6 +158,9 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 	runID := time.Now().UTC().Format("20060102T150405.000")
 	cfg := config.Default()
 	cfg.Redis.KeyPrefix = "sluice-demo"
+	// The emulated webhook receivers listen on loopback, which egress
+	// refuses unless the configuration admits it.
+	cfg.Egress.AllowCIDRs = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
 	cfg.Channels["whatsapp"].BaseURL = em.WhatsAppURL()
 	cfg.Channels["sms"].BaseURL = em.TwilioURL()
 	cfg.Channels["http"].Enabled = false
@@ -184,7 +188,7 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 	enqueued := map[string]int{}
 	client := asynq.NewClientFromRedisClient(rdb)
 	for _, m := range msgs {
-		m.maxRetry = cfg.Worker.MaxRetry
+		m.maxRetry, m.cfg = cfg.Worker.MaxRetry, cfg
 		for i, row := range res.Rows {
 			t, err := m.task(row, i, res.Columns)
 			if err != nil {

@@ -7,7 +7,10 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/sluice-dev/sluice/channels"
+	"github.com/sluice-dev/sluice/config"
 	"github.com/sluice-dev/sluice/internal/campaign"
+	"github.com/sluice-dev/sluice/internal/redact"
 	"github.com/sluice-dev/sluice/tasks"
 )
 
@@ -34,6 +37,45 @@ type message struct {
 	eventType string
 
 	maxRetry int
+	// cfg holds the channels' payload caps and the egress allowlist that
+	// every task is checked against (checkTask); nil means config.Default().
+	cfg *config.Config
+}
+
+// checkTask holds a built task to what a worker with cfg would accept, so a
+// refusal comes now, naming the flag, and not as an archived task later:
+// the channel's max_payload_bytes, and for webhook and http tasks the
+// target against egress (loopback, private, link-local and the rest, unless
+// egress.allow_cidrs admits them). URLs in errors show scheme and host only.
+func checkTask(cfg *config.Config, t *asynq.Task) error {
+	if cfg == nil {
+		cfg = config.Default()
+	}
+	ch := tasks.DefaultQueue(t.Type())
+	if cc := cfg.Channels[ch]; cc != nil && cc.MaxPayloadBytes > 0 && len(t.Payload()) > cc.MaxPayloadBytes {
+		return fmt.Errorf("payload: %d bytes encoded, over channels.%s.max_payload_bytes (%d)", len(t.Payload()), ch, cc.MaxPayloadBytes)
+	}
+	var target string
+	switch t.Type() {
+	case tasks.TypeWebhookDeliver:
+		p, err := tasks.DecodeWebhookDeliver(t.Payload())
+		if err != nil {
+			return err
+		}
+		target = p.URL
+	case tasks.TypeHTTPCall:
+		p, err := tasks.DecodeHTTPCall(t.Payload())
+		if err != nil {
+			return err
+		}
+		target = p.URL
+	default:
+		return nil
+	}
+	if err := (channels.Egress{Allow: cfg.Egress.AllowCIDRs}).CheckURL(target); err != nil {
+		return fmt.Errorf("url %s: %w", redact.URL(target), err)
+	}
+	return nil
 }
 
 func (m *message) validate(columns []string) error {
@@ -65,10 +107,32 @@ func (m *message) validate(columns []string) error {
 		if len(m.urls) == 0 || m.eventType == "" {
 			return fmt.Errorf("webhook: --url and --event are required")
 		}
+		cfg := m.cfg
+		if cfg == nil {
+			cfg = config.Default()
+		}
+		for _, u := range m.urls {
+			if err := (channels.Egress{Allow: cfg.Egress.AllowCIDRs}).CheckURL(u); err != nil {
+				return fmt.Errorf("--url %s: %w", redact.URL(u), err)
+			}
+		}
 	default:
 		return fmt.Errorf("--channel %q: want whatsapp, sms or webhook", m.channel)
 	}
 	return nil
+}
+
+// checked returns a func passing a constructor's result through checkTask.
+func checked(cfg *config.Config) func(*asynq.Task, error) (*asynq.Task, error) {
+	return func(t *asynq.Task, err error) (*asynq.Task, error) {
+		if err != nil {
+			return nil, err
+		}
+		if err := checkTask(cfg, t); err != nil {
+			return nil, err
+		}
+		return t, nil
+	}
 }
 
 // task builds the task for the i-th valid row. Its ID is the row's
@@ -96,7 +160,7 @@ func (m *message) task(row campaign.Row, i int, columns []string) (*asynq.Task, 
 			}
 			p.Text = text
 		}
-		return tasks.NewWhatsAppSendTask(p, opts...)
+		return checked(m.cfg)(tasks.NewWhatsAppSendTask(p, opts...))
 	case "sms":
 		body, err := campaign.Render(m.text, row)
 		if err != nil {
@@ -106,14 +170,14 @@ func (m *message) task(row campaign.Row, i int, columns []string) (*asynq.Task, 
 		if len(m.senders) > 0 {
 			p.From = m.senders[i%len(m.senders)]
 		}
-		return tasks.NewSMSSendTask(p, opts...)
+		return checked(m.cfg)(tasks.NewSMSSendTask(p, opts...))
 	case "webhook":
 		data, err := json.Marshal(row.Params)
 		if err != nil {
 			return nil, err
 		}
 		url := m.urls[i%len(m.urls)]
-		return tasks.NewWebhookDeliverTask(tasks.WebhookDeliver{URL: url, EventType: m.eventType, Payload: data, Endpoint: url, IdempotencyKey: key}, opts...)
+		return checked(m.cfg)(tasks.NewWebhookDeliverTask(tasks.WebhookDeliver{URL: url, EventType: m.eventType, Payload: data, Endpoint: url, IdempotencyKey: key}, opts...))
 	}
 	return nil, fmt.Errorf("channel %q", m.channel)
 }

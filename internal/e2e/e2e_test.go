@@ -238,6 +238,8 @@ func TestThreeWorkersNeverExceedTheCap(t *testing.T) {
 worker:
   concurrency: 20
   shutdown_timeout: 5s
+egress:
+  allow_cidrs: ["127.0.0.0/8"] # the emulated webhook receivers
 channels:
   whatsapp:
     base_url: %q

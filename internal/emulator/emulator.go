@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -548,12 +549,24 @@ func (s *Server) writeSummary(w io.Writer, given Options) error {
 	}
 	fmt.Fprintf(&b, "          secret %s; %d req/s per receiver (429, Retry-After)\n",
 		show(given.WebhookSecret, o.WebhookSecret), o.WebhookRPS)
+	fmt.Fprintf(&b, "          the receivers are on this host: a worker refuses such targets unless its config has\n")
+	fmt.Fprintf(&b, "          egress: {allow_cidrs: [\"%s\"]}\n", loopbackCIDR(s.webhookURLs))
 	fmt.Fprintf(&b, "rates     %s\n", tol)
 	fmt.Fprintf(&b, "records   GET %s/_emulator/records\n", s.whatsappURL)
 	fmt.Fprintf(&b, "stats     GET %s/_emulator/stats\n", s.whatsappURL)
 	fmt.Fprintf(&b, "reset     POST %s/_emulator/reset\n", s.whatsappURL)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// loopbackCIDR is the /8 or /128 holding the first receiver's address.
+func loopbackCIDR(urls []string) string {
+	if len(urls) > 0 {
+		if u, err := url.Parse(urls[0]); err == nil && strings.Contains(u.Hostname(), ":") {
+			return u.Hostname() + "/128"
+		}
+	}
+	return "127.0.0.0/8"
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
