@@ -137,3 +137,22 @@ func TestTwoXXIsADelivery(t *testing.T) {
 		}
 	}
 }
+
+// TestEndpointNameStaysOutOfErrors: `sluice send` names a webhook's endpoint
+// by its URL, so an endpoint may hold the URL's token; errors show only its
+// scheme and host.
+func TestEndpointNameStaysOutOfErrors(t *testing.T) {
+	const endpoint = "https://hooks.example.com/services/T0AAAAAAA1B0BBBBBBB2XXXX?sig=s1gnatureValue9f8e7d"
+	for _, secret := range []func(string) (string, error){
+		func(string) (string, error) { return "", fmt.Errorf("vault unavailable") },
+		func(string) (string, error) { return "whsec_bad", nil },
+	} {
+		wh := &Webhook{Egress: loopback, Secret: secret}
+		_, err := wh.Deliver(context.Background(), tasks.WebhookDeliver{URL: "https://hooks.example.com/", EventType: "e",
+			Payload: json.RawMessage(`{}`), Endpoint: endpoint, IdempotencyKey: "k"})
+		require.Error(t, err)
+		require.Contains(t, err.Error(), `endpoint "https://hooks.example.com"`)
+		require.NotContains(t, err.Error(), "s1gnatureValue9f8e7d")
+		require.NotContains(t, err.Error(), "T0AAAAAAA1B0")
+	}
+}

@@ -103,11 +103,11 @@ func (c *Webhook) Deliver(ctx context.Context, p tasks.WebhookDeliver) (Response
 	secret, err := c.Secret(p.Endpoint)
 	if err != nil {
 		return Response{}, &Error{Class: Transient, Provider: ProviderWebhook,
-			Message: fmt.Sprintf("secret lookup for endpoint %q failed", p.Endpoint), Err: err}
+			Message: fmt.Sprintf("secret lookup for endpoint %s failed", endpointName(p.Endpoint)), Err: err}
 	}
 	key, err := decodeSecret(secret)
 	if err != nil {
-		return Response{}, permanent(ProviderWebhook, "config: secret of endpoint %q: %v", p.Endpoint, err)
+		return Response{}, permanent(ProviderWebhook, "config: secret of endpoint %s: %v", endpointName(p.Endpoint), err)
 	}
 	now := clock(c.Now)
 	data := p.Payload
@@ -167,6 +167,16 @@ func mac(key []byte, id, ts string, body []byte) []byte {
 	h.Write([]byte{'.'})
 	h.Write(body)
 	return h.Sum(nil)
+}
+
+// endpointName is an endpoint's name as errors show it: quoted, at most 64
+// bytes, and only scheme and host when it is a URL (`sluice send` names
+// endpoints by their URL, whose query or path may hold a token).
+func endpointName(e string) string {
+	if strings.Contains(e, "://") {
+		e = redactURL(e)
+	}
+	return fmt.Sprintf("%.64q", e)
 }
 
 // CheckSecret reports whether secret is a well-formed Standard Webhooks
