@@ -9,12 +9,16 @@
 //	+1 (202) 555-0123,Ava,ORD-100123
 //	+61 491 570 006,Noah,ORD-100131
 //
-// Read keeps every data row: each ends up either in Result.Rows (normalized
-// to E.164, ready to send) or in Result.Rejects with its line number and the
-// reason. WriteRejects turns the rejects into a CSV that the user can fix and
-// run again. Render fills a message template ("Hi {name}, order {order_id}
-// shipped") from a row, and IdempotencyKey derives each message's key from
-// its content, so re-running a file does not send anything twice:
+// Read loses no line: each non-blank line after the header ends up either in
+// Result.Rows (normalized to E.164, ready to send) or in Result.Rejects with
+// its line number and the reason. A stray quote costs its own line only: a
+// quoted field may carry a row over line breaks (a body with paragraphs)
+// only if the row closes properly, has the header's field count, keeps "to"
+// on one line and stays within 100 lines and 64 KiB. WriteRejects turns the
+// rejects into a CSV that the user can fix and run again. Render fills a
+// message template ("Hi {name}, order {order_id} shipped") from a row, and
+// IdempotencyKey derives each message's key from its content, so re-running
+// a file does not send anything twice:
 //
 //	res, err := campaign.Read(f, campaign.Options{})
 //	if err != nil {

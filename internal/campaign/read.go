@@ -1,6 +1,7 @@
 package campaign
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/csv"
 	"errors"
@@ -28,15 +29,18 @@ type Result struct {
 	Columns []string
 	// Rows are the valid data rows, in file order.
 	Rows []Row
-	// Rejects are the data rows that cannot be sent, in file order, with the
-	// reason. Every non-blank data row is in exactly one of Rows and Rejects.
+	// Rejects are the data rows that cannot be sent, and the lines that are
+	// not valid CSV, in file order, with the reason. Every non-blank line
+	// after the header is in exactly one of Rows and Rejects (see Read).
 	Rejects []Reject
 }
 
 // Row is one valid recipient row.
 type Row struct {
 	// Line is the 1-based physical line of the file where the row starts
-	// (the header is line 1 unless blank lines precede it).
+	// (the header is line 1 unless blank lines precede it). A row whose
+	// quoted field holds line breaks covers Line and the lines after it, one
+	// per line break in Raw.
 	Line int
 	// To is the recipient in E.164 form ("+12025550123").
 	To string
@@ -44,20 +48,30 @@ type Row struct {
 	// trimmed of surrounding whitespace; Params["to"] is To. The annotation
 	// columns "line" and "reason" (see WriteRejects) are left out.
 	Params map[string]string
-	// Raw is the row's fields exactly as read.
+	// Raw is the row's fields exactly as read (a quoted CRLF line break
+	// reads as "\n").
 	Raw []string
 }
 
-// Reject is a data row that Read did not accept.
+// Reject is a data row, or a line, that Read did not accept.
 type Reject struct {
-	// Line is the 1-based physical line where the row starts.
+	// Line is the 1-based physical line where the row starts. A rejected row
+	// covers Line and one more line per line break in Raw; a line that is not
+	// valid CSV is rejected alone, whatever follows it.
 	Line int
-	// Raw is the row's fields as read. For a row that is not valid CSV (an
-	// unbalanced quote), it is the row's text as one field.
+	// Raw is the row's fields as read. For a line that is not valid CSV (a
+	// bare or unbalanced quote), it is that one line's text, without its line
+	// ending, as one field.
 	Raw []string
 	// Reason says what is wrong: `to: "+1555" is not a valid E.164 phone
-	// number`, "to: empty", "has 4 fields, want 3", "duplicate of line 7", or
-	// a CSV syntax error.
+	// number`, "to: empty", "has 4 fields, want 3", "duplicate of line 7",
+	// "name: contains a NUL byte", "name: not valid UTF-8", a CSV syntax
+	// error on the line itself (`bare " in non-quoted-field`, `extraneous or
+	// missing " in quoted-field`), or a quote that opens a field on this line
+	// and does not close it into a valid row: "unterminated quoted field
+	// starting at line 99", "quoted field starting at line 99 ends on line
+	// 104, giving 2 fields, want 3", `quoted field starting at line 99 ends
+	// on line 104, putting a line break in "to"`.
 	Reason string
 }
 
@@ -67,6 +81,17 @@ type Reject struct {
 const (
 	lineColumn   = "line"
 	reasonColumn = "reason"
+)
+
+// A quoted field may carry a record over line breaks (an SMS body with
+// paragraphs), but then the record, from the first byte of its first line
+// to the end of its last line, spans at most maxRecordLines lines and
+// maxRecordBytes bytes. That is far more than any message (WhatsApp text
+// stops at 4096 characters, a 10-part SMS at 1530), and it caps what a
+// stray quote can take with it and how far Read looks for its end.
+const (
+	maxRecordLines = 100
+	maxRecordBytes = 64 << 10
 )
 
 var bom = []byte("\ufeff")
@@ -80,15 +105,32 @@ var bom = []byte("\ufeff")
 //
 // Read accepts a UTF-8 byte order mark and CRLF line endings, and skips blank
 // lines and rows whose fields are all blank. It rejects, with a reason, rows
-// with the wrong number of fields, rows that are not valid CSV, an empty or
-// invalid "to", and exact duplicates of an earlier row (same normalized "to"
-// and same parameter values). The same recipient with different parameters
-// is valid: it is two messages.
+// with the wrong number of fields, a NUL byte or invalid UTF-8 in a field
+// (the reason names the column), an empty or invalid "to", and exact
+// duplicates of an earlier row (same normalized "to" and same parameter
+// values). The same recipient with different parameters is valid: it is two
+// messages.
+//
+// No line is lost: every non-blank physical line after the header ends up in
+// exactly one row of Result.Rows or Result.Rejects, under its own line
+// number or inside the one multi-line row it belongs to. Read parses one
+// record at a time, from the start of a line L. A record that stays on line
+// L is a row, or, if the line is not valid CSV (a bare quote, text after a
+// closing quote), line L alone is rejected with the CSV error. A quoted field
+// that is still open at the end of line L may continue on the next lines,
+// and the record is then one row, reported at line L, but only if it closes
+// properly within maxRecordLines (100) lines and maxRecordBytes (64 KiB),
+// has as many fields as the header, and keeps "to" on one line. Otherwise
+// the quote is taken to be a stray: line L alone is rejected ("unterminated
+// quoted field starting at line L") and parsing starts again at line L+1.
+// So a stray quote costs its own line, never the rest of the file. The
+// header may span lines within the same bounds.
 //
 // The error is non-nil only when the file as a whole is unusable: it cannot
-// be read, has no header, or the header lacks "to" or repeats or omits a
-// column name. It says where: `line 1: missing required column "to" (have:
-// name, code)`. Read holds the whole input in memory.
+// be read, has no header, or the header is not valid CSV, lacks "to", repeats
+// or omits a column name, or has a name with a NUL byte or invalid UTF-8. It
+// says where: `line 1: missing required column "to" (have: name, code)`.
+// Read holds the whole input in memory.
 func Read(r io.Reader, opts Options) (*Result, error) {
 	data, err := io.ReadAll(r)
 	if err != nil {
@@ -96,30 +138,27 @@ func Read(r io.Reader, opts Options) (*Result, error) {
 	}
 	data = bytes.TrimPrefix(data, bom)
 
-	cr := csv.NewReader(bytes.NewReader(data))
-	cr.FieldsPerRecord = -1 // rows with the wrong field count are rejected, not fatal
+	comma := ','
 	if opts.Comma != 0 {
 		if c := opts.Comma; c == '"' || c == '\r' || c == '\n' || c == utf8.RuneError || !utf8.ValidRune(c) {
 			return nil, fmt.Errorf("comma: %q cannot separate CSV fields", opts.Comma)
 		}
-		cr.Comma = opts.Comma
+		comma = opts.Comma
 	}
+	sc := newRecordScanner(data, comma)
 
-	header, err := cr.Read()
-	if err == io.EOF {
+	// The header may span lines, so long as its quotes close within bounds.
+	hdr, ok := sc.next(func([]string) string { return "" })
+	if !ok {
 		return nil, errors.New("line 1: missing header row (the input is empty)")
 	}
-	var pe *csv.ParseError
-	if errors.As(err, &pe) {
-		return nil, fmt.Errorf("line %d: header: %w", pe.StartLine, pe.Err)
+	if hdr.reason != "" {
+		return nil, fmt.Errorf("line %d: header: %s", hdr.line, hdr.reason)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("read campaign: %w", err)
-	}
-	headerLine, _ := cr.FieldPos(0)
+	headerLine := hdr.line
 	res := &Result{}
 	toIdx := -1
-	for i, name := range header {
+	for i, name := range hdr.fields {
 		name = strings.TrimSpace(name)
 		if strings.EqualFold(name, "to") {
 			name = "to"
@@ -128,6 +167,10 @@ func Read(r io.Reader, opts Options) (*Result, error) {
 		switch {
 		case name == "":
 			return nil, fmt.Errorf("line %d: column %d has no name", headerLine, i+1)
+		case strings.IndexByte(name, 0) >= 0:
+			return nil, fmt.Errorf("line %d: column %d: name %q contains a NUL byte (is the file UTF-16? save it as UTF-8)", headerLine, i+1, name)
+		case !utf8.ValidString(name):
+			return nil, fmt.Errorf("line %d: column %d: name %q is not valid UTF-8 (save the file as UTF-8)", headerLine, i+1, name)
 		case slices.ContainsFunc(res.Columns, func(c string) bool { return strings.EqualFold(c, name) }):
 			return nil, fmt.Errorf("line %d: duplicate column %q", headerLine, name)
 		}
@@ -137,27 +180,37 @@ func Read(r io.Reader, opts Options) (*Result, error) {
 		return nil, fmt.Errorf("line %d: missing required column \"to\" (have: %s)", headerLine, strings.Join(res.Columns, ", "))
 	}
 
+	// fits says why a record with quoted line breaks is not taken as one
+	// row ("" if it is). A stray quote that happens to close on a later line
+	// almost always leaves the wrong field count or a line break in "to",
+	// which no phone number has.
+	fits := func(rec []string) string {
+		switch {
+		case isBlank(rec):
+			return ""
+		case len(rec) != len(res.Columns):
+			return "giving " + fieldCount(len(rec), len(res.Columns))
+		case strings.ContainsAny(rec[toIdx], "\r\n"):
+			return `putting a line break in "to"`
+		}
+		return ""
+	}
 	seen := make(map[string]int) // content key → line of first occurrence
 	phones := phoneCache{}
 	for {
-		start := cr.InputOffset()
-		rec, err := cr.Read()
-		if err == io.EOF {
+		rec, ok := sc.next(fits)
+		if !ok {
 			break
 		}
-		if errors.As(err, &pe) {
-			raw := strings.Trim(string(data[start:cr.InputOffset()]), "\r\n")
-			res.Rejects = append(res.Rejects, Reject{Line: pe.StartLine, Raw: []string{raw}, Reason: pe.Err.Error()})
+		if rec.reason != "" {
+			res.Rejects = append(res.Rejects, Reject{Line: rec.line, Raw: []string{rec.raw}, Reason: rec.reason})
 			continue
 		}
-		if err != nil {
-			return nil, fmt.Errorf("read campaign: %w", err)
-		}
-		if isBlank(rec) {
+		if isBlank(rec.fields) {
 			continue
 		}
-		line, _ := cr.FieldPos(0)
-		row, reason := parseRow(res.Columns, toIdx, line, rec, phones)
+		line := rec.line
+		row, reason := parseRow(res.Columns, toIdx, line, rec.fields, phones)
 		if reason == "" {
 			key := string(contentKey(nil, row, res.Columns))
 			if first, ok := seen[key]; ok {
@@ -167,12 +220,182 @@ func Read(r io.Reader, opts Options) (*Result, error) {
 			}
 		}
 		if reason != "" {
-			res.Rejects = append(res.Rejects, Reject{Line: line, Raw: rec, Reason: reason})
+			res.Rejects = append(res.Rejects, Reject{Line: line, Raw: rec.fields, Reason: reason})
 			continue
 		}
 		res.Rows = append(res.Rows, row)
 	}
 	return res, nil
+}
+
+// recordScanner splits a CSV input into records one at a time, starting
+// each at the beginning of a physical line and never letting a quote carry a
+// record past the bounds (see Read). encoding/csv parses each record's
+// bytes; the scanner only chooses which bytes.
+type recordScanner struct {
+	data  []byte
+	off   int // offset of the next physical line
+	line  int // its 1-based number
+	comma rune
+	src   bytes.Reader
+	buf   *bufio.Reader // reused by each record's csv.Reader
+}
+
+// scanned is what recordScanner.next found at one line.
+type scanned struct {
+	line   int      // first physical line
+	fields []string // the record's fields, when reason is ""
+	raw    string   // the line's text without its line ending, when reason is set
+	reason string   // why the line alone is rejected
+}
+
+func newRecordScanner(data []byte, comma rune) *recordScanner {
+	return &recordScanner{data: data, line: 1, comma: comma, buf: bufio.NewReader(nil)}
+}
+
+// next returns the record that starts at the next non-empty line, or false
+// at the end of the input. A record whose quoted field runs onto later lines
+// is returned whole only if it parses, stays within the bounds, and fits
+// (which returns "" or why not); otherwise next rejects the first line alone
+// and resumes at the line after it.
+func (s *recordScanner) next(fits func(rec []string) string) (scanned, bool) {
+	for s.off < len(s.data) {
+		end, next := s.lineEnd(s.off)
+		text := bytes.TrimSuffix(s.data[s.off:end], []byte("\r"))
+		if len(text) == 0 { // an empty line, as encoding/csv skips them
+			s.off, s.line = next, s.line+1
+			continue
+		}
+		start, line := s.off, s.line
+		// Unless it is rejected whole, line L is consumed alone.
+		s.off, s.line = next, s.line+1
+		if !endsInQuotedField(text, s.comma) {
+			rec, _, err := s.parse(s.data[start:next])
+			if err != nil {
+				return scanned{line: line, raw: string(text), reason: syntaxReason(err)}, true
+			}
+			return scanned{line: line, fields: rec}, true
+		}
+
+		// A quoted field is open at the end of line L: look for its end in
+		// the following lines, within the bounds.
+		limit := next
+		for n := 1; n < maxRecordLines && limit < len(s.data); n++ {
+			stop := min(len(s.data), start+maxRecordBytes)
+			if limit >= stop {
+				break
+			}
+			i := bytes.IndexByte(s.data[limit:stop], '\n')
+			if i < 0 {
+				if stop < len(s.data) {
+					break // the line does not end within the bound
+				}
+				limit = len(s.data)
+				break
+			}
+			limit += i + 1
+		}
+		rec, n, err := s.parse(s.data[start:limit])
+		if err != nil || start+n < next {
+			// Line L is well-formed up to its open quote, so the error is
+			// where the field should close: at the end of the window, or at a
+			// quote followed by text. (A record ending inside line L cannot
+			// happen, but would put the next one mid-line.)
+			return scanned{line: line, raw: string(text), reason: fmt.Sprintf("unterminated quoted field starting at line %d", line)}, true
+		}
+		span := bytes.Count(s.data[start:start+n], []byte("\n"))
+		if n > 0 && s.data[start+n-1] != '\n' {
+			span++ // the last line has no line ending
+		}
+		if why := fits(rec); why != "" {
+			return scanned{line: line, raw: string(text), reason: fmt.Sprintf("quoted field starting at line %d ends on line %d, %s", line, line+span-1, why)}, true
+		}
+		s.off, s.line = start+n, line+span
+		return scanned{line: line, fields: rec}, true
+	}
+	return scanned{}, false
+}
+
+// lineEnd returns the offset of the '\n' ending the line at off (or the end
+// of the input) and the offset of the next line.
+func (s *recordScanner) lineEnd(off int) (end, next int) {
+	i := bytes.IndexByte(s.data[off:], '\n')
+	if i < 0 {
+		return len(s.data), len(s.data)
+	}
+	return off + i, off + i + 1
+}
+
+// parse reads one record from b with encoding/csv, returning it and the
+// number of bytes it took.
+func (s *recordScanner) parse(b []byte) ([]string, int, error) {
+	s.src.Reset(b)
+	s.buf.Reset(&s.src)
+	cr := csv.NewReader(s.buf) // a *bufio.Reader of the default size is used as is
+	cr.Comma = s.comma
+	cr.FieldsPerRecord = -1 // rows with the wrong field count are rejected, not fatal
+	rec, err := cr.Read()
+	if err == io.EOF { // cannot happen: b starts with a non-empty line
+		err = errors.New("empty record")
+	}
+	return rec, int(cr.InputOffset()), err
+}
+
+// syntaxReason is the reject reason for a CSV error.
+func syntaxReason(err error) string {
+	if pe, ok := errors.AsType[*csv.ParseError](err); ok {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}
+
+// endsInQuotedField reports whether line, one line of text without its line
+// ending, leaves a quoted field open when read as the start of a record with
+// encoding/csv's strict quoting rules. It is false if the line is complete
+// or has a quoting error first, which parsing the line alone reports.
+func endsInQuotedField(line []byte, comma rune) bool {
+	var buf [utf8.UTFMax]byte
+	commaBytes := buf[:utf8.EncodeRune(buf[:], comma)]
+	commaLen := len(commaBytes)
+	for {
+		if len(line) == 0 || line[0] != '"' { // unquoted field
+			i := bytes.IndexRune(line, comma)
+			field := line
+			if i >= 0 {
+				field = line[:i]
+			}
+			if i < 0 || bytes.IndexByte(field, '"') >= 0 {
+				return false // the last field, or a bare quote
+			}
+			line = line[i+commaLen:]
+			continue
+		}
+		line = line[1:] // quoted field
+		for {
+			i := bytes.IndexByte(line, '"')
+			if i < 0 {
+				return true
+			}
+			line = line[i+1:]
+			if len(line) == 0 || line[0] != '"' {
+				break // the closing quote
+			}
+			line = line[1:] // "" is a literal quote
+		}
+		if !bytes.HasPrefix(line, commaBytes) {
+			return false // the end of the line, or text after the closing quote
+		}
+		line = line[commaLen:]
+	}
+}
+
+// fieldCount says "has 1 field, want 3".
+func fieldCount(got, want int) string {
+	fields := "fields"
+	if got == 1 {
+		fields = "field"
+	}
+	return fmt.Sprintf("%d %s, want %d", got, fields, want)
 }
 
 // phoneCache remembers tasks.NormalizePhone's answer for each trimmed "to"
@@ -199,11 +422,15 @@ func (c phoneCache) normalize(to string) (string, error) {
 // parseRow validates one record; a non-empty reason rejects it.
 func parseRow(columns []string, toIdx, line int, rec []string, phones phoneCache) (Row, string) {
 	if len(rec) != len(columns) {
-		fields := "fields"
-		if len(rec) == 1 {
-			fields = "field"
+		return Row{}, "has " + fieldCount(len(rec), len(columns))
+	}
+	for i, c := range columns {
+		switch {
+		case strings.IndexByte(rec[i], 0) >= 0:
+			return Row{}, c + ": contains a NUL byte"
+		case !utf8.ValidString(rec[i]):
+			return Row{}, c + ": not valid UTF-8"
 		}
-		return Row{}, fmt.Sprintf("has %d %s, want %d", len(rec), fields, len(columns))
 	}
 	to := strings.TrimSpace(rec[toIdx])
 	if to == "" {
@@ -259,7 +486,11 @@ func appendField(b []byte, s string) []byte {
 // WriteRejects writes rejects as CSV for the user to fix and feed back to
 // Read: the header, then one record per reject with its original fields,
 // with two columns in front: "line" (the reject's line in the input) and
-// "reason". Putting them first keeps every record's fields under their
+// "reason". A line that was not valid CSV is one field, quoted as needed, so
+// the rejects file is valid CSV with one record per reject: reading it back
+// gives one row or reject per record, and a stray quote in it swallows
+// nothing (as long as each record stays within Read's bounds; a rejected
+// row's "to" is quoted in its reason, so a row near 64 KiB may not). Putting them first keeps every record's fields under their
 // headings however many fields it had, and keeps a record that had too few
 // fields invalid until it is fixed.
 //
