@@ -24,8 +24,8 @@ import (
 	"github.com/sluice-dev/sluice/examples"
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/campaign"
-	"github.com/sluice-dev/sluice/internal/redact"
 	"github.com/sluice-dev/sluice/internal/emulator"
+	"github.com/sluice-dev/sluice/internal/redact"
 	"github.com/sluice-dev/sluice/worker"
 )
 
@@ -416,4 +416,3 @@ func printSummary(w io.Writer, s *DemoSummary) {
 	fmt.Fprintf(w, "; %s; %.1fs in all\n", s.Redis, s.Elapsed)
 	fmt.Fprintln(w, "achieved = deliveries per calendar second per key, first to last second; the cap is the limit's rate.")
 }
-

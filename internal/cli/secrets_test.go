@@ -48,3 +48,33 @@ func TestRedisPasswordNeverPrinted(t *testing.T) {
 		}
 	}
 }
+
+// TestPrivateTargetsRefusedAtEnqueue: enqueue and send refuse webhook and
+// HTTP-call targets a worker would refuse (issue 7: enqueue accepted
+// 10.0.0.1, 169.254.169.254, 192.168.1.1, [fd00::1] and
+// [::ffff:169.254.169.254]); egress.allow_cidrs admits them. Nothing reaches
+// Redis: the --redis URL points at a closed port.
+func TestPrivateTargetsRefusedAtEnqueue(t *testing.T) {
+	csvPath := writeFile(t, "c.csv", "to,name\n+12025550123,Ann\n")
+	allow := writeFile(t, "allow.yaml", "egress: {allow_cidrs: [10.0.0.0/8]}\n")
+	for _, target := range []string{"http://10.0.0.1/h?sig=Secret4sig", "http://169.254.169.254/", "http://192.168.1.1/",
+		"http://[fd00::1]/", "http://[::ffff:169.254.169.254]/", "http://127.0.0.1/", "http://localhost/", "http://0.0.0.0/"} {
+		for _, args := range [][]string{
+			{"enqueue", "webhook", "--url", target, "--event", "e", "--payload", "{}"},
+			{"enqueue", "call", "--method", "GET", "--url", target},
+			{"send", "--dry-run", "--channel", "webhook", "--csv", csvPath, "--url", target, "--event", "e"},
+		} {
+			r := run(t, append(args, "--redis", "redis://127.0.0.1:1")...)
+			if r.code == 0 || !strings.Contains(r.stderr, "refused: ") {
+				t.Errorf("%v: exit %d, want a refusal:\n%s", args, r.code, r.stderr)
+			}
+			if strings.Contains(r.stderr, "Secret4sig") {
+				t.Errorf("%v: the error shows the URL's query:\n%s", args, r.stderr)
+			}
+		}
+	}
+	r := run(t, "--config", allow, "send", "--dry-run", "--channel", "webhook", "--csv", csvPath, "--url", "http://10.0.0.1/h", "--event", "e")
+	if r.code != 0 {
+		t.Errorf("egress.allow_cidrs 10.0.0.0/8: send exit %d, want 0:\n%s", r.code, r.stderr)
+	}
+}

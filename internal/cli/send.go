@@ -70,7 +70,7 @@ Examples:
 			if rejectsPath == "" {
 				rejectsPath = strings.TrimSuffix(csvPath, filepath.Ext(csvPath)) + ".rejects.csv"
 			}
-			m.maxRetry = cfg.Worker.MaxRetry
+			m.maxRetry, m.cfg = cfg.Worker.MaxRetry, cfg
 			var client *asynq.Client
 			if !dryRun {
 				url, err := g.resolveRedisURL(cfg)
