@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode"
 )
 
 // Egress says which addresses webhook deliveries and HTTP calls may connect
@@ -198,7 +199,8 @@ func (e Egress) allowed(a netip.Addr) bool {
 // CheckURL checks a target URL before any request: an IP-literal host with
 // CheckAddr; the names "localhost" and "*.localhost" (RFC 6761: they always
 // resolve to loopback) as loopback, unless Allow admits 127.0.0.1 or ::1;
-// and hosts in a numeric form other than dotted-quad IPv4 ("2130706433",
+// hosts that are neither an address nor a name (stray brackets, spaces,
+// escapes) and hosts in a numeric form other than dotted-quad IPv4 ("2130706433",
 // "0x7f.1", "127.1", "0177.0.0.1"), which some resolvers read as IPv4
 // addresses, are refused outright. Other names pass: their addresses are
 // checked when dialled. A URL that does not parse or has no host is an error
@@ -216,6 +218,9 @@ func (e Egress) CheckURL(raw string) error {
 		return nil
 	}
 	name := strings.TrimSuffix(strings.ToLower(host), ".")
+	if !hostName(name) {
+		return &EgressError{Host: host, Range: "not an IP address or a host name (letters, digits, '-', '.' and '_' only)"}
+	}
 	if name == "localhost" || strings.HasSuffix(name, ".localhost") {
 		if e.allowed(netip.MustParseAddr("127.0.0.1")) || e.allowed(netip.IPv6Loopback()) {
 			return nil
@@ -226,6 +231,21 @@ func (e Egress) CheckURL(raw string) error {
 		return &EgressError{Host: host, Range: "numeric host in a form other than dotted-quad IPv4, read by some resolvers as an address"}
 	}
 	return nil
+}
+
+// hostName reports whether name can be a DNS host name: non-empty, made of
+// letters (IDNs included), digits, '-', '_' and '.'. Anything else
+// ("127.0.0.1]", "a b", "x%00") is no host a resolver should be asked about.
+func hostName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for _, r := range name {
+		if !(unicode.IsLetter(r) || unicode.IsDigit(r) || r == '-' || r == '_' || r == '.') {
+			return false
+		}
+	}
+	return true
 }
 
 // numericHost reports whether the last label of a host name is all digits or
