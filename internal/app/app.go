@@ -28,10 +28,14 @@ import (
 
 // ConnectURL opens a Redis client for a redis://, rediss:// or unix:// URL
 // and checks it answers. The URL, which may hold a password, is never logged
-// and never in an error: a URL that does not parse is shown as
-// redact.URL gives it ("redis URL redis://[::1: parse error: missing ']' in
-// host").
+// and never in an error: errors show it as redact.URL gives it ("redis URL
+// redis://[::1: missing ']' in host"). A URL with an '@' after a '/', '?' or
+// '#' is refused: an unescaped '/' in a password would be parsed as the
+// start of the path, and part of the password taken for the host.
 func ConnectURL(ctx context.Context, url string) (redis.UniversalClient, error) {
+	if redact.Ambiguous(url) {
+		return nil, fmt.Errorf("redis URL %s: %s", redact.URL(url), redact.ParseError(nil, url))
+	}
 	opt, err := redis.ParseURL(url)
 	if err != nil {
 		// go-redis returns url.Parse's error, which quotes the whole URL.
@@ -42,7 +46,7 @@ func ConnectURL(ctx context.Context, url string) (redis.UniversalClient, error) 
 	defer cancel()
 	if err := c.Ping(pctx).Err(); err != nil {
 		_ = c.Close()
-		return nil, fmt.Errorf("redis at %s: %w", opt.Addr, err)
+		return nil, fmt.Errorf("redis at %s: %w", redact.URL(url), err) // dial and AUTH errors name the address only
 	}
 	return c, nil
 }

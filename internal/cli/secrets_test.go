@@ -25,6 +25,9 @@ func TestRedisPasswordNeverPrinted(t *testing.T) {
 		"redis://user:Secret4pw@host:notaport/0":            {"Secret4pw"},
 		"redis://:Secret4pw@127.0.0.1:1/notadb":             {"Secret4pw"},
 		"rediss://:Secret4pw@127.0.0.1:1/0?dial_timeout=zz": {"Secret4pw"},
+		"redis://:Secr/et4pw@127.0.0.1:6379":                {"Secr", "et4pw"},
+		"redis://admin:7731#Zq@127.0.0.1:1":                 {"7731", "Zq", "admin"},
+		"redis://admin:4821/xK9q@127.0.0.1:1/0":             {"4821", "xK9q", "admin"},
 	}
 	for name, args := range commands {
 		for url, secrets := range urls {

@@ -17,9 +17,34 @@ import (
 // '/', '?' or '#' after the host; text without "://" becomes "[not a URL]".
 // The result never contains any of raw's user info.
 func URL(raw string) string {
+	if Ambiguous(raw) {
+		// A '/', '?' or '#' in the user info would make the parser read part
+		// of the password as the host: take the host after the last '@'.
+		return byText(raw)
+	}
 	if u, err := url.Parse(raw); err == nil && u.Scheme != "" && u.Host != "" {
 		return u.Scheme + "://" + u.Host
 	}
+	return byText(raw)
+}
+
+// Ambiguous reports whether raw has an '@' after the first '/', '?' or '#'
+// that follows "://": either the user info holds one of those characters
+// unescaped (the parser would cut the password there and read its first
+// part as the host), or the path or query holds an '@'. A URL parser's
+// errors and results are not safe to show for such a URL.
+func Ambiguous(raw string) bool {
+	_, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return false
+	}
+	at := strings.LastIndexByte(rest, '@')
+	cut := strings.IndexAny(rest, "/?#")
+	return at >= 0 && cut >= 0 && cut < at
+}
+
+// byText reduces raw to scheme and host by its text alone; see URL.
+func byText(raw string) string {
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok || !isScheme(scheme) {
 		return "[not a URL]"
@@ -44,8 +69,13 @@ func URL(raw string) string {
 // (url.Parse, or a client's ParseURL that wraps it), with raw shown only as
 // URL(raw): "parse redis://127.0.0.1: invalid port ...". Percent-escape
 // errors are replaced by a fixed text, since url.EscapeError quotes three
-// bytes of the input, which may be in the password.
+// bytes of the input, which may be in the password; so is every error for an
+// Ambiguous URL, whose "host" may be part of the password (err may then be
+// nil).
 func ParseError(err error, raw string) string {
+	if Ambiguous(raw) {
+		return "an '@' follows a '/', '?' or '#': percent-encode '/' (%2F), '?' (%3F), '#' (%23) and '@' (%40) in the user name and password"
+	}
 	var esc url.EscapeError
 	if errors.As(err, &esc) {
 		return "invalid percent-escape: a % must start %XX with two hex digits (write a literal % in a password as %25)"

@@ -15,11 +15,13 @@ func TestURLKeepsOnlySchemeAndHost(t *testing.T) {
 		"redis://user:Secret4pw@[::1]:6379":                "redis://[::1]:6379",
 		"redis://:Secret4pw@[::1":                          "redis://[::1",
 		"redis://:Sec%zzret@127.0.0.1:1":                   "redis://127.0.0.1:1",
-		"redis://:pw@host:1/p@th@x":                        "redis://host:1",
+		"redis://:pw@host:1/p@th@x":                        "redis://x", // ambiguous: refused by ConnectURL
 		"https://hooks.slack.com/services/T0/B0/XXXXXXXX":  "https://hooks.slack.com",
 		"https://api.example.com/v1?sig=abcdef&token=zzzz": "https://api.example.com",
 		"https://example.com#frag":                         "https://example.com",
 		"redis://user:Secret4pw@host:notaport/0":           "redis://[unparsable host]",
+		"redis://admin:7731#Zq@host:6379":                  "redis://host:6379",
+		"redis://:Secr/et4pw@host:6379/0":                  "redis://host:6379",
 		"not a url":                                        "[not a URL]",
 		"":                                                 "[not a URL]",
 		"unix:///run/redis.sock":                           "unix://",
@@ -40,13 +42,17 @@ func TestParseErrorNeverShowsThePassword(t *testing.T) {
 		"redis://:Secret4pw@127.0.0.1:1/0?Secret4pw=1",
 		"redis://:Secret4pw@host:notaport/0",
 		"redis://Secret4pw@[::1]:x",
+		"redis://:Secr/et4pw@host:6379",
+		"redis://admin:4821/Secret4pw@redis.internal:6379/0",
+		"redis://admin:Secret4pw#Zq@host:6379",
+		"redis://admin:Secret4pw?x@host:6379",
 	} {
 		_, err := redis.ParseURL(raw)
-		if err == nil {
+		if err == nil && !Ambiguous(raw) {
 			t.Fatalf("redis.ParseURL(%q) = nil error; the case tests nothing", raw)
 		}
-		msg := ParseError(err, raw)
-		for _, leak := range []string{"Secret4pw", "zzret", "%zz"} {
+		msg := ParseError(err, raw) + " " + URL(raw)
+		for _, leak := range []string{"Secret4pw", "zzret", "%zz", "Secr", "4821", "admin"} {
 			if strings.Contains(msg, leak) {
 				t.Errorf("ParseError(%q) = %q shows %q", raw, msg, leak)
 			}
