@@ -62,10 +62,18 @@ type EgressError struct {
 	Range string
 }
 
+// maxShownHost bounds the host an EgressError shows (a URL's host can be
+// as long as the payload allows).
+const maxShownHost = 64
+
 func (e *EgressError) Error() string {
 	var b strings.Builder
 	b.WriteString("target ")
-	b.WriteString(e.Host)
+	if len(e.Host) > maxShownHost {
+		fmt.Fprintf(&b, "%.*q…", maxShownHost, e.Host)
+	} else {
+		b.WriteString(e.Host)
+	}
 	if e.Addr.IsValid() && e.Addr.String() != e.Host {
 		b.WriteString(" (")
 		b.WriteString(e.Addr.String())
@@ -330,6 +338,14 @@ func refuseTarget(provider string, ee *EgressError) *Error {
 // egressClients pools one guarded client per allowlist, for Webhook and
 // HTTPCaller values whose HTTP field is nil.
 var egressClients sync.Map // Allow and the Resolver pointer → *http.Client
+
+// clientOr returns hc if set, else the pooled NewEgressHTTPClient(e).
+func (e Egress) clientOr(hc *http.Client) *http.Client {
+	if hc != nil {
+		return hc
+	}
+	return e.client()
+}
 
 // client returns the pooled NewEgressHTTPClient(e).
 func (e Egress) client() *http.Client {

@@ -150,6 +150,16 @@ func TestEgressChecksTheDialledAddress(t *testing.T) {
 	require.EqualValues(t, 1, hits.Load())
 }
 
+// TestEgressErrorIsBounded: a refused host is shown at most 64 bytes long,
+// whatever the payload allowed.
+func TestEgressErrorIsBounded(t *testing.T) {
+	for _, host := range []string{strings.Repeat("1", 1<<20), strings.Repeat("a", 1<<20) + ".localhost"} {
+		err := Egress{}.CheckURL("http://" + host + "/")
+		require.Error(t, err)
+		require.Less(t, len(err.Error()), 400, "the error does not repeat a 1 MB host")
+	}
+}
+
 // TestEgressClientRefusesWithoutURLCheck: NewEgressHTTPClient on its own
 // (as a library user would pass it in HTTP) refuses at dial time.
 func TestEgressClientRefusesWithoutURLCheck(t *testing.T) {

@@ -62,14 +62,19 @@ const (
 	ProviderHTTP     = "http"
 )
 
-// Response describes a send. On success ProviderID is set; with an error,
-// Status still holds the HTTP status when there was a response.
+// Response describes a send. On success ProviderID is set, unless
+// Incomplete; with an error, Status still holds the HTTP status when there
+// was a response.
 type Response struct {
 	// ProviderID is the provider's message ID: "wamid.…" for WhatsApp, "SM…" for
 	// Twilio, "" for webhooks and HTTP calls.
 	ProviderID string
 	// Status is the HTTP status code of the provider's response.
 	Status int
+	// Incomplete reports a 2xx whose body did not arrive whole (cut off,
+	// or still trickling at the timeout) or, for WhatsApp and Twilio, had no
+	// message ID. It is still a delivery: a retry would send twice.
+	Incomplete bool
 }
 
 // Error is returned for every non-success outcome of Send, Deliver and Call,

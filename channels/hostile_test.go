@@ -51,6 +51,14 @@ func TestEchoedRequestStaysOutOfErrors(t *testing.T) {
 			Headers: map[string]string{"X-Api-Key": apiKey, "Authorization": "Bearer " + bearer, "X-Custom": custom, "X-Slashed": slashTok}})
 		requireNoEcho(t, err, status, sig, pathTok, apiKey, bearer, custom, slashTok, "a\\/b+c\\/d==")
 
+		// Secrets only in the query, spelt so that neither the decoded nor
+		// the re-escaped value matches the raw one, and a header value that
+		// Go's json.Marshal escapes (review of issue 7).
+		target = srv.URL + "/x?a=1&sig=Ab/Cd+Ef0123&q=Tok%7eVALUE1234"
+		_, err = (&HTTPCaller{Egress: loopback}).Call(ctx, tasks.HTTPCall{Method: "GET", URL: target,
+			Headers: map[string]string{"X-Html": "se<cr>et&tok9"}})
+		requireNoEcho(t, err, status, "VALUE1234", "Ef0123", "cr>et", `cr\u003eet`, "tok9")
+
 		wh := &Webhook{Egress: loopback, Secret: func(string) (string, error) { return testSecret, nil }}
 		_, err = wh.Deliver(ctx, tasks.WebhookDeliver{URL: target, EventType: "e", Payload: json.RawMessage(`{"a":1}`), IdempotencyKey: "msg_2fGh7k"})
 		requireNoEcho(t, err, status, sig, pathTok, "v1,", strings.TrimPrefix(testSecret, "whsec_"))

@@ -85,11 +85,7 @@ func (c *HTTPCaller) Call(ctx context.Context, p tasks.HTTPCall) (Response, erro
 	if req.Header.Get("User-Agent") == "" {
 		req.Header.Set("User-Agent", DefaultUserAgent)
 	}
-	hc := c.HTTP
-	if hc == nil {
-		hc = c.Egress.client()
-	}
-	r, err := do(ctx, hc, req, ProviderHTTP, secrets...)
+	r, err := do(ctx, c.Egress.clientOr(c.HTTP), req, ProviderHTTP, secrets...)
 	if err != nil {
 		return Response{}, err
 	}

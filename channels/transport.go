@@ -3,6 +3,7 @@ package channels
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -71,9 +72,19 @@ type reply struct {
 	// incomplete: a 2xx whose body could not be read to the end (timeout,
 	// reset); body holds what arrived.
 	incomplete bool
-	// echo lists what of the request must not come back in an error message
-	// when a receiver echoes the request: see requestSecrets.
-	echo []string
+	// req is the request sent, whose parts must not come back in an error
+	// message when a receiver echoes it: see redactions.
+	req *http.Request
+}
+
+// redactions returns secrets plus what of r's request must be redacted from
+// messages built from its body (requestSecrets). Called only on the failure
+// paths: a delivered send builds no message.
+func (r *reply) redactions(secrets []string) []string {
+	if r.req == nil {
+		return secrets
+	}
+	return append(secrets, requestSecrets(r.req)...)
 }
 
 // minRedact is the shortest request value requestSecrets redacts: shorter
@@ -83,18 +94,27 @@ const minRedact = 4
 // requestSecrets returns the parts of req that an echoing receiver could put
 // in a response body and that must not reach an archive reason or a log: the
 // value of every header Sluice sets except Content-Type, Content-Length,
-// Accept and User-Agent (signatures, tokens, caller headers), the URL's query
-// as a whole and each query value, the escaped path, and each path segment
-// of 16 bytes or more (webhook URLs such as Slack's carry tokens in the
-// path). Values shorter than minRedact are left alone.
+// Accept and User-Agent (signatures, tokens, caller headers); the URL's query
+// as a whole, each "k=v" and each value as sent, and each value decoded and
+// re-escaped; the escaped path, and each path segment of 16 bytes or more
+// (webhook URLs such as Slack's carry tokens in the path). Each also in the
+// forms a JSON echo gives it. Values shorter than minRedact are left alone.
 func requestSecrets(req *http.Request) []string {
 	var out []string
 	add := func(v string) {
-		if len(v) >= minRedact {
-			out = append(out, v)
-			if j := strings.ReplaceAll(v, "/", `\/`); j != v { // JSON echoes may escape '/'
+		if len(v) < minRedact {
+			return
+		}
+		out = append(out, v)
+		// As a JSON echo may spell it: Go escapes <, > and & as \u003c…;
+		// PHP and others escape '/' as \/.
+		if b, err := json.Marshal(v); err == nil {
+			if j := string(b[1 : len(b)-1]); j != v {
 				out = append(out, j)
 			}
+		}
+		if j := strings.ReplaceAll(v, "/", `\/`); j != v {
+			out = append(out, j)
 		}
 	}
 	for name, vs := range req.Header {
@@ -112,6 +132,12 @@ func requestSecrets(req *http.Request) []string {
 	u := req.URL
 	if u.RawQuery != "" {
 		add(u.RawQuery)
+		for _, part := range strings.Split(u.RawQuery, "&") { // as sent, undecoded
+			add(part)
+			if _, v, ok := strings.Cut(part, "="); ok {
+				add(v)
+			}
+		}
 		for _, vs := range u.Query() {
 			for _, v := range vs {
 				add(v)
@@ -152,7 +178,7 @@ func do(ctx context.Context, c *http.Client, req *http.Request, provider string,
 		// The status line says the provider accepted the request. A body that
 		// then trickles past the timeout, or breaks off, cannot undo that, and
 		// a retry would deliver twice: keep what arrived and report success.
-		return &reply{status: resp.StatusCode, header: resp.Header, body: body, incomplete: true, echo: requestSecrets(req)}, nil
+		return &reply{status: resp.StatusCode, header: resp.Header, body: body, incomplete: true, req: req}, nil
 	}
 	if err != nil {
 		if cerr := cancelled(ctx, provider); cerr != nil {
@@ -168,7 +194,7 @@ func do(ctx context.Context, c *http.Client, req *http.Request, provider string,
 		}
 		return nil, err
 	}
-	return &reply{status: resp.StatusCode, header: resp.Header, body: body, echo: requestSecrets(req)}, nil
+	return &reply{status: resp.StatusCode, header: resp.Header, body: body, req: req}, nil
 }
 
 // cancelled returns the wrapped ctx error if the caller cancelled ctx

@@ -43,15 +43,24 @@ type Twilio struct {
 
 // Validate checks the configuration and names the first bad field.
 func (c *Twilio) Validate() error {
-	if !twilioAccountSID.MatchString(c.AccountSID) {
-		// Not quoted: an auth token pasted here by mistake must not reach a log.
-		return fmt.Errorf("channels: Twilio.AccountSID: want AC followed by 32 hex digits, got %d characters (the value is not shown)", len(c.AccountSID))
+	if err := CheckAccountSID(c.AccountSID); err != nil {
+		return fmt.Errorf("channels: Twilio.AccountSID: %w", err)
 	}
 	if c.AuthToken == "" {
 		return errors.New("channels: Twilio.AuthToken: required")
 	}
 	if err := validBaseURL(c.BaseURL); err != nil {
 		return fmt.Errorf("channels: Twilio.BaseURL: %w", err)
+	}
+	return nil
+}
+
+// CheckAccountSID reports whether sid has the shape of a Twilio account SID:
+// "AC" and 32 hex digits. The error does not quote sid: an auth token pasted
+// in its place by mistake must not reach a log.
+func CheckAccountSID(sid string) error {
+	if !twilioAccountSID.MatchString(sid) {
+		return fmt.Errorf("want AC followed by 32 hex digits, got %d characters (the value is not shown)", len(sid))
 	}
 	return nil
 }
@@ -184,20 +193,22 @@ type twilioResponse struct {
 
 // twilioResult classifies a Messages.json response; see Send.
 func twilioResult(r *reply, now time.Time, secrets ...string) (Response, error) {
-	secrets = append(secrets, r.echo...)
 	resp := Response{Status: r.status}
 	var body twilioResponse
 	jsonErr := json.Unmarshal(r.body, &body)
 	if r.status >= 200 && r.status < 300 {
 		if jsonErr == nil && body.SID != "" {
 			resp.ProviderID = body.SID
+			resp.Incomplete = r.incomplete
 			return resp, nil
 		}
 		// Accepted, but the body is cut off or has no sid: a 2xx is a
 		// delivery, and a retry would send the message twice. Success without
 		// a SID.
+		resp.Incomplete = true
 		return resp, nil
 	}
+	secrets = r.redactions(secrets)
 	e := &Error{Provider: ProviderTwilio, HTTPStatus: r.status, RetryAfter: ParseRetryAfter(r.header, now)}
 	if jsonErr != nil || body.Code == 0 && body.Message == "" {
 		e.Message = bodyMessage(r, secrets)

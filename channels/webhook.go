@@ -132,11 +132,7 @@ func (c *Webhook) Deliver(ctx context.Context, p tasks.WebhookDeliver) (Response
 	req.Header.Set("webhook-id", p.IdempotencyKey)
 	req.Header.Set("webhook-timestamp", ts)
 	req.Header.Set("webhook-signature", sign(key, p.IdempotencyKey, ts, body))
-	hc := c.HTTP
-	if hc == nil {
-		hc = c.Egress.client()
-	}
-	r, err := do(ctx, hc, req, ProviderWebhook, secret)
+	r, err := do(ctx, c.Egress.clientOr(c.HTTP), req, ProviderWebhook, secret)
 	if err != nil {
 		return Response{}, err
 	}
@@ -272,12 +268,12 @@ func validEndpointURL(raw string) error {
 //   - 410: Permanent, the endpoint is gone;
 //   - other 4xx (and anything else): Permanent.
 func httpResult(provider string, r *reply, now time.Time, secrets ...string) (Response, error) {
-	secrets = append(secrets, r.echo...)
-	resp := Response{Status: r.status}
+	resp := Response{Status: r.status, Incomplete: r.incomplete}
 	s := r.status
 	if s >= 200 && s < 300 || provider == ProviderHTTP && s == http.StatusNotModified {
 		return resp, nil
 	}
+	secrets = r.redactions(secrets)
 	e := &Error{Provider: provider, HTTPStatus: s, RetryAfter: ParseRetryAfter(r.header, now)}
 	switch {
 	case s == http.StatusTooManyRequests || s == http.StatusServiceUnavailable,

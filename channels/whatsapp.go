@@ -243,20 +243,22 @@ type whatsappResponse struct {
 
 // whatsappResult classifies a /messages response; see Send.
 func whatsappResult(r *reply, now time.Time, secrets ...string) (Response, error) {
-	secrets = append(secrets, r.echo...)
 	resp := Response{Status: r.status}
 	var body whatsappResponse
 	jsonErr := json.Unmarshal(r.body, &body)
 	if r.status >= 200 && r.status < 300 {
 		if jsonErr == nil && len(body.Messages) > 0 && body.Messages[0].ID != "" {
 			resp.ProviderID = body.Messages[0].ID
+			resp.Incomplete = r.incomplete
 			return resp, nil
 		}
 		// Accepted, but the body is cut off or not in the documented shape: a
 		// 2xx is a delivery, and a retry would send the message twice (Meta
 		// ignores Idempotency-Key). Success without a message ID.
+		resp.Incomplete = true
 		return resp, nil
 	}
+	secrets = r.redactions(secrets)
 	e := &Error{Provider: ProviderWhatsApp, HTTPStatus: r.status}
 	e.RetryAfter = max(parseBusinessUseCaseUsage(r.header), ParseRetryAfter(r.header, now))
 	if jsonErr != nil || body.Error == nil {
