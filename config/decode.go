@@ -35,6 +35,11 @@ const (
 	// maxRules bounds a channel's limits list: each rule is a Redis call's
 	// worth of work on every send.
 	maxRules = 32
+	// maxKeyShown bounds a mapping key as errors show it.
+	maxKeyShown = 64
+	// maxRetryAfterCap bounds channels.*.max_retry_after: the longest
+	// documented provider wait is a day.
+	maxRetryAfterCap = 7 * 24 * time.Hour
 )
 
 // parseYAML returns the root node of data's single document, or nil if data
@@ -144,7 +149,9 @@ var plainKeyRE = regexp.MustCompile(`^[A-Za-z0-9_<-]+$`)
 // join appends key to a field path; an unusual key is quoted, so an error
 // stays on one line.
 func join(path, key string) string {
-	if !plainKeyRE.MatchString(key) {
+	if len(key) > maxKeyShown {
+		key = fmt.Sprintf("%.*q…", maxKeyShown, key)
+	} else if !plainKeyRE.MatchString(key) {
 		key = strconv.Quote(key)
 	}
 	if path == "" {
@@ -566,7 +573,13 @@ func (d *decoder) channel(n *yaml.Node, path string, c *ChannelConfig) {
 		case "throttle_backoff":
 			d.setDuration(v, p, &c.ThrottleBackoff)
 		case "max_retry_after":
-			d.setDuration(v, p, &c.MaxRetryAfter)
+			if w, ok := d.duration(v, p); ok {
+				if w > maxRetryAfterCap {
+					d.errorf(resolve(v), p, "want at most %s: a longer cap would let a provider park tasks for that long", maxRetryAfterCap)
+					return
+				}
+				c.MaxRetryAfter = w
+			}
 		case "max_payload_bytes":
 			taskType, _ := tasks.ChannelTaskType(c.Name)
 			ceiling := tasks.MaxPayloadBytes(taskType)
