@@ -278,7 +278,7 @@ func (h *handler) process(ctx context.Context, t *asynq.Task) error {
 	m, name := h.w.opts.Metrics, h.ch.Name
 	if n := len(t.Payload()); h.ch.MaxPayloadBytes > 0 && n > h.ch.MaxPayloadBytes {
 		m.outcome(name, OutcomeMalformed)
-		return permanent(fmt.Errorf("%s: payload is %d bytes, over the channel's cap of %d (max_payload_bytes)", t.Type(), n, h.ch.MaxPayloadBytes))
+		return permanent(fmt.Errorf("%s: payload is %d bytes, over the channel's cap of %d (channels.%s.max_payload_bytes)", t.Type(), n, h.ch.MaxPayloadBytes, name))
 	}
 	p, err := h.ch.Prepare(t.Payload())
 	if err != nil {
@@ -316,10 +316,15 @@ func (h *handler) process(ctx context.Context, t *asynq.Task) error {
 		}
 	}
 	start := time.Now()
-	_, err = p.Send(ctx)
+	resp, err := p.Send(ctx)
 	m.sent(name, time.Since(start).Seconds())
 	if err == nil {
 		m.outcome(name, OutcomeSent)
+		if resp.Incomplete {
+			id, _ := asynq.GetTaskID(ctx)
+			h.w.logger.Warn("delivered, but the response body was cut off or had no message id; not retried, a retry would send twice",
+				"task_id", id, "channel", name, "status", resp.Status)
+		}
 		return nil
 	}
 	var ce *channels.Error

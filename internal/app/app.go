@@ -59,7 +59,11 @@ type Options struct {
 	// Secrets resolves credentials; nil means the environment (cfg.Secret).
 	Secrets Secrets
 	// HTTP is the client for provider requests; nil means one per channel
-	// with the channel's timeout and no redirects.
+	// with the channel's timeout and no redirects, and for webhook and http
+	// one that checks every dialled address against cfg.Egress
+	// (channels.NewEgressHTTPClient). A client given here is used as is: for
+	// webhook and http only the target URL's literal host is then checked,
+	// so it must refuse private addresses itself. Tests use it.
 	HTTP    *http.Client
 	Logger  *slog.Logger
 	Metrics *worker.Metrics
@@ -184,11 +188,11 @@ func buildChannel(cc *config.ChannelConfig, egress channels.Egress, secrets Secr
 		if err := credentialFormat(token); err != nil {
 			return ch, fmt.Errorf("env %s: %w", cc.AuthTokenEnv, err)
 		}
+		if err := channels.CheckAccountSID(sid); err != nil {
+			return ch, fmt.Errorf("env %s: %w", cc.AccountSIDEnv, err)
+		}
 		c := &channels.Twilio{BaseURL: cc.BaseURL, AccountSID: sid, AuthToken: token, HTTP: hc}
 		if err := c.Validate(); err != nil {
-			if strings.Contains(err.Error(), "AccountSID") {
-				return ch, fmt.Errorf("env %s: %w", cc.AccountSIDEnv, err)
-			}
 			return ch, err
 		}
 		ch = worker.SMSChannel(c, rules)

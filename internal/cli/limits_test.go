@@ -131,7 +131,7 @@ func TestLimitsSetValidatesBeforeConnecting(t *testing.T) {
 	// Valid input does try to connect, and fails with 1.
 	r := run(t, "limits", "set", "whatsapp:daily:+12025550123", "--rate", "10/1d", "--redis", unreachableRedis)
 	require.Equal(t, 1, r.code)
-	require.Contains(t, r.stderr, "redis at 127.0.0.1:1")
+	require.Contains(t, r.stderr, "redis at redis://127.0.0.1:1")
 }
 
 // eventsLimit is 10 per day: the 10th consume raises limits.warning (fewer

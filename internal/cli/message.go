@@ -48,12 +48,8 @@ type message struct {
 // target against egress (loopback, private, link-local and the rest, unless
 // egress.allow_cidrs admits them). URLs in errors show scheme and host only.
 func checkTask(cfg *config.Config, t *asynq.Task) error {
-	if cfg == nil {
-		cfg = config.Default()
-	}
-	ch := tasks.DefaultQueue(t.Type())
-	if cc := cfg.Channels[ch]; cc != nil && cc.MaxPayloadBytes > 0 && len(t.Payload()) > cc.MaxPayloadBytes {
-		return fmt.Errorf("payload: %d bytes encoded, over channels.%s.max_payload_bytes (%d)", len(t.Payload()), ch, cc.MaxPayloadBytes)
+	if err := checkSize(cfg, t); err != nil {
+		return err
 	}
 	var target string
 	switch t.Type() {
@@ -72,8 +68,31 @@ func checkTask(cfg *config.Config, t *asynq.Task) error {
 	default:
 		return nil
 	}
+	return checkTarget(cfg, "url", target)
+}
+
+// checkSize holds t to its channel's max_payload_bytes in cfg (nil:
+// config.Default()).
+func checkSize(cfg *config.Config, t *asynq.Task) error {
+	if cfg == nil {
+		cfg = config.Default()
+	}
+	ch := tasks.DefaultQueue(t.Type())
+	if cc := cfg.Channels[ch]; cc != nil && cc.MaxPayloadBytes > 0 && len(t.Payload()) > cc.MaxPayloadBytes {
+		return fmt.Errorf("payload: %d bytes encoded, over channels.%s.max_payload_bytes (%d)", len(t.Payload()), ch, cc.MaxPayloadBytes)
+	}
+	return nil
+}
+
+// checkTarget holds a webhook or HTTP-call target to cfg's egress policy
+// (nil: config.Default()); the error names field and shows the URL's scheme
+// and host only.
+func checkTarget(cfg *config.Config, field, target string) error {
+	if cfg == nil {
+		cfg = config.Default()
+	}
 	if err := (channels.Egress{Allow: cfg.Egress.AllowCIDRs}).CheckURL(target); err != nil {
-		return fmt.Errorf("url %s: %w", redact.URL(target), err)
+		return fmt.Errorf("%s %s: %w", field, redact.URL(target), err)
 	}
 	return nil
 }
@@ -107,13 +126,9 @@ func (m *message) validate(columns []string) error {
 		if len(m.urls) == 0 || m.eventType == "" {
 			return fmt.Errorf("webhook: --url and --event are required")
 		}
-		cfg := m.cfg
-		if cfg == nil {
-			cfg = config.Default()
-		}
 		for _, u := range m.urls {
-			if err := (channels.Egress{Allow: cfg.Egress.AllowCIDRs}).CheckURL(u); err != nil {
-				return fmt.Errorf("--url %s: %w", redact.URL(u), err)
+			if err := checkTarget(m.cfg, "--url", u); err != nil {
+				return err
 			}
 		}
 	default:
@@ -122,13 +137,14 @@ func (m *message) validate(columns []string) error {
 	return nil
 }
 
-// checked returns a func passing a constructor's result through checkTask.
+// checked returns a func passing a constructor's result through checkSize
+// (validate has checked the targets, the same for every row).
 func checked(cfg *config.Config) func(*asynq.Task, error) (*asynq.Task, error) {
 	return func(t *asynq.Task, err error) (*asynq.Task, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := checkTask(cfg, t); err != nil {
+		if err := checkSize(cfg, t); err != nil {
 			return nil, err
 		}
 		return t, nil
