@@ -31,7 +31,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		tasks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_tasks_total",
-			Help: "Task attempts by channel and outcome (sent, throttled, provider_throttled, transient, permanent, malformed, limiter_error).",
+			Help: "Task attempts by channel and outcome (sent, throttled, provider_throttled, transient, permanent, malformed, limiter_error, unknown_type).",
 		}, []string{"channel", "outcome"}),
 		throttle: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_throttled_total",
