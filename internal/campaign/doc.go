@@ -9,12 +9,15 @@
 //	+1 (202) 555-0123,Ava,ORD-100123
 //	+61 491 570 006,Noah,ORD-100131
 //
-// Read loses no line: each non-blank line after the header ends up either in
-// Result.Rows (normalized to E.164, ready to send) or in Result.Rejects with
-// its line number and the reason. A stray quote costs its own line only: a
-// quoted field may carry a row over line breaks (a body with paragraphs)
-// only if the row closes properly, has the header's field count, keeps "to"
-// on one line and stays within 100 lines and 64 KiB. WriteRejects turns the
+// Read loses no line: each line after the header that holds a non-blank row
+// ends up either in Result.Rows (normalized to E.164, ready to send) or in
+// Result.Rejects with its line number and the reason; empty lines and
+// one-line rows whose fields are all blank (",,") are skipped. A stray quote
+// costs its own line only: a quoted field may carry a row over line breaks
+// (a body with paragraphs) only if the record closes properly into a valid
+// row with the header's field count and "to" on one line, stays within 100
+// lines and 64 KiB, and takes no line that is a row of its own. The header
+// is one line. WriteRejects turns the
 // rejects into a CSV that the user can fix and run again. Render fills a
 // message template ("Hi {name}, order {order_id} shipped") from a row, and
 // IdempotencyKey derives each message's key from its content, so re-running

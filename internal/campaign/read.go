@@ -30,8 +30,10 @@ type Result struct {
 	// Rows are the valid data rows, in file order.
 	Rows []Row
 	// Rejects are the data rows that cannot be sent, and the lines that are
-	// not valid CSV, in file order, with the reason. Every non-blank line
-	// after the header is in exactly one of Rows and Rejects (see Read).
+	// not valid CSV or whose quote is a stray, in file order, with the
+	// reason. Every line after the header is in exactly one of Rows and
+	// Rejects, except empty lines and one-line rows whose fields are all
+	// blank (",," or `"",""`), which are skipped (see Read).
 	Rejects []Reject
 }
 
@@ -40,7 +42,7 @@ type Row struct {
 	// Line is the 1-based physical line of the file where the row starts
 	// (the header is line 1 unless blank lines precede it). A row whose
 	// quoted field holds line breaks covers Line and the lines after it, one
-	// per line break in Raw.
+	// per line break in Raw; none of those lines is a row of its own.
 	Line int
 	// To is the recipient in E.164 form ("+12025550123").
 	To string
@@ -55,9 +57,11 @@ type Row struct {
 
 // Reject is a data row, or a line, that Read did not accept.
 type Reject struct {
-	// Line is the 1-based physical line where the row starts. A rejected row
-	// covers Line and one more line per line break in Raw; a line that is not
-	// valid CSV is rejected alone, whatever follows it.
+	// Line is the 1-based physical line where the row starts. Only a
+	// duplicate of a valid multi-line row covers more than Line (one more
+	// line per line break in Raw); any other reject is one line, and a line
+	// that is not valid CSV or opens a stray quote is rejected alone,
+	// whatever follows it.
 	Line int
 	// Raw is the row's fields as read. For a line that is not valid CSV (a
 	// bare or unbalanced quote), it is that one line's text, without its line
@@ -71,7 +75,10 @@ type Reject struct {
 	// and does not close it into a valid row: "unterminated quoted field
 	// starting at line 99", "quoted field starting at line 99 ends on line
 	// 104, giving 2 fields, want 3", `quoted field starting at line 99 ends
-	// on line 104, putting a line break in "to"`.
+	// on line 104, putting a line break in "to"`, "quoted field starting at
+	// line 99 ends on line 104, swallowing line 101, a row of its own",
+	// "quoted field starting at line 99 ends on line 100, making an invalid
+	// row (to: empty)".
 	Reason string
 }
 
@@ -103,33 +110,44 @@ var bom = []byte("\ufeff")
 // E.164); the other columns are parameters for message templates (see
 // Render).
 //
-// Read accepts a UTF-8 byte order mark and CRLF line endings, and skips blank
-// lines and rows whose fields are all blank. It rejects, with a reason, rows
-// with the wrong number of fields, a NUL byte or invalid UTF-8 in a field
-// (the reason names the column), an empty or invalid "to", and exact
-// duplicates of an earlier row (same normalized "to" and same parameter
-// values). The same recipient with different parameters is valid: it is two
-// messages.
+// Read accepts a UTF-8 byte order mark and CRLF line endings, and skips empty
+// lines and one-line rows whose fields are all blank (",," or `"",""`). It
+// rejects, with a reason, rows with the wrong number of fields, a NUL byte or
+// invalid UTF-8 in a field (the reason names the column), an empty or invalid
+// "to", and exact duplicates of an earlier row (same normalized "to" and same
+// parameter values). The same recipient with different parameters is valid:
+// it is two messages.
 //
-// No line is lost: every non-blank physical line after the header ends up in
-// exactly one row of Result.Rows or Result.Rejects, under its own line
-// number or inside the one multi-line row it belongs to. Read parses one
+// No line is lost: every physical line after the header, except the skipped
+// ones, ends up in exactly one row of Result.Rows or Result.Rejects, under
+// its own line number or inside the one valid multi-line row it belongs to,
+// and a line that is a row of its own (the header's field count and a valid
+// "to" when read alone) is always under its own number. Read parses one
 // record at a time, from the start of a line L. A record that stays on line
 // L is a row, or, if the line is not valid CSV (a bare quote, text after a
 // closing quote), line L alone is rejected with the CSV error. A quoted field
 // that is still open at the end of line L may continue on the next lines,
 // and the record is then one row, reported at line L, but only if it closes
 // properly within maxRecordLines (100) lines and maxRecordBytes (64 KiB),
-// has as many fields as the header, and keeps "to" on one line. Otherwise
-// the quote is taken to be a stray: line L alone is rejected ("unterminated
-// quoted field starting at line L") and parsing starts again at line L+1.
-// So a stray quote costs its own line, never the rest of the file. The
-// header may span lines within the same bounds.
+// has as many fields as the header, keeps "to" on one line, is a valid row
+// (a valid "to", no NUL byte or invalid UTF-8), and none of the lines after
+// L that it takes is a row of its own. Otherwise the quote is taken to be a
+// stray: line L alone is rejected ("unterminated quoted field starting at
+// line L", or why the record it closes into is not taken) and parsing
+// starts again at line L+1. So a stray quote costs its own line, never the
+// rest of the file nor a row after it. The price is that a line of a
+// message body that reads as a row on its own ("+12025550123,see you,Ann"
+// under a three-column header) cannot be inside a quoted field: the record
+// is rejected at its first line, and its other lines are read one by one.
 //
 // The error is non-nil only when the file as a whole is unusable: it cannot
-// be read, has no header, or the header is not valid CSV, lacks "to", repeats
-// or omits a column name, or has a name with a NUL byte or invalid UTF-8. It
-// says where: `line 1: missing required column "to" (have: name, code)`.
+// be read, has no header, or the header is not valid CSV, is not on one line
+// (a quote that carries it onto the next line would make that line part of a
+// column name), lacks "to", repeats or omits a column name, or has a name
+// with a line break, a NUL byte or invalid UTF-8. It says where: `line 1:
+// missing required column "to" (have: name, code)`, `line 1: header: quoted
+// field starting at line 1 ends on line 2, putting a line break in the name
+// of column 2`.
 // Read holds the whole input in memory.
 func Read(r io.Reader, opts Options) (*Result, error) {
 	data, err := io.ReadAll(r)
@@ -147,8 +165,12 @@ func Read(r io.Reader, opts Options) (*Result, error) {
 	}
 	sc := newRecordScanner(data, comma)
 
-	// The header may span lines, so long as its quotes close within bounds.
-	hdr, ok := sc.next(func([]string) string { return "" })
+	// The header is one line: a quote that carries it onto the next line is a
+	// stray, or the next line would become part of a column name and be lost.
+	hdr, ok := sc.next(func(rec []string, _ int, _ []byte) string {
+		i := slices.IndexFunc(rec, func(f string) bool { return strings.ContainsAny(f, "\r\n") })
+		return fmt.Sprintf("putting a line break in the name of column %d", i+1)
+	})
 	if !ok {
 		return nil, errors.New("line 1: missing header row (the input is empty)")
 	}
@@ -169,6 +191,8 @@ func Read(r io.Reader, opts Options) (*Result, error) {
 			return nil, fmt.Errorf("line %d: column %d has no name", headerLine, i+1)
 		case strings.IndexByte(name, 0) >= 0:
 			return nil, fmt.Errorf("line %d: column %d: name %q contains a NUL byte (is the file UTF-16? save it as UTF-8)", headerLine, i+1, name)
+		case strings.ContainsAny(name, "\r\n"):
+			return nil, fmt.Errorf("line %d: column %d: name %q contains a line break", headerLine, i+1, name)
 		case !utf8.ValidString(name):
 			return nil, fmt.Errorf("line %d: column %d: name %q is not valid UTF-8 (save the file as UTF-8)", headerLine, i+1, name)
 		case slices.ContainsFunc(res.Columns, func(c string) bool { return strings.EqualFold(c, name) }):
@@ -180,25 +204,53 @@ func Read(r io.Reader, opts Options) (*Result, error) {
 		return nil, fmt.Errorf("line %d: missing required column \"to\" (have: %s)", headerLine, strings.Join(res.Columns, ", "))
 	}
 
-	// fits says why a record with quoted line breaks is not taken as one
-	// row ("" if it is). A stray quote that happens to close on a later line
-	// almost always leaves the wrong field count or a line break in "to",
-	// which no phone number has.
-	fits := func(rec []string) string {
+	seen := make(map[string]int) // content key → line of first occurrence
+	phones := phoneCache{}
+	// rowOfItsOwn reports whether line, one physical line, read alone is a
+	// row that would be sent or rejected as a duplicate: the header's field
+	// count and a valid "to".
+	rowOfItsOwn := func(line []byte) bool {
+		rec, ok := sc.lineRecord(line)
+		if !ok || len(rec) != len(res.Columns) {
+			return false
+		}
+		to := strings.TrimSpace(rec[toIdx])
+		if to == "" {
+			return false
+		}
+		_, err := phones.normalize(to)
+		return err == nil
+	}
+	// accept says why a record starting at line first whose quoted field
+	// runs onto the lines in cont is not taken as one row ("" if it is). It
+	// is one row only if it is a valid row and no line it takes is a row of
+	// its own: a quote that closes on a later line with the right field
+	// count is otherwise a stray that would hide rows, or would hide the
+	// lines of an invalid record inside one reject.
+	accept := func(rec []string, first int, cont []byte) string {
 		switch {
-		case isBlank(rec):
-			return ""
 		case len(rec) != len(res.Columns):
 			return "giving " + fieldCount(len(rec), len(res.Columns))
 		case strings.ContainsAny(rec[toIdx], "\r\n"):
 			return `putting a line break in "to"`
 		}
+		for line := first + 1; len(cont) > 0; line++ {
+			text := cont
+			if i := bytes.IndexByte(cont, '\n'); i >= 0 {
+				text = cont[:i+1]
+			}
+			cont = cont[len(text):]
+			if rowOfItsOwn(text) {
+				return fmt.Sprintf("swallowing line %d, a row of its own", line)
+			}
+		}
+		if _, why := parseRow(res.Columns, toIdx, first, rec, phones); why != "" {
+			return "making an invalid row (" + why + ")"
+		}
 		return ""
 	}
-	seen := make(map[string]int) // content key → line of first occurrence
-	phones := phoneCache{}
 	for {
-		rec, ok := sc.next(fits)
+		rec, ok := sc.next(accept)
 		if !ok {
 			break
 		}
@@ -255,10 +307,11 @@ func newRecordScanner(data []byte, comma rune) *recordScanner {
 
 // next returns the record that starts at the next non-empty line, or false
 // at the end of the input. A record whose quoted field runs onto later lines
-// is returned whole only if it parses, stays within the bounds, and fits
-// (which returns "" or why not); otherwise next rejects the first line alone
-// and resumes at the line after it.
-func (s *recordScanner) next(fits func(rec []string) string) (scanned, bool) {
+// is returned whole only if it parses, stays within the bounds, and accept
+// takes it: accept gets the record, its first line's number and the bytes of
+// its other lines, and returns "" or why not. Otherwise next rejects the
+// first line alone and resumes at the line after it.
+func (s *recordScanner) next(accept func(rec []string, first int, cont []byte) string) (scanned, bool) {
 	for s.off < len(s.data) {
 		end, next := s.lineEnd(s.off)
 		text := bytes.TrimSuffix(s.data[s.off:end], []byte("\r"))
@@ -307,13 +360,21 @@ func (s *recordScanner) next(fits func(rec []string) string) (scanned, bool) {
 		if n > 0 && s.data[start+n-1] != '\n' {
 			span++ // the last line has no line ending
 		}
-		if why := fits(rec); why != "" {
+		if why := accept(rec, line, s.data[next:start+n]); why != "" {
 			return scanned{line: line, raw: string(text), reason: fmt.Sprintf("quoted field starting at line %d ends on line %d, %s", line, line+span-1, why)}, true
 		}
 		s.off, s.line = start+n, line+span
 		return scanned{line: line, fields: rec}, true
 	}
 	return scanned{}, false
+}
+
+// lineRecord reads line, one physical line with or without its line ending,
+// as a record on its own. It is false if the line is not one: it is empty,
+// has a quoting error, or leaves a quoted field open.
+func (s *recordScanner) lineRecord(line []byte) ([]string, bool) {
+	rec, _, err := s.parse(line)
+	return rec, err == nil
 }
 
 // lineEnd returns the offset of the '\n' ending the line at off (or the end
@@ -489,10 +550,13 @@ func appendField(b []byte, s string) []byte {
 // "reason". A line that was not valid CSV is one field, quoted as needed, so
 // the rejects file is valid CSV with one record per reject: reading it back
 // gives one row or reject per record, and a stray quote in it swallows
-// nothing (as long as each record stays within Read's bounds; a rejected
-// row's "to" is quoted in its reason, so a row near 64 KiB may not). Putting them first keeps every record's fields under their
-// headings however many fields it had, and keeps a record that had too few
-// fields invalid until it is fixed.
+// nothing. Two exceptions: a rejected row's "to" is quoted in its reason, so
+// a row near Read's 64 KiB bound may not stay within it; and a line inside
+// a duplicate's multi-line field that, with the two extra columns, is a row
+// of its own in the rejects file is read as one there (see Read). Putting
+// the columns first keeps every record's fields under their headings however
+// many fields it had, and keeps a record that had too few fields invalid
+// until it is fixed.
 //
 // Read treats "line" and "reason" as annotations, not parameters, so a fixed
 // row gets the same idempotency key as it would have had in the original

@@ -170,7 +170,7 @@ func TestRead(t *testing.T) {
 			in: "to,name,note\n" +
 				"+12025550123,A\x00va,x\n" +
 				"+12025550124,Jos\xe9,x\n" +
-				"+12025550125,Mia,\"two\nli\x00nes\"\n" + // 4-5: rejected whole
+				"+12025550125,Mia,\"two\nli\x00nes\"\n" + // 4-5: not a row, so the quote is a stray
 				"+1202555\xff0126,Leo,x\n" +
 				"\x00\n" + // one field
 				"+12025550127,Zoë,x\n",
@@ -178,7 +178,8 @@ func TestRead(t *testing.T) {
 			want: []outcome{
 				{Line: 2, Reason: "name: contains a NUL byte"},
 				{Line: 3, Reason: "name: not valid UTF-8"},
-				{Line: 4, Reason: "note: contains a NUL byte"},
+				{Line: 4, Reason: "quoted field starting at line 4 ends on line 5, making an invalid row (note: contains a NUL byte)"},
+				{Line: 5, Reason: `bare " in non-quoted-field`},
 				{Line: 6, Reason: "to: not valid UTF-8"},
 				{Line: 7, Reason: "has 1 field, want 3"},
 				{Line: 8, To: "+12025550127"},
@@ -199,6 +200,7 @@ func TestRead(t *testing.T) {
 			if diff := cmp.Diff(tc.want, outcomes(t, res)); diff != "" {
 				t.Errorf("rows and rejects (-want +got):\n%s", diff)
 			}
+			require.NoError(t, checkLines([]byte(tc.in), ',', res))
 		})
 	}
 }
@@ -248,6 +250,9 @@ func TestReadFatal(t *testing.T) {
 		{"unnamed column", "to,name,\n", Options{}, "line 1: column 3 has no name"},
 		{"bad header quoting", "to,\"na\"me\n", Options{}, `line 1: header: extraneous or missing " in quoted-field`},
 		{"stray quote in the header", "\n\"to,name\n+12025550123,Ava\n", Options{}, "line 2: header: unterminated quoted field starting at line 2"},
+		{"header over two lines", "to,\"name\n+12025550123,Ann\"\n+12025550124,Bob\n", Options{}, "line 1: header: quoted field starting at line 1 ends on line 2, putting a line break in the name of column 2"},
+		{"header over two lines after blank lines", "\r\n\"to\r\n\",name\r\n", Options{}, "line 2: header: quoted field starting at line 2 ends on line 3, putting a line break in the name of column 1"},
+		{"CR in a column name", "to,\"na\rme\"\n+12025550123,Ann\n", Options{}, `line 1: column 2: name "na\rme" contains a line break`},
 		{"NUL in the header", "t\x00o\x00,\x00n\x00\n", Options{}, `line 1: column 1: name "t\x00o\x00" contains a NUL byte (is the file UTF-16? save it as UTF-8)`},
 		{"invalid UTF-8 in the header", "to,Pr\xe9nom\n", Options{}, `line 1: column 2: name "Pr\xe9nom" is not valid UTF-8 (save the file as UTF-8)`},
 		{"bad comma", "to\n", Options{Comma: '"'}, `comma: '"' cannot separate CSV fields`},
