@@ -191,8 +191,9 @@ func (c *ChannelConfig) Rules() []LimitRule {
 	return slices.Clone(c.Limits)
 }
 
-// channelNames are the known channels in their documented order.
-var channelNames = []string{"whatsapp", "sms", "webhook", "http"}
+// channelNames are the known channels in their documented order, from the
+// tasks registry.
+var channelNames = tasks.Channels()
 
 // Default returns the built-in configuration: what sluice.example.yaml says,
 // with the providers' published limits (sources in that file). Each call

@@ -4,24 +4,18 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/sluice-dev/sluice/tasks"
 )
 
-// taskFields lists, per channel, the task fields a key template may name as
-// {placeholder}. It stands in for tasks.FieldNames until that exists: the
-// channels' task types are whatsapp:send, sms:send, webhook:deliver and
-// http:call. "sender" (sms) is From or else MessagingServiceSID; "host"
-// (webhook, http) is the URL's host.
-var taskFields = map[string][]string{
-	"whatsapp": {"phone_number_id", "to"},
-	"sms":      {"from", "messaging_service_sid", "to", "sender", "account_sid"},
-	"webhook":  {"url", "host", "endpoint", "event_type"},
-	"http":     {"method", "url", "host"},
-}
-
-// fieldNames returns the placeholders a key template of channel may use.
+// fieldNames returns the placeholders a key template of channel may use:
+// tasks.FieldNames of the channel's task type, the one registry.
 func fieldNames(channel string) ([]string, bool) {
-	f, ok := taskFields[channel]
-	return f, ok
+	taskType, ok := tasks.ChannelTaskType(channel)
+	if !ok {
+		return nil, false
+	}
+	return tasks.FieldNames(taskType)
 }
 
 // checkKey validates a limit rule's key template: ':'-separated non-empty

@@ -7,16 +7,19 @@ import (
 	"strings"
 )
 
-// channels lists, per channel, its task type and the names of the fields its
-// payload exposes to limit-key templates. The channel name is also the task
-// type's default queue.
+// channels is the one channel registry: per channel, its task type, the
+// names of the fields its limit-key templates may name (the keys of the
+// payload's Fields; TestFields holds the two together) and its payload cap.
+// The channel name is also the task type's default queue. config, the worker
+// and the CLI read it through Channels, ChannelTaskType, DefaultQueue,
+// FieldNames and MaxPayloadBytes.
 var channels = []struct {
 	name, taskType string
 	fields         []string
 	maxPayload     int // bytes of encoded JSON; see MaxPayloadBytes
 }{
 	{"whatsapp", TypeWhatsAppSend, []string{"phone_number_id", "to"}, 64 << 10},
-	{"sms", TypeSMSSend, []string{"from", "messaging_service_sid", "to", "sender"}, 16 << 10},
+	{"sms", TypeSMSSend, []string{"from", "messaging_service_sid", "to", "sender", "account_sid"}, 16 << 10},
 	{"webhook", TypeWebhookDeliver, []string{"url", "host", "endpoint", "event_type"}, 1 << 20},
 	{"http", TypeHTTPCall, []string{"method", "url", "host"}, 1 << 20},
 }
@@ -108,8 +111,10 @@ func (p WhatsAppSend) Fields() map[string]string {
 }
 
 // Fields returns the values limit-key templates may use: "from",
-// "messaging_service_sid", "to" and "sender" (From if set, else
-// MessagingServiceSID). Unset fields map to "".
+// "messaging_service_sid", "to", "sender" (From if set, else
+// MessagingServiceSID) and "account_sid", which the payload does not carry:
+// it is "" here and the worker fills it with its Twilio client's account
+// (the 20429 concurrency cap is per account). Unset fields map to "".
 func (p SMSSend) Fields() map[string]string {
 	sender := p.From
 	if sender == "" {
@@ -120,6 +125,7 @@ func (p SMSSend) Fields() map[string]string {
 		"messaging_service_sid": p.MessagingServiceSID,
 		"to":                    p.To,
 		"sender":                sender,
+		"account_sid":           "",
 	}
 }
 

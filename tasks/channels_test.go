@@ -34,10 +34,10 @@ func TestFields(t *testing.T) {
 			"phone_number_id": "106540352242922", "to": "+12025550123",
 		}},
 		{TypeSMSSend, validSMS().Fields(), map[string]string{
-			"from": "+12025550100", "messaging_service_sid": "", "to": "+12025550123", "sender": "+12025550100",
+			"from": "+12025550100", "messaging_service_sid": "", "to": "+12025550123", "sender": "+12025550100", "account_sid": "",
 		}},
 		{TypeSMSSend, SMSSend{MessagingServiceSID: "MG1", To: "+12025550123"}.Fields(), map[string]string{
-			"from": "", "messaging_service_sid": "MG1", "to": "+12025550123", "sender": "MG1",
+			"from": "", "messaging_service_sid": "MG1", "to": "+12025550123", "sender": "MG1", "account_sid": "",
 		}},
 		{TypeWebhookDeliver, WebhookDeliver{URL: "https://Hooks.Example.COM:8443/x?a=1", EventType: "order.updated", Endpoint: "acme"}.Fields(), map[string]string{
 			"url": "https://Hooks.Example.COM:8443/x?a=1", "host": "hooks.example.com:8443", "endpoint": "acme", "event_type": "order.updated",

@@ -56,5 +56,5 @@ func ExampleSMSSend_Fields() {
 	fmt.Println(names)
 	// Output:
 	// MG0123456789abcdef0123456789abcdef
-	// [from messaging_service_sid to sender]
+	// [from messaging_service_sid to sender account_sid]
 }

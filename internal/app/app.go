@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-dev/sluice/channels"
 	"github.com/sluice-dev/sluice/config"
 	"github.com/sluice-dev/sluice/internal/redact"
+	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
 	"github.com/sluice-dev/sluice/worker"
 )
@@ -110,7 +111,7 @@ func NewWorker(cfg *config.Config, rdb redis.UniversalClient, lim *throttle.Redi
 	var chans []worker.Channel
 	queues := map[string]int{}
 	var errs []error
-	for _, name := range []string{"whatsapp", "sms", "webhook", "http"} {
+	for _, name := range tasks.Channels() {
 		cc := cfg.Channels[name]
 		if cc == nil || !cc.Enabled {
 			continue

@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-dev/sluice/config"
+	"github.com/sluice-dev/sluice/tasks"
 )
 
 func newConfigCmd(g *globals) *cobra.Command {
@@ -21,7 +22,7 @@ func newConfigCmd(g *globals) *cobra.Command {
 				return &ExitError{Code: 1, Err: fmt.Errorf("%s: invalid configuration", args[0])}
 			}
 			n := 0
-			for _, name := range []string{"whatsapp", "sms", "webhook", "http"} {
+			for _, name := range tasks.Channels() {
 				if c := cfg.Channels[name]; c != nil && c.Enabled {
 					n++
 					for _, r := range c.Rules() {
