@@ -12,8 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-dev/sluice/channels"
 	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
+	"github.com/sluice-dev/sluice/worker"
 )
 
 // Config is a whole Sluice configuration. Start from Default (or Load/Parse,
@@ -199,7 +201,6 @@ var channelNames = tasks.Channels()
 // with the providers' published limits (sources in that file). Each call
 // returns a new value.
 func Default() *Config {
-	const ms = time.Millisecond
 	gcra := func(name, key string, r throttle.Rate) LimitRule {
 		return LimitRule{Limit: throttle.Limit{Name: name, Algorithm: throttle.GCRA, Rate: r, Burst: 1}, Key: key, Cost: 1}
 	}
@@ -215,8 +216,8 @@ func Default() *Config {
 			Enabled:         true,
 			Queue:           name,
 			Priority:        1,
-			Timeout:         15 * time.Second,
-			ThrottleBackoff: time.Second,
+			Timeout:         channels.DefaultTimeout,
+			ThrottleBackoff: worker.DefaultThrottleBackoff,
 			MaxRetryAfter:   time.Hour,
 			MaxPayloadBytes: tasks.MaxPayloadBytes(taskType),
 		}
@@ -226,7 +227,7 @@ func Default() *Config {
 	wa.BaseURL = "https://graph.facebook.com"
 	wa.APIVersion = "v23.0"
 	wa.TokenEnv = "WHATSAPP_TOKEN"
-	wa.MaxRetryAfter = 24 * time.Hour
+	wa.MaxRetryAfter = worker.DefaultMaxRetryAfter
 	wa.Limits = []LimitRule{
 		perSecond("throughput", "whatsapp:number:{phone_number_id}", 80),
 		gcra("pair", "whatsapp:pair:{phone_number_id}:{to}", throttle.Rate{Limit: 1, Period: 6 * time.Second}),
@@ -237,7 +238,7 @@ func Default() *Config {
 	sms.BaseURL = "https://api.twilio.com"
 	sms.AccountSIDEnv = "TWILIO_ACCOUNT_SID"
 	sms.AuthTokenEnv = "TWILIO_AUTH_TOKEN"
-	sms.MaxRetryAfter = 24 * time.Hour
+	sms.MaxRetryAfter = worker.DefaultMaxRetryAfter
 	sms.Limits = []LimitRule{
 		perSecond("sender", "sms:sender:{sender}", 1),
 		{Limit: throttle.Limit{Name: "concurrency", Algorithm: throttle.Concurrency, Max: 100, Lease: throttle.DefaultLease}, Key: "sms:account:{account_sid}", Cost: 1},
@@ -253,11 +254,11 @@ func Default() *Config {
 	return &Config{
 		Redis: RedisConfig{URLEnv: "REDIS_URL", Addr: "127.0.0.1:6379", DB: 0, KeyPrefix: "sluice"},
 		Worker: WorkerConfig{
-			Concurrency:              50,
-			DelayedTaskCheckInterval: 100 * ms,
-			TaskCheckInterval:        50 * ms,
-			ShutdownTimeout:          30 * time.Second,
-			MaxRetry:                 10,
+			Concurrency:              worker.DefaultConcurrency,
+			DelayedTaskCheckInterval: worker.DefaultDelayedTaskCheckInterval,
+			TaskCheckInterval:        worker.DefaultTaskCheckInterval,
+			ShutdownTimeout:          worker.DefaultShutdownTimeout,
+			MaxRetry:                 tasks.DefaultMaxRetry,
 		},
 		HTTP:     HTTPConfig{Listen: "127.0.0.1:9090"},
 		Cleanup:  CleanupConfig{Schedule: "@every 1m", Batch: 500},

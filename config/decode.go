@@ -21,13 +21,14 @@ import (
 
 	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
+	"github.com/sluice-dev/sluice/worker"
 )
 
 // Bounds on the file's values. Every string the file gives is held in
 // memory, rendered into keys and log lines, so none is unbounded.
 const (
 	// maxDelayedTaskCheckInterval bounds worker.delayed_task_check_interval.
-	maxDelayedTaskCheckInterval = time.Second
+	maxDelayedTaskCheckInterval = worker.MaxDelayedTaskCheckInterval
 	// maxScalarBytes bounds every single value (a URL, a template, a name).
 	maxScalarBytes = 2048
 	// maxKeyPrefixBytes bounds redis.key_prefix: it starts every limiter key.

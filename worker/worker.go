@@ -66,9 +66,30 @@ type Channel struct {
 	MaxPayloadBytes int
 }
 
-// DefaultMaxRetryAfter is Channel.MaxRetryAfter's default: 24h, the longest
-// documented provider wait (daily limits reset within a day).
-const DefaultMaxRetryAfter = 24 * time.Hour
+// Defaults of Options and Channel, read by config.Default too, so the two
+// cannot drift.
+const (
+	// DefaultConcurrency is Options.Concurrency's default: sends wait on the
+	// network, not the CPU.
+	DefaultConcurrency = 50
+	// DefaultDelayedTaskCheckInterval is Options.DelayedTaskCheckInterval's
+	// default; MaxDelayedTaskCheckInterval its largest value, so that a
+	// throttled task comes back within a second of its wait.
+	DefaultDelayedTaskCheckInterval = 100 * time.Millisecond
+	MaxDelayedTaskCheckInterval     = time.Second
+	// DefaultTaskCheckInterval is Options.TaskCheckInterval's default.
+	DefaultTaskCheckInterval = 50 * time.Millisecond
+	// DefaultShutdownTimeout is Options.ShutdownTimeout's default.
+	DefaultShutdownTimeout = 30 * time.Second
+	// DefaultThrottleBackoff is Channel.ThrottleBackoff's default.
+	DefaultThrottleBackoff = time.Second
+	// DefaultPairBackoff is Channel.PairBackoff's default: WhatsApp's pair
+	// interval, one message per 6 s to one recipient (error 131056).
+	DefaultPairBackoff = 6 * time.Second
+	// DefaultMaxRetryAfter is Channel.MaxRetryAfter's default: 24h, the
+	// longest documented provider wait (daily limits reset within a day).
+	DefaultMaxRetryAfter = 24 * time.Hour
+)
 
 // Options configures a Worker.
 type Options struct {
@@ -127,19 +148,19 @@ func New(opts Options) (*Worker, error) {
 		return nil, errors.New("worker: Options.Channels is empty")
 	}
 	if opts.Concurrency == 0 {
-		opts.Concurrency = 50
+		opts.Concurrency = DefaultConcurrency
 	}
 	if opts.DelayedTaskCheckInterval == 0 {
-		opts.DelayedTaskCheckInterval = 100 * time.Millisecond
+		opts.DelayedTaskCheckInterval = DefaultDelayedTaskCheckInterval
 	}
-	if opts.DelayedTaskCheckInterval > time.Second {
-		return nil, fmt.Errorf("worker: Options.DelayedTaskCheckInterval: %v is over 1s; throttled tasks would come back late", opts.DelayedTaskCheckInterval)
+	if opts.DelayedTaskCheckInterval > MaxDelayedTaskCheckInterval {
+		return nil, fmt.Errorf("worker: Options.DelayedTaskCheckInterval: %v is over %v; throttled tasks would come back late", opts.DelayedTaskCheckInterval, MaxDelayedTaskCheckInterval)
 	}
 	if opts.TaskCheckInterval == 0 {
-		opts.TaskCheckInterval = 50 * time.Millisecond
+		opts.TaskCheckInterval = DefaultTaskCheckInterval
 	}
 	if opts.ShutdownTimeout == 0 {
-		opts.ShutdownTimeout = 30 * time.Second
+		opts.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -208,10 +229,10 @@ func (w *Worker) Handler(ch Channel) (asynq.Handler, error) {
 		return nil, errors.New("channel needs Name, TaskType and Prepare")
 	}
 	if ch.ThrottleBackoff == 0 {
-		ch.ThrottleBackoff = time.Second
+		ch.ThrottleBackoff = DefaultThrottleBackoff
 	}
 	if ch.PairBackoff == 0 {
-		ch.PairBackoff = 6 * time.Second
+		ch.PairBackoff = DefaultPairBackoff
 	}
 	if ch.MaxRetryAfter == 0 {
 		ch.MaxRetryAfter = DefaultMaxRetryAfter
