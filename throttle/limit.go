@@ -117,37 +117,39 @@ type Limit struct {
 // DefaultLease is the Concurrency lease lifetime when Limit.Lease is zero.
 const DefaultLease = 30 * time.Second
 
-// Validate reports the first problem with l, naming the field.
+// Validate reports the first problem with l as a *FieldError naming the
+// field: `limit "pair": rate: want N/period with N > 0 and period >= 1ms,
+// got 0/s`.
 func (l Limit) Validate() error {
 	switch {
 	case l.Algorithm == GCRA:
 		if l.Rate.Limit <= 0 || l.Rate.Period < time.Millisecond {
-			return fmt.Errorf("limit %q: rate: want N/period with N > 0 and period >= 1ms, got %v", l.Name, l.Rate)
+			return fieldErr(l, FieldRate, "want N/period with N > 0 and period >= 1ms, got %v", l.Rate)
 		}
 		if l.Burst < 0 {
-			return fmt.Errorf("limit %q: burst: want >= 0, got %d", l.Name, l.Burst)
+			return fieldErr(l, FieldBurst, "want >= 0, got %d", l.Burst)
 		}
 	case l.Algorithm.Windowed():
 		if l.Rate.Limit <= 0 {
-			return fmt.Errorf("limit %q: rate: want N/window with N > 0, got %v", l.Name, l.Rate)
+			return fieldErr(l, FieldRate, "want N/window with N > 0, got %v", l.Rate)
 		}
 		if !slices.Contains(Windows, l.Rate.Period) {
-			return fmt.Errorf("limit %q: rate %v: window %s: %s needs one of 1s, 30s, 1m, 5m, 1h, 1d", l.Name, l.Rate, FormatPeriod(l.Rate.Period), l.Algorithm)
+			return &FieldError{Limit: l.Name, Field: FieldRate, Err: fmt.Errorf("rate %v: window %s: %s needs one of 1s, 30s, 1m, 5m, 1h, 1d", l.Rate, FormatPeriod(l.Rate.Period), l.Algorithm)}
 		}
 	case l.Algorithm == MinInterval:
 		if l.Interval < time.Millisecond {
-			return fmt.Errorf("limit %q: interval: want >= 1ms, got %v", l.Name, l.Interval)
+			return fieldErr(l, FieldInterval, "want >= 1ms, got %v", l.Interval)
 		}
 	case l.Algorithm == Concurrency:
 		if l.Max <= 0 {
-			return fmt.Errorf("limit %q: max: want > 0, got %d", l.Name, l.Max)
+			return fieldErr(l, FieldMax, "want > 0, got %d", l.Max)
 		}
 		if l.Lease < 0 {
-			return fmt.Errorf("limit %q: lease: want >= 0, got %v", l.Name, l.Lease)
+			return fieldErr(l, FieldLease, "want >= 0, got %v", l.Lease)
 		}
 	default:
 		_, err := ParseAlgorithm(string(l.Algorithm))
-		return fmt.Errorf("limit %q: %w", l.Name, err)
+		return &FieldError{Limit: l.Name, Field: "algorithm", Err: err}
 	}
 	return nil
 }
