@@ -242,6 +242,15 @@ func (l *Redis) Stats(ctx context.Context, prefix string, top int, limitFor func
 	st := Stats{ByType: map[string]int64{}}
 	var uses []KeyUse
 	var cursor uint64
+	var skipped int
+	var skipKey string
+	var skipErr error
+	defer func() {
+		if skipped > 0 {
+			l.logger().WarnContext(ctx, "throttle: stats left out keys whose use could not be read",
+				"skipped", skipped, "key", skipKey, "err", skipErr)
+		}
+	}()
 	for {
 		keys, next, err := l.List(ctx, prefix, cursor, 500)
 		if err != nil {
@@ -276,7 +285,12 @@ func (l *Redis) Stats(ctx context.Context, prefix string, top int, limitFor func
 			}
 			d, err := l.Status(ctx, Request{Key: k, Limit: lim})
 			if err != nil {
-				continue // the key's state belongs to another limit shape
+				// A limit Status refuses, or a failed round trip:
+				// reported once, after the scan.
+				if skipped++; skipped == 1 {
+					skipKey, skipErr = k, err
+				}
+				continue
 			}
 			ld := d.Limits[0]
 			u := KeyUse{Key: k, Name: lim.Name, Used: ld.Limit - ld.Remaining, Limit: ld.Limit, Bytes: mems[i].Val()}

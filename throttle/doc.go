@@ -41,7 +41,9 @@
 // EVALSHA. Calls spanning scopes are taken scope by scope in sorted order
 // and refunded if a later scope blocks; see Redis. Runtime overrides
 // (SetOverride) change limits for every process within a second; limit
-// events go to a capped Redis Stream (Events).
+// events go to a capped Redis Stream (Events). Errors the Redis limiter
+// absorbs rather than fail a decision (an event it could not write,
+// overrides it could not read) go to Options.Logger at WARN.
 //
 // # Keys
 //

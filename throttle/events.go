@@ -105,7 +105,7 @@ func (s *eventSink) observe(ctx context.Context, reqs []Request, d Decision) {
 // emit writes an event unless this key already had one of its type in the
 // current window. Events repeat at most once per aligned window of the limit
 // (for a fixed window exactly its window), so the marker names the window's
-// end. A failed write is dropped: events are best-effort.
+// end. A failed write is dropped (events are best-effort) and logged.
 func (s *eventSink) emit(ctx context.Context, typ, key string, window time.Duration, now time.Time, fields ...any) {
 	w := max(window, time.Millisecond).Microseconds()
 	until := time.UnixMicro((now.UnixMicro()/w + 1) * w)
@@ -123,7 +123,9 @@ func (s *eventSink) emit(ctx context.Context, typ, key string, window time.Durat
 	ttl := max(until.Sub(now).Milliseconds(), 1)
 	args := append([]any{ttl, s.opts.MaxLen, "type", typ, "at", now.UnixMilli()}, fields...)
 	keys := []string{s.l.StreamKey(), s.l.prefix + ":{_events}:seen:" + mark}
-	_ = eventsScript.Run(context.WithoutCancel(ctx), s.l.rdb, keys, args...).Err()
+	if err := eventsScript.Run(context.WithoutCancel(ctx), s.l.rdb, keys, args...).Err(); err != nil {
+		s.l.warn.eventWrite.warn(ctx, s.l.logger(), "throttle: event dropped", "type", typ, "key", key, "err", err)
+	}
 }
 
 // formatWindow renders a window with its count, "1s", "1m", "1d", where

@@ -15,7 +15,8 @@ import (
 // every process using the same Redis (`sluice limits set KEY --rate
 // 10000/1d`). Zero fields keep the configured value. An override that would
 // make the limit invalid (a window a fixed window cannot have, a capacity
-// below a request's cost) is ignored for that request.
+// below a request's cost) is ignored for that request, and logged
+// (Options.Logger).
 type Override struct {
 	Rate     Rate          `json:"rate,omitzero"`
 	Burst    int64         `json:"burst,omitempty"`
@@ -148,6 +149,10 @@ func (c *overrideCache) current(ctx context.Context) *overrideSnapshot {
 	defer c.loading.Unlock()
 	all, err := c.l.Overrides(ctx)
 	if err != nil {
+		if ctx.Err() == nil { // the caller gave up: not the server's fault
+			c.l.warn.overrideRefresh.warn(ctx, c.l.logger(), "throttle: override refresh failed: keeping the last overrides read",
+				"key", c.l.OverridesKey(), "err", err)
+		}
 		if s == nil {
 			return nil
 		}
@@ -196,7 +201,13 @@ func (c *overrideCache) apply(ctx context.Context, reqs []Request) []Request {
 			continue
 		}
 		lim := o.Apply(r.Limit)
-		if lim.Validate() != nil || r.cost() > lim.Capacity() {
+		err := lim.Validate()
+		if err == nil && r.cost() > lim.Capacity() {
+			err = fmt.Errorf("%w: cost %d, capacity %d", ErrCostOverLimit, r.cost(), lim.Capacity())
+		}
+		if err != nil {
+			c.l.warn.overrideIgnored.warn(ctx, c.l.logger(), "throttle: override ignored",
+				"key", r.Key, "limit", r.Limit.Name, "override", o.String(), "err", err)
 			continue
 		}
 		if out == nil {

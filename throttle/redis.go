@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -32,6 +33,11 @@ type Options struct {
 	// re-read; zero means 500ms, so a change is honoured within 1s.
 	// Negative disables overrides.
 	OverrideRefresh time.Duration
+	// Logger receives the errors the limiter absorbs instead of returning
+	// (event writes, override refreshes, ignored overrides, failed refunds),
+	// at WARN with the limiter key under "key" and the error under "err";
+	// each kind at most once per 10s. Nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // Redis is the Limiter over Redis: any number of goroutines and processes
@@ -56,13 +62,16 @@ type Redis struct {
 	concurrencyRetry time.Duration
 	events           *eventSink
 	overrides        *overrideCache
+	log              *slog.Logger
+	warn             redisWarnings
 }
 
 var _ Limiter = (*Redis)(nil)
 
 // NewRedis returns a Limiter over rdb.
 func NewRedis(rdb redis.UniversalClient, opts Options) *Redis {
-	l := &Redis{rdb: rdb, prefix: opts.Prefix, clock: opts.Clock, concurrencyRetry: opts.ConcurrencyRetry}
+	l := &Redis{rdb: rdb, prefix: opts.Prefix, clock: opts.Clock, concurrencyRetry: opts.ConcurrencyRetry,
+		log: opts.Logger, warn: newRedisWarnings()}
 	if l.prefix == "" {
 		l.prefix = DefaultPrefix
 	}
@@ -229,7 +238,10 @@ func (l *Redis) crossScope(ctx context.Context, m mode, callID string, reqs []Re
 		}
 		d, err := l.script(ctx, gm, callID, sub, subFields, time.Time{})
 		if err != nil {
-			l.refund(ctx, callID, reqs, fields, taken, takenIdx)
+			if rerr := l.refund(ctx, callID, reqs, fields, taken, takenIdx); rerr != nil {
+				l.warn.refund.warn(ctx, l.logger(), "throttle: refund failed: units taken stay taken until their state expires",
+					"key", reqs[0].Key, "err", rerr)
+			}
 			return Decision{}, err
 		}
 		if out.Now.IsZero() || d.Now.After(out.Now) {
