@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/channels"
+	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
 	"github.com/sluice-dev/sluice/worker"
@@ -157,36 +158,26 @@ type ChannelConfig struct {
 	MaxPayloadBytes int
 	// Limits are the channel's limit rules, checked in order. Defaults: the
 	// provider limits in sluice.example.yaml. Use Rules to read them.
-	Limits []LimitRule
+	Limits []rules.Rule
 }
 
-// LimitRule is one limit of a channel: a throttle.Limit, the key template
-// that picks the limited identifier from a task, the member template of a
-// distinct limit, and the task's cost.
-type LimitRule struct {
-	// Limit is the limit itself, valid per throttle.Limit.Validate. Burst is
-	// set (>= 1) for GCRA, Lease (> 0) for Concurrency and Interval (>= 1ms)
-	// for MinInterval; every algorithm of throttle.Algorithms is accepted,
-	// windowed ones only with a window of throttle.Windows.
-	Limit throttle.Limit
-	// Key is the key template: ':'-separated segments, the first is the
-	// channel name, {field} placeholders name task fields:
-	// "whatsapp:pair:{phone_number_id}:{to}".
-	Key string
-	// Member is the member template of a Distinct limit, the subject it
-	// counts: literal text and {field} placeholders naming task fields, as
-	// in "{to}". Required for Distinct, empty for every other algorithm.
-	Member string
-	// Cost is the units one task uses; >= 1, at most the limit's capacity.
-	// Always 1 for Distinct (a new member counts 1) and MinInterval.
-	// Default 1.
-	Cost int64
-	// Line is the rule's line in the file, 0 for a built-in default.
-	Line int
+// MatchRule returns the configured rule whose key template renders to key
+// (a limiter key without prefix, "whatsapp:daily:+12025550123"): the rule of
+// the channel named by the key's scope that rules.Match finds.
+func (c *Config) MatchRule(key string) (rules.Rule, bool) {
+	scope, _, _ := strings.Cut(key, ":")
+	return rules.Match(c.Channels[scope].Rules(), key)
+}
+
+// MatchPattern returns the configured rules a pattern "prefix*" can name
+// (rules.MatchPrefix within the channel named by the prefix's scope).
+func (c *Config) MatchPattern(prefix string) []rules.Rule {
+	scope, _, _ := strings.Cut(prefix, ":")
+	return rules.MatchPrefix(c.Channels[scope].Rules(), prefix)
 }
 
 // Rules returns a copy of the channel's limit rules, in order.
-func (c *ChannelConfig) Rules() []LimitRule {
+func (c *ChannelConfig) Rules() []rules.Rule {
 	if c == nil {
 		return nil
 	}
@@ -201,13 +192,13 @@ var channelNames = tasks.Channels()
 // with the providers' published limits (sources in that file). Each call
 // returns a new value.
 func Default() *Config {
-	gcra := func(name, key string, r throttle.Rate) LimitRule {
-		return LimitRule{Limit: throttle.Limit{Name: name, Algorithm: throttle.GCRA, Rate: r, Burst: 1}, Key: key, Cost: 1}
+	gcra := func(name, key string, r throttle.Rate) rules.Rule {
+		return rules.Rule{Limit: throttle.Limit{Name: name, Algorithm: throttle.GCRA, Rate: r, Burst: 1}, Key: key, Cost: 1}
 	}
 	// Per-second caps are fixed windows aligned to whole seconds, the
 	// resolution at which asynq schedules delayed tasks (sluice.example.yaml).
-	perSecond := func(name, key string, n int64) LimitRule {
-		return LimitRule{Limit: throttle.Limit{Name: name, Algorithm: throttle.FixedWindow, Rate: throttle.PerSecond(n)}, Key: key, Cost: 1}
+	perSecond := func(name, key string, n int64) rules.Rule {
+		return rules.Rule{Limit: throttle.Limit{Name: name, Algorithm: throttle.FixedWindow, Rate: throttle.PerSecond(n)}, Key: key, Cost: 1}
 	}
 	channel := func(name string) *ChannelConfig {
 		taskType, _ := tasks.ChannelTaskType(name)
@@ -228,7 +219,7 @@ func Default() *Config {
 	wa.APIVersion = "v23.0"
 	wa.TokenEnv = "WHATSAPP_TOKEN"
 	wa.MaxRetryAfter = worker.DefaultMaxRetryAfter
-	wa.Limits = []LimitRule{
+	wa.Limits = []rules.Rule{
 		perSecond("throughput", "whatsapp:number:{phone_number_id}", 80),
 		gcra("pair", "whatsapp:pair:{phone_number_id}:{to}", throttle.Rate{Limit: 1, Period: 6 * time.Second}),
 		{Limit: throttle.Limit{Name: "daily", Algorithm: throttle.FixedWindow, Rate: throttle.PerDay(250)}, Key: "whatsapp:daily:{to}", Cost: 1},
@@ -239,17 +230,17 @@ func Default() *Config {
 	sms.AccountSIDEnv = "TWILIO_ACCOUNT_SID"
 	sms.AuthTokenEnv = "TWILIO_AUTH_TOKEN"
 	sms.MaxRetryAfter = worker.DefaultMaxRetryAfter
-	sms.Limits = []LimitRule{
+	sms.Limits = []rules.Rule{
 		perSecond("sender", "sms:sender:{sender}", 1),
 		{Limit: throttle.Limit{Name: "concurrency", Algorithm: throttle.Concurrency, Max: 100, Lease: throttle.DefaultLease}, Key: "sms:account:{account_sid}", Cost: 1},
 	}
 
 	webhook := channel("webhook")
 	webhook.SigningSecretEnv = "WEBHOOK_SECRET"
-	webhook.Limits = []LimitRule{perSecond("host", "webhook:host:{host}", 10)}
+	webhook.Limits = []rules.Rule{perSecond("host", "webhook:host:{host}", 10)}
 
 	http := channel("http")
-	http.Limits = []LimitRule{perSecond("host", "http:host:{host}", 10)}
+	http.Limits = []rules.Rule{perSecond("host", "http:host:{host}", 10)}
 
 	return &Config{
 		Redis: RedisConfig{URLEnv: "REDIS_URL", Addr: "127.0.0.1:6379", DB: 0, KeyPrefix: "sluice"},

@@ -11,12 +11,13 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/throttle"
 )
 
-// ignoreLine drops LimitRule.Line, a position in the file, from comparisons
+// ignoreLine drops rules.Rule.Line, a position in the file, from comparisons
 // with Default (whose rules have Line 0).
-var ignoreLine = cmpopts.IgnoreFields(LimitRule{}, "Line")
+var ignoreLine = cmpopts.IgnoreFields(rules.Rule{}, "Line")
 
 func TestExampleFileIsDefault(t *testing.T) {
 	t.Parallel()
@@ -39,8 +40,7 @@ func TestDefaultIsValid(t *testing.T) {
 	for name, ch := range d.Channels {
 		require.Equal(t, name, ch.Name)
 		for _, r := range ch.Rules() {
-			require.NoError(t, r.Limit.Validate())
-			require.NoError(t, checkKey(name, r.Key))
+			require.NoError(t, r.Check(name, fieldNames(name)))
 			require.GreaterOrEqual(t, r.Cost, int64(1))
 			require.LessOrEqual(t, r.Cost, r.Limit.Capacity())
 		}
@@ -58,8 +58,8 @@ func TestDefaultReturnsFreshValues(t *testing.T) {
 	}
 	require.True(t, Default().Channels["sms"].Enabled)
 
-	rules := Default().Channels["sms"].Rules()
-	rules[0].Cost = 9
+	rs := Default().Channels["sms"].Rules()
+	rs[0].Cost = 9
 	require.Equal(t, int64(1), Default().Channels["sms"].Rules()[0].Cost)
 	var nilChannel *ChannelConfig
 	require.Nil(t, nilChannel.Rules())
@@ -89,7 +89,7 @@ func TestParseMergesWithDefaults(t *testing.T) {
 				"        cost: 2",
 			),
 			want: func(c *Config) {
-				c.Channels["whatsapp"].Limits = []LimitRule{{
+				c.Channels["whatsapp"].Limits = []rules.Rule{{
 					Limit: throttle.Limit{Name: "throughput", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(1000), Burst: 20},
 					Key:   "whatsapp:number:{phone_number_id}",
 					Cost:  2,
@@ -100,7 +100,7 @@ func TestParseMergesWithDefaults(t *testing.T) {
 		{
 			name: "empty limit list",
 			yaml: doc("channels:", "  http:", "    limits: []"),
-			want: func(c *Config) { c.Channels["http"].Limits = []LimitRule{} },
+			want: func(c *Config) { c.Channels["http"].Limits = []rules.Rule{} },
 		},
 		{
 			name: "disabled channel keeps the rest",
@@ -160,7 +160,7 @@ func TestParseMergesWithDefaults(t *testing.T) {
 			want: func(c *Config) {
 				sms := c.Channels["sms"]
 				sms.Timeout, sms.ThrottleBackoff = 20*time.Second, 20*time.Second
-				sms.Limits = []LimitRule{
+				sms.Limits = []rules.Rule{
 					{Limit: throttle.Limit{Name: "concurrency", Algorithm: throttle.Concurrency, Max: 10, Lease: throttle.DefaultLease}, Key: "sms:account:{account_sid}", Cost: 1, Line: 6},
 					{Limit: throttle.Limit{Name: "pair", Algorithm: throttle.FixedWindow, Rate: throttle.Rate{Limit: 30, Period: 30 * time.Second}}, Key: "sms:pair:{from}:{to}", Cost: 2, Line: 7},
 				}
@@ -194,7 +194,7 @@ func TestParseMergesWithDefaults(t *testing.T) {
 				"        cost: 1",
 			),
 			want: func(c *Config) {
-				c.Channels["whatsapp"].Limits = []LimitRule{
+				c.Channels["whatsapp"].Limits = []rules.Rule{
 					{Limit: throttle.Limit{Name: "throughput", Algorithm: throttle.SlidingWindowLog, Rate: throttle.PerSecond(80)}, Key: "whatsapp:number:{phone_number_id}", Cost: 2, Line: 4},
 					{Limit: throttle.Limit{Name: "minute", Algorithm: throttle.SlidingWindowCounter, Rate: throttle.PerMinute(1000)}, Key: "whatsapp:minute:{phone_number_id}", Cost: 1, Line: 5},
 					{Limit: throttle.Limit{Name: "pair", Algorithm: throttle.MinInterval, Interval: 6 * time.Second}, Key: "whatsapp:pair:{phone_number_id}:{to}", Cost: 1, Line: 6},

@@ -19,6 +19,7 @@ import (
 	"github.com/robfig/cron/v3"
 	"gopkg.in/yaml.v3"
 
+	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
 	"github.com/sluice-dev/sluice/worker"
@@ -600,7 +601,7 @@ func (d *decoder) channel(n *yaml.Node, path string, c *ChannelConfig) {
 }
 
 // limits reads a channel's list of limit rules; ok is false if any is bad.
-func (d *decoder) limits(n *yaml.Node, path, channel string) ([]LimitRule, bool) {
+func (d *decoder) limits(n *yaml.Node, path, channel string) ([]rules.Rule, bool) {
 	n = resolve(n)
 	if n.Kind != yaml.SequenceNode {
 		d.errorf(n, path, "want a list of limit rules ([] for none), got %s", describe(n))
@@ -611,7 +612,7 @@ func (d *decoder) limits(n *yaml.Node, path, channel string) ([]LimitRule, bool)
 		return nil, false
 	}
 	before := len(d.errs)
-	rules := make([]LimitRule, 0, len(n.Content))
+	rules := make([]rules.Rule, 0, len(n.Content))
 	names := map[string]int{}
 	for i, item := range n.Content {
 		p := fmt.Sprintf("%s[%d]", path, i)
@@ -628,49 +629,19 @@ func (d *decoder) limits(n *yaml.Node, path, channel string) ([]LimitRule, bool)
 	return rules, len(d.errs) == before
 }
 
-var ruleFields = []string{"name", "key", "algorithm", "rate", "burst", "cost", "max", "lease", "interval", "member"}
+var allRuleFields = []string{"name", "key", "algorithm", "rate", "burst", "cost", "max", "lease", "interval", "member"}
 
-// algorithmFields are the rule fields each algorithm uses; the others of
-// shapeFields are errors.
-var algorithmFields = map[throttle.Algorithm][]string{
-	throttle.GCRA:                 {"rate", "burst"},
-	throttle.FixedWindow:          {"rate"},
-	throttle.SlidingWindowLog:     {"rate"},
-	throttle.SlidingWindowCounter: {"rate"},
-	throttle.MinInterval:          {"interval"},
-	throttle.Concurrency:          {"max", "lease"},
-	throttle.Distinct:             {"rate", "member"},
+// ruleFields returns the rule fields algorithm a takes besides name, key,
+// algorithm and cost: throttle's Algorithm.Fields, and member for Distinct.
+func ruleFields(a throttle.Algorithm) []string {
+	if a == throttle.Distinct {
+		return append(a.Fields(), rules.FieldMember)
+	}
+	return a.Fields()
 }
 
-// shapeFields are the rule fields that only some algorithms use.
-var shapeFields = []string{"rate", "burst", "max", "lease", "interval", "member"}
-
-// required are the fields an algorithm cannot do without, with a hint.
-var required = map[throttle.Algorithm][][2]string{
-	throttle.GCRA:                 {{"rate", rateHint}},
-	throttle.FixedWindow:          {{"rate", windowHint}},
-	throttle.SlidingWindowLog:     {{"rate", windowHint}},
-	throttle.SlidingWindowCounter: {{"rate", windowHint}},
-	throttle.MinInterval:          {{"interval", "a duration such as 6s: the least time between two tasks"}},
-	throttle.Concurrency:          {{"max", "leases held at once"}},
-	throttle.Distinct:             {{"rate", "N/window: N distinct members per window of 1s, 30s, 1m, 5m, 1h or 1d"}, {"member", "a template such as {to}: the subject counted"}},
-}
-
-const (
-	rateHint   = "N/period such as 80/s, 1/6s or 250/1d"
-	windowHint = "N/window with a window of 1s, 30s, 1m, 5m, 1h or 1d, such as 80/s or 250/1d"
-)
-
-// capacityField says what sets throttle.Limit.Capacity, for cost errors.
-var capacityField = map[throttle.Algorithm]string{
-	throttle.GCRA:                 "its burst",
-	throttle.FixedWindow:          "its rate count",
-	throttle.SlidingWindowLog:     "its rate count",
-	throttle.SlidingWindowCounter: "its rate count",
-	throttle.MinInterval:          "one task per interval",
-	throttle.Concurrency:          "its max",
-	throttle.Distinct:             "its rate count",
-}
+// shapeFields are the rule fields that only some algorithms take.
+var shapeFields = append(slices.Clone(throttle.ShapeFields), rules.FieldMember)
 
 // algorithmNames is "gcra, fixed_window, … or distinct".
 func algorithmNames() string {
@@ -685,15 +656,15 @@ var limitNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
 
 // rule reads one limit rule. nameNode is the node of a valid name, for the
 // duplicate check.
-func (d *decoder) rule(n *yaml.Node, path, channel string) (r LimitRule, nameNode *yaml.Node) {
+func (d *decoder) rule(n *yaml.Node, path, channel string) (r rules.Rule, nameNode *yaml.Node) {
 	n = resolve(n)
 	r.Line = n.Line
 	if n.Kind != yaml.MappingNode {
-		d.errorf(n, path, "want a limit rule mapping (%s), got %s", strings.Join(ruleFields, ", "), describe(n))
+		d.errorf(n, path, "want a limit rule mapping (%s), got %s", strings.Join(allRuleFields, ", "), describe(n))
 		return r, nil
 	}
 	nodes := map[string]*yaml.Node{}
-	d.mapping(n, path, "field", ruleFields, func(key string, _, v *yaml.Node) { nodes[key] = resolve(v) })
+	d.mapping(n, path, "field", allRuleFields, func(key string, _, v *yaml.Node) { nodes[key] = resolve(v) })
 	before := len(d.errs)
 	field := func(key string) string { return path + "." + key }
 	l := &r.Limit
@@ -711,7 +682,7 @@ func (d *decoder) rule(n *yaml.Node, path, channel string) (r LimitRule, nameNod
 	if v := nodes["key"]; v == nil {
 		d.errorf(n, field("key"), "required")
 	} else if s, ok := d.scalar(v, field("key")); ok {
-		if err := checkKey(channel, s); err != nil {
+		if _, err := rules.ParseKey(channel, s, fieldNames(channel)); err != nil {
 			d.errorf(v, field("key"), "%v", err)
 		}
 		r.Key = s
@@ -759,22 +730,26 @@ func (d *decoder) rule(n *yaml.Node, path, channel string) (r LimitRule, nameNod
 	}
 	if v := nodes["member"]; v != nil {
 		if s, ok := d.scalar(v, field("member")); ok {
-			if err := checkMember(channel, s); err != nil {
+			if _, err := rules.ParseMember(channel, s, fieldNames(channel)); err != nil {
 				d.errorf(v, field("member"), "%v", err)
 			}
 			r.Member = s
 		}
 	}
 
-	if used, ok := algorithmFields[l.Algorithm]; ok {
+	if used := ruleFields(l.Algorithm); used != nil {
 		for _, f := range shapeFields {
 			if v := nodes[f]; v != nil && !slices.Contains(used, f) {
 				d.errorf(v, field(f), "not used by algorithm %s (it uses %s)", l.Algorithm, strings.Join(used, " and "))
 			}
 		}
-		for _, req := range required[l.Algorithm] {
-			if nodes[req[0]] == nil {
-				d.errorf(n, field(req[0]), "required by algorithm %s (%s)", l.Algorithm, req[1])
+		required := l.Algorithm.Required()
+		if l.Algorithm == throttle.Distinct {
+			required[rules.FieldMember] = "a template such as {to}: the subject counted"
+		}
+		for _, f := range shapeFields {
+			if hint, ok := required[f]; ok && nodes[f] == nil {
+				d.errorf(n, field(f), "required by algorithm %s (%s)", l.Algorithm, hint)
 			}
 		}
 		if v := nodes["cost"]; l.Algorithm == throttle.Distinct && v != nil && r.Cost > 1 {
@@ -794,20 +769,16 @@ func (d *decoder) rule(n *yaml.Node, path, channel string) (r LimitRule, nameNod
 			l.Lease = throttle.DefaultLease
 		}
 	}
-	if err := l.Validate(); err != nil {
+	// The rules package has the last word; its error names the field, so it
+	// is reported at that field's node.
+	if err := r.Check(channel, fieldNames(channel)); err != nil {
 		at, f := n, path
-		for _, name := range []string{"rate", "interval", "max"} {
-			if v := nodes[name]; v != nil {
-				at, f = v, field(name)
-				break
+		if fe, ok := err.(*rules.FieldError); ok {
+			if v := nodes[fe.Field]; v != nil {
+				at, f = v, field(fe.Field)
 			}
 		}
 		d.errorf(at, f, "%v", err)
-		return r, nameNode
-	}
-	if capacity := l.Capacity(); r.Cost > capacity {
-		d.errorf(cmp.Or(nodes["cost"], n), field("cost"), "%d is more than the limit admits at once (%d, %s): no task could ever pass",
-			r.Cost, capacity, capacityField[l.Algorithm])
 	}
 	return r, nameNode
 }

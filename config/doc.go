@@ -16,7 +16,7 @@
 //	        algorithm: gcra
 //	        rate: 1000/s
 //
-// A limit rule becomes a LimitRule: a throttle.Limit, the key template
+// A limit rule becomes a rules.Rule: a throttle.Limit, the key template
 // ("whatsapp:pair:{phone_number_id}:{to}": ':'-separated segments, the first
 // the channel name, {field} placeholders naming task fields) and the cost of
 // one task. Every algorithm of throttle.Algorithms is accepted, by name or

@@ -63,16 +63,11 @@ func FuzzParse(f *testing.F) {
 				if err := r.Limit.Validate(); err != nil {
 					t.Fatalf("channels.%s: accepted invalid limit: %v", name, err)
 				}
-				if err := checkKey(name, r.Key); err != nil {
-					t.Fatalf("channels.%s: accepted bad key: %v", name, err)
+				if err := r.Check(name, fieldNames(name)); err != nil {
+					t.Fatalf("channels.%s: accepted a bad rule: %v", name, err)
 				}
 				if (r.Limit.Algorithm == throttle.Distinct) != (r.Member != "") {
 					t.Fatalf("channels.%s: limit %q: %s rule with member %q", name, r.Limit.Name, r.Limit.Algorithm, r.Member)
-				}
-				if r.Member != "" {
-					if err := checkMember(name, r.Member); err != nil {
-						t.Fatalf("channels.%s: accepted bad member: %v", name, err)
-					}
 				}
 				if r.Cost < 1 || r.Cost > r.Limit.Capacity() {
 					t.Fatalf("channels.%s: limit %q: accepted cost %d", name, r.Limit.Name, r.Cost)

@@ -58,6 +58,12 @@ func (a Algorithm) Required() map[string]string {
 	return nil
 }
 
+// OverrideFields returns the fields an Override may set for the algorithm:
+// Fields less lease, which runtime overrides do not change.
+func (a Algorithm) OverrideFields() []string {
+	return slices.DeleteFunc(a.Fields(), func(f string) bool { return f == FieldLease })
+}
+
 // CapacityName says what sets Limit.Capacity for the algorithm, for errors
 // about a cost it can never admit: "its burst", "its rate count", "its
 // max", "one task per interval".
@@ -114,11 +120,10 @@ func (o Override) fields() map[string]bool {
 // fixed window cannot have), or a capacity below cost. Distinct limits count
 // a new member 1 whatever the cost.
 func CheckOverride(o Override, l Limit, cost int64) error {
-	used := l.Algorithm.Fields()
+	takes := l.Algorithm.OverrideFields()
 	set := o.fields()
 	for _, f := range ShapeFields {
-		if set[f] && !slices.Contains(used, f) {
-			takes := slices.DeleteFunc(slices.Clone(used), func(u string) bool { return u == FieldLease })
+		if set[f] && !slices.Contains(takes, f) {
 			return fieldErr(l, f, "%w: %s takes %s", ErrNotTaken, l.Algorithm, strings.Join(takes, " and "))
 		}
 	}
@@ -137,19 +142,7 @@ func CheckOverride(o Override, l Limit, cost int64) error {
 // else the longest matching pattern. It returns the key or pattern that
 // matched. The Redis backend applies overrides by the same rule.
 func MatchOverride(all map[string]Override, key string) (string, Override, bool) {
-	if o, ok := all[key]; ok {
-		return key, o, true
-	}
-	best := ""
-	for k := range all {
-		if p, ok := strings.CutSuffix(k, "*"); ok && strings.HasPrefix(key, p) && len(k) > len(best) {
-			best = k
-		}
-	}
-	if best == "" {
-		return "", Override{}, false
-	}
-	return best, all[best], true
+	return newOverrideSnapshot(all).lookup(key)
 }
 
 // IsFieldError reports whether err is a *FieldError and returns it.

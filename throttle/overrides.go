@@ -162,6 +162,14 @@ func (c *overrideCache) current(ctx context.Context) *overrideSnapshot {
 		c.snap.Store(&kept)
 		return s
 	}
+	n := newOverrideSnapshot(all)
+	c.snap.Store(n)
+	return n
+}
+
+// newOverrideSnapshot indexes overrides keyed by limiter key or by a prefix
+// pattern ending in '*'.
+func newOverrideSnapshot(all map[string]Override) *overrideSnapshot {
 	n := &overrideSnapshot{at: time.Now(), exact: map[string]Override{}, byPrefix: map[string]Override{}}
 	for k, o := range all {
 		if p, ok := strings.CutSuffix(k, "*"); ok {
@@ -171,21 +179,26 @@ func (c *overrideCache) current(ctx context.Context) *overrideSnapshot {
 			n.exact[k] = o
 		}
 	}
-	sort.Slice(n.patterns, func(i, j int) bool { return len(n.patterns[i]) > len(n.patterns[j]) })
-	c.snap.Store(n)
+	// Longest first; equal lengths in order, so the choice never varies.
+	sort.Slice(n.patterns, func(i, j int) bool {
+		a, b := n.patterns[i], n.patterns[j]
+		return len(a) > len(b) || len(a) == len(b) && a < b
+	})
 	return n
 }
 
-func (s *overrideSnapshot) lookup(key string) (Override, bool) {
+// lookup applies the precedence rule: the exact key, else the longest
+// matching pattern. It returns the key or pattern ("prefix*") that matched.
+func (s *overrideSnapshot) lookup(key string) (string, Override, bool) {
 	if o, ok := s.exact[key]; ok {
-		return o, true
+		return key, o, true
 	}
 	for _, p := range s.patterns {
 		if strings.HasPrefix(key, p) {
-			return s.byPrefix[p], true
+			return p + "*", s.byPrefix[p], true
 		}
 	}
-	return Override{}, false
+	return "", Override{}, false
 }
 
 // apply returns reqs with overrides applied, copying only when one applies.
@@ -196,7 +209,7 @@ func (c *overrideCache) apply(ctx context.Context, reqs []Request) []Request {
 	}
 	var out []Request
 	for i, r := range reqs {
-		o, ok := s.lookup(r.Key)
+		_, o, ok := s.lookup(r.Key)
 		if !ok {
 			continue
 		}

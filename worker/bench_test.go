@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluice-dev/sluice/channels"
 	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
 	"github.com/sluice-dev/sluice/worker"
@@ -34,7 +35,7 @@ func BenchmarkThrottleMiddleware(b *testing.B) {
 	b.Cleanup(func() { _ = rdb.Close() })
 	client := asynq.NewClientFromRedisClient(rdb)
 	lim := throttle.NewRedis(rdb, throttle.Options{Prefix: "bench"})
-	never := []worker.Rule{
+	never := []rules.Rule{
 		{Key: "whatsapp:number:{phone_number_id}", Limit: throttle.Limit{Name: "throughput", Algorithm: throttle.FixedWindow, Rate: throttle.PerSecond(1 << 40)}},
 		{Key: "whatsapp:pair:{phone_number_id}:{to}", Limit: throttle.Limit{Name: "pair", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(1 << 30), Burst: 1 << 20}},
 		{Key: "whatsapp:daily:{to}", Limit: throttle.Limit{Name: "daily", Algorithm: throttle.FixedWindow, Rate: throttle.PerDay(1 << 40)}},

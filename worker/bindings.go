@@ -4,13 +4,14 @@ import (
 	"context"
 
 	"github.com/sluice-dev/sluice/channels"
+	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/tasks"
 )
 
 // WhatsAppChannel sends whatsapp:send tasks through the WhatsApp Cloud API.
 // Key fields: phone_number_id, to.
-func WhatsAppChannel(c *channels.WhatsApp, rules []Rule) Channel {
-	return Channel{Name: "whatsapp", TaskType: tasks.TypeWhatsAppSend, Rules: rules,
+func WhatsAppChannel(c *channels.WhatsApp, rs []rules.Rule) Channel {
+	return Channel{Name: "whatsapp", TaskType: tasks.TypeWhatsAppSend, Rules: rs,
 		Prepare: func(b []byte) (Prepared, error) {
 			p, err := tasks.DecodeWhatsAppSend(b)
 			if err != nil {
@@ -23,8 +24,8 @@ func WhatsAppChannel(c *channels.WhatsApp, rules []Rule) Channel {
 // SMSChannel sends sms:send tasks through Twilio Programmable Messaging.
 // Key fields: from, messaging_service_sid, sender (from, else the service),
 // to, and account_sid (the client's account).
-func SMSChannel(c *channels.Twilio, rules []Rule) Channel {
-	return Channel{Name: "sms", TaskType: tasks.TypeSMSSend, Rules: rules,
+func SMSChannel(c *channels.Twilio, rs []rules.Rule) Channel {
+	return Channel{Name: "sms", TaskType: tasks.TypeSMSSend, Rules: rs,
 		Prepare: func(b []byte) (Prepared, error) {
 			p, err := tasks.DecodeSMSSend(b)
 			if err != nil {
@@ -38,8 +39,8 @@ func SMSChannel(c *channels.Twilio, rules []Rule) Channel {
 
 // WebhookChannel delivers webhook:deliver tasks, signed per Standard Webhooks.
 // Key fields: url, host, endpoint, event_type.
-func WebhookChannel(c *channels.Webhook, rules []Rule) Channel {
-	return Channel{Name: "webhook", TaskType: tasks.TypeWebhookDeliver, Rules: rules,
+func WebhookChannel(c *channels.Webhook, rs []rules.Rule) Channel {
+	return Channel{Name: "webhook", TaskType: tasks.TypeWebhookDeliver, Rules: rs,
 		Prepare: func(b []byte) (Prepared, error) {
 			p, err := tasks.DecodeWebhookDeliver(b)
 			if err != nil {
@@ -50,8 +51,8 @@ func WebhookChannel(c *channels.Webhook, rules []Rule) Channel {
 }
 
 // HTTPChannel makes http:call tasks' requests. Key fields: method, url, host.
-func HTTPChannel(c *channels.HTTPCaller, rules []Rule) Channel {
-	return Channel{Name: "http", TaskType: tasks.TypeHTTPCall, Rules: rules,
+func HTTPChannel(c *channels.HTTPCaller, rs []rules.Rule) Channel {
+	return Channel{Name: "http", TaskType: tasks.TypeHTTPCall, Rules: rs,
 		Prepare: func(b []byte) (Prepared, error) {
 			p, err := tasks.DecodeHTTPCall(b)
 			if err != nil {

@@ -13,26 +13,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-dev/sluice/channels"
+	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
 )
-
-// Rule is one limit applied to a channel's sends.
-type Rule struct {
-	Limit throttle.Limit
-	// Key is the key template: segments separated by ':', the first the
-	// channel's scope, placeholders naming payload fields:
-	// "whatsapp:pair:{phone_number_id}:{to}". A rule whose placeholder is
-	// empty for a task does not apply to that task.
-	Key string
-	// Member is a Distinct limit's member template, the subject it counts,
-	// with placeholders as in Key: "{to}". Required for Distinct, empty for
-	// the other algorithms. A rule whose member renders empty for a task does
-	// not apply to that task.
-	Member string
-	// Cost is the units one send takes; zero means 1.
-	Cost int64
-}
 
 // Prepared is a decoded, valid task, ready to send.
 type Prepared struct {
@@ -46,7 +30,10 @@ type Prepared struct {
 type Channel struct {
 	Name     string // "whatsapp"; the limiter scope and the metrics label
 	TaskType string // "whatsapp:send"
-	Rules    []Rule
+	// Rules are the channel's limits (rules.Rule); Handler compiles them
+	// with rules.Compile, placeholders checked against
+	// tasks.FieldNames(TaskType) when the tasks registry knows the type.
+	Rules []rules.Rule
 	// Prepare decodes and validates a payload. An error archives the task
 	// with the error as its reason: a malformed payload never gets better.
 	Prepare func(payload []byte) (Prepared, error)
@@ -128,12 +115,6 @@ type Worker struct {
 	srv    *asynq.Server
 	mux    *asynq.ServeMux
 	logger *slog.Logger
-}
-
-type compiledRule struct {
-	Rule
-	tmpl   keyTemplate
-	member keyTemplate // Distinct only
 }
 
 // New validates opts and builds the worker.
@@ -240,30 +221,12 @@ func (w *Worker) Handler(ch Channel) (asynq.Handler, error) {
 	if ch.MaxPayloadBytes == 0 {
 		ch.MaxPayloadBytes = tasks.MaxPayloadBytes(ch.TaskType)
 	}
-	rules := make([]compiledRule, len(ch.Rules))
-	for i, r := range ch.Rules {
-		t, err := parseKeyTemplate(r.Key)
-		if err != nil {
-			return nil, fmt.Errorf("rules[%d]: %w", i, err)
-		}
-		if scope, _, _ := strings.Cut(r.Key, ":"); scope != ch.Name {
-			return nil, fmt.Errorf("rules[%d]: key %q: scope must be the channel name %q", i, r.Key, ch.Name)
-		}
-		if err := r.Limit.Validate(); err != nil {
-			return nil, fmt.Errorf("rules[%d]: %w", i, err)
-		}
-		c := compiledRule{Rule: r, tmpl: t}
-		switch {
-		case r.Limit.Algorithm == throttle.Distinct:
-			if c.member, err = parseMemberTemplate(r.Member); err != nil {
-				return nil, fmt.Errorf("rules[%d]: distinct limit %q: %w", i, r.Limit.Name, err)
-			}
-		case r.Member != "":
-			return nil, fmt.Errorf("rules[%d]: limit %q: member is only used by distinct limits, not %s", i, r.Limit.Name, r.Limit.Algorithm)
-		}
-		rules[i] = c
+	fields, _ := tasks.FieldNames(ch.TaskType) // nil for a type tasks does not know: any field
+	set, err := rules.Compile(ch.Name, fields, ch.Rules)
+	if err != nil {
+		return nil, err
 	}
-	h := &handler{w: w, ch: ch, rules: rules}
+	h := &handler{w: w, ch: ch, rules: set}
 	return asynq.HandlerFunc(h.process), nil
 }
 
@@ -292,7 +255,7 @@ func (w *Worker) exactTypes(known map[string]string) asynq.MiddlewareFunc {
 type handler struct {
 	w     *Worker
 	ch    Channel
-	rules []compiledRule
+	rules *rules.Set
 }
 
 func (h *handler) process(ctx context.Context, t *asynq.Task) error {
@@ -306,20 +269,7 @@ func (h *handler) process(ctx context.Context, t *asynq.Task) error {
 		m.outcome(name, OutcomeMalformed)
 		return permanent(fmt.Errorf("%s: malformed payload: %w", t.Type(), err))
 	}
-	reqs := make([]throttle.Request, 0, len(h.rules))
-	for _, r := range h.rules {
-		key, ok := r.tmpl.render(p.Fields)
-		if !ok {
-			continue
-		}
-		req := throttle.Request{Key: key, Limit: r.Limit, Cost: r.Cost}
-		if r.Limit.Algorithm == throttle.Distinct {
-			if req.Member, ok = r.member.render(p.Fields); !ok {
-				continue
-			}
-		}
-		reqs = append(reqs, req)
-	}
+	reqs := h.rules.Requests(p.Fields)
 	if len(reqs) > 0 {
 		d, err := h.w.opts.Limiter.Consume(ctx, reqs...)
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-dev/sluice/channels"
 	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/throttle"
 )
 
@@ -72,7 +73,7 @@ type harness struct {
 
 // newHarness runs a Worker with one channel, "test", whose Send is fn;
 // each of with may change the channel first.
-func newHarness(t *testing.T, rules []Rule, fn func(p testPayload, call int) error, with ...func(*Channel)) *harness {
+func newHarness(t *testing.T, rs []rules.Rule, fn func(p testPayload, call int) error, with ...func(*Channel)) *harness {
 	t.Helper()
 	srv := redistest.Start(t)
 	h := &harness{t: t, redis: srv, sent: make(chan sendRecord, 100), calls: map[string]int{}}
@@ -80,7 +81,7 @@ func newHarness(t *testing.T, rules []Rule, fn func(p testPayload, call int) err
 	h.client = asynq.NewClientFromRedisClient(rdb)
 	h.insp = asynq.NewInspectorFromRedisClient(rdb)
 	h.limiter = throttle.NewRedis(rdb, throttle.Options{Prefix: "wt"})
-	ch := Channel{Name: "test", TaskType: "test:send", Rules: rules,
+	ch := Channel{Name: "test", TaskType: "test:send", Rules: rs,
 		Prepare: func(b []byte) (Prepared, error) {
 			var p testPayload
 			if err := json.Unmarshal(b, &p); err != nil || p.ID == "" {
@@ -153,7 +154,7 @@ func (h *harness) waitState(id string, state asynq.TaskState, timeout time.Durat
 func TestBlockedTaskWaitsItsRetryAfterAndKeepsRetryCount(t *testing.T) {
 	t.Parallel()
 	// One send per 3 s per id: the second task is blocked for ~3 s.
-	rules := []Rule{{Key: "test:pace:{id}", Limit: throttle.Limit{Name: "pace", Algorithm: throttle.GCRA, Rate: throttle.Rate{Limit: 1, Period: 3 * time.Second}}}}
+	rules := []rules.Rule{{Key: "test:pace:{id}", Limit: throttle.Limit{Name: "pace", Algorithm: throttle.GCRA, Rate: throttle.Rate{Limit: 1, Period: 3 * time.Second}}}}
 	h := newHarness(t, rules, func(testPayload, int) error { return nil })
 
 	h.enqueue("a", `{"id":"same","step":"a"}`)
@@ -214,7 +215,7 @@ func TestProviderOutcomes(t *testing.T) {
 
 func TestConcurrencyLeaseReleasedAfterSend(t *testing.T) {
 	t.Parallel()
-	rules := []Rule{{Key: "test:conc", Limit: throttle.Limit{Name: "conc", Algorithm: throttle.Concurrency, Max: 1, Lease: time.Minute}}}
+	rules := []rules.Rule{{Key: "test:conc", Limit: throttle.Limit{Name: "conc", Algorithm: throttle.Concurrency, Max: 1, Lease: time.Minute}}}
 	h := newHarness(t, rules, func(testPayload, int) error { return nil })
 	for i := range 5 {
 		h.enqueue(fmt.Sprint("c", i), "")
@@ -233,7 +234,7 @@ func TestConcurrencyLeaseReleasedAfterSend(t *testing.T) {
 func TestDistinctRuleCountsRecipients(t *testing.T) {
 	t.Parallel()
 	// At most 2 distinct recipients per day on one key.
-	rules := []Rule{{Key: "test:tier", Member: "{to}", Limit: throttle.Limit{Name: "tier", Algorithm: throttle.Distinct, Rate: throttle.PerDay(2)}}}
+	rules := []rules.Rule{{Key: "test:tier", Member: "{to}", Limit: throttle.Limit{Name: "tier", Algorithm: throttle.Distinct, Rate: throttle.PerDay(2)}}}
 	h := newHarness(t, rules, func(testPayload, int) error { return nil })
 	send := func(id, to string) {
 		t.Helper()
@@ -274,17 +275,17 @@ func TestHandlerRejectsBadRules(t *testing.T) {
 	w := &Worker{opts: Options{}, logger: slog.New(slog.DiscardHandler)}
 	prep := func([]byte) (Prepared, error) { return Prepared{}, nil }
 	g := throttle.Limit{Name: "g", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(1)}
-	_, err := w.Handler(Channel{Name: "sms", TaskType: "sms:send", Prepare: prep, Rules: []Rule{{Key: "whatsapp:x:{to}", Limit: g}}})
-	require.ErrorContains(t, err, `scope must be the channel name "sms"`)
-	_, err = w.Handler(Channel{Name: "sms", TaskType: "sms:send", Prepare: prep, Rules: []Rule{{Key: "sms:x:{to", Limit: g}}})
-	require.ErrorContains(t, err, "unmatched '{'")
+	_, err := w.Handler(Channel{Name: "sms", TaskType: "sms:send", Prepare: prep, Rules: []rules.Rule{{Key: "whatsapp:x:{to}", Limit: g}}})
+	require.ErrorContains(t, err, `scope "whatsapp" must be the channel name "sms"`)
+	_, err = w.Handler(Channel{Name: "sms", TaskType: "sms:send", Prepare: prep, Rules: []rules.Rule{{Key: "sms:x:{to", Limit: g}}})
+	require.ErrorContains(t, err, `key "sms:x:{to": "{" without "}"`)
 	dist := throttle.Limit{Name: "tier", Algorithm: throttle.Distinct, Rate: throttle.PerDay(250)}
-	_, err = w.Handler(Channel{Name: "sms", TaskType: "sms:send", Prepare: prep, Rules: []Rule{{Key: "sms:tier:{from}", Limit: dist}}})
-	require.ErrorContains(t, err, `distinct limit "tier": member "": want at least one {field} placeholder`)
-	_, err = w.Handler(Channel{Name: "sms", TaskType: "sms:send", Prepare: prep, Rules: []Rule{{Key: "sms:tier:{from}", Member: "{to", Limit: dist}}})
-	require.ErrorContains(t, err, `member "{to": unmatched '{'`)
-	_, err = w.Handler(Channel{Name: "sms", TaskType: "sms:send", Prepare: prep, Rules: []Rule{{Key: "sms:x:{to}", Member: "{to}", Limit: g}}})
+	_, err = w.Handler(Channel{Name: "sms", TaskType: "sms:send", Prepare: prep, Rules: []rules.Rule{{Key: "sms:tier:{from}", Limit: dist}}})
+	require.ErrorContains(t, err, `distinct limit "tier": member "": want a template such as {to}`)
+	_, err = w.Handler(Channel{Name: "sms", TaskType: "sms:send", Prepare: prep, Rules: []rules.Rule{{Key: "sms:tier:{from}", Member: "{to", Limit: dist}}})
+	require.ErrorContains(t, err, `member "{to": "{" without "}"`)
+	_, err = w.Handler(Channel{Name: "sms", TaskType: "sms:send", Prepare: prep, Rules: []rules.Rule{{Key: "sms:x:{to}", Member: "{to}", Limit: g}}})
 	require.ErrorContains(t, err, `member is only used by distinct limits, not gcra`)
-	_, err = w.Handler(Channel{Name: "sms", TaskType: "sms:send", Prepare: prep, Rules: []Rule{{Key: "sms:x}{to}", Limit: g}}})
-	require.ErrorContains(t, err, "unmatched '}'")
+	_, err = w.Handler(Channel{Name: "sms", TaskType: "sms:send", Prepare: prep, Rules: []rules.Rule{{Key: "sms:x}{to}", Limit: g}}})
+	require.ErrorContains(t, err, `key "sms:x}{to}": "}" without "{"`)
 }

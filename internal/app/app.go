@@ -158,10 +158,7 @@ func buildChannel(cc *config.ChannelConfig, egress channels.Egress, secrets Secr
 		}
 		hc.Timeout = cc.Timeout
 	}
-	rules := make([]worker.Rule, 0, len(cc.Limits))
-	for _, r := range cc.Rules() {
-		rules = append(rules, worker.Rule{Limit: r.Limit, Key: r.Key, Member: r.Member, Cost: r.Cost})
-	}
+	rules := cc.Rules()
 	var ch worker.Channel
 	switch cc.Name {
 	case "whatsapp":
@@ -319,7 +316,9 @@ func Serve(ctx context.Context, cfg *config.Config, redisURL string, logger *slo
 	defer rdb.Close()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
-	lim := NewLimiter(cfg, rdb, nil)
+	lopts := LimiterOptions(cfg, nil)
+	lopts.Logger = logger.With("component", "limiter")
+	lim := throttle.NewRedis(rdb, lopts)
 	w, err := NewWorker(cfg, rdb, lim, Options{Logger: logger, Metrics: worker.NewMetrics(reg)})
 	if err != nil {
 		return err

@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/emulator"
 	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
 )
@@ -292,7 +293,7 @@ func TestLimitsListShowReset(t *testing.T) {
 	cfg := config.Default()
 	// A concurrency lease lives 30s: the key outlives the test, unlike a
 	// per-second window.
-	var rule config.LimitRule
+	var rule rules.Rule
 	for _, r := range cfg.Channels["sms"].Rules() {
 		if r.Limit.Name == "concurrency" {
 			rule = r

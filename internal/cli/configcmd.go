@@ -26,7 +26,7 @@ func newConfigCmd(g *globals) *cobra.Command {
 				if c := cfg.Channels[name]; c != nil && c.Enabled {
 					n++
 					for _, r := range c.Rules() {
-						fmt.Fprintf(g.stdout, "%-9s %-12s %-13s %-40s %s\n", name, r.Limit.Name, r.Limit.Algorithm, r.Key, describeRule(r))
+						fmt.Fprintf(g.stdout, "%-9s %-12s %-13s %-40s %s\n", name, r.Limit.Name, r.Limit.Algorithm, r.Key, r.Describe())
 					}
 				}
 			}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -16,29 +15,9 @@ import (
 
 	"github.com/sluice-dev/sluice/config"
 	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/throttle"
 )
-
-func describeLimit(l throttle.Limit) string {
-	switch l.Algorithm {
-	case throttle.Concurrency:
-		return fmt.Sprintf("max %d, lease %v", l.Max, l.Lease)
-	case throttle.GCRA:
-		return fmt.Sprintf("%v burst %d", l.Rate, max(l.Burst, 1))
-	case throttle.MinInterval:
-		return fmt.Sprintf("interval %v", l.Interval)
-	default:
-		return l.Rate.String()
-	}
-}
-
-// describeRule is describeLimit with a distinct rule's member template.
-func describeRule(r config.LimitRule) string {
-	if r.Member != "" {
-		return describeLimit(r.Limit) + " of " + r.Member
-	}
-	return describeLimit(r.Limit)
-}
 
 // limiterFor loads the configuration, connects to Redis and returns the
 // configured limiter.
@@ -67,40 +46,6 @@ func (g *globals) connect(ctx context.Context, cfg *config.Config) (*throttle.Re
 	return app.NewLimiter(cfg, rdb, nil), rdb, nil
 }
 
-// ruleFor finds the configured rule whose key template matches key: literal
-// segments match exactly, a placeholder matches one segment, and a final
-// placeholder takes the rest (a host:port holds a ':').
-func ruleFor(cfg *config.Config, key string) (config.LimitRule, bool) {
-	scope, _, _ := strings.Cut(key, ":")
-	cc := cfg.Channels[scope]
-	if cc == nil {
-		return config.LimitRule{}, false
-	}
-	ks := strings.Split(key, ":")
-	for _, r := range cc.Rules() {
-		if templateMatches(strings.Split(r.Key, ":"), ks) {
-			return r, true
-		}
-	}
-	return config.LimitRule{}, false
-}
-
-func templateMatches(ts, ks []string) bool {
-	if len(ks) < len(ts) {
-		return false
-	}
-	for i, t := range ts {
-		placeholder := strings.HasPrefix(t, "{") && strings.HasSuffix(t, "}")
-		if !placeholder && t != ks[i] {
-			return false
-		}
-		if i == len(ts)-1 && len(ks) > len(ts) && !placeholder {
-			return false
-		}
-	}
-	return true
-}
-
 func newLimitsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "limits",
@@ -123,7 +68,7 @@ member unless --member names one.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key := args[0]
-			if err := checkLimiterKey(key, false); err != nil {
+			if err := rules.CheckKey(key, false); err != nil {
 				return usageErr("limits show: %v", err)
 			}
 			ctx := cmd.Context()
@@ -132,7 +77,7 @@ member unless --member names one.`,
 				return err
 			}
 			defer rdb.Close()
-			r, matched := ruleFor(cfg, key)
+			r, matched := cfg.MatchRule(key)
 			var ld throttle.LimitDecision
 			if matched {
 				member := showMember
@@ -182,12 +127,12 @@ member unless --member names one.`,
 				}
 			}
 			if matched {
-				fmt.Fprintf(w, "rule\t%s (%s %s)\n", r.Limit.Name, r.Limit.Algorithm, describeRule(r))
+				fmt.Fprintf(w, "rule\t%s (%s %s)\n", r.Limit.Name, r.Limit.Algorithm, r.Describe())
 				overrides, err := lim.Overrides(ctx)
 				if err != nil {
 					return err
 				}
-				if pattern, o, ok := overrideFor(overrides, key); ok {
+				if pattern, o, ok := throttle.MatchOverride(overrides, key); ok {
 					fmt.Fprintf(w, "override\t%s (set on %s at %s)\n", o, pattern, o.SetAt.UTC().Format(time.RFC3339))
 				}
 				if r.Limit.Algorithm == throttle.Distinct {
@@ -277,7 +222,7 @@ member unless --member names one.`,
 const probeMember = "\x00sluice:new-member"
 
 // zsetLabel names a sorted set's members after the algorithm that keeps it.
-func zsetLabel(r config.LimitRule, matched bool) string {
+func zsetLabel(r rules.Rule, matched bool) string {
 	if matched {
 		switch r.Limit.Algorithm {
 		case throttle.Concurrency:
@@ -287,32 +232,6 @@ func zsetLabel(r config.LimitRule, matched bool) string {
 		}
 	}
 	return "members"
-}
-
-// checkLimiterKey checks a key given on the command line: scope:rest, no
-// braces, spaces or control characters; with pattern, a final '*' (a prefix
-// pattern) is allowed.
-func checkLimiterKey(key string, pattern bool) error {
-	k := key
-	if pattern {
-		k = strings.TrimSuffix(key, "*")
-	}
-	switch {
-	case key == "":
-		return errors.New("empty key")
-	case strings.ContainsFunc(key, func(r rune) bool { return r <= ' ' || r == 0x7f }):
-		return fmt.Errorf("key %q: spaces and control characters are not allowed", key)
-	case strings.ContainsAny(key, "{}"):
-		return fmt.Errorf("key %q: braces are not allowed (write keys without the prefix, as scope:resource:id)", key)
-	case strings.Contains(k, "*"):
-		if pattern {
-			return fmt.Errorf("key %q: '*' may only end a pattern (whatsapp:daily:*)", key)
-		}
-		return fmt.Errorf("key %q: '*' is not allowed here", key)
-	case k == "" || strings.HasPrefix(k, ":") || strings.HasPrefix(k, "_"):
-		return fmt.Errorf("key %q: want scope:resource:id, such as whatsapp:daily:+12025550123", key)
-	}
-	return nil
 }
 
 // errStop ends a key walk early; it is not a failure.

@@ -15,11 +15,12 @@ import (
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/emulator"
 	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/throttle"
 )
 
 // defaultRule returns the default configuration's rule of channel named name.
-func defaultRule(t *testing.T, channel, name string) config.LimitRule {
+func defaultRule(t *testing.T, channel, name string) rules.Rule {
 	t.Helper()
 	for _, r := range config.Default().Channels[channel].Rules() {
 		if r.Limit.Name == name {
@@ -27,7 +28,7 @@ func defaultRule(t *testing.T, channel, name string) config.LimitRule {
 		}
 	}
 	t.Fatalf("no default rule %s/%s", channel, name)
-	return config.LimitRule{}
+	return rules.Rule{}
 }
 
 // consume takes one unit n times and returns the last decision.

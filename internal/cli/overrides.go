@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -11,8 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sluice-dev/sluice/config"
 	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/throttle"
 )
 
@@ -59,94 +60,14 @@ func (f overrideFlags) parse(cmd *cobra.Command) (throttle.Override, error) {
 	return o, nil
 }
 
-// overrideFields are the Override fields each algorithm uses.
-var overrideFields = map[throttle.Algorithm][]string{
-	throttle.GCRA:                 {"rate", "burst"},
-	throttle.FixedWindow:          {"rate"},
-	throttle.SlidingWindowLog:     {"rate"},
-	throttle.SlidingWindowCounter: {"rate"},
-	throttle.MinInterval:          {"interval"},
-	throttle.Concurrency:          {"max"},
-	throttle.Distinct:             {"rate"},
-}
-
-// checkOverride reports an override the limiter would ignore for rule: a
-// flag its algorithm does not use, or a limit the override makes invalid (a
-// window a fixed window cannot have, a capacity below the rule's cost).
-func checkOverride(o throttle.Override, r config.LimitRule) error {
-	set := map[string]bool{"rate": o.Rate.Limit > 0, "burst": o.Burst > 0, "max": o.Max > 0, "interval": o.Interval > 0}
-	used := overrideFields[r.Limit.Algorithm]
-	for _, f := range []string{"rate", "burst", "max", "interval"} {
-		if set[f] && !slices.Contains(used, f) {
-			return fmt.Errorf("rule %q (%s) does not use --%s (it uses --%s)", r.Limit.Name, r.Limit.Algorithm, f, strings.Join(used, " and --"))
-		}
+// overrideError words a throttle.CheckOverride error for rule r in terms
+// of the command's flags.
+func overrideError(r rules.Rule, err error) error {
+	if fe, ok := throttle.IsFieldError(err); ok && errors.Is(err, throttle.ErrNotTaken) {
+		return fmt.Errorf("rule %q (%s) does not use --%s (it uses --%s)", r.Limit.Name, r.Limit.Algorithm, fe.Field,
+			strings.Join(r.Limit.Algorithm.OverrideFields(), " and --"))
 	}
-	l := o.Apply(r.Limit)
-	if err := l.Validate(); err != nil {
-		return fmt.Errorf("rule %q: %w", r.Limit.Name, err)
-	}
-	if cost := max(r.Cost, 1); r.Limit.Algorithm != throttle.Distinct && cost > l.Capacity() {
-		return fmt.Errorf("rule %q: a task costs %d, more than the overridden limit admits at once (%d)", r.Limit.Name, cost, l.Capacity())
-	}
-	return nil
-}
-
-// rulesForPattern returns the configured rules whose keys can start with
-// prefix (a pattern without its '*').
-func rulesForPattern(cfg *config.Config, prefix string) []config.LimitRule {
-	scope, _, _ := strings.Cut(prefix, ":")
-	cc := cfg.Channels[scope]
-	if cc == nil {
-		return nil
-	}
-	ps := strings.Split(prefix, ":")
-	var out []config.LimitRule
-	for _, r := range cc.Rules() {
-		ts := strings.Split(r.Key, ":")
-		ok := true
-		for i, p := range ps {
-			if i >= len(ts) {
-				// Only a final placeholder takes the rest (a host:port).
-				last := ts[len(ts)-1]
-				ok = strings.HasPrefix(last, "{") && strings.HasSuffix(last, "}")
-				break
-			}
-			t := ts[i]
-			if strings.HasPrefix(t, "{") && strings.HasSuffix(t, "}") {
-				continue
-			}
-			if i == len(ps)-1 {
-				ok = strings.HasPrefix(t, p)
-			} else {
-				ok = t == p
-			}
-			if !ok {
-				break
-			}
-		}
-		if ok {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-// overrideFor finds the override the limiter applies to key: the exact key,
-// else the longest matching pattern. It returns the key or pattern.
-func overrideFor(all map[string]throttle.Override, key string) (string, throttle.Override, bool) {
-	if o, ok := all[key]; ok {
-		return key, o, true
-	}
-	best := ""
-	for k := range all {
-		if p, ok := strings.CutSuffix(k, "*"); ok && strings.HasPrefix(key, p) && (best == "" || len(k) > len(best)) {
-			best = k
-		}
-	}
-	if best == "" {
-		return "", throttle.Override{}, false
-	}
-	return best, all[best], true
+	return fmt.Errorf("rule %q: %w", r.Limit.Name, err)
 }
 
 func newLimitsSetCmd(g *globals) *cobra.Command {
@@ -169,7 +90,7 @@ limit the algorithm cannot have (a 6s fixed window), is refused.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key := args[0]
-			if err := checkLimiterKey(key, true); err != nil {
+			if err := rules.CheckKey(key, true); err != nil {
 				return usageErr("limits set: %v", err)
 			}
 			o, err := f.parse(cmd)
@@ -180,18 +101,18 @@ limit the algorithm cannot have (a 6s fixed window), is refused.`,
 			if err != nil {
 				return err
 			}
-			var rules []config.LimitRule
+			var matched []rules.Rule
 			if p, ok := strings.CutSuffix(key, "*"); ok {
-				rules = rulesForPattern(cfg, p)
-			} else if r, ok := ruleFor(cfg, key); ok {
-				rules = []config.LimitRule{r}
+				matched = cfg.MatchPattern(p)
+			} else if r, ok := cfg.MatchRule(key); ok {
+				matched = []rules.Rule{r}
 			}
-			for _, r := range rules {
-				if err := checkOverride(o, r); err != nil {
-					return usageErr("limits set %s: %v", key, err)
+			for _, r := range matched {
+				if err := throttle.CheckOverride(o, r.Limit, r.Cost); err != nil {
+					return usageErr("limits set %s: %v", key, overrideError(r, err))
 				}
 			}
-			if len(rules) == 0 {
+			if len(matched) == 0 {
 				fmt.Fprintf(g.stderr, "note: no configured rule matches %s; the override applies to whichever limit uses the key\n", key)
 			}
 			lim, rdb, err := g.connect(cmd.Context(), cfg)
@@ -221,7 +142,7 @@ func newLimitsUnsetCmd(g *globals) *cobra.Command {
 		Args:  usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key := args[0]
-			if err := checkLimiterKey(key, true); err != nil {
+			if err := rules.CheckKey(key, true); err != nil {
 				return usageErr("limits unset: %v", err)
 			}
 			lim, _, rdb, err := g.limiterFor(cmd.Context())

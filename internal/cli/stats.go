@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-dev/sluice/config"
+	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/throttle"
 )
 
@@ -34,7 +35,7 @@ type keyUseJSON struct {
 // limitForConfig says which configured limit governs a limiter key.
 func limitForConfig(cfg *config.Config) func(key string) (throttle.Limit, bool) {
 	return func(key string) (throttle.Limit, bool) {
-		r, ok := ruleFor(cfg, key)
+		r, ok := cfg.MatchRule(key)
 		return r.Limit, ok
 	}
 }
@@ -57,7 +58,7 @@ ranked). Each ranked key costs one round trip.`,
 				return usageErr("limits stats: --top: want >= 0, got %d", top)
 			}
 			if prefix != "" {
-				if err := checkLimiterKey(prefix, false); err != nil {
+				if err := rules.CheckKey(prefix, false); err != nil {
 					return usageErr("limits stats: --prefix: %v", err)
 				}
 			}
