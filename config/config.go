@@ -252,7 +252,7 @@ func Default() *Config {
 			MaxRetry:                 tasks.DefaultMaxRetry,
 		},
 		HTTP:     HTTPConfig{Listen: "127.0.0.1:9090"},
-		Cleanup:  CleanupConfig{Schedule: "@every 1m", Batch: 500},
+		Cleanup:  CleanupConfig{Schedule: "@every 1m", Batch: throttle.DefaultScanBatch},
 		Events:   EventsConfig{Enabled: true, MaxLen: 10000, WarnAt: 0.1},
 		Channels: map[string]*ChannelConfig{"whatsapp": wa, "sms": sms, "webhook": webhook, "http": http},
 	}

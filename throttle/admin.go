@@ -110,7 +110,7 @@ func (l *Redis) List(ctx context.Context, prefix string, cursor uint64, count in
 func (l *Redis) Each(ctx context.Context, prefix string, fn func(key string) error) error {
 	var cursor uint64
 	for {
-		keys, next, err := l.List(ctx, prefix, cursor, 500)
+		keys, next, err := l.List(ctx, prefix, cursor, l.scanBatch)
 		if err != nil {
 			return err
 		}
@@ -252,7 +252,7 @@ func (l *Redis) Stats(ctx context.Context, prefix string, top int, limitFor func
 		}
 	}()
 	for {
-		keys, next, err := l.List(ctx, prefix, cursor, 500)
+		keys, next, err := l.List(ctx, prefix, cursor, l.scanBatch)
 		if err != nil {
 			return st, err
 		}

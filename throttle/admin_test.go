@@ -105,3 +105,22 @@ func TestCleanupReclaimsLeasesAndTTLLessState(t *testing.T) {
 		require.Equal(t, throttle.CleanupStats{Scanned: 1}, st, "nothing left to do")
 	})
 }
+
+// TestScanBatchPagesEveryKey: with Options.ScanBatch 1 (config's
+// cleanup.batch), Each still visits every key once, page by page.
+func TestScanBatchPagesEveryKey(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		lim := throttle.NewRedis(rdb, throttle.Options{Prefix: "sb", ScanBatch: 1})
+		ctx := context.Background()
+		want := map[string]bool{}
+		for i := range 7 {
+			key := fmt.Sprintf("sms:sender:+1202555010%d", i)
+			_, err := lim.Consume(ctx, throttle.Request{Key: key, Limit: throttle.Limit{Name: "s", Algorithm: throttle.FixedWindow, Rate: throttle.PerSecond(1)}})
+			require.NoError(t, err)
+			want[key] = true
+		}
+		got := map[string]bool{}
+		require.NoError(t, lim.Each(ctx, "", func(k string) error { got[k] = true; return nil }))
+		require.Equal(t, want, got)
+	})
+}

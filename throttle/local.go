@@ -21,7 +21,7 @@ type LocalOptions struct {
 	// means 100000.
 	MaxKeys int
 	// ConcurrencyRetry caps the RetryAfter of a blocked Concurrency limit,
-	// as Options.ConcurrencyRetry. Zero means 100ms.
+	// as Options.ConcurrencyRetry. Zero means DefaultConcurrencyRetry.
 	ConcurrencyRetry time.Duration
 }
 
@@ -143,7 +143,7 @@ func NewLocal(opts LocalOptions) *Local {
 		l.maxKeys = defaultMaxKeys
 	}
 	if l.concurrencyRetry <= 0 {
-		l.concurrencyRetry = 100 * time.Millisecond
+		l.concurrencyRetry = DefaultConcurrencyRetry
 	}
 	return l
 }

@@ -133,7 +133,7 @@ type overrideSnapshot struct {
 
 func newOverrideCache(l *Redis, refresh time.Duration) *overrideCache {
 	if refresh <= 0 {
-		refresh = 500 * time.Millisecond
+		refresh = DefaultOverrideRefresh
 	}
 	return &overrideCache{l: l, refresh: refresh}
 }

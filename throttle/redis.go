@@ -16,6 +16,18 @@ import (
 // DefaultPrefix is the first segment of every limiter key.
 const DefaultPrefix = "sluice"
 
+// Defaults of Options (and LocalOptions), exported so that configuration
+// layers read them rather than repeat them.
+const (
+	// DefaultConcurrencyRetry is Options.ConcurrencyRetry's default.
+	DefaultConcurrencyRetry = 100 * time.Millisecond
+	// DefaultOverrideRefresh is Options.OverrideRefresh's default: a change
+	// is honoured within 1s.
+	DefaultOverrideRefresh = 500 * time.Millisecond
+	// DefaultScanBatch is Options.ScanBatch's default.
+	DefaultScanBatch = 500
+)
+
 // Options configures a Redis limiter. The zero value is ready to use.
 type Options struct {
 	// Prefix is prepended to every key as "<prefix>:". Zero means DefaultPrefix.
@@ -25,12 +37,17 @@ type Options struct {
 	Clock func() time.Time
 	// ConcurrencyRetry caps the RetryAfter of a blocked Concurrency limit.
 	// Leases are normally released within a send's round trip, far sooner than
-	// they expire, so waiting for the expiry would idle the slot. Zero means 100ms.
+	// they expire, so waiting for the expiry would idle the slot. Zero means
+	// DefaultConcurrencyRetry (100ms).
 	ConcurrencyRetry time.Duration
+	// ScanBatch is the number of keys asked for per SCAN page by the key
+	// walks (Each, Cleanup, Stats). Zero means DefaultScanBatch (500).
+	ScanBatch int64
 	// Events configures the limits.exceeded and limits.warning stream.
 	Events EventOptions
 	// OverrideRefresh is how often runtime overrides (SetOverride) are
-	// re-read; zero means 500ms, so a change is honoured within 1s.
+	// re-read; zero means DefaultOverrideRefresh (500ms), so a change is
+	// honoured within 1s.
 	// Negative disables overrides.
 	OverrideRefresh time.Duration
 	// Logger receives the errors the limiter absorbs instead of returning
@@ -60,6 +77,7 @@ type Redis struct {
 	prefix           string
 	clock            func() time.Time
 	concurrencyRetry time.Duration
+	scanBatch        int64
 	events           *eventSink
 	overrides        *overrideCache
 	log              *slog.Logger
@@ -75,8 +93,12 @@ func NewRedis(rdb redis.UniversalClient, opts Options) *Redis {
 	if l.prefix == "" {
 		l.prefix = DefaultPrefix
 	}
+	l.scanBatch = opts.ScanBatch
+	if l.scanBatch <= 0 {
+		l.scanBatch = DefaultScanBatch
+	}
 	if l.concurrencyRetry <= 0 {
-		l.concurrencyRetry = 100 * time.Millisecond
+		l.concurrencyRetry = DefaultConcurrencyRetry
 	}
 	l.events = newEventSink(l, opts.Events)
 	if opts.OverrideRefresh >= 0 {

@@ -74,7 +74,7 @@ type Options struct {
 
 // OverrideRefresh is how often a limiter re-reads the runtime overrides set
 // by `sluice limits set`: every worker honours a change within 1s.
-const OverrideRefresh = 500 * time.Millisecond
+const OverrideRefresh = throttle.DefaultOverrideRefresh
 
 // NewLimiter returns the limiter over rdb with the configured key prefix and
 // events stream, honouring runtime overrides.
@@ -94,6 +94,7 @@ func LimiterOptions(cfg *config.Config, clock func() time.Time) throttle.Options
 		Clock:           clock,
 		Events:          throttle.EventOptions{Disabled: !ev.Enabled, MaxLen: ev.MaxLen, WarnAt: warnAt},
 		OverrideRefresh: OverrideRefresh,
+		ScanBatch:       int64(cfg.Cleanup.Batch),
 	}
 }
 

@@ -21,6 +21,7 @@ func TestLimiterOptionsFollowTheEventsSection(t *testing.T) {
 		want throttle.EventOptions
 	}{
 		{"defaults", "", throttle.EventOptions{MaxLen: 10000, WarnAt: 0.1}},
+		{"cleanup batch", "cleanup: {batch: 7}", throttle.EventOptions{MaxLen: 10000, WarnAt: 0.1}},
 		{"set", "events: {max_len: 50, warn_at: 0.5}", throttle.EventOptions{MaxLen: 50, WarnAt: 0.5}},
 		{"warnings off", "events: {warn_at: 0}", throttle.EventOptions{MaxLen: 10000, WarnAt: -1}},
 		{"disabled", "events: {enabled: false}", throttle.EventOptions{Disabled: true, MaxLen: 10000, WarnAt: 0.1}},
@@ -34,6 +35,7 @@ func TestLimiterOptionsFollowTheEventsSection(t *testing.T) {
 				t.Errorf("Events (-want +got):\n%s", diff)
 			}
 			require.Equal(t, "sluice", got.Prefix)
+			require.Equal(t, int64(cfg.Cleanup.Batch), got.ScanBatch, "cleanup.batch pages the key walks")
 			require.Equal(t, OverrideRefresh, got.OverrideRefresh)
 			require.LessOrEqual(t, got.OverrideRefresh, time.Second/2, "a change is honoured within 1s")
 		})
