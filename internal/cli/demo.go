@@ -188,16 +188,16 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 	enqueued := map[string]int{}
 	client := asynq.NewClientFromRedisClient(rdb)
 	for _, m := range msgs {
-		m.maxRetry, m.cfg = cfg.Worker.MaxRetry, cfg
+		withConfig(m, cfg)
 		for i, row := range res.Rows {
-			t, err := m.task(row, i, res.Columns)
+			t, err := m.Task(row, i, res.Columns)
 			if err != nil {
-				return fmt.Errorf("%s line %d: %w", m.channel, row.Line, err)
+				return fmt.Errorf("%s line %d: %w", m.Channel, row.Line, err)
 			}
-			if _, err := client.EnqueueContext(ctx, t, asynq.Queue(cfg.Channels[m.channel].Queue)); err != nil {
-				return fmt.Errorf("enqueue %s line %d: %w", m.channel, row.Line, err)
+			if _, err := client.EnqueueContext(ctx, t, asynq.Queue(cfg.Channels[m.Channel].Queue)); err != nil {
+				return fmt.Errorf("enqueue %s line %d: %w", m.Channel, row.Line, err)
 			}
-			enqueued[m.channel]++
+			enqueued[m.Channel]++
 		}
 	}
 	if !o.json {
@@ -229,15 +229,15 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 	return nil
 }
 
-func demoMessages(runID string, hooks []string) []*message {
+func demoMessages(runID string, hooks []string) []*campaign.Message {
 	senders := make([]string, demoSMSSenders)
 	for i := range senders {
 		senders[i] = fmt.Sprintf("+1415555%04d", 100+i) // 415-555-0100 … 0199, fictional
 	}
-	return []*message{
-		{channel: "whatsapp", campaign: "demo-" + runID, phoneNumberID: demoPhoneNumberID, template: "order_update", language: "en_US", params: []string{"name", "order_id"}},
-		{channel: "sms", campaign: "demo-" + runID, senders: senders, text: "Hi {name}, your order {order_id} has shipped."},
-		{channel: "webhook", campaign: "demo-" + runID, urls: hooks, eventType: "order.shipped"},
+	return []*campaign.Message{
+		{Channel: "whatsapp", Campaign: "demo-" + runID, PhoneNumberID: demoPhoneNumberID, Template: "order_update", Language: "en_US", Params: []string{"name", "order_id"}},
+		{Channel: "sms", Campaign: "demo-" + runID, Senders: senders, Text: "Hi {name}, your order {order_id} has shipped."},
+		{Channel: "webhook", Campaign: "demo-" + runID, URLs: hooks, EventType: "order.shipped"},
 	}
 }
 

@@ -32,7 +32,7 @@ and never sends twice (completed tasks keep their ID for 24 h).`,
 		if err != nil {
 			return err
 		}
-		if err := checkTask(cfg, t); err != nil {
+		if err := app.CheckTask(cfg, t); err != nil {
 			return usageErr("%v", err)
 		}
 		url, err := g.resolveRedisURL(cfg)

@@ -15,6 +15,7 @@ import (
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
 
+	"github.com/sluice-dev/sluice/config"
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/campaign"
 )
@@ -33,7 +34,7 @@ type sendReport struct {
 }
 
 func newSendCmd(g *globals) *cobra.Command {
-	var m message
+	var m campaign.Message
 	var csvPath, rejectsPath string
 	var dryRun bool
 	cmd := &cobra.Command{
@@ -64,13 +65,13 @@ Examples:
 			if err != nil {
 				return err
 			}
-			if m.campaign == "" {
-				m.campaign = strings.TrimSuffix(filepath.Base(csvPath), filepath.Ext(csvPath))
+			if m.Campaign == "" {
+				m.Campaign = strings.TrimSuffix(filepath.Base(csvPath), filepath.Ext(csvPath))
 			}
 			if rejectsPath == "" {
 				rejectsPath = strings.TrimSuffix(csvPath, filepath.Ext(csvPath)) + ".rejects.csv"
 			}
-			m.maxRetry, m.cfg = cfg.Worker.MaxRetry, cfg
+			withConfig(&m, cfg)
 			var client *asynq.Client
 			if !dryRun {
 				url, err := g.resolveRedisURL(cfg)
@@ -98,27 +99,27 @@ Examples:
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&m.channel, "channel", "", "whatsapp, sms or webhook")
+	f.StringVar(&m.Channel, "channel", "", "whatsapp, sms or webhook")
 	f.StringVar(&csvPath, "csv", "", "recipients CSV with a header row and a `to` column")
 	f.StringVar(&rejectsPath, "rejects", "", "where rejected rows go (default: FILE.rejects.csv)")
-	f.StringVar(&m.campaign, "campaign", "", "campaign name, part of each idempotency key (default: the file's base name)")
-	f.StringVar(&m.phoneNumberID, "phone-number-id", "", "whatsapp: sender's phone number ID")
-	f.StringVar(&m.template, "template", "", "whatsapp: template name")
-	f.StringVar(&m.language, "lang", "en_US", "whatsapp: template language code")
-	f.StringSliceVar(&m.params, "params", nil, "whatsapp: columns filling the template's {{1}}, {{2}}, …")
-	f.StringVar(&m.text, "text", "", "whatsapp: free text with {column} placeholders (instead of --template)")
-	f.StringVar(&m.text, "body", "", "sms: body with {column} placeholders")
-	f.StringSliceVar(&m.senders, "from", nil, "sms: sending number(s), used in turn")
-	f.StringVar(&m.messagingService, "messaging-service", "", "sms: Messaging Service SID (MG…) instead of --from")
-	f.StringSliceVar(&m.urls, "url", nil, "webhook: endpoint URL(s), used in turn")
-	f.StringVar(&m.eventType, "event", "", "webhook: event type")
+	f.StringVar(&m.Campaign, "campaign", "", "campaign name, part of each idempotency key (default: the file's base name)")
+	f.StringVar(&m.PhoneNumberID, "phone-number-id", "", "whatsapp: sender's phone number ID")
+	f.StringVar(&m.Template, "template", "", "whatsapp: template name")
+	f.StringVar(&m.Language, "lang", "en_US", "whatsapp: template language code")
+	f.StringSliceVar(&m.Params, "params", nil, "whatsapp: columns filling the template's {{1}}, {{2}}, …")
+	f.StringVar(&m.Text, "text", "", "whatsapp: free text with {column} placeholders (instead of --template)")
+	f.StringVar(&m.Text, "body", "", "sms: body with {column} placeholders")
+	f.StringSliceVar(&m.Senders, "from", nil, "sms: sending number(s), used in turn")
+	f.StringVar(&m.MessagingService, "messaging-service", "", "sms: Messaging Service SID (MG…) instead of --from")
+	f.StringSliceVar(&m.URLs, "url", nil, "webhook: endpoint URL(s), used in turn")
+	f.StringVar(&m.EventType, "event", "", "webhook: event type")
 	f.BoolVar(&dryRun, "dry-run", false, "validate the file and build the tasks without enqueuing")
 	return cmd
 }
 
 // sendFile reads path, writes rejects to rejectsPath, and enqueues the valid
 // rows through client (nil: dry run), with a progress bar on progress.
-func sendFile(ctx context.Context, client *asynq.Client, m *message, path, rejectsPath string, progress io.Writer) (*sendReport, error) {
+func sendFile(ctx context.Context, client *asynq.Client, m *campaign.Message, path, rejectsPath string, progress io.Writer) (*sendReport, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -128,18 +129,18 @@ func sendFile(ctx context.Context, client *asynq.Client, m *message, path, rejec
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if err := m.validate(res.Columns); err != nil {
+	if err := m.Validate(res.Columns); err != nil {
 		return nil, usageErr("%v", err)
 	}
-	rep := &sendReport{Rows: len(res.Rows) + len(res.Rejects), Campaign: m.campaign, Channel: m.channel, Filename: path, rejectAll: res.Rejects}
+	rep := &sendReport{Rows: len(res.Rows) + len(res.Rejects), Campaign: m.Campaign, Channel: m.Channel, Filename: path, rejectAll: res.Rejects}
 
-	bar, wait := newBar(progress, "enqueue "+m.channel, int64(len(res.Rows)))
+	bar, wait := newBar(progress, "enqueue "+m.Channel, int64(len(res.Rows)))
 	for i, row := range res.Rows {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		bar.Increment()
-		t, err := m.task(row, i, res.Columns)
+		t, err := m.Task(row, i, res.Columns)
 		if err != nil {
 			rep.rejectAll = append(rep.rejectAll, campaign.Reject{Line: row.Line, Raw: row.Raw, Reason: err.Error()})
 			continue
@@ -190,4 +191,13 @@ func newBar(w io.Writer, name string, total int64) (*mpb.Bar, func()) {
 		mpb.PrependDecorators(decor.Name(name, decor.WC{C: decor.DindentRight | decor.DextraSpace}), decor.CountersNoUnit("%d / %d")),
 		mpb.AppendDecorators(decor.Percentage(), decor.Name(" "), decor.EwmaSpeed(0, "%.0f/s", 30)))
 	return bar, p.Wait
+}
+
+// withConfig gives m cfg's retry budget and the checks a worker with cfg
+// would make: each --url against the egress policy, each task against its
+// channel's payload cap.
+func withConfig(m *campaign.Message, cfg *config.Config) {
+	m.MaxRetry = cfg.Worker.MaxRetry
+	m.CheckURL = func(u string) error { return app.CheckTarget(cfg, "--url", u) }
+	m.Check = func(t *asynq.Task) error { return app.CheckSize(cfg, t) }
 }

@@ -1,0 +1,146 @@
+package campaign
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/sluice-dev/sluice/tasks"
+)
+
+// Message says how campaign rows become tasks on one channel: the fields of
+// `sluice send` and of the demo. Validate it against the file's columns,
+// then build one task per valid row with Task.
+type Message struct {
+	Channel  string // whatsapp, sms or webhook
+	Campaign string // part of every idempotency key
+
+	// whatsapp: the sender's phone number ID, and a template (name,
+	// language code, the columns filling {{1}}, {{2}}, …) or Text.
+	PhoneNumberID string
+	Template      string
+	Language      string
+	Params        []string
+	// Text is whatsapp's free text or sms's body, with {column}
+	// placeholders (see Render).
+	Text string
+
+	// sms: From numbers used in turn (row i uses Senders[i % n]), or a
+	// Messaging Service SID.
+	Senders          []string
+	MessagingService string
+
+	// webhook: endpoint URLs used in turn, and the event type.
+	URLs      []string
+	EventType string
+
+	// MaxRetry is each task's retry budget; 0 keeps tasks.DefaultMaxRetry.
+	MaxRetry int
+	// CheckURL, when set, checks each of URLs once in Validate (a worker's
+	// egress policy); its error is returned as `--url …: …`.
+	CheckURL func(url string) error
+	// Check, when set, checks every task Task builds (a channel's payload
+	// cap); its error makes the row's Task fail.
+	Check func(*asynq.Task) error
+}
+
+// Validate checks m against the file's columns; errors name the flag:
+// `--params: column "nme" is not in the file (have: to, name)`.
+func (m *Message) Validate(columns []string) error {
+	have := map[string]bool{}
+	for _, c := range columns {
+		have[c] = true
+	}
+	for _, p := range m.Params {
+		if !have[p] {
+			return fmt.Errorf("--params: column %q is not in the file (have: %s)", p, strings.Join(columns, ", "))
+		}
+	}
+	switch m.Channel {
+	case "whatsapp":
+		if m.PhoneNumberID == "" {
+			return fmt.Errorf("--phone-number-id is required for whatsapp")
+		}
+		if (m.Template == "") == (m.Text == "") {
+			return fmt.Errorf("whatsapp: give --template (with --params) or --text")
+		}
+	case "sms":
+		if (len(m.Senders) == 0) == (m.MessagingService == "") {
+			return fmt.Errorf("sms: give --from (one or more numbers) or --messaging-service")
+		}
+		if m.Text == "" {
+			return fmt.Errorf("sms: --body is required")
+		}
+	case "webhook":
+		if len(m.URLs) == 0 || m.EventType == "" {
+			return fmt.Errorf("webhook: --url and --event are required")
+		}
+		if m.CheckURL != nil {
+			for _, u := range m.URLs {
+				if err := m.CheckURL(u); err != nil {
+					return err
+				}
+			}
+		}
+	default:
+		return fmt.Errorf("--channel %q: want whatsapp, sms or webhook", m.Channel)
+	}
+	return nil
+}
+
+// Task builds the task for the i-th valid row. Its ID is the row's
+// content-based IdempotencyKey, so enqueuing the same row twice is refused
+// as a duplicate and never sends twice. The error is a template's (Render),
+// the payload's (tasks' Validate) or Check's.
+func (m *Message) Task(row Row, i int, columns []string) (*asynq.Task, error) {
+	key := IdempotencyKey(m.Campaign, m.Channel, row, columns)
+	var opts []asynq.Option
+	if m.MaxRetry > 0 {
+		opts = append(opts, asynq.MaxRetry(m.MaxRetry))
+	}
+	var t *asynq.Task
+	var err error
+	switch m.Channel {
+	case "whatsapp":
+		p := tasks.WhatsAppSend{PhoneNumberID: m.PhoneNumberID, To: row.To, IdempotencyKey: key}
+		if m.Template != "" {
+			tmpl := &tasks.Template{Name: m.Template, Language: m.Language}
+			for _, c := range m.Params {
+				tmpl.Parameters = append(tmpl.Parameters, row.Params[c])
+			}
+			p.Template = tmpl
+		} else if p.Text, err = Render(m.Text, row); err != nil {
+			return nil, err
+		}
+		t, err = tasks.NewWhatsAppSendTask(p, opts...)
+	case "sms":
+		p := tasks.SMSSend{To: row.To, IdempotencyKey: key, MessagingServiceSID: m.MessagingService}
+		if p.Body, err = Render(m.Text, row); err != nil {
+			return nil, err
+		}
+		if len(m.Senders) > 0 {
+			p.From = m.Senders[i%len(m.Senders)]
+		}
+		t, err = tasks.NewSMSSendTask(p, opts...)
+	case "webhook":
+		data, merr := json.Marshal(row.Params)
+		if merr != nil {
+			return nil, merr
+		}
+		url := m.URLs[i%len(m.URLs)]
+		t, err = tasks.NewWebhookDeliverTask(tasks.WebhookDeliver{URL: url, EventType: m.EventType, Payload: data, Endpoint: url, IdempotencyKey: key}, opts...)
+	default:
+		return nil, fmt.Errorf("channel %q", m.Channel)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if m.Check != nil {
+		if err := m.Check(t); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
