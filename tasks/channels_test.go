@@ -60,6 +60,18 @@ func TestFields(t *testing.T) {
 		slices.Sort(names)
 		require.Equal(t, keys, names, "FieldNames(%s) must match the keys of Fields", tc.taskType)
 	}
+	// Every channel of the registry is held to its payload's Fields above: a
+	// channel added without a case fails here.
+	for _, ch := range Channels() {
+		typ, _ := ChannelTaskType(ch)
+		require.True(t, slices.ContainsFunc(tests, func(tc struct {
+			taskType string
+			fields   map[string]string
+			want     map[string]string
+		}) bool {
+			return tc.taskType == typ
+		}), "channel %s (%s): no Fields case ties its FieldNames to its payload", ch, typ)
+	}
 }
 
 func TestFieldNamesReturnsCopy(t *testing.T) {

@@ -1,0 +1,65 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/channels"
+	"github.com/sluice-dev/sluice/rules"
+	"github.com/sluice-dev/sluice/throttle"
+	"github.com/sluice-dev/sluice/worker"
+)
+
+// A channel whose sends to one recipient are limited to one per 6 s: the
+// first task is sent, the second comes back as a *ThrottledError that asynq
+// (through worker.IsFailure and worker.RetryDelay) requeues for its wait
+// without spending a retry.
+func ExampleWorker_Handler() {
+	mr, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	lim := throttle.NewRedis(rdb, throttle.Options{Prefix: "example", Clock: func() time.Time { return now }})
+
+	pair := throttle.Limit{Name: "pair", Algorithm: throttle.GCRA, Rate: throttle.Rate{Limit: 1, Period: 6 * time.Second}, Burst: 1}
+	ch := worker.Channel{
+		Name: "demo", TaskType: "demo:send",
+		Rules: []rules.Rule{{Limit: pair, Key: "demo:pair:{to}"}},
+		Prepare: func(payload []byte) (worker.Prepared, error) {
+			to := string(payload)
+			return worker.Prepared{
+				Fields: map[string]string{"to": to},
+				Send: func(context.Context) (channels.Response, error) {
+					fmt.Println("sent to", to)
+					return channels.Response{Status: 200}, nil
+				},
+			}, nil
+		},
+	}
+	w, err := worker.New(worker.Options{Redis: rdb, Limiter: lim, Channels: []worker.Channel{ch}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		panic(err)
+	}
+	h, err := w.Handler(ch)
+	if err != nil {
+		panic(err)
+	}
+	for range 2 {
+		err := h.ProcessTask(context.Background(), asynq.NewTask("demo:send", []byte("+12025550123")))
+		fmt.Println("error:", err, "failure:", err != nil && worker.IsFailure(err))
+	}
+	// Output:
+	// sent to +12025550123
+	// error: <nil> failure: false
+	// error: demo: limit "pair" on demo:pair:+12025550123: retry in 6s failure: false
+}
