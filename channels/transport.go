@@ -16,7 +16,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/sluice-dev/sluice/internal/redact"
+	"github.com/sluice-dev/sluice/redact"
 )
 
 // MaxBodyBytes is how much of any response body the clients read (64 KiB).

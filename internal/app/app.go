@@ -21,7 +21,7 @@ import (
 
 	"github.com/sluice-dev/sluice/channels"
 	"github.com/sluice-dev/sluice/config"
-	"github.com/sluice-dev/sluice/internal/redact"
+	"github.com/sluice-dev/sluice/redact"
 	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
 	"github.com/sluice-dev/sluice/worker"

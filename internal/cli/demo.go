@@ -25,7 +25,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/campaign"
 	"github.com/sluice-dev/sluice/internal/emulator"
-	"github.com/sluice-dev/sluice/internal/redact"
+	"github.com/sluice-dev/sluice/redact"
 	"github.com/sluice-dev/sluice/worker"
 )
 
