@@ -612,7 +612,7 @@ func (d *decoder) limits(n *yaml.Node, path, channel string) ([]rules.Rule, bool
 		return nil, false
 	}
 	before := len(d.errs)
-	rules := make([]rules.Rule, 0, len(n.Content))
+	out := make([]rules.Rule, 0, len(n.Content))
 	names := map[string]int{}
 	for i, item := range n.Content {
 		p := fmt.Sprintf("%s[%d]", path, i)
@@ -624,9 +624,9 @@ func (d *decoder) limits(n *yaml.Node, path, channel string) ([]rules.Rule, bool
 				names[r.Limit.Name] = nameNode.Line
 			}
 		}
-		rules = append(rules, r)
+		out = append(out, r)
 	}
-	return rules, len(d.errs) == before
+	return out, len(d.errs) == before
 }
 
 var allRuleFields = []string{"name", "key", "algorithm", "rate", "burst", "cost", "max", "lease", "interval", "member"}
