@@ -21,8 +21,8 @@ import (
 // metadata service (server-side request forgery, OWASP SSRF Prevention Cheat
 // Sheet).
 //
-// The zero value refuses every address in the ranges of RefusedRanges:
-// loopback, private (RFC 1918), carrier-grade NAT (RFC 6598), link-local
+// The zero value refuses every address in these ranges, each named with its
+// RFC in the error: loopback, private (RFC 1918), carrier-grade NAT (RFC 6598), link-local
 // (169.254.0.0/16 holds the metadata service, fe80::/10), unique-local
 // (fc00::/7), multicast, unspecified, reserved and documentation ranges, and
 // IPv6 forms that embed an IPv4 address (IPv4-mapped ::ffff:0:0/96, NAT64
@@ -91,7 +91,7 @@ type refusedRange struct {
 	name   string
 }
 
-// refused is the table of RefusedRanges, most specific first within a family.
+// refused is the table of refused ranges, most specific first within a family.
 // Sources: IANA IPv4 and IPv6 Special-Purpose Address Registries (RFC 6890).
 var refused = func() []refusedRange {
 	rows := []struct{ cidr, name string }{
@@ -135,16 +135,6 @@ var (
 	nat64Prefix = netip.MustParsePrefix("64:ff9b::/96") // RFC 6052: the last 32 bits
 	sixToFour   = netip.MustParsePrefix("2002::/16")    // RFC 3056: bits 16–47
 )
-
-// RefusedRanges returns the CIDRs an Egress refuses unless Allow admits them,
-// each with its name and source ("private (10.0.0.0/8, RFC 1918)").
-func RefusedRanges() map[netip.Prefix]string {
-	m := make(map[netip.Prefix]string, len(refused))
-	for _, r := range refused {
-		m[r.prefix] = r.name
-	}
-	return m
-}
 
 // CheckAddr returns nil if a may be connected to, or an *EgressError naming
 // the refused range. IPv4-mapped IPv6 addresses are checked as the IPv4

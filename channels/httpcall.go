@@ -18,7 +18,7 @@ type HTTPCaller struct {
 	// given here is used as is: only the URL's literal host is checked.
 	HTTP *http.Client
 	// Egress is where calls may go; the zero value refuses loopback, private,
-	// link-local and the other ranges of RefusedRanges.
+	// link-local and the other ranges Egress lists.
 	Egress Egress
 	// Now is the clock for Retry-After dates; nil = time.Now.
 	Now func() time.Time

@@ -48,7 +48,7 @@ type Webhook struct {
 	// addresses itself (NewEgressHTTPClient does).
 	HTTP *http.Client
 	// Egress is where deliveries may go; the zero value refuses loopback,
-	// private, link-local and the other ranges of RefusedRanges.
+	// private, link-local and the other ranges Egress lists.
 	Egress Egress
 	// UserAgent is the User-Agent header; default DefaultUserAgent.
 	UserAgent string

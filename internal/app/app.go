@@ -117,7 +117,7 @@ func NewWorker(cfg *config.Config, rdb redis.UniversalClient, lim *throttle.Redi
 		if cc == nil || !cc.Enabled {
 			continue
 		}
-		ch, err := buildChannel(cc, channels.Egress{Allow: cfg.Egress.AllowCIDRs}, secrets, opts.HTTP)
+		ch, err := buildChannel(cc, egressOf(cfg), secrets, opts.HTTP)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("channels.%s: %w", name, err))
 			continue

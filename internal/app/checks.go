@@ -60,8 +60,14 @@ func CheckTarget(cfg *config.Config, field, target string) error {
 	if cfg == nil {
 		cfg = config.Default()
 	}
-	if err := (channels.Egress{Allow: cfg.Egress.AllowCIDRs}).CheckURL(target); err != nil {
+	if err := egressOf(cfg).CheckURL(target); err != nil {
 		return fmt.Errorf("%s %s: %w", field, redact.URL(target), err)
 	}
 	return nil
+}
+
+// egressOf is cfg's egress policy, for the enqueue-time checks and the
+// webhook and HTTP-call clients alike.
+func egressOf(cfg *config.Config) channels.Egress {
+	return channels.Egress{Allow: cfg.Egress.AllowCIDRs}
 }
