@@ -133,7 +133,12 @@ func (l *Redis) Reset(ctx context.Context, keys ...string) (int64, error) {
 	for _, k := range keys {
 		// One key per call: keys of different scopes live in different
 		// cluster slots.
-		c, err := l.rdb.Unlink(ctx, l.Key(k)).Result()
+		// The key's plan and backlog (Reserve) go with it.
+		full := l.Key(k)
+		c, err := l.rdb.Unlink(ctx, full).Result()
+		if err == nil {
+			err = l.rdb.Unlink(ctx, full+planSuffix, full+backlogSuffix).Err()
+		}
 		if err != nil {
 			return n, fmt.Errorf("throttle: reset %s: %w", k, err)
 		}
@@ -193,7 +198,9 @@ func (l *Redis) match(prefix string) string {
 
 // reserved reports whether a key belongs to Sluice itself (events stream,
 // overrides), not to a limit: its scope starts with '_'.
-func reserved(key string) bool { return strings.HasPrefix(key, "_") }
+// reserved reports keys that are not limiter state: "_"-scoped keys and
+// the plan and backlog keys beside a GCRA limit's state (Reserve).
+func reserved(key string) bool { return strings.HasPrefix(key, "_") || isBookKey(key) }
 
 // strip turns a full key back into "scope:rest".
 func (l *Redis) strip(full string) string {

@@ -1,0 +1,406 @@
+-- reserve.lua: paced delivery by reservation (see Redis.Reserve and
+-- Redis.Plan). It is joined after prelude.lua and the algorithm files, like
+-- consume.lua, and decides one send ("reserve", "release") or a batch of
+-- sends ("plan") in one atomic step.
+--
+-- Two books per GCRA limit:
+--   the firm book   the limit's own TAT (gcra.lua's state): a firm
+--                   reservation is an exact instant `at`, at most `hold` us
+--                   ahead, and the send goes out then. Consume and Reserve
+--                   share this book, so the limit is never exceeded.
+--   the plan book   PTAT, the tail of the sends planned on the limit (hash
+--                   KEYS[3i-1], field = the GCRA field or 'tat'), and the
+--                   backlog (zset KEYS[3i], task id -> planned us). A planned
+--                   send is told to come back at its planned instant and
+--                   takes its firm slot then; sends planned later queue
+--                   behind it, so a backlog comes back about once per send.
+-- Emission interval T = period / limit / (1 - headroom): headroom (a
+-- fraction, e.g. 0.01) keeps the sends' spacing a little wider than the
+-- limit, so network jitter between the sender and the provider cannot put
+-- one more than the limit into any span the provider counts.
+--
+-- KEYS: per limit i: KEYS[3i-2] state, KEYS[3i-1] plan hash, KEYS[3i] backlog
+-- ARGV[1] now us ("0" = Redis TIME)   ARGV[2] mode: reserve | plan | release
+-- ARGV[3] call id                     ARGV[4] hold us (firm at most this far ahead)
+-- ARGV[5] headroom (fraction)         ARGV[6] priority: high | bulk
+-- ARGV[7] number of sends, then per send: task id ('' = none), number of
+--         limits m, then m times: key index i, algorithm, limit, period us,
+--         burst, cost, extra (as consume.lua)
+-- Only GCRA limits are paced and planned; the other algorithms are decided
+-- at now by their own decide/commit ("reserve" mode only; "plan" and
+-- "release" skip them).
+--
+-- Returns, "reserve": {now, firm (1|0), at us, then per limit the 6 values
+--   of consume.lua (ok, remaining, reset, retry, wait, taken)}. firm = 1:
+--   every limit was taken for `at` (<= now + hold). firm = 0: nothing was
+--   taken; `at` is when to come back (a planned slot when the send was
+--   planned, else the blocked limits' wait).
+-- "plan": {now, then per send: planned us}.   "release": {now, released}.
+local now = tonumber(ARGV[1])
+if now == 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local mode, call_id = ARGV[2], ARGV[3]
+local hold, headroom, priority = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+local nsends = tonumber(ARGV[7])
+
+-- Plan books. A limit paced slower than one send a second (a pair limit,
+-- a 1/s sender) keeps a plan tail: PTAT, field 't'..extra. A faster one
+-- keeps a count per future whole second (fields extra..'@'..second) and a
+-- fill pointer (field 'f'..extra, the first second that may have room):
+-- asynq schedules in whole seconds, so a second's count is the number of
+-- sends that will come back in it. Second s holds floor((s+1)R) - floor(sR)
+-- sends, R = 1e6/T per second, so the seconds average the paced rate. A
+-- send planned later than the pointer (held back by another limit) takes
+-- room in its own second without moving the pointer, and a gap it leaves
+-- is filled by later plans.
+local SEC = 1000000
+
+local function pace(l)
+  local T = (l.period / l.limit) / (1 - headroom)
+  local tol = T * l.burst
+  local raw
+  if l.extra == '' then raw = read('GET', l.key) else raw = read('HGET', l.key, l.extra) end
+  local a = (tonumber(raw) or now) - now
+  if a < 0 then a = 0 end
+  l.T, l.tol, l.a, l.replace = T, tol, a, type(raw) == 'table'
+  l.firm = now + math.max(0, a + T * l.cost - tol) -- earliest by the firm book
+  l.fast = T < SEC
+  if l.fast then
+    l.rate = SEC / T
+    l.fill = tonumber(redis.call('HGET', l.plan, 'f' .. l.extra)) or 0
+  else
+    local pt = tonumber(redis.call('HGET', l.plan, 't' .. l.extra))
+    local pa = (pt or now) - now
+    if pa < a then pa = a end
+    l.queued = now + math.max(0, pa + T * l.cost - tol) -- earliest behind the plan
+  end
+end
+
+local function room(l, sec)
+  return math.floor((sec + 1) * l.rate) - math.floor(sec * l.rate)
+end
+
+local function count(l, sec)
+  return tonumber(redis.call('HGET', l.plan, l.extra .. '@' .. sec)) or 0
+end
+
+-- sweep drops the past seconds of a fast limit's plan.
+local function sweep(l)
+  local cur = math.floor(now / SEC)
+  if l.fill >= cur then return end
+  if l.fill > 0 and cur - l.fill <= 1000 then
+    for sec = l.fill, cur - 1 do redis.call('HDEL', l.plan, l.extra .. '@' .. sec) end
+  else
+    local fields = redis.call('HKEYS', l.plan)
+    local pre = l.extra .. '@'
+    for _, f in ipairs(fields) do
+      if string.sub(f, 1, #pre) == pre then
+        local sec = tonumber(string.sub(f, #pre + 1))
+        if sec and sec < cur then redis.call('HDEL', l.plan, f) end
+      end
+    end
+  end
+  l.fill = cur
+end
+
+local function set_tat(l, at)
+  local stored = math.ceil(math.max(now + l.a, at) + l.T * l.cost)
+  if l.replace then redis.call('DEL', l.key) end
+  if l.extra == '' then
+    redis.call('SET', l.key, us(stored), 'PX', ttl_ms(stored - now))
+  else
+    redis.call('HSET', l.key, l.extra, us(stored))
+    extend(l.key, ttl_ms(stored - now))
+  end
+end
+
+-- parse reads a send's limits from ARGV starting at index a; returns the
+-- send and the next index.
+local function parse(a)
+  local s = {id = ARGV[a], limits = {}}
+  local m = tonumber(ARGV[a + 1])
+  a = a + 2
+  for j = 1, m do
+    local i = tonumber(ARGV[a])
+    s.limits[j] = {i = i, key = KEYS[3 * i - 2], plan = KEYS[3 * i - 1], backlog = KEYS[3 * i],
+      algo = ARGV[a + 1], limit = tonumber(ARGV[a + 2]), period = tonumber(ARGV[a + 3]),
+      burst = tonumber(ARGV[a + 4]), cost = tonumber(ARGV[a + 5]), extra = ARGV[a + 6]}
+    a = a + 7
+  end
+  return s, a
+end
+
+-- returning reports whether the send was planned earlier (it holds a place
+-- in its backlogs): it then takes the firm book's slot.
+local function returning(s)
+  if s.id == '' then return false end
+  for _, l in ipairs(s.limits) do
+    if l.algo == 'gcra' and redis.call('ZSCORE', l.backlog, s.id) then return true end
+  end
+  return false
+end
+
+local function unlist(s)
+  if s.id == '' then return end
+  for _, l in ipairs(s.limits) do
+    if l.algo == 'gcra' then redis.call('ZREM', l.backlog, s.id) end
+  end
+end
+
+-- plan_search finds the earliest instant, from `from` on, at which every
+-- GCRA limit's plan has room for the send; it writes nothing.
+local function plan_search(s, from)
+  local at = from
+  for _, l in ipairs(s.limits) do
+    if l.algo == 'gcra' and not l.fast and l.queued > at then at = l.queued end
+  end
+  local sec = math.floor(at / SEC)
+  for _ = 1, 100000 do
+    local moved = false
+    for _, l in ipairs(s.limits) do
+      if l.algo == 'gcra' and l.fast then
+        if l.fill > sec then sec = l.fill; moved = true; break end
+        l.n = count(l, sec)
+        if l.n + l.cost > room(l, sec) and l.n > 0 then sec = sec + 1; moved = true; break end
+      end
+    end
+    if not moved then break end
+  end
+  if sec * SEC > at then at = sec * SEC end
+  -- Within its second, a send is expected after those counted before it.
+  local off = 0
+  for _, l in ipairs(s.limits) do
+    if l.algo == 'gcra' and l.fast then off = math.max(off, l.n * l.T) end
+  end
+  at = math.max(at, math.min(sec * SEC + off, sec * SEC + SEC - 1))
+  return math.ceil(at), sec
+end
+
+-- plan_count charges the send to second sec of every fast limit's plan.
+local function plan_count(s, sec)
+  for _, l in ipairs(s.limits) do
+    if l.algo == 'gcra' and l.fast then
+      local n = redis.call('HINCRBY', l.plan, l.extra .. '@' .. sec, l.cost)
+      if sec == l.fill then
+        while n >= room(l, l.fill) do
+          l.fill = l.fill + 1
+          n = count(l, l.fill)
+        end
+        redis.call('HSET', l.plan, 'f' .. l.extra, l.fill)
+      end
+      extend(l.plan, ttl_ms((sec + 2) * SEC - now))
+    end
+  end
+end
+
+-- plan_commit records a send planned for `at` (second sec).
+local function plan_commit(s, at, sec)
+  plan_count(s, sec)
+  for _, l in ipairs(s.limits) do
+    if l.algo == 'gcra' then
+      if not l.fast then
+        -- Sends that come back in one second take their firm slots in the
+        -- order they arrive, anywhere in it: the next send on a slow limit
+        -- is planned one interval after the second ends.
+        local tail = math.ceil((sec + 1) * SEC + l.T * l.cost)
+        redis.call('HSET', l.plan, 't' .. l.extra, us(tail))
+        extend(l.plan, ttl_ms(tail - now))
+      end
+      if s.id ~= '' then
+        redis.call('ZADD', l.backlog, at, s.id)
+        extend(l.backlog, ttl_ms(at - now) + 3600000)
+      end
+    end
+  end
+end
+
+local function pace_all(s)
+  for _, l in ipairs(s.limits) do
+    if l.algo == 'gcra' then
+      pace(l)
+      if l.fast then sweep(l) end
+    end
+  end
+end
+
+if mode == 'plan' then
+  local out = {now}
+  local a = 8
+  for _ = 1, nsends do
+    local s
+    s, a = parse(a)
+    -- Each send re-reads the books: it shares them with the ones before.
+    pace_all(s)
+    local at, sec = plan_search(s, now)
+    plan_commit(s, at, sec)
+    out[#out + 1] = at
+  end
+  return out
+end
+
+local s = parse(8)
+
+if mode == 'release' then
+  -- A planned send that will never come back (archived, deleted) leaves
+  -- its backlogs and gives its room back.
+  local released = 0
+  if s.id ~= '' then
+    for _, l in ipairs(s.limits) do
+      if l.algo == 'gcra' then
+        local score = tonumber(redis.call('ZSCORE', l.backlog, s.id))
+        if score then
+          pace(l)
+          local last = redis.call('ZREVRANGE', l.backlog, 0, 0)[1]
+          redis.call('ZREM', l.backlog, s.id)
+          released = 1
+          if l.fast then
+            local sec = math.floor(score / SEC)
+            local f = l.extra .. '@' .. sec
+            if (tonumber(redis.call('HGET', l.plan, f)) or 0) > 0 then
+              redis.call('HINCRBY', l.plan, f, -l.cost)
+              if sec < l.fill then redis.call('HSET', l.plan, 'f' .. l.extra, sec) end
+            end
+          elseif last == s.id then
+            local tail = math.ceil(score)
+            if tail > now + l.a then
+              redis.call('HSET', l.plan, 't' .. l.extra, us(tail))
+            else
+              redis.call('HDEL', l.plan, 't' .. l.extra)
+            end
+          end
+        end
+      end
+    end
+  end
+  return {now, released}
+end
+
+-- mode == 'reserve'
+local back = returning(s)
+local high = priority == 'high'
+pace_all(s)
+-- A limit paced at under a second a send (fast) must not be taken for an
+-- instant far past its own next slot: the gap would be lost to every other
+-- send on it. When a slower limit (a pair) holds the send that far back,
+-- nothing is taken and the send comes back at that instant.
+local fastmax, slowmax, tmin = now, now, nil
+for _, l in ipairs(s.limits) do
+  if l.algo == 'gcra' then
+    if l.fast then
+      if l.firm > fastmax then fastmax = l.firm end
+      if not tmin or l.T < tmin then tmin = l.T end
+    elseif l.firm > slowmax then slowmax = l.firm end
+  end
+end
+local at = math.max(fastmax, slowmax)
+local gap = tmin ~= nil and slowmax > fastmax + tmin
+-- The other algorithms are decided at now.
+local blocked_wait = 0
+for _, l in ipairs(s.limits) do
+  if l.algo ~= 'gcra' then
+    local d
+    if l.algo == 'fixed_window' then d = fixed_window_decide(l.key, now, l.limit, l.period, l.cost)
+    elseif l.algo == 'sliding_window_log' then d = sliding_window_log_decide(l.key, now, l.limit, l.period, l.cost)
+    elseif l.algo == 'sliding_window_counter' then d = sliding_window_counter_decide(l.key, now, l.limit, l.period, l.cost)
+    elseif l.algo == 'min_interval' then d = min_interval_decide(l.key, now, l.period)
+    elseif l.algo == 'concurrency' then d = concurrency_decide(l.key, now, l.limit, l.period, l.cost)
+    elseif l.algo == 'distinct' then d = distinct_decide(l.key, now, l.limit, l.period, l.extra)
+    else return redis.error_reply('sluice: unknown algorithm ' .. tostring(l.algo))
+    end
+    l.d = d
+    if d.ok == 0 and d.wait > blocked_wait then blocked_wait = d.wait end
+  end
+end
+
+-- A new bulk send goes now only if the plan has room for it in the current
+-- second: it never overtakes sends planned before it.
+local plan_at, plan_sec
+local firm = 0
+if blocked_wait == 0 and at - now <= hold and not gap then
+  if back or high then
+    firm = 1
+  else
+    plan_at, plan_sec = plan_search(s, now)
+    if plan_sec == math.floor(now / SEC) then
+      firm = 1
+      if plan_at > at then at = plan_at end
+      if at - now > hold then firm = 0 end
+    end
+  end
+end
+
+if firm == 1 then
+  for _, l in ipairs(s.limits) do
+    if l.algo == 'gcra' then
+      set_tat(l, at)
+    else
+      local d = l.d
+      if d.algo == 'fixed_window' then fixed_window_commit(d)
+      elseif d.algo == 'sliding_window_log' then sliding_window_log_commit(d, call_id)
+      elseif d.algo == 'sliding_window_counter' then sliding_window_counter_commit(d)
+      elseif d.algo == 'min_interval' then min_interval_commit(d)
+      elseif d.algo == 'concurrency' then concurrency_commit(d, call_id)
+      elseif d.algo == 'distinct' then distinct_commit(d)
+      end
+    end
+  end
+  -- A send that was not planned takes room in its second, so later plans
+  -- count it.
+  if not back then plan_count(s, math.floor(at / SEC)) end
+  unlist(s)
+elseif blocked_wait > 0 then
+  -- Blocked by a limit that cannot be reserved: come back after its wait
+  -- (fixed windows count the caller among their waiters, as consume.lua).
+  at = math.max(at, now + blocked_wait)
+  for _, l in ipairs(s.limits) do
+    if l.d and l.d.ok == 0 and l.d.algo == 'fixed_window' and l.d.wait == blocked_wait then fixed_window_record(l.d) end
+  end
+elseif back or high then
+  -- Holds its place (or jumps the queue): come back when the firm book has
+  -- room.
+  if back then
+    for _, l in ipairs(s.limits) do
+      if l.algo == 'gcra' then redis.call('ZADD', l.backlog, 'XX', at, s.id) end
+    end
+  end
+else
+  if not plan_at then plan_at, plan_sec = plan_search(s, now) end
+  plan_commit(s, plan_at, plan_sec)
+  at = plan_at
+end
+
+local out = {now, firm, math.ceil(at)}
+for _, l in ipairs(s.limits) do
+  if l.algo == 'gcra' then
+    local ok, taken = 0, 0
+    local rem = math.max(0, floor_units(l.tol - l.a, l.T))
+    local reset = now + l.a
+    if firm == 1 then
+      ok, taken = 1, l.cost
+      local new_ahead = math.max(l.a, at - now) + l.T * l.cost
+      rem = math.max(0, floor_units(l.tol - new_ahead, l.T))
+      reset = now + math.ceil(new_ahead)
+    elseif blocked_wait > 0 and l.firm - now <= hold then
+      ok = 1 -- this limit alone would have allowed the send
+    end
+    out[#out + 1] = ok
+    out[#out + 1] = rem
+    out[#out + 1] = reset
+    out[#out + 1] = math.ceil(math.max(0, l.firm - now))
+    out[#out + 1] = math.ceil(math.max(0, at - now))
+    out[#out + 1] = taken
+  else
+    local d = l.d
+    local rem, taken, reset = d.rem_now, 0, d.reset
+    if firm == 1 then rem, taken, reset = d.rem_after, d.taken, d.reset_after or d.reset end
+    out[#out + 1] = d.ok
+    out[#out + 1] = rem
+    out[#out + 1] = reset
+    out[#out + 1] = d.retry
+    out[#out + 1] = math.ceil(d.wait)
+    out[#out + 1] = taken
+  end
+end
+return out

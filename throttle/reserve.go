@@ -1,0 +1,430 @@
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// reserveScript is prelude.lua, the algorithm files and reserve.lua: paced
+// reservations, batch planning and release in one EVALSHA each.
+var reserveScript = redis.NewScript(joinLua("prelude.lua", "gcra.lua", "fixed_window.lua",
+	"sliding_window_log.lua", "sliding_window_counter.lua", "min_interval.lua",
+	"concurrency.lua", "distinct.lua", "reserve.lua"))
+
+// Priority orders sends that share a limit.
+type Priority string
+
+const (
+	// Bulk sends queue in the order they were planned: a bulk send never
+	// overtakes one planned before it.
+	Bulk Priority = ""
+	// High sends take the first free slot of the firm book, ahead of every
+	// planned bulk send; bulk holds firm slots at most ReserveOptions.Hold
+	// ahead, so a high-priority send waits at most about that long.
+	High Priority = "high"
+)
+
+// ParsePriority accepts "", "bulk", "normal" (Bulk) and "high" (High).
+func ParsePriority(s string) (Priority, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "bulk", "normal", "low":
+		return Bulk, nil
+	case "high":
+		return High, nil
+	}
+	return Bulk, fmt.Errorf("priority %q: want high or bulk", s)
+}
+
+// Defaults of ReserveOptions.
+const (
+	// DefaultHold is ReserveOptions.Hold's default. asynq schedules in whole
+	// seconds, so a send planned for 12.34s is dequeued at about 12.0s and
+	// held until 12.34s: holds stay under a second, plus the forwarder's
+	// check interval.
+	DefaultHold = 1100 * time.Millisecond
+	// DefaultHeadroom is the fraction by which paced sends are spaced wider
+	// than their limit (80/s is paced at 79.2/s): the margin that absorbs
+	// network jitter, so that no span a provider counts, wherever it starts,
+	// holds more than the limit.
+	DefaultHeadroom = 0.01
+	// MaxHeadroom bounds ReserveOptions.Headroom.
+	MaxHeadroom = 0.5
+)
+
+// ReserveOptions configures Reserve and Plan.
+type ReserveOptions struct {
+	// TaskID names the send across calls (an asynq task ID): a send planned
+	// by Plan or by a Reserve that could not take a firm slot keeps its
+	// place in each limit's backlog under this ID. "" means no place is
+	// kept: every call then queues behind the plan.
+	TaskID string
+	// Priority: Bulk (the zero value) or High.
+	Priority Priority
+	// Hold is how far ahead a firm reservation may be: the most a caller
+	// holds a send before its instant. Zero means DefaultHold.
+	Hold time.Duration
+	// Headroom widens the paced spacing of GCRA limits by this fraction
+	// (0.01: 1%). Plan and Reserve of one limit must use the same value.
+	// Zero means none; at most MaxHeadroom.
+	Headroom float64
+}
+
+// Reservation is the outcome of Reserve.
+type Reservation struct {
+	// Decision holds one LimitDecision per request, as Consume's. Allowed
+	// is Firm.
+	Decision
+	// Firm reports that every limit was taken for the instant At: send then.
+	Firm bool
+	// At is, when Firm, the instant to send (Redis clock; never before Now,
+	// at most Hold after it). Otherwise it is when to come back: the send's
+	// planned slot, or the wait of a limit that cannot be reserved.
+	At time.Time
+	// Planned reports that the send holds a place in the backlogs (it was
+	// planned); it keeps it until a firm Reserve or Release with its TaskID.
+	Planned bool
+}
+
+// Delay is how long from the decision until At.
+func (r Reservation) Delay() time.Duration { return max(0, r.At.Sub(r.Now)) }
+
+// Reserve paces one send: in one atomic step it finds the earliest instant
+// at which every GCRA limit of the send admits it, spaced at the limit's
+// interval widened by Headroom, and, when that instant is at most Hold
+// ahead and the send's other limits allow it now, takes every limit for
+// that instant (Firm). Otherwise it takes nothing and plans the send: it
+// gets the next place behind the sends already planned on its limits and
+// is told to come back for it (Reservation.At), so a backlog comes back
+// about once per send instead of being re-polled.
+//
+// Which algorithms reserve: GCRA limits are paced and planned (their TAT
+// is the reservation book). FixedWindow, SlidingWindowLog,
+// SlidingWindowCounter, MinInterval, Concurrency and Distinct limits are
+// decided at the call's time as Consume does; a send they block comes back
+// after their Wait, without a place.
+//
+// All requests must share one scope (ErrBadRequest otherwise). Errors are
+// those of Consume.
+func (l *Redis) Reserve(ctx context.Context, opts ReserveOptions, reqs ...Request) (Reservation, error) {
+	fields, err := validate(reqs)
+	if err != nil {
+		return Reservation{}, err
+	}
+	if err := checkOneScope(reqs); err != nil {
+		return Reservation{}, err
+	}
+	hold, headroom, err := reserveParams(opts)
+	if err != nil {
+		return Reservation{}, err
+	}
+	if l.overrides != nil {
+		reqs = l.overrides.apply(ctx, reqs)
+	}
+	callID := ""
+	if needsCallID(reqs) {
+		callID = newCallID()
+	}
+	keys := make([]string, 0, 3*len(reqs))
+	args := l.reserveHead("reserve", callID, hold, headroom, opts.Priority, 1)
+	args = append(args, opts.TaskID, len(reqs))
+	for i, r := range reqs {
+		k := l.Key(r.Key)
+		keys = append(keys, k, k+planSuffix, k+backlogSuffix)
+		args = appendReserveLimit(args, i+1, r, fieldOf(fields, i))
+	}
+	raw, err := reserveScript.Run(ctx, l.rdb, keys, args...).Int64Slice()
+	if err != nil {
+		return Reservation{}, fmt.Errorf("throttle: reserve %q: %w", reqs[0].Key, err)
+	}
+	if len(raw) < 3 {
+		return Reservation{}, fmt.Errorf("%w: %d values from reserve", ErrMalformedReply, len(raw))
+	}
+	d, err := l.decode(append([]int64{raw[0], raw[1]}, raw[3:]...), reqs, callID)
+	if err != nil {
+		return Reservation{}, err
+	}
+	r := Reservation{Decision: d, Firm: raw[1] == 1, At: time.UnixMicro(raw[2])}
+	if !r.Firm {
+		r.Planned = opts.TaskID != "" && r.plannedByGCRA(reqs)
+		r.Leases = nil
+	} else {
+		l.events.observe(ctx, reqs, d)
+	}
+	return r, nil
+}
+
+// plannedByGCRA reports whether the send was planned: no limit other than
+// GCRA blocked it and it has a GCRA limit.
+func (r Reservation) plannedByGCRA(reqs []Request) bool {
+	gcra := false
+	for i, q := range reqs {
+		if q.Limit.Algorithm == GCRA {
+			gcra = true
+		} else if !r.Limits[i].Allowed {
+			return false
+		}
+	}
+	return gcra
+}
+
+// Send is one send for Plan: its task ID and requests.
+type Send struct {
+	TaskID   string
+	Requests []Request
+}
+
+// Plan gives each send, in order, its place behind the sends already
+// planned on its GCRA limits, and returns the planned instants (Redis
+// clock), one per send. It takes nothing from the limits: each send takes
+// its firm slot with Reserve (same TaskID, Priority Bulk, same Headroom)
+// when it comes back, at about its planned instant. Limits other than GCRA
+// are ignored here and decided by Reserve. Sends are planned in batches of
+// one script call per scope and up to 256 sends, so planning a campaign
+// costs far less than one call per send. opts.TaskID and Priority are
+// ignored: each Send has its own TaskID, and planning is for bulk sends.
+func (l *Redis) Plan(ctx context.Context, opts ReserveOptions, sends []Send) ([]time.Time, error) {
+	_, headroom, err := reserveParams(opts)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]time.Time, len(sends))
+	type item struct {
+		idx    int
+		reqs   []Request
+		fields []string
+	}
+	groups := map[string][]item{}
+	var order []string
+	for i, s := range sends {
+		var gcra []Request
+		for _, r := range s.Requests {
+			if r.Limit.Algorithm == GCRA {
+				gcra = append(gcra, r)
+			}
+		}
+		if len(gcra) == 0 {
+			continue // nothing to pace: due now
+		}
+		fields, err := validate(gcra)
+		if err != nil {
+			return nil, fmt.Errorf("throttle: plan sends[%d]: %w", i, err)
+		}
+		if l.overrides != nil {
+			gcra = l.overrides.apply(ctx, gcra)
+		}
+		if err := checkOneScope(gcra); err != nil {
+			return nil, fmt.Errorf("throttle: plan sends[%d]: %w", i, err)
+		}
+		sc := scope(gcra[0].Key)
+		if _, ok := groups[sc]; !ok {
+			order = append(order, sc)
+		}
+		groups[sc] = append(groups[sc], item{i, gcra, fields})
+	}
+	slices.Sort(order)
+	const batch = 256
+	var now time.Time
+	for _, sc := range order {
+		items := groups[sc]
+		for lo := 0; lo < len(items); lo += batch {
+			part := items[lo:min(lo+batch, len(items))]
+			index := map[string]int{}
+			var keys []string
+			args := l.reserveHead("plan", "", 0, headroom, Bulk, len(part))
+			for _, it := range part {
+				args = append(args, sends[it.idx].TaskID, len(it.reqs))
+				for j, r := range it.reqs {
+					k := l.Key(r.Key)
+					ki, ok := index[k]
+					if !ok {
+						keys = append(keys, k, k+planSuffix, k+backlogSuffix)
+						ki = len(keys) / 3
+						index[k] = ki
+					}
+					args = appendReserveLimit(args, ki, r, fieldOf(it.fields, j))
+				}
+			}
+			raw, err := reserveScript.Run(ctx, l.rdb, keys, args...).Int64Slice()
+			if err != nil {
+				return nil, fmt.Errorf("throttle: plan %q: %w", part[0].reqs[0].Key, err)
+			}
+			if len(raw) != 1+len(part) {
+				return nil, fmt.Errorf("%w: %d values for %d planned sends", ErrMalformedReply, len(raw), len(part))
+			}
+			now = time.UnixMicro(raw[0])
+			for k, it := range part {
+				out[it.idx] = time.UnixMicro(raw[1+k])
+			}
+		}
+	}
+	for i := range out {
+		if out[i].IsZero() {
+			if now.IsZero() {
+				now = l.now(ctx)
+			}
+			out[i] = now
+		}
+	}
+	return out, nil
+}
+
+// Release gives up a planned send's place (its task was archived or
+// deleted and will never come back): it leaves every backlog, and a send
+// planned last gives its slot back to the plan. It reports whether the
+// send held a place. Firm reservations are not released: they are at most
+// Hold ahead and lapse by themselves.
+func (l *Redis) ReleasePlanned(ctx context.Context, taskID string, reqs ...Request) (bool, error) {
+	if taskID == "" {
+		return false, nil
+	}
+	var gcra []Request
+	for _, r := range reqs {
+		if r.Limit.Algorithm == GCRA {
+			gcra = append(gcra, r)
+		}
+	}
+	if len(gcra) == 0 {
+		return false, nil
+	}
+	fields, err := validate(gcra)
+	if err != nil {
+		return false, err
+	}
+	if err := checkOneScope(gcra); err != nil {
+		return false, err
+	}
+	if l.overrides != nil {
+		gcra = l.overrides.apply(ctx, gcra)
+	}
+	keys := make([]string, 0, 3*len(gcra))
+	args := l.reserveHead("release", "", 0, 0, Bulk, 1)
+	args = append(args, taskID, len(gcra))
+	for i, r := range gcra {
+		k := l.Key(r.Key)
+		keys = append(keys, k, k+planSuffix, k+backlogSuffix)
+		args = appendReserveLimit(args, i+1, r, fieldOf(fields, i))
+	}
+	raw, err := reserveScript.Run(ctx, l.rdb, keys, args...).Int64Slice()
+	if err != nil {
+		return false, fmt.Errorf("throttle: release %q: %w", gcra[0].Key, err)
+	}
+	return len(raw) == 2 && raw[1] == 1, nil
+}
+
+// Backlog is the planned sends of one GCRA limit key.
+type Backlog struct {
+	// Planned is the number of sends holding a place.
+	Planned int64
+	// Drains is when the last planned send is due (zero when none).
+	Drains time.Time
+	// Next is when the first planned send is due (zero when none).
+	Next time.Time
+}
+
+// Backlog reads the planned sends of a limiter key (without prefix).
+func (l *Redis) Backlog(ctx context.Context, key string) (Backlog, error) {
+	k := l.Key(key) + backlogSuffix
+	pipe := l.rdb.Pipeline()
+	n := pipe.ZCard(ctx, k)
+	first := pipe.ZRangeWithScores(ctx, k, 0, 0)
+	last := pipe.ZRangeWithScores(ctx, k, -1, -1)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return Backlog{}, fmt.Errorf("throttle: backlog %q: %w", key, err)
+	}
+	b := Backlog{Planned: n.Val()}
+	if v := first.Val(); len(v) == 1 {
+		b.Next = time.UnixMicro(int64(v[0].Score))
+	}
+	if v := last.Val(); len(v) == 1 {
+		b.Drains = time.UnixMicro(int64(v[0].Score))
+	}
+	return b, nil
+}
+
+// Suffixes of the keys that hold a GCRA limit's plan tail and backlog,
+// beside its state key. List and the key walks skip them.
+const (
+	planSuffix    = "|plan"
+	backlogSuffix = "|backlog"
+)
+
+// isBookKey reports whether a full Redis key is a plan or backlog key.
+func isBookKey(k string) bool {
+	return strings.HasSuffix(k, planSuffix) || strings.HasSuffix(k, backlogSuffix)
+}
+
+func reserveParams(opts ReserveOptions) (hold time.Duration, headroom float64, err error) {
+	hold = opts.Hold
+	if hold == 0 {
+		hold = DefaultHold
+	}
+	if hold < 0 {
+		return 0, 0, fmt.Errorf("%w: hold %v is negative", ErrBadRequest, hold)
+	}
+	if opts.Headroom < 0 || opts.Headroom > MaxHeadroom || opts.Headroom != opts.Headroom {
+		return 0, 0, fmt.Errorf("%w: headroom %v: want 0 to %v", ErrBadRequest, opts.Headroom, MaxHeadroom)
+	}
+	if opts.Priority != Bulk && opts.Priority != High {
+		return 0, 0, fmt.Errorf("%w: priority %q: want high or bulk", ErrBadRequest, opts.Priority)
+	}
+	return hold, opts.Headroom, nil
+}
+
+func checkOneScope(reqs []Request) error {
+	first := scope(reqs[0].Key)
+	for i, r := range reqs[1:] {
+		if scope(r.Key) != first {
+			return fmt.Errorf("%w: requests[%d] key %q is outside scope %q: a reservation spans one scope", ErrBadRequest, i+1, r.Key, first)
+		}
+	}
+	return nil
+}
+
+func (l *Redis) reserveHead(mode, callID string, hold time.Duration, headroom float64, p Priority, nsends int) []any {
+	var now int64
+	if l.clock != nil {
+		now = l.clock().UnixMicro()
+	}
+	pr := "bulk"
+	if p == High {
+		pr = "high"
+	}
+	return []any{now, mode, callID, hold.Microseconds(), strconv.FormatFloat(headroom, 'f', -1, 64), pr, nsends}
+}
+
+func appendReserveLimit(args []any, keyIndex int, r Request, field string) []any {
+	lim := r.Limit
+	cost := r.cost()
+	switch lim.Algorithm {
+	case GCRA:
+		return append(args, keyIndex, "gcra", lim.Rate.Limit, lim.Rate.Period.Microseconds(), max(lim.Burst, 1), cost, field)
+	case MinInterval:
+		return append(args, keyIndex, "min_interval", 1, lim.Interval.Microseconds(), 0, cost, "")
+	case Concurrency:
+		lease := lim.Lease
+		if lease <= 0 {
+			lease = DefaultLease
+		}
+		return append(args, keyIndex, "concurrency", lim.Max, lease.Microseconds(), 0, cost, "")
+	case Distinct:
+		return append(args, keyIndex, "distinct", lim.Rate.Limit, lim.Rate.Period.Microseconds(), 0, cost, r.Member)
+	}
+	return append(args, keyIndex, string(lim.Algorithm), lim.Rate.Limit, lim.Rate.Period.Microseconds(), 0, cost, "")
+}
+
+// now is the limiter's clock: Options.Clock, else Redis TIME.
+func (l *Redis) now(ctx context.Context) time.Time {
+	if l.clock != nil {
+		return l.clock()
+	}
+	if t, err := l.rdb.Time(ctx).Result(); err == nil {
+		return t
+	}
+	return time.Now()
+}

@@ -1,0 +1,313 @@
+package throttle_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/throttle"
+)
+
+var (
+	mps80 = throttle.Limit{Name: "throughput", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(80), Burst: 1}
+	pair6 = throttle.Limit{Name: "pair", Algorithm: throttle.GCRA, Rate: throttle.Rate{Limit: 1, Period: 6 * time.Second}, Burst: 1}
+	daily = throttle.Limit{Name: "daily", Algorithm: throttle.FixedWindow, Rate: throttle.PerDay(2)}
+)
+
+func reserveLimiter(t *testing.T) (*throttle.Redis, *fakeClock) {
+	t.Helper()
+	clock := &fakeClock{t: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)}
+	l := throttle.NewRedis(redistest.Start(t).Client(t), throttle.Options{Clock: clock.Now, OverrideRefresh: -1})
+	return l, clock
+}
+
+// maxInSpan is the most instants within any half-open span of length w.
+func maxInSpan(ts []time.Time, w time.Duration) int {
+	s := slices.Clone(ts)
+	slices.SortFunc(s, func(a, b time.Time) int { return a.Compare(b) })
+	best, lo := 0, 0
+	for hi := range s {
+		for s[hi].Sub(s[lo]) >= w {
+			lo++
+		}
+		best = max(best, hi-lo+1)
+	}
+	return best
+}
+
+func TestReserveSpacesSendsAtTheWidenedInterval(t *testing.T) {
+	l, clock := reserveLimiter(t)
+	ctx := context.Background()
+	opts := throttle.ReserveOptions{Headroom: 0.01}
+	start := clock.Now()
+	var firm []time.Time
+	for i := range 200 {
+		opts.TaskID = fmt.Sprint("t", i)
+		r, err := l.Reserve(ctx, opts, throttle.Request{Key: "wa:number:1", Limit: mps80})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Firm {
+			// The current second is full: the send is planned for the next.
+			if !r.Planned || !r.At.Equal(start.Add(time.Second)) {
+				t.Fatalf("send %d: not firm, planned %v, at +%v: want planned at +1s", i, r.Planned, r.At.Sub(start))
+			}
+			break
+		}
+		firm = append(firm, r.At)
+	}
+	perSec := 80 * 0.99
+	interval := time.Duration(float64(time.Second) / perSec)
+	// A second holds 79 or 80 sends: 79.2 on average.
+	if len(firm) != 79 && len(firm) != 80 {
+		t.Fatalf("%d firm reservations in the first second, want 79 or 80", len(firm))
+	}
+	for i := 1; i < len(firm); i++ {
+		if gap := firm[i].Sub(firm[i-1]); gap < interval-time.Microsecond || gap > interval+time.Microsecond {
+			t.Fatalf("gap %d = %v, want %v", i, gap, interval)
+		}
+	}
+	if n := maxInSpan(firm, time.Second); n > 80 {
+		t.Fatalf("%d sends in one second, cap 80", n)
+	}
+}
+
+// TestBacklogComesBackOncePerSend plans a campaign, then plays asynq: each
+// send comes back at the whole second of its planned instant and reserves
+// once. Every send must be firm on its first return, the firm instants must
+// never put more than the cap in any 1-second span, and the achieved rate
+// must be the widened interval's.
+func TestBacklogComesBackOncePerSend(t *testing.T) {
+	// Distinct recipients: the number's 80/s binds.
+	t.Run("campaign", func(t *testing.T) { backlogComesBack(t, 2000, 2000, 0.98) })
+	// 100 recipients, 8 messages each: their pairs (one per 6s) bind, and the
+	// number idles between rounds.
+	t.Run("pairs", func(t *testing.T) { backlogComesBack(t, 800, 100, 0) })
+}
+
+func backlogComesBack(t *testing.T, n, recipients int, wantRatio float64) {
+	l, clock := reserveLimiter(t)
+	ctx := context.Background()
+	opts := throttle.ReserveOptions{Headroom: 0.01}
+	sends := make([]throttle.Send, n)
+	for i := range sends {
+		sends[i] = throttle.Send{TaskID: fmt.Sprint("c", i), Requests: []throttle.Request{
+			{Key: "wa:number:1", Limit: mps80},
+			{Key: fmt.Sprintf("wa:pair:1:%d", i%recipients), Limit: pair6},
+		}}
+	}
+	start := clock.Now()
+	planned, err := l.Plan(ctx, opts, sends)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := l.Backlog(ctx, "wa:number:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Planned != int64(n) || !b.Drains.Equal(slices.MaxFunc(planned, time.Time.Compare)) {
+		t.Fatalf("backlog %+v, want %d planned draining at the last plan", b, n)
+	}
+	// Events in time order: each send comes back at the whole second of
+	// its plan (asynq), in random order within the second; one held back
+	// within the hold asks again at its instant.
+	type event struct {
+		at  time.Time
+		i   int
+		seq int
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var queue []event
+	for i := range n {
+		queue = append(queue, event{planned[i].Truncate(time.Second).Add(50 * time.Millisecond), i, rng.Int()})
+	}
+	var firm []time.Time
+	calls, deferred := 0, 0
+	pairs := map[string][]time.Time{}
+	for len(queue) > 0 {
+		slices.SortFunc(queue, func(a, b event) int {
+			if c := a.at.Compare(b.at); c != 0 {
+				return c
+			}
+			return a.seq - b.seq
+		})
+		e := queue[0]
+		queue = queue[1:]
+		clock.Set(e.at)
+		o := opts
+		o.TaskID = sends[e.i].TaskID
+		r, err := l.Reserve(ctx, o, sends[e.i].Requests...)
+		calls++
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Firm {
+			if r.Delay() > throttle.DefaultHold || deferred > n {
+				t.Fatalf("send %d (planned +%v) not firm at +%v: at +%v", e.i, planned[e.i].Sub(start), clock.Now().Sub(start), r.At.Sub(start))
+			}
+			deferred++
+			queue = append(queue, event{r.At, e.i, 0})
+			continue
+		}
+		if r.Delay() > throttle.DefaultHold {
+			t.Fatalf("send %d held %v", e.i, r.Delay())
+		}
+		firm = append(firm, r.At)
+		if os.Getenv("TRACE") != "" && e.i%recipients == 29 {
+			t.Logf("send %d planned +%v firm +%v (now +%v)", e.i, planned[e.i].Sub(start), r.At.Sub(start), clock.Now().Sub(start))
+		}
+		k := sends[e.i].Requests[1].Key
+		pairs[k] = append(pairs[k], r.At)
+	}
+	if m := maxInSpan(firm, time.Second); m > 80 {
+		t.Fatalf("%d sends within one second, cap 80", m)
+	}
+	for k, ts := range pairs {
+		if m := maxInSpan(ts, 6*time.Second); m > 1 {
+			t.Fatalf("pair %s: %d sends within 6s", k, m)
+		}
+	}
+	first, last := slices.MinFunc(firm, time.Time.Compare), slices.MaxFunc(firm, time.Time.Compare)
+	rate := float64(n-1) / last.Sub(first).Seconds()
+	if rate < wantRatio*80 || rate > 80 {
+		t.Fatalf("achieved %.2f/s, want within [%.1f, 80]", rate, wantRatio*80)
+	}
+	if b, _ := l.Backlog(ctx, "wa:number:1"); b.Planned != 0 {
+		t.Fatalf("backlog keeps %d sends after all were sent", b.Planned)
+	}
+	t.Logf("%d sends: %d reserve calls (%d held back by their pair), %.2f/s", n, calls, deferred, rate)
+	if float64(calls) > 1.1*float64(n) {
+		t.Fatalf("%d calls for %d sends", calls, n)
+	}
+}
+
+func TestHighPriorityOvertakesTheBacklog(t *testing.T) {
+	l, clock := reserveLimiter(t)
+	ctx := context.Background()
+	opts := throttle.ReserveOptions{Headroom: 0.01}
+	sends := make([]throttle.Send, 2000)
+	for i := range sends {
+		sends[i] = throttle.Send{TaskID: fmt.Sprint("bulk", i), Requests: []throttle.Request{{Key: "wa:number:1", Limit: mps80}}}
+	}
+	if _, err := l.Plan(ctx, opts, sends); err != nil {
+		t.Fatal(err)
+	}
+	// The first second's bulk sends take their firm slots.
+	for i := range 80 {
+		o := opts
+		o.TaskID = sends[i].TaskID
+		if r, err := l.Reserve(ctx, o, sends[i].Requests...); err != nil || !r.Firm {
+			t.Fatalf("bulk %d: %+v %v", i, r, err)
+		}
+	}
+	// A new bulk send queues behind the 2,000.
+	o := opts
+	o.TaskID = "late-bulk"
+	r, err := l.Reserve(ctx, o, throttle.Request{Key: "wa:number:1", Limit: mps80})
+	if err != nil || r.Firm || r.Delay() < 20*time.Second {
+		t.Fatalf("late bulk send: firm %v delay %v err %v: want planned ~25s out", r.Firm, r.Delay(), err)
+	}
+	o.TaskID, o.Priority = "urgent", throttle.High
+	r, err = l.Reserve(ctx, o, throttle.Request{Key: "wa:number:1", Limit: mps80})
+	if err != nil || !r.Firm || r.Delay() > throttle.DefaultHold {
+		t.Fatalf("high priority: firm %v delay %v err %v: want firm within the hold", r.Firm, r.Delay(), err)
+	}
+	// Its slot is taken from the plan: bulk send 80 is not given the same one.
+	clock.Set(clock.Now().Add(2 * time.Second))
+	o = opts
+	o.TaskID = sends[80].TaskID
+	r2, err := l.Reserve(ctx, o, sends[80].Requests...)
+	if err != nil || !r2.Firm || !r2.At.After(r.At) {
+		t.Fatalf("bulk 80 after the urgent send: %+v %v", r2, err)
+	}
+}
+
+func TestReserveBlockedByAWindowComesBackAfterIt(t *testing.T) {
+	l, clock := reserveLimiter(t)
+	ctx := context.Background()
+	reqs := []throttle.Request{{Key: "wa:number:1", Limit: mps80}, {Key: "wa:daily:+1", Limit: daily}}
+	for i := range 2 {
+		clock.Set(clock.Now().Add(time.Second))
+		if r, err := l.Reserve(ctx, throttle.ReserveOptions{TaskID: fmt.Sprint(i)}, reqs...); err != nil || !r.Firm {
+			t.Fatalf("send %d: %+v %v", i, r, err)
+		}
+	}
+	r, err := l.Reserve(ctx, throttle.ReserveOptions{TaskID: "3"}, reqs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	midnight := clock.Now().Truncate(24 * time.Hour).Add(24 * time.Hour)
+	if r.Firm || r.Planned || !r.At.Equal(midnight) || r.BlockedBy != "daily" {
+		t.Fatalf("third send today: firm %v planned %v at %v blocked by %q; want a wait until %v by daily", r.Firm, r.Planned, r.At, r.BlockedBy, midnight)
+	}
+	// Nothing was taken from the GCRA limit: the next send for another
+	// recipient is not pushed back.
+	r, err = l.Reserve(ctx, throttle.ReserveOptions{}, throttle.Request{Key: "wa:number:1", Limit: mps80})
+	if err != nil || !r.Firm || r.Delay() != 12500*time.Microsecond {
+		t.Fatalf("next send: %+v %v; want firm one interval after the second send", r, err)
+	}
+}
+
+func TestReleasePlannedGivesTheLastPlaceBack(t *testing.T) {
+	l, _ := reserveLimiter(t)
+	ctx := context.Background()
+	opts := throttle.ReserveOptions{}
+	req := throttle.Request{Key: "wa:number:1", Limit: throttle.Limit{Name: "t", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(1), Burst: 1}}
+	sends := []throttle.Send{{TaskID: "a", Requests: []throttle.Request{req}}, {TaskID: "b", Requests: []throttle.Request{req}}, {TaskID: "c", Requests: []throttle.Request{req}}}
+	planned, err := l.Plan(ctx, opts, sends)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := l.ReleasePlanned(ctx, "c", req); err != nil || !ok {
+		t.Fatalf("release c: %v %v", ok, err)
+	}
+	if ok, _ := l.ReleasePlanned(ctx, "c", req); ok {
+		t.Fatal("released c twice")
+	}
+	again, err := l.Plan(ctx, opts, []throttle.Send{{TaskID: "d", Requests: []throttle.Request{req}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !again[0].Equal(planned[2]) {
+		t.Fatalf("d planned at %v, want c's released place %v", again[0], planned[2])
+	}
+	b, _ := l.Backlog(ctx, "wa:number:1")
+	if b.Planned != 3 {
+		t.Fatalf("backlog %d, want a, b, d", b.Planned)
+	}
+	// Reset clears the plan and the backlog with the state.
+	if _, err := l.Reset(ctx, "wa:number:1"); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := l.Backlog(ctx, "wa:number:1"); b.Planned != 0 {
+		t.Fatalf("backlog %d after reset", b.Planned)
+	}
+	keys, _, err := l.List(ctx, "", 0, 100)
+	if err != nil || len(keys) != 0 {
+		t.Fatalf("list after reset: %v %v", keys, err)
+	}
+}
+
+func TestReserveErrors(t *testing.T) {
+	l, _ := reserveLimiter(t)
+	ctx := context.Background()
+	req := throttle.Request{Key: "wa:number:1", Limit: mps80}
+	for name, tc := range map[string]struct {
+		opts throttle.ReserveOptions
+		reqs []throttle.Request
+	}{
+		"two scopes":    {throttle.ReserveOptions{}, []throttle.Request{req, {Key: "sms:sender:1", Limit: mps80}}},
+		"headroom":      {throttle.ReserveOptions{Headroom: 0.9}, []throttle.Request{req}},
+		"priority":      {throttle.ReserveOptions{Priority: "urgent"}, []throttle.Request{req}},
+		"negative hold": {throttle.ReserveOptions{Hold: -time.Second}, []throttle.Request{req}},
+	} {
+		if _, err := l.Reserve(ctx, tc.opts, tc.reqs...); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
