@@ -156,6 +156,15 @@ type ChannelConfig struct {
 	// tasks.MaxPayloadBytes of the channel's task type: 64 KiB whatsapp,
 	// 16 KiB sms, 1 MiB webhook and http.
 	MaxPayloadBytes int
+	// Headroom widens the pacing of the channel's GCRA limits by this
+	// fraction (YAML "1%"): 80/s is paced at 79.2/s, so network jitter
+	// between Sluice and the provider never puts more than 80 into any
+	// 1-second span the provider counts. Default 1%, at most 50%.
+	Headroom float64
+	// Hold is the longest a worker holds a send with a firm slot before its
+	// instant. asynq schedules in whole seconds, so it is at least 1s.
+	// Default 1.1s, at most 10s.
+	Hold time.Duration
 	// Limits are the channel's limit rules, checked in order. Defaults: the
 	// provider limits in sluice.example.yaml. Use Rules to read them.
 	Limits []rules.Rule
@@ -195,10 +204,11 @@ func Default() *Config {
 	gcra := func(name, key string, r throttle.Rate) rules.Rule {
 		return rules.Rule{Limit: throttle.Limit{Name: name, Algorithm: throttle.GCRA, Rate: r, Burst: 1}, Key: key, Cost: 1}
 	}
-	// Per-second caps are fixed windows aligned to whole seconds, the
-	// resolution at which asynq schedules delayed tasks (sluice.example.yaml).
+	// Per-second caps are GCRA with burst 1, paced by reservation: sends
+	// spaced at the interval, so no 1-second span, wherever it starts,
+	// holds more than the cap (sluice.example.yaml).
 	perSecond := func(name, key string, n int64) rules.Rule {
-		return rules.Rule{Limit: throttle.Limit{Name: name, Algorithm: throttle.FixedWindow, Rate: throttle.PerSecond(n)}, Key: key, Cost: 1}
+		return gcra(name, key, throttle.PerSecond(n))
 	}
 	channel := func(name string) *ChannelConfig {
 		taskType, _ := tasks.ChannelTaskType(name)
@@ -211,6 +221,8 @@ func Default() *Config {
 			ThrottleBackoff: worker.DefaultThrottleBackoff,
 			MaxRetryAfter:   time.Hour,
 			MaxPayloadBytes: tasks.MaxPayloadBytes(taskType),
+			Headroom:        throttle.DefaultHeadroom,
+			Hold:            throttle.DefaultHold,
 		}
 	}
 

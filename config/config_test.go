@@ -98,6 +98,14 @@ func TestParseMergesWithDefaults(t *testing.T) {
 			},
 		},
 		{
+			name: "pacing",
+			yaml: doc("channels:", "  whatsapp:", "    headroom: 2.5%", "    hold: 2s", "  sms:", "    headroom: 0%"),
+			want: func(c *Config) {
+				c.Channels["whatsapp"].Headroom, c.Channels["whatsapp"].Hold = 0.025, 2*time.Second
+				c.Channels["sms"].Headroom = 0
+			},
+		},
+		{
 			name: "empty limit list",
 			yaml: doc("channels:", "  http:", "    limits: []"),
 			want: func(c *Config) { c.Channels["http"].Limits = []rules.Rule{} },

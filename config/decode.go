@@ -268,6 +268,31 @@ func (d *decoder) boolean(n *yaml.Node, path string, dst *bool) {
 	*dst = v
 }
 
+// Bounds of channels.*.hold.
+const (
+	minHold = time.Second
+	maxHold = 10 * time.Second
+)
+
+// percent reads "N%" (N a decimal number) as a fraction from 0 to hi.
+func (d *decoder) percent(n *yaml.Node, path string, hi float64) (float64, bool) {
+	s, ok := d.scalar(n, path)
+	if !ok {
+		return 0, false
+	}
+	num, isPct := strings.CutSuffix(strings.TrimSpace(s), "%")
+	v, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+	if !isPct || err != nil || math.IsNaN(v) {
+		d.errorf(resolve(n), path, "want a percentage such as 1%%, got %q", s)
+		return 0, false
+	}
+	if v < 0 || v/100 > hi {
+		d.errorf(resolve(n), path, "want 0%% to %g%%, got %s", hi*100, s)
+		return 0, false
+	}
+	return v / 100, true
+}
+
 // duration reads a Go duration ("100ms", "15s", "1m30s") greater than zero.
 func (d *decoder) duration(n *yaml.Node, path string) (time.Duration, bool) {
 	s, ok := d.scalar(n, path)
@@ -529,7 +554,7 @@ var (
 
 func (d *decoder) channel(n *yaml.Node, path string, c *ChannelConfig) {
 	fields := append([]string{"enabled", "queue", "priority"}, channelFields[c.Name]...)
-	fields = append(fields, "timeout", "throttle_backoff", "max_retry_after", "max_payload_bytes", "limits")
+	fields = append(fields, "timeout", "throttle_backoff", "max_retry_after", "max_payload_bytes", "headroom", "hold", "limits")
 	d.mapping(n, path, "field", fields, func(key string, _, v *yaml.Node) {
 		p := join(path, key)
 		switch key {
@@ -591,6 +616,18 @@ func (d *decoder) channel(n *yaml.Node, path string, c *ChannelConfig) {
 					return
 				}
 				c.MaxPayloadBytes = int(m)
+			}
+		case "headroom":
+			if h, ok := d.percent(v, p, throttle.MaxHeadroom); ok {
+				c.Headroom = h
+			}
+		case "hold":
+			if h, ok := d.duration(v, p); ok {
+				if h < minHold || h > maxHold {
+					d.errorf(resolve(v), p, "want %s to %s: asynq brings a planned send back at the whole second of its slot, so the hold must span a second", minHold, maxHold)
+					return
+				}
+				c.Hold = h
 			}
 		case "limits":
 			if rules, ok := d.limits(v, p, c.Name); ok {

@@ -40,10 +40,10 @@ channels:
 	// whatsapp enabled=true queue=whatsapp
 	//   throughput whatsapp:number:{phone_number_id} gcra capacity=10 line=7
 	// sms enabled=false queue=sms
-	//   sender sms:sender:{sender} fixed_window capacity=1 line=0
+	//   sender sms:sender:{sender} gcra capacity=1 line=0
 	//   concurrency sms:account:{account_sid} concurrency capacity=100 line=0
 	// webhook enabled=true queue=webhook
-	//   host webhook:host:{host} fixed_window capacity=10 line=0
+	//   host webhook:host:{host} gcra capacity=1 line=0
 }
 
 func ExampleParse_errors() {
@@ -71,7 +71,7 @@ func ExampleDefault() {
 		fmt.Println(r.Limit.Name, r.Key, r.Limit.Algorithm, r.Limit.Rate)
 	}
 	// Output:
-	// throughput whatsapp:number:{phone_number_id} fixed_window 80/s
+	// throughput whatsapp:number:{phone_number_id} gcra 80/s
 	// pair whatsapp:pair:{phone_number_id}:{to} gcra 1/6s
 	// daily whatsapp:daily:{to} fixed_window 250/d
 }

@@ -1,6 +1,9 @@
 package tasks
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"fmt"
+)
 
 // Task type names, as stored in asynq's Redis keys.
 const (
@@ -13,10 +16,38 @@ const (
 // PayloadVersion is the "v" every payload carries; decoders reject other versions.
 const PayloadVersion = 1
 
+// Priority values of Delivery.Priority.
+const (
+	PriorityBulk = ""     // the default: queues behind sends planned before it
+	PriorityHigh = "high" // transactional: overtakes planned bulk sends
+)
+
+// Delivery holds how a send is scheduled; every payload embeds it, so its
+// fields sit at the payload's top level ({"priority":"high", ...}).
+type Delivery struct {
+	// Priority is "high" for a transactional send that must not wait behind
+	// bulk traffic on the same limit (it takes the first free slot, within
+	// about the worker's hold, ~1s), or "" for bulk ("bulk" is accepted and
+	// means the same).
+	Priority string `json:"priority,omitempty"`
+}
+
+// High reports whether the send has high priority.
+func (d Delivery) High() bool { return d.Priority == PriorityHigh }
+
+func (d Delivery) validate() error {
+	switch d.Priority {
+	case PriorityBulk, PriorityHigh, "bulk":
+		return nil
+	}
+	return fmt.Errorf("priority: %.40q: want \"high\" or \"bulk\" (or none)", d.Priority)
+}
+
 // WhatsAppSend is the payload of a whatsapp:send task: one message from a
 // business phone number to one user, either free text or a template.
 type WhatsAppSend struct {
 	V int `json:"v"`
+	Delivery
 	// PhoneNumberID is the sender's WhatsApp Business phone number ID (digits).
 	PhoneNumberID string `json:"phone_number_id"`
 	// To is the recipient in E.164 with a leading "+" ("+12025550123").
@@ -40,6 +71,7 @@ type Template struct {
 // SMSSend is the payload of an sms:send task (Twilio Programmable Messaging).
 type SMSSend struct {
 	V int `json:"v"`
+	Delivery
 	// From is the sending number in E.164; or set MessagingServiceSID (MG…) instead.
 	From                string `json:"from,omitempty"`
 	MessagingServiceSID string `json:"messaging_service_sid,omitempty"`
@@ -52,6 +84,7 @@ type SMSSend struct {
 // JSON to a customer's endpoint, signed per Standard Webhooks.
 type WebhookDeliver struct {
 	V int `json:"v"`
+	Delivery
 	// URL is the absolute http(s) endpoint URL.
 	URL string `json:"url"`
 	// EventType is the event name ("order.updated"); sent as the body's "type".
@@ -66,7 +99,8 @@ type WebhookDeliver struct {
 
 // HTTPCall is the payload of an http:call task: one request to a third-party API.
 type HTTPCall struct {
-	V              int               `json:"v"`
+	V int `json:"v"`
+	Delivery
 	Method         string            `json:"method"` // GET, POST, PUT, PATCH, DELETE
 	URL            string            `json:"url"`    // absolute http(s) URL
 	Headers        map[string]string `json:"headers,omitempty"`

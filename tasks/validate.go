@@ -95,6 +95,9 @@ func (p WhatsAppSend) validate(checkPhone func(field, s string) error) error {
 	if err := checkVersion(p.V); err != nil {
 		return err
 	}
+	if err := p.Delivery.validate(); err != nil {
+		return err
+	}
 	if p.PhoneNumberID == "" {
 		return errors.New("phone_number_id: required")
 	}
@@ -150,6 +153,9 @@ func (p SMSSend) validate(checkPhone func(field, s string) error) error {
 	if err := checkVersion(p.V); err != nil {
 		return err
 	}
+	if err := p.Delivery.validate(); err != nil {
+		return err
+	}
 	switch {
 	case p.From != "" && p.MessagingServiceSID != "":
 		return errors.New("from, messaging_service_sid: set exactly one (got both)")
@@ -181,6 +187,9 @@ func (p WebhookDeliver) validate(checkPhone func(field, s string) error) error {
 	if err := checkVersion(p.V); err != nil {
 		return err
 	}
+	if err := p.Delivery.validate(); err != nil {
+		return err
+	}
 	if err := checkURL("url", p.URL); err != nil {
 		return err
 	}
@@ -202,6 +211,9 @@ func (p HTTPCall) Validate() error { return p.validate(checkPhone) }
 
 func (p HTTPCall) validate(checkPhone func(field, s string) error) error {
 	if err := checkVersion(p.V); err != nil {
+		return err
+	}
+	if err := p.Delivery.validate(); err != nil {
 		return err
 	}
 	if !slices.Contains(httpMethods, p.Method) {

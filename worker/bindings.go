@@ -6,6 +6,7 @@ import (
 	"github.com/sluice-dev/sluice/channels"
 	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/tasks"
+	"github.com/sluice-dev/sluice/throttle"
 )
 
 // WhatsAppChannel sends whatsapp:send tasks through the WhatsApp Cloud API.
@@ -17,7 +18,7 @@ func WhatsAppChannel(c *channels.WhatsApp, rs []rules.Rule) Channel {
 			if err != nil {
 				return Prepared{}, err
 			}
-			return Prepared{Fields: p.Fields(), Send: func(ctx context.Context) (channels.Response, error) { return c.Send(ctx, p) }}, nil
+			return Prepared{Fields: p.Fields(), Priority: priority(p.Delivery), Send: func(ctx context.Context) (channels.Response, error) { return c.Send(ctx, p) }}, nil
 		}}
 }
 
@@ -33,7 +34,7 @@ func SMSChannel(c *channels.Twilio, rs []rules.Rule) Channel {
 			}
 			f := p.Fields()
 			f["account_sid"] = c.AccountSID
-			return Prepared{Fields: f, Send: func(ctx context.Context) (channels.Response, error) { return c.Send(ctx, p) }}, nil
+			return Prepared{Fields: f, Priority: priority(p.Delivery), Send: func(ctx context.Context) (channels.Response, error) { return c.Send(ctx, p) }}, nil
 		}}
 }
 
@@ -46,7 +47,7 @@ func WebhookChannel(c *channels.Webhook, rs []rules.Rule) Channel {
 			if err != nil {
 				return Prepared{}, err
 			}
-			return Prepared{Fields: p.Fields(), Send: func(ctx context.Context) (channels.Response, error) { return c.Deliver(ctx, p) }}, nil
+			return Prepared{Fields: p.Fields(), Priority: priority(p.Delivery), Send: func(ctx context.Context) (channels.Response, error) { return c.Deliver(ctx, p) }}, nil
 		}}
 }
 
@@ -58,6 +59,14 @@ func HTTPChannel(c *channels.HTTPCaller, rs []rules.Rule) Channel {
 			if err != nil {
 				return Prepared{}, err
 			}
-			return Prepared{Fields: p.Fields(), Send: func(ctx context.Context) (channels.Response, error) { return c.Call(ctx, p) }}, nil
+			return Prepared{Fields: p.Fields(), Priority: priority(p.Delivery), Send: func(ctx context.Context) (channels.Response, error) { return c.Call(ctx, p) }}, nil
 		}}
+}
+
+// priority maps a payload's priority to the limiter's.
+func priority(d tasks.Delivery) throttle.Priority {
+	if d.High() {
+		return throttle.High
+	}
+	return throttle.Bulk
 }

@@ -27,11 +27,18 @@ type ThrottledError struct {
 	Wait time.Duration
 	// Err is the provider's *channels.Error for provider throttles.
 	Err error
+	// Planned reports that the send holds a planned slot Wait from now
+	// (throttle.Reservation.Planned): it comes back at the whole second of
+	// that slot and is held in the worker until the slot itself.
+	Planned bool
 }
 
 func (e *ThrottledError) Error() string {
 	if e.Err != nil {
 		return fmt.Sprintf("%s: throttled by provider, retry in %v: %v", e.Channel, e.Wait, e.Err)
+	}
+	if e.Planned {
+		return fmt.Sprintf("%s: limit %q on %s: planned slot in %v", e.Channel, e.Limit, e.Key, e.Wait)
 	}
 	return fmt.Sprintf("%s: limit %q on %s: retry in %v", e.Channel, e.Limit, e.Key, e.Wait)
 }
@@ -49,6 +56,9 @@ func IsFailure(err error) bool {
 func RetryDelay(n int, err error, t *asynq.Task) time.Duration {
 	var te *ThrottledError
 	if errors.As(err, &te) {
+		if te.Planned {
+			return plannedDelay(time.Now(), te.Wait)
+		}
 		return scheduleDelay(time.Now(), te.Wait)
 	}
 	return asynq.DefaultRetryDelayFunc(n, err, t)
@@ -75,6 +85,21 @@ func scheduleDelay(now time.Time, wait time.Duration) time.Duration {
 	if due.Sub(sec) > skewAllowance {
 		sec = sec.Add(time.Second)
 	}
+	if d := sec.Sub(now); d > 0 {
+		return d
+	}
+	return 0
+}
+
+// plannedDelay converts the distance to a planned slot into the delay to
+// hand asynq: the task comes back at the start of the slot's whole second
+// (asynq's resolution), so that it is dequeued before its slot and held in
+// the worker until the slot itself (at most Channel.Hold).
+func plannedDelay(now time.Time, wait time.Duration) time.Duration {
+	if wait <= 0 {
+		return 0
+	}
+	sec := now.Add(wait).Truncate(time.Second)
 	if d := sec.Sub(now); d > 0 {
 		return d
 	}

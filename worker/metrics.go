@@ -9,6 +9,8 @@ type Metrics struct {
 	throttle *prometheus.CounterVec
 	wait     *prometheus.HistogramVec
 	send     *prometheus.HistogramVec
+	calls    *prometheus.CounterVec
+	hold     *prometheus.HistogramVec
 }
 
 // unknownChannel is the channel label of tasks whose type no channel handles.
@@ -18,6 +20,7 @@ const unknownChannel = "unknown"
 const (
 	OutcomeSent             = "sent"
 	OutcomeThrottled        = "throttled"          // a Sluice limit blocked; requeued
+	OutcomePlanned          = "planned"            // given a planned slot; comes back for it
 	OutcomeProviderThrottle = "provider_throttled" // the provider said slow down; requeued
 	OutcomeTransient        = "transient"          // retried with backoff, counted
 	OutcomePermanent        = "permanent"          // archived
@@ -31,7 +34,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		tasks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_tasks_total",
-			Help: "Task attempts by channel and outcome (sent, throttled, provider_throttled, transient, permanent, malformed, limiter_error, unknown_type).",
+			Help: "Task attempts (dequeues) by channel and outcome (sent, planned, throttled, provider_throttled, transient, permanent, malformed, limiter_error, unknown_type).",
 		}, []string{"channel", "outcome"}),
 		throttle: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_throttled_total",
@@ -47,9 +50,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Provider request duration.",
 			Buckets: prometheus.DefBuckets,
 		}, []string{"channel"}),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_limiter_calls_total",
+			Help: "Limiter round trips made by the worker, by channel and operation (reserve, consume, release).",
+		}, []string{"channel", "op"}),
+		hold: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_hold_seconds",
+			Help:    "How long a send with a firm reservation was held in the worker until its instant (bounded by the channel's hold).",
+			Buckets: []float64{0, 0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.25, 1.5},
+		}, []string{"channel"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.tasks, m.throttle, m.wait, m.send)
+		reg.MustRegister(m.tasks, m.throttle, m.wait, m.send, m.calls, m.hold)
 	}
 	return m
 }
@@ -70,5 +82,17 @@ func (m *Metrics) throttled(channel, limit string, waitSeconds float64) {
 func (m *Metrics) sent(channel string, seconds float64) {
 	if m != nil {
 		m.send.WithLabelValues(channel).Observe(seconds)
+	}
+}
+
+func (m *Metrics) call(channel, op string) {
+	if m != nil {
+		m.calls.WithLabelValues(channel, op).Inc()
+	}
+}
+
+func (m *Metrics) held(channel string, seconds float64) {
+	if m != nil {
+		m.hold.WithLabelValues(channel).Observe(seconds)
 	}
 }

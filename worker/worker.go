@@ -24,6 +24,18 @@ type Prepared struct {
 	Fields map[string]string
 	// Send makes the provider request once.
 	Send func(ctx context.Context) (channels.Response, error)
+	// Priority is the send's place among sends on the same limits:
+	// throttle.High overtakes planned bulk sends.
+	Priority throttle.Priority
+}
+
+// Reserver is implemented by limiters that pace sends by reservation
+// (*throttle.Redis). With one, a channel's GCRA limits are paced: each send
+// takes a firm slot and is held until its instant, or is planned and comes
+// back for its slot (see throttle.Redis.Reserve). Without one, sends are
+// decided with Consume.
+type Reserver interface {
+	Reserve(ctx context.Context, opts throttle.ReserveOptions, reqs ...throttle.Request) (throttle.Reservation, error)
 }
 
 // Channel binds a task type to its limits and its provider client.
@@ -47,6 +59,16 @@ type Channel struct {
 	// like): a longer one is cut to MaxRetryAfter, so a hostile or broken
 	// answer cannot park a task for years. Zero means DefaultMaxRetryAfter.
 	MaxRetryAfter time.Duration
+	// Headroom widens the pacing of the channel's GCRA limits by this
+	// fraction, so jitter between Sluice and the provider never puts more
+	// than a limit into any span the provider counts (0.01: 80/s is paced at
+	// 79.2/s). Zero means throttle.DefaultHeadroom; enqueue-time planning
+	// must use the same value. Negative means none.
+	Headroom float64
+	// Hold is the longest a send with a firm reservation is held in the
+	// worker before its instant. Zero means throttle.DefaultHold (1.1s:
+	// asynq schedules in whole seconds).
+	Hold time.Duration
 	// MaxPayloadBytes caps a task's payload; a larger task is archived
 	// before it is decoded. Zero means tasks.MaxPayloadBytes(TaskType), or
 	// no cap for a task type the tasks package does not know.
@@ -221,6 +243,15 @@ func (w *Worker) Handler(ch Channel) (asynq.Handler, error) {
 	if ch.MaxPayloadBytes == 0 {
 		ch.MaxPayloadBytes = tasks.MaxPayloadBytes(ch.TaskType)
 	}
+	if ch.Headroom == 0 {
+		ch.Headroom = throttle.DefaultHeadroom
+	}
+	if ch.Headroom < 0 {
+		ch.Headroom = 0
+	}
+	if ch.Hold == 0 {
+		ch.Hold = throttle.DefaultHold
+	}
 	fields, _ := tasks.FieldNames(ch.TaskType) // nil for a type tasks does not know: any field
 	set, err := rules.Compile(ch.Name, fields, ch.Rules)
 	if err != nil {
@@ -270,8 +301,17 @@ func (h *handler) process(ctx context.Context, t *asynq.Task) error {
 		return permanent(fmt.Errorf("%s: malformed payload: %w", t.Type(), err))
 	}
 	reqs := h.rules.Requests(p.Fields)
-	if len(reqs) > 0 {
+	if res, ok := h.w.opts.Limiter.(Reserver); ok && paced(reqs) {
+		leases, err := h.reserve(ctx, res, p, reqs)
+		if err != nil {
+			return err
+		}
+		if len(leases) > 0 {
+			defer h.release(ctx, leases)
+		}
+	} else if len(reqs) > 0 {
 		d, err := h.w.opts.Limiter.Consume(ctx, reqs...)
+		m.call(name, "consume")
 		if err != nil {
 			m.outcome(name, OutcomeLimiterError)
 			return fmt.Errorf("%s: limiter: %w", name, err)
@@ -329,9 +369,84 @@ func (h *handler) process(ctx context.Context, t *asynq.Task) error {
 	}
 }
 
+// paced reports whether a send has a limit that Reserve paces (GCRA), all
+// in one scope.
+func paced(reqs []throttle.Request) bool {
+	gcra := false
+	for _, r := range reqs {
+		if r.Limit.Algorithm == throttle.GCRA {
+			gcra = true
+		}
+		if !sameScope(r.Key, reqs[0].Key) {
+			return false
+		}
+	}
+	return gcra
+}
+
+func sameScope(a, b string) bool {
+	sa, _, _ := strings.Cut(a, ":")
+	sb, _, _ := strings.Cut(b, ":")
+	return sa == sb
+}
+
+// maxHoldRounds bounds how often one dequeue asks again after a hold: a
+// send held back within the hold by a slow limit (a pair) asks once more at
+// its instant; more rounds only happen under contention.
+const maxHoldRounds = 3
+
+// reserve takes the send's firm slot and holds the send until its instant,
+// or returns a *ThrottledError that brings the task back for its planned
+// slot. It returns the Concurrency leases the reservation took.
+func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []throttle.Request) ([]throttle.Lease, error) {
+	m, name := h.w.opts.Metrics, h.ch.Name
+	id, _ := asynq.GetTaskID(ctx)
+	opts := throttle.ReserveOptions{TaskID: id, Priority: p.Priority, Hold: h.ch.Hold, Headroom: h.ch.Headroom}
+	for round := 1; ; round++ {
+		r, err := res.Reserve(ctx, opts, reqs...)
+		m.call(name, "reserve")
+		if err != nil {
+			m.outcome(name, OutcomeLimiterError)
+			return nil, fmt.Errorf("%s: limiter: %w", name, err)
+		}
+		// The instant is on the limiter's clock: hold for its distance from
+		// the decision, measured from the reply, so clock skew between
+		// this host and Redis does not matter (the reply's latency only
+		// makes the hold a little late, never early).
+		delay := r.Delay()
+		if r.Firm || (delay <= h.ch.Hold && round < maxHoldRounds && r.Planned) {
+			if delay > 0 {
+				t := time.NewTimer(delay)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+					m.outcome(name, OutcomeTransient)
+					return r.Leases, ctx.Err() // shutdown: asynq puts the task back
+				}
+			}
+			if r.Firm {
+				m.held(name, delay.Seconds())
+				return r.Leases, nil
+			}
+			continue // held back by a slower limit: ask again at the instant
+		}
+		blk, _ := r.Blocking()
+		te := &ThrottledError{Channel: name, Limit: r.BlockedBy, Key: blk.Key, RetryAfter: r.RetryAfter, Wait: delay, Planned: r.Planned}
+		if r.Planned {
+			m.outcome(name, OutcomePlanned)
+		} else {
+			m.outcome(name, OutcomeThrottled)
+		}
+		m.throttled(name, r.BlockedBy, delay.Seconds())
+		return nil, te
+	}
+}
+
 func (h *handler) release(ctx context.Context, leases []throttle.Lease) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
+	h.w.opts.Metrics.call(h.ch.Name, "release")
 	if err := h.w.opts.Limiter.Release(ctx, leases); err != nil {
 		// The lease expires on its own; the slot is only held longer.
 		h.w.logger.Warn("release concurrency lease", "channel", h.ch.Name, "err", err)

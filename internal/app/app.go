@@ -212,6 +212,10 @@ func buildChannel(cc *config.ChannelConfig, egress channels.Egress, secrets Secr
 	ch.ThrottleBackoff = cc.ThrottleBackoff
 	ch.MaxRetryAfter = cc.MaxRetryAfter
 	ch.MaxPayloadBytes = cc.MaxPayloadBytes
+	ch.Headroom, ch.Hold = cc.Headroom, cc.Hold
+	if ch.Headroom == 0 {
+		ch.Headroom = -1 // configured 0%: no headroom (worker's zero means the default)
+	}
 	return ch, nil
 }
 
