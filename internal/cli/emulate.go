@@ -20,7 +20,11 @@ enforce the providers' limits (80 messages/s per phone number → 130429,
 ~1 per 6 s per recipient → 131056, Twilio 1/s per From and concurrent
 requests → 20429, webhooks 10/s per receiver → 429), and record every
 accepted message: GET /_emulator/stats and /_emulator/records on the WhatsApp
-port. It prints the URLs and credentials to use; stop it with Ctrl-C.`,
+port. It prints the URLs and credentials to use; stop it with Ctrl-C.
+
+The per-second caps hold in any 1-second span, wherever it starts (a sliding
+window on arrival time, the strictest reading); --calendar-seconds counts them
+per calendar second instead. The pair interval is exact.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
@@ -37,5 +41,6 @@ port. It prints the URLs and credentials to use; stop it with Ctrl-C.`,
 	f.IntVar(&opts.WhatsAppMPS, "whatsapp-mps", 80, "WhatsApp messages/s per phone number")
 	f.IntVar(&opts.TwilioMPS, "twilio-mps", 1, "Twilio messages/s per From")
 	f.IntVar(&opts.WebhookRPS, "webhook-rps", 10, "webhook requests/s per receiver")
+	f.BoolVar(&opts.CalendarSeconds, "calendar-seconds", false, "count the per-second caps per calendar second instead of in any 1-s span (sliding window)")
 	return cmd
 }

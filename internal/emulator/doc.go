@@ -41,29 +41,44 @@
 // "v1,<base64 HMAC-SHA256(key, "{id}.{timestamp}.{body}")>" of which one must
 // match; key is the base64-decoded part of the secret after "whsec_". Bad or
 // missing signature: 401. Body not JSON: 400. Over the rate: 429 with
-// Retry-After, the time to the next whole second in seconds rounded up (so
-// always 1). Success: 204.
+// Retry-After, the seconds until the earliest request counted in the window
+// leaves it, rounded up, at least 1 (so 1 unless Clock was set back; with
+// CalendarSeconds, until the next whole second, so always 1). Success: 204.
 //
 // # Limits and their sources
 //
-//   - WhatsApp throughput, 80 messages per calendar second per
-//     phone-number-id, over it 130429 (PROVIDERS.md:21-22). The 1,000 mps
+// The providers publish their caps as "N per second" without saying how they
+// count them (PROVIDERS.md:21-22, 55-56). By default the emulators enforce
+// the strictest window reading, so that a sender they accept is accepted
+// whatever window the provider counts in: at most N in any 1-second span,
+// wherever it starts (see "Rate checks and tolerance"). A provider that
+// demanded an even 1/N s spacing, with no burst at all, would be stricter
+// still; that reading is not modelled.
+//
+//   - WhatsApp throughput, 80 messages per second per phone-number-id in any
+//     1-second span, over it 130429 (PROVIDERS.md:21-22). The 1,000 mps
 //     upgrade is not modelled.
 //   - WhatsApp pair rate, one message per 6 s from one phone-number-id to one
-//     recipient, over it 131056 (PROVIDERS.md:24-25). The bursts that third
-//     parties report Meta tolerating are not modelled: the emulator is
-//     stricter than Meta here.
+//     recipient, exactly: a message is refused, 131056, unless it comes at
+//     least 6 s after the pair's previous accepted one (PROVIDERS.md:24-25).
+//     The bursts that third parties report Meta tolerating are not modelled:
+//     the emulator is stricter than Meta here.
 //   - Twilio concurrency, 100 requests in flight per account, Latency
 //     included, over it HTTP 429 code 20429 (PROVIDERS.md:59-60; 100 is a
 //     third-party figure).
-//   - Twilio per-sender throughput, 1 message per calendar second per From
-//     (a US long code), or per MessagingServiceSid when there is no From
-//     (PROVIDERS.md:55). Real Twilio queues over-MPS messages for hours
-//     instead of refusing them (PROVIDERS.md:57); the emulator refuses them
-//     with the concurrency error 20429 so that a sender that outpaces a
-//     number is seen. It counts messages, not segments.
-//   - Webhook receivers, 10 requests per calendar second each, over it 429
-//     with Retry-After (PROVIDERS.md:79-82).
+//   - Twilio per-sender throughput, 1 message per second per From (a US long
+//     code), or per MessagingServiceSid when there is no From
+//     (PROVIDERS.md:55), in any 1-second span. Real Twilio queues over-MPS
+//     messages for hours instead of refusing them (PROVIDERS.md:57-58); the
+//     emulator refuses them with the concurrency error 20429 so that a sender
+//     that outpaces a number is seen. It counts messages, not segments.
+//   - Webhook receivers, 10 requests per second each in any 1-second span,
+//     over it 429 with Retry-After (PROVIDERS.md:79-80, 84). 10 is the
+//     emulator's own figure: receivers publish none.
+//
+// Options.CalendarSeconds (`sluice emulate --calendar-seconds`) counts the
+// three per-second caps per calendar second instead, a looser reading that
+// some senders meter by.
 //
 // Every limit is checked in this order: authentication (401), request shape
 // (400), magic recipients, then limits, then the request is accepted and
@@ -78,24 +93,41 @@
 // # Rate checks and tolerance
 //
 // The providers do not publish how they measure their rates; the emulator
-// uses two models, neither of them the providers' algorithm.
+// uses two models, neither of them the providers' algorithm, and by default
+// takes the strictest reading of each.
 //
-// The "N per second" caps (WhatsAppMPS, TwilioMPS, WebhookRPS) are
-// calendar-second counts per key: a request is accepted iff fewer than N
-// requests with the same key were accepted in its Unix second (UTC-aligned,
-// [s, s+1) on Options.Clock); refused requests are not counted, and the count
-// starts over at each whole second. The count is exact and Tolerance does not
-// apply: N requests are accepted in a second whether they come at one instant
-// or spread out, and the (N+1)th is refused. A burst that straddles a
-// boundary (N at s.999, N more at s+1) is accepted in full, 2N within a few
-// milliseconds. This is how Sluice meters these caps (fixed windows aligned
-// to whole seconds, as asynq schedules retries at whole-second resolution),
-// so a correct sender that bursts up to N at the top of each second is
-// accepted. A provider that measured over a sliding window, or at a steady
-// 1/N s spacing, would refuse some of what the emulator accepts. Conversely,
-// a request that its sender counted in one second but that the emulator's
-// clock places in the next (clock skew, or a request in flight across the
-// boundary) counts in the next one and can be refused there.
+// The "N per second" caps (WhatsAppMPS, TwilioMPS, WebhookRPS) are by
+// default a sliding window on arrival time per key: a request arriving at t
+// (on Options.Clock) is accepted iff fewer than N requests with the same key
+// were accepted with arrival times in the half-open span (t-1s, t]. Refused
+// requests are not counted. So any 1-second span, wherever it starts, holds
+// at most N accepted requests: N spread 1/N s apart from t0 are accepted, the
+// (N+1)th anywhere before t0+1s is refused, and one at t0+1s is accepted
+// because the first has left the span. A burst that straddles a whole second
+// (N at s.999, then one at s+1.001) is refused. The limiter keeps the last N
+// acceptance times per key. If Clock is set back (a test's fake clock),
+// accepted requests later than t count as well, so the bound still holds.
+//
+// With Options.CalendarSeconds the caps are calendar-second counts per key
+// instead: a request is accepted iff fewer than N requests with the same key
+// were accepted in its Unix second (UTC-aligned, [s, s+1) on Options.Clock),
+// and the count starts over at each whole second. A burst that straddles a
+// boundary (N at s.999, N more at s+1) is then accepted in full, 2N within a
+// few milliseconds, which a provider measuring over a sliding window would
+// refuse in part. Conversely, a request that its sender counted in one
+// second but that the emulator's clock places in the next (clock skew, or a
+// request in flight across the boundary) counts in the next one and can be
+// refused there.
+//
+// In both modes the count is exact and Tolerance does not apply: the (N+1)th
+// request is refused whether the N came at one instant or spread out. A
+// sender that meters fixed windows aligned to whole seconds always passes the
+// calendar mode, but the default one only while no window's requests and the
+// next window's come less than a second apart in excess of N: N at the top
+// of each second pass (each burst has left the span when the next comes,
+// exactly 1 s later), N spread through one second then N at the top of the
+// next do not. MaxInSpan and Server.MaxInAnySecond measure records the same
+// way as the default mode; MinPairGap measures the pair spacing.
 //
 // Interval limits (the WhatsApp pair limit, one per PairInterval) are a GCRA
 // (generic cell rate algorithm) per key with burst 1: with T the interval and
@@ -104,13 +136,13 @@
 //
 //	t >= TAT - Tolerance - (burst-1)*T
 //
-// and an accepted request sets TAT = max(TAT, t) + T. A sender's limiter and
-// the provider never see the same arrival times, and network jitter of a few
-// milliseconds would otherwise make a correctly paced sender look early.
-// Tolerance (default 50ms) is that allowance: a request may arrive up to
-// Tolerance before its slot, and early arrivals do not add up. A negative
-// Tolerance means none: the check is then exact, so that requests exactly T
-// apart are accepted and any closer are refused.
+// and an accepted request sets TAT = max(TAT, t) + T. By default Tolerance is
+// 0 and the check is exact: a request is accepted iff it comes at least T
+// after the previous accepted one with the same key, so requests exactly T
+// apart are accepted and any closer are refused. A caller may opt into an
+// allowance for network jitter with a positive Tolerance: a request may then
+// arrive up to Tolerance before its slot, and early arrivals do not add up. A
+// negative Tolerance means none, as 0 does.
 //
 // Time comes from Options.Clock (rate checks, Record.At, webhook timestamp
 // checks, Twilio date_created); Latency is real time.
@@ -139,8 +171,10 @@
 //     channel, at (RFC 3339 with nanoseconds), sender, recipient,
 //     idempotency_key, duplicate, provider_id.
 //   - GET /_emulator/stats: JSON object keyed "whatsapp", "sms", "webhook",
-//     each with accepted, unique, duplicates, throttled, rejected, failed and
-//     throttled_by_code (e.g. {"130429": 3}).
+//     each with accepted, unique, duplicates, throttled, rejected, failed,
+//     throttled_by_code (e.g. {"130429": 3}) and max_in_any_second (the most
+//     accepted requests of one sender in any 1-second span, as
+//     Server.MaxInAnySecond).
 //   - POST /_emulator/reset: 204; clears records, counters, seen keys and
 //     limiter state, as Server.Reset does.
 //

@@ -51,7 +51,7 @@ const (
 	DefaultTwilioConcurrency = 100
 	DefaultWebhookEndpoints  = 1
 	DefaultWebhookRPS        = 10
-	DefaultTolerance         = 50 * time.Millisecond
+	DefaultTolerance         = 0 // the pair interval is exact
 	DefaultAddr              = "127.0.0.1"
 )
 
@@ -64,12 +64,14 @@ type Options struct {
 	// ["test-token"].
 	WhatsAppToken string
 	// WhatsAppMPS is the number of messages accepted per phone-number-id in
-	// each calendar second (UTC-aligned Unix second) [80]. Over it: HTTP 400,
-	// code 130429. The count is exact: Tolerance does not apply.
+	// any 1-second span, wherever it starts (in each calendar second with
+	// CalendarSeconds) [80]. Over it: HTTP 400, code 130429. The count is
+	// exact: Tolerance does not apply.
 	WhatsAppMPS int
-	// PairInterval is the minimum spacing of messages from one
-	// phone-number-id to one recipient, less Tolerance [6s]. Under it: HTTP
-	// 400, code 131056.
+	// PairInterval is the minimum spacing of accepted messages from one
+	// phone-number-id to one recipient, less Tolerance [6s]: with the default
+	// Tolerance a message is accepted iff it comes at least PairInterval after
+	// the pair's previous accepted one. Under it: HTTP 400, code 131056.
 	PairInterval time.Duration
 
 	// TwilioAccountSID and TwilioAuthToken are the HTTP Basic credentials
@@ -78,8 +80,9 @@ type Options struct {
 	TwilioAccountSID string
 	TwilioAuthToken  string
 	// TwilioMPS is the number of messages accepted per From (or
-	// MessagingServiceSid) in each calendar second [1, a US long code]. Over
-	// it: HTTP 429, code 20429. The count is exact: Tolerance does not apply.
+	// MessagingServiceSid) in any 1-second span (in each calendar second with
+	// CalendarSeconds) [1, a US long code]. Over it: HTTP 429, code 20429.
+	// The count is exact: Tolerance does not apply.
 	TwilioMPS int
 	// TwilioConcurrency is the number of requests per account that may be in
 	// flight at once, Latency included [100]. Over it: HTTP 429, code 20429.
@@ -88,18 +91,25 @@ type Options struct {
 	// WebhookEndpoints is the number of customer webhook receivers, each on
 	// its own listener and so its own host:port [1].
 	WebhookEndpoints int
-	// WebhookRPS is the number of requests each receiver accepts in each
-	// calendar second [10]. Over it: HTTP 429 with Retry-After: 1. The count
-	// is exact: Tolerance does not apply.
+	// WebhookRPS is the number of requests each receiver accepts in any
+	// 1-second span (in each calendar second with CalendarSeconds) [10]. Over
+	// it: HTTP 429 with Retry-After, the seconds until a request would fit
+	// (rounded up, at least 1). The count is exact: Tolerance does not apply.
 	WebhookRPS int
 	// WebhookSecret is the Standard Webhooks secret, "whsec_" followed by the
 	// base64 of 24 to 64 bytes, shared by all receivers [DefaultWebhookSecret].
 	WebhookSecret string
 
+	// CalendarSeconds counts the per-second caps (WhatsAppMPS, TwilioMPS,
+	// WebhookRPS) per calendar second, UTC-aligned [s, s+1) on Clock, instead
+	// of over a sliding 1-second window on arrival time [false: sliding].
+	// It is the looser reading: N at s.999 and N more at s+1 are all
+	// accepted.
+	CalendarSeconds bool
 	// Tolerance is the jitter allowance on interval limits (PairInterval): a
-	// request may arrive up to Tolerance before its slot [50ms]. A negative
-	// value means no allowance: the check is then exact. It does not apply
-	// to the per-second caps, which are always exact.
+	// request may arrive up to Tolerance before its slot [0: none, the check
+	// is exact]. A negative value also means none. It does not apply to the
+	// per-second caps, which are always exact.
 	Tolerance time.Duration
 	// Latency is the wall-clock processing time added to each accepted
 	// request before its response [0]. It is not measured on Clock.
@@ -168,6 +178,14 @@ type ChannelStats struct {
 	ThrottledByCode map[string]int `json:"throttled_by_code"`
 }
 
+// statsJSON is one channel of GET /_emulator/stats: the counters and the
+// measured MaxInAnySecond. (MaxInAnySecond is not a ChannelStats field, so
+// that callers comparing whole ChannelStats values keep working.)
+type statsJSON struct {
+	ChannelStats
+	MaxInAnySecond int `json:"max_in_any_second"`
+}
+
 // Server is a running set of emulators. Its methods are safe for concurrent
 // use.
 type Server struct {
@@ -187,7 +205,7 @@ type Server struct {
 	closeErr  error
 
 	mu       sync.Mutex
-	limiter  *gcra
+	limiter  *limiter
 	records  []Record
 	stats    map[string]*ChannelStats
 	seen     map[string]map[string]struct{}
@@ -304,7 +322,7 @@ func Start(opts Options) (*Server, error) {
 		tolerance: tolerance,
 		whKey:     key,
 		done:      make(chan struct{}),
-		limiter:   newGCRA(),
+		limiter:   newLimiter(opts.CalendarSeconds),
 		inflight:  make(map[string]int),
 	}
 	s.resetLocked()
@@ -406,6 +424,10 @@ func (s *Server) Records() []Record {
 func (s *Server) Stats() map[string]ChannelStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.statsLocked()
+}
+
+func (s *Server) statsLocked() map[string]ChannelStats {
 	out := make(map[string]ChannelStats, len(s.stats))
 	for ch, st := range s.stats {
 		c := *st
@@ -414,6 +436,31 @@ func (s *Server) Stats() map[string]ChannelStats {
 			c.ThrottledByCode[code] = n
 		}
 		out[ch] = c
+	}
+	return out
+}
+
+// MaxInAnySecond returns, under the keys "whatsapp", "sms" and "webhook", the
+// largest number of accepted requests of one sender (Record.Sender: the
+// phone-number-id, the From or MessagingServiceSid, the receiver's
+// host:port) within any 1-second span, wherever it starts: the highest value
+// of MaxInSpan(Records(), channel, time.Second), 0 when nothing was
+// accepted. It is measured on the records at each call. By default it never
+// exceeds the channel's per-second cap; with CalendarSeconds it can reach
+// twice the cap (a burst across a whole second).
+func (s *Server) MaxInAnySecond() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.maxInAnySecondLocked()
+}
+
+func (s *Server) maxInAnySecondLocked() map[string]int {
+	out := make(map[string]int, len(s.stats))
+	for ch := range s.stats {
+		out[ch] = 0
+		for _, n := range MaxInSpan(s.records, ch, time.Second) {
+			out[ch] = max(out[ch], n)
+		}
 	}
 	return out
 }
@@ -500,7 +547,14 @@ func (s *Server) introspection(mux *http.ServeMux) {
 		writeJSON(w, http.StatusOK, s.Records())
 	})
 	mux.HandleFunc("GET /_emulator/stats", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, s.Stats())
+		s.mu.Lock()
+		stats, maxIn := s.statsLocked(), s.maxInAnySecondLocked()
+		s.mu.Unlock()
+		out := make(map[string]statsJSON, len(stats))
+		for ch, st := range stats {
+			out[ch] = statsJSON{ChannelStats: st, MaxInAnySecond: maxIn[ch]}
+		}
+		writeJSON(w, http.StatusOK, out)
 	})
 	mux.HandleFunc("POST /_emulator/reset", func(w http.ResponseWriter, _ *http.Request) {
 		s.Reset()
@@ -536,7 +590,11 @@ func (s *Server) writeSummary(w io.Writer, given Options) error {
 	if s.tolerance > 0 {
 		tol = "tolerance " + s.tolerance.String()
 	}
-	tol = "per-second caps count per calendar second, exact; pair interval " + tol
+	mode := "per-second caps hold in any 1-s span (sliding window on arrival)"
+	if o.CalendarSeconds {
+		mode = "per-second caps count per calendar second (UTC-aligned)"
+	}
+	tol = mode + ", exact; pair interval " + tol
 	var b strings.Builder
 	fmt.Fprintf(&b, "whatsapp  %s/v23.0/{phone-number-id}/messages\n", s.whatsappURL)
 	fmt.Fprintf(&b, "          bearer token %s; %d msg/s per phone-number-id (130429); 1 per %s per recipient (131056)\n",
@@ -557,6 +615,15 @@ func (s *Server) writeSummary(w io.Writer, given Options) error {
 	fmt.Fprintf(&b, "reset     POST %s/_emulator/reset\n", s.whatsappURL)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// perSecondPhrase says how the per-second caps are counted, for error
+// details.
+func (s *Server) perSecondPhrase() string {
+	if s.opts.CalendarSeconds {
+		return "per calendar second"
+	}
+	return "in any 1-second span"
 }
 
 // loopbackCIDR is the /8 or /128 holding the first receiver's address.

@@ -62,7 +62,18 @@ func TestIntrospection(t *testing.T) {
 	if diff := cmp.Diff(want, h.s.Stats()); diff != "" {
 		t.Errorf("Stats() (-want +got):\n%s", diff)
 	}
-	assert.Contains(t, string(r.body), `"throttled_by_code":{"131056":1}`)
+	assert.Contains(t, string(r.body), `"throttled_by_code":{"131056":1},"max_in_any_second":1}`)
+	// max_in_any_second is Server.MaxInAnySecond (the two hooks are 1.5s apart).
+	var maxIn map[string]struct {
+		MaxInAnySecond *int `json:"max_in_any_second"`
+	}
+	require.NoError(t, json.Unmarshal(r.body, &maxIn))
+	wantMax := map[string]int{ChannelWhatsApp: 1, ChannelSMS: 1, ChannelWebhook: 1}
+	assert.Equal(t, wantMax, h.s.MaxInAnySecond())
+	for ch, n := range wantMax {
+		require.NotNil(t, maxIn[ch].MaxInAnySecond, ch)
+		assert.Equal(t, n, *maxIn[ch].MaxInAnySecond, ch)
+	}
 
 	// Reset clears records, counters, seen keys and limits.
 	r = h.do(http.MethodPost, h.s.WhatsAppURL()+"/_emulator/reset", nil, nil)
@@ -142,7 +153,8 @@ func TestStartDefaults(t *testing.T) {
 	assert.Equal(t, 100, o.TwilioConcurrency)
 	assert.Equal(t, 1, o.WebhookEndpoints)
 	assert.Equal(t, 10, o.WebhookRPS)
-	assert.Equal(t, 50*time.Millisecond, h.s.tolerance)
+	assert.Zero(t, h.s.tolerance) // the pair interval is exact
+	assert.False(t, o.CalendarSeconds)
 	assert.Equal(t, "127.0.0.1", o.Addr)
 	assert.Regexp(t, `^http://127\.0\.0\.1:[0-9]+$`, h.s.WhatsAppURL())
 	assert.Regexp(t, `^http://127\.0\.0\.1:[0-9]+$`, h.s.TwilioURL())
@@ -229,18 +241,22 @@ func TestRun(t *testing.T) {
 		"auth token test-auth-token; 1 msg/s per From; 100 concurrent requests (20429)",
 		"(receiver 0)", "(receiver 1)",
 		"secret " + DefaultWebhookSecret,
-		"rates     per-second caps count per calendar second, exact; pair interval tolerance 50ms\n",
+		"rates     per-second caps hold in any 1-s span (sliding window on arrival), exact; pair interval exact\n",
 		"/_emulator/records", "/_emulator/stats", "POST http://127.0.0.1:",
 	} {
 		assert.Contains(t, s, want)
 	}
 
 	out.Reset()
-	require.NoError(t, Run(ctx, Options{WhatsAppToken: "real-looking", TwilioAuthToken: "x", WebhookSecret: DefaultWebhookSecret, Tolerance: -1}, &out))
+	require.NoError(t, Run(ctx, Options{WhatsAppToken: "real-looking", TwilioAuthToken: "x", WebhookSecret: DefaultWebhookSecret, CalendarSeconds: true, Tolerance: 50 * time.Millisecond}, &out))
 	s = out.String()
 	assert.NotContains(t, s, "real-looking")
 	assert.Equal(t, 3, strings.Count(s, "(as configured)"))
-	assert.Contains(t, s, "rates     per-second caps count per calendar second, exact; pair interval exact\n")
+	assert.Contains(t, s, "rates     per-second caps count per calendar second (UTC-aligned), exact; pair interval tolerance 50ms\n")
+
+	out.Reset()
+	require.NoError(t, Run(ctx, Options{Tolerance: -1}, &out))
+	assert.Contains(t, out.String(), "; pair interval exact\n")
 
 	_, err := Start(Options{WhatsAppMPS: -1})
 	require.Error(t, err)

@@ -1,10 +1,13 @@
 package emulator
 
 import (
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 type allowStep struct {
@@ -13,10 +16,10 @@ type allowStep struct {
 	wait time.Duration // when !ok
 }
 
-func runSteps(t *testing.T, g *gcra, interval, tolerance time.Duration, steps []allowStep) {
+func runSteps(t *testing.T, g *limiter, l limit, tolerance time.Duration, steps []allowStep) {
 	t.Helper()
 	for i, st := range steps {
-		ok, _, wait := g.allow(t0.Add(st.at), tolerance, limit{key: "k", interval: interval})
+		ok, _, wait := g.allow(t0.Add(st.at), tolerance, l)
 		assert.Equal(t, st.ok, ok, "step %d at %s", i, st.at)
 		if !st.ok {
 			assert.Equal(t, st.wait, wait, "step %d at %s: wait", i, st.at)
@@ -24,9 +27,11 @@ func runSteps(t *testing.T, g *gcra, interval, tolerance time.Duration, steps []
 	}
 }
 
+func interval(d time.Duration) limit { return limit{key: "k", interval: d} }
+
 func TestGCRAExact(t *testing.T) {
 	t.Parallel()
-	runSteps(t, newGCRA(), 100*time.Millisecond, 0, []allowStep{
+	runSteps(t, newLimiter(false), interval(100*time.Millisecond), 0, []allowStep{
 		{at: 0, ok: true},
 		{at: 0, ok: false, wait: ms(100)},
 		{at: ms(99), ok: false, wait: ms(1)},
@@ -40,7 +45,7 @@ func TestGCRAExact(t *testing.T) {
 func TestGCRATolerance(t *testing.T) {
 	t.Parallel()
 	// T = 100ms, tolerance 50ms: a request may be up to 50ms early.
-	runSteps(t, newGCRA(), 100*time.Millisecond, 50*time.Millisecond, []allowStep{
+	runSteps(t, newLimiter(false), interval(100*time.Millisecond), 50*time.Millisecond, []allowStep{
 		{at: 0, ok: true},                    // TAT 100
 		{at: 0, ok: false, wait: ms(50)},     // 0 < 100-50
 		{at: ms(49), ok: false, wait: ms(1)}, //
@@ -59,12 +64,12 @@ func TestGCRABurstAtOneInstant(t *testing.T) {
 		steps = append(steps, allowStep{at: 0, ok: true})
 	}
 	steps = append(steps, allowStep{at: 0, ok: false, wait: ms(12.5)})
-	runSteps(t, newGCRA(), time.Second/80, 50*time.Millisecond, steps)
+	runSteps(t, newLimiter(false), interval(time.Second/80), 50*time.Millisecond, steps)
 }
 
 func TestGCRAAllOrNothing(t *testing.T) {
 	t.Parallel()
-	g := newGCRA()
+	g := newLimiter(false)
 	a := limit{key: "a", interval: time.Second}
 	b := limit{key: "b", interval: 10 * time.Second}
 
@@ -86,10 +91,8 @@ func TestGCRAAllOrNothing(t *testing.T) {
 	assert.True(t, ok, "reset keeps state")
 }
 
-func TestPerSecondCount(t *testing.T) {
+func TestPerSecondCalendar(t *testing.T) {
 	t.Parallel()
-	g := newGCRA()
-	l := limit{key: "k", perSecond: 3}
 	steps := []allowStep{
 		{at: ms(250), ok: true},
 		{at: ms(250), ok: true},
@@ -102,31 +105,190 @@ func TestPerSecondCount(t *testing.T) {
 		{at: time.Second, ok: false, wait: time.Second},
 		{at: ms(2999), ok: true}, // second 2: refusals in second 1 were not counted
 	}
-	for i, st := range steps {
-		// Tolerance does not apply to a per-second count.
-		ok, _, wait := g.allow(t0.Add(st.at), time.Hour, l)
-		assert.Equal(t, st.ok, ok, "step %d at %s", i, st.at)
-		if !st.ok {
-			assert.Equal(t, st.wait, wait, "step %d at %s: wait", i, st.at)
+	// Tolerance does not apply to a per-second count.
+	runSteps(t, newLimiter(true), limit{key: "k", perSecond: 3}, time.Hour, steps)
+}
+
+func TestPerSecondSliding(t *testing.T) {
+	t.Parallel()
+	steps := []allowStep{
+		{at: ms(250), ok: true},
+		{at: ms(250), ok: true},
+		{at: ms(900), ok: true},
+		{at: ms(900), ok: false, wait: ms(350)}, // until the first at 250 leaves
+		{at: time.Second, ok: false, wait: ms(250)},
+		{at: ms(1250) - 1, ok: false, wait: 1},
+		{at: ms(1250), ok: true}, // (250, 1250]: both at 250 have left
+		{at: ms(1250), ok: true}, // 900, 1250, 1250
+		{at: ms(1250), ok: false, wait: ms(650)},
+		{at: ms(1900), ok: true}, // 900 has left: 1250, 1250, 1900
+		{at: ms(2249), ok: false, wait: ms(1)},
+		{at: ms(2250), ok: true}, // both at 1250 have left; refusals were not counted
+		{at: ms(2250), ok: true},
+		{at: ms(2250), ok: false, wait: ms(650)},
+	}
+	// Tolerance does not apply to a per-second count.
+	runSteps(t, newLimiter(false), limit{key: "k", perSecond: 3}, time.Hour, steps)
+}
+
+// TestPerSecondModes is a burst that straddles a whole second: N at s.999
+// then one at s+1.001 is refused in the strict mode, accepted in the calendar
+// mode.
+func TestPerSecondModes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		calendar bool
+		ok       bool
+	}{
+		{name: "sliding", calendar: false, ok: false},
+		{name: "calendar", calendar: true, ok: true},
+	} {
+		g := newLimiter(tc.calendar)
+		l := limit{key: "k", perSecond: 80}
+		for i := range 80 {
+			ok, _, _ := g.allow(t0.Add(ms(999)), 0, l)
+			require.True(t, ok, "%s: %d", tc.name, i)
+		}
+		ok, _, wait := g.allow(t0.Add(ms(1001)), 0, l)
+		assert.Equal(t, tc.ok, ok, tc.name)
+		if !ok {
+			assert.Equal(t, ms(998), wait, tc.name)
 		}
 	}
 }
 
 func TestPerSecondAllOrNothing(t *testing.T) {
 	t.Parallel()
-	g := newGCRA()
-	perSec := limit{key: "n", perSecond: 2}
-	pair := limit{key: "n|r", interval: 6 * time.Second}
+	for _, calendar := range []bool{false, true} {
+		g := newLimiter(calendar)
+		perSec := limit{key: "n", perSecond: 2}
+		pair := limit{key: "n|r", interval: 6 * time.Second}
 
-	ok, _, _ := g.allow(t0, 0, perSec, pair)
-	assert.True(t, ok)
-	// pair refuses, so the count must not be charged.
-	ok, failed, _ := g.allow(t0, 0, perSec, pair)
-	assert.False(t, ok)
-	assert.Equal(t, 1, failed)
-	ok, _, _ = g.allow(t0, 0, perSec)
-	assert.True(t, ok, "the count was charged by a refused request")
-	ok, failed, _ = g.allow(t0, 0, perSec)
-	assert.False(t, ok)
-	assert.Equal(t, 0, failed)
+		ok, _, _ := g.allow(t0, 0, perSec, pair)
+		assert.True(t, ok)
+		// pair refuses, so the count must not be charged.
+		ok, failed, _ := g.allow(t0, 0, perSec, pair)
+		assert.False(t, ok)
+		assert.Equal(t, 1, failed)
+		ok, _, _ = g.allow(t0, 0, perSec)
+		assert.True(t, ok, "calendar %v: the count was charged by a refused request", calendar)
+		ok, failed, _ = g.allow(t0, 0, perSec)
+		assert.False(t, ok)
+		assert.Equal(t, 0, failed)
+
+		g.reset()
+		ok, _, _ = g.allow(t0, 0, perSec)
+		assert.True(t, ok, "calendar %v: reset keeps state", calendar)
+	}
+}
+
+func TestWindowKeepsLatestN(t *testing.T) {
+	t.Parallel()
+	var w window
+	for i := range 1000 {
+		now := t0.Add(time.Duration(i) * ms(12.5))
+		ok, _ := w.check(now, 80)
+		require.True(t, ok, "arrival %d", i)
+		w.add(now, 80)
+		require.LessOrEqual(t, len(w.at), 80)
+	}
+	assert.Len(t, w.at, 80)
+	assert.Equal(t, t0.Add(999*ms(12.5)), w.at[79])
+	assert.True(t, slices.IsSortedFunc(w.at, func(a, b time.Time) int { return a.Compare(b) }))
+}
+
+// TestPerSecondClockSetBack: accepted requests later than now still count,
+// so the bound holds for a clock that goes backwards.
+func TestPerSecondClockSetBack(t *testing.T) {
+	t.Parallel()
+	runSteps(t, newLimiter(false), limit{key: "k", perSecond: 2}, 0, []allowStep{
+		{at: ms(1500), ok: true},
+		{at: ms(1200), ok: true},                 // set back: only 1500 is after 200
+		{at: ms(600), ok: false, wait: ms(1600)}, // 1200 and 1500 are after -400
+		{at: ms(100), ok: false, wait: ms(2100)}, // Retry-After would be 3
+		{at: ms(2199), ok: false, wait: ms(1)},
+		{at: ms(2200), ok: true}, // 1200 has left
+	})
+}
+
+// maxInAnySpanOracle is the brute-force count: for every accepted time as a
+// span's start, the accepted times in [start, start+span).
+func maxInAnySpanOracle(at []time.Duration, span time.Duration) int {
+	best := 0
+	for _, start := range at {
+		n := 0
+		for _, a := range at {
+			if a >= start && a < start+span {
+				n++
+			}
+		}
+		best = max(best, n)
+	}
+	return best
+}
+
+// checkSlidingBound feeds arrivals (in the given order) to a sliding
+// limiter of cap n and checks the accepted set against brute force: no 1-s
+// span holds more than n, and, for arrivals in time order, a request was
+// refused only if (t-1s, t] already held n accepted.
+func checkSlidingBound(t *testing.T, arrivals []time.Duration, n int) {
+	t.Helper()
+	g := newLimiter(false)
+	l := limit{key: "k", perSecond: n}
+	var accepted []time.Duration
+	sorted := slices.IsSorted(arrivals)
+	for _, at := range arrivals {
+		ok, _, wait := g.allow(t0.Add(at), 0, l)
+		inWindow := 0
+		for _, a := range accepted {
+			if a > at-time.Second && a <= at {
+				inWindow++
+			}
+		}
+		if sorted {
+			require.Equal(t, inWindow < n, ok, "arrival at %s with %d in (t-1s, t]", at, inWindow)
+		}
+		if ok {
+			accepted = append(accepted, at)
+		} else {
+			require.Positive(t, wait)
+		}
+	}
+	require.LessOrEqual(t, maxInAnySpanOracle(accepted, time.Second), n, "accepted %v", accepted)
+}
+
+func TestPerSecondSlidingProperty(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 200 {
+		n := 1 + r.IntN(10)
+		arrivals := make([]time.Duration, r.IntN(200))
+		for i := range arrivals {
+			// Millisecond grid over 5s, so that ties and exact 1s gaps occur.
+			arrivals[i] = time.Duration(r.IntN(5000)) * time.Millisecond
+		}
+		if r.IntN(2) == 0 {
+			slices.Sort(arrivals)
+		}
+		checkSlidingBound(t, arrivals, n)
+	}
+}
+
+func FuzzPerSecondSliding(f *testing.F) {
+	f.Add(uint8(3), []byte{0, 0, 0, 0, 250, 250, 1, 0})
+	f.Add(uint8(1), []byte{10, 10, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, n uint8, gaps []byte) {
+		if n == 0 || n > 20 || len(gaps) > 500 {
+			t.Skip()
+		}
+		// Each byte is a gap of 0..255 ms, 4ms a step: arrivals in time order.
+		var arrivals []time.Duration
+		var at time.Duration
+		for _, g := range gaps {
+			at += time.Duration(g) * 4 * time.Millisecond
+			arrivals = append(arrivals, at)
+		}
+		checkSlidingBound(t, arrivals, int(n))
+	})
 }

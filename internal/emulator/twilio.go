@@ -170,7 +170,8 @@ func (s *Server) handleTwilio(w http.ResponseWriter, r *http.Request) {
 		writeTwilioError(w, http.StatusTooManyRequests, 20429, "Too Many Requests")
 		return
 	}
-	// A calendar-second count: exact, the tolerance does not apply.
+	// A per-second count (sliding window or calendar second): exact, the
+	// tolerance does not apply.
 	if ok, _, _ := s.limiter.allow(now, s.tolerance, limit{key: "sms|" + sender, perSecond: s.opts.TwilioMPS}); !ok {
 		s.throttledLocked(ch, "20429")
 		s.mu.Unlock()

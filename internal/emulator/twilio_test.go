@@ -115,35 +115,55 @@ func TestTwilioMessagingServiceAndMedia(t *testing.T) {
 
 func TestTwilioPerSenderRate(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, Options{}) // 1 per calendar second per From
+	// 1 per second per From: sliding (default) and calendar statuses.
 	steps := []struct {
-		at     time.Duration
-		from   string
-		status int
+		at       time.Duration
+		from     string
+		sliding  int
+		calendar int
 	}{
-		{at: 0, from: fromA, status: 201},
-		{at: 500 * time.Millisecond, from: fromA, status: 429},
-		{at: 500 * time.Millisecond, from: fromB, status: 201}, // other senders unaffected
-		{at: time.Second - time.Nanosecond, from: fromA, status: 429},
-		{at: time.Second, from: fromA, status: 201}, // a new second
-		{at: 1999 * time.Millisecond, from: fromA, status: 429},
-		{at: 2990 * time.Millisecond, from: fromA, status: 201},
-		{at: 3 * time.Second, from: fromA, status: 201}, // 10ms later, but the next second
-		{at: 3 * time.Second, from: fromA, status: 429},
+		{at: 0, from: fromA, sliding: 201, calendar: 201},
+		{at: 500 * time.Millisecond, from: fromA, sliding: 429, calendar: 429},
+		{at: 500 * time.Millisecond, from: fromB, sliding: 201, calendar: 201}, // other senders unaffected
+		{at: time.Second - time.Nanosecond, from: fromA, sliding: 429, calendar: 429},
+		{at: time.Second, from: fromA, sliding: 201, calendar: 201}, // 1s after the previous one
+		{at: 1999 * time.Millisecond, from: fromA, sliding: 429, calendar: 429},
+		{at: 2990 * time.Millisecond, from: fromA, sliding: 201, calendar: 201},
+		{at: 3 * time.Second, from: fromA, sliding: 429, calendar: 201}, // 10ms later, but the next calendar second
+		{at: 3 * time.Second, from: fromA, sliding: 429, calendar: 429},
+		{at: 3990 * time.Millisecond, from: fromA, sliding: 201, calendar: 429},
 	}
-	for i, st := range steps {
-		h.clock.Set(t0.Add(st.at))
-		r := h.sms(smsForm(st.from, toSMS), nil)
-		require.Equal(t, st.status, r.status, "step %d: %s", i, r.body)
-		if st.status == http.StatusTooManyRequests {
-			want := twilioError{Code: 20429, Message: "Too Many Requests", MoreInfo: "https://www.twilio.com/docs/errors/20429", Status: 429}
-			assert.Equal(t, want, r.twErr(t), "step %d", i)
+	for _, calendar := range []bool{false, true} {
+		h := newHarness(t, Options{CalendarSeconds: calendar})
+		accepted, throttled := 0, 0
+		for i, st := range steps {
+			want := st.sliding
+			if calendar {
+				want = st.calendar
+			}
+			h.clock.Set(t0.Add(st.at))
+			r := h.sms(smsForm(st.from, toSMS), nil)
+			require.Equal(t, want, r.status, "calendar %v, step %d: %s", calendar, i, r.body)
+			if want == http.StatusTooManyRequests {
+				throttled++
+				want := twilioError{Code: 20429, Message: "Too Many Requests", MoreInfo: "https://www.twilio.com/docs/errors/20429", Status: 429}
+				assert.Equal(t, want, r.twErr(t), "step %d", i)
+			} else {
+				accepted++
+			}
 		}
+		st := h.s.Stats()[ChannelSMS]
+		assert.Equal(t, 5, accepted)
+		assert.Equal(t, accepted, st.Accepted)
+		assert.Equal(t, throttled, st.Throttled)
+		assert.Equal(t, map[string]int{"20429": throttled}, st.ThrottledByCode)
+		wantMax := 1
+		if calendar {
+			wantMax = 2 // 2.990 and 3.000
+		}
+		assert.Equal(t, wantMax, h.s.MaxInAnySecond()[ChannelSMS], "calendar %v", calendar)
+		assert.Equal(t, map[string]int{fromA: wantMax, fromB: 1}, MaxInSpan(h.s.Records(), ChannelSMS, time.Second))
 	}
-	st := h.s.Stats()[ChannelSMS]
-	assert.Equal(t, 5, st.Accepted)
-	assert.Equal(t, 4, st.Throttled)
-	assert.Equal(t, map[string]int{"20429": 4}, st.ThrottledByCode)
 }
 
 func TestTwilioConcurrency(t *testing.T) {

@@ -85,8 +85,10 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request, hostPort 
 
 	s.mu.Lock()
 	now := s.opts.Clock()
-	// A calendar-second count (exact): when it refuses, wait is the time to
-	// the next whole second, so Retry-After is 1.
+	// A per-second count (exact): when it refuses, wait is the time until
+	// the earliest counted request leaves the sliding window (with
+	// CalendarSeconds, until the next whole second), so a request after
+	// Retry-After fits unless another took its place.
 	ok, _, wait := s.limiter.allow(now, s.tolerance, limit{key: "webhook|" + hostPort, perSecond: s.opts.WebhookRPS})
 	if !ok {
 		s.throttledLocked(ch, "429")

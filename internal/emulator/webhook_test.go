@@ -84,33 +84,32 @@ func TestWebhookSignature(t *testing.T) {
 	assert.Equal(t, 9, st.Rejected)
 }
 
-func TestWebhookRateLimit(t *testing.T) {
-	t.Parallel()
-	h := newHarness(t, Options{WebhookEndpoints: 2}) // 10 per calendar second each
-	hosts := make([]string, 2)
-	for i, u := range h.s.WebhookURLs() {
+// webhookHosts returns the receivers' host:port, checking they differ.
+func webhookHosts(t *testing.T, h *harness) []string {
+	t.Helper()
+	var hosts []string
+	for _, u := range h.s.WebhookURLs() {
 		pu, err := url.Parse(u)
 		require.NoError(t, err)
 		assert.Equal(t, "/hooks", pu.Path)
-		hosts[i] = pu.Host
+		hosts = append(hosts, pu.Host)
 	}
 	require.NotEqual(t, hosts[0], hosts[1], "receivers must be distinct hosts")
+	return hosts
+}
 
-	steps := []struct {
-		at       time.Duration
-		receiver int
-		n        int // requests sent at once
-		status   int
-	}{
-		{at: 500 * time.Millisecond, receiver: 0, n: 10, status: 204},
-		{at: 500 * time.Millisecond, receiver: 0, n: 1, status: 429},  // the 11th of the second
-		{at: 500 * time.Millisecond, receiver: 1, n: 10, status: 204}, // its own limit
-		{at: time.Second - time.Nanosecond, receiver: 0, n: 1, status: 429},
-		{at: time.Second, receiver: 0, n: 10, status: 204}, // a new second
-		{at: time.Second, receiver: 0, n: 1, status: 429},
-		{at: 1999 * time.Millisecond, receiver: 0, n: 1, status: 429},
-		{at: 2 * time.Second, receiver: 0, n: 1, status: 204},
-	}
+type hookStep struct {
+	at         time.Duration
+	receiver   int
+	n          int    // requests sent at once
+	status     int    // for each of them
+	retryAfter string // on 429
+}
+
+// runHookSteps sends the steps and checks statuses, Retry-After and the
+// records' senders.
+func runHookSteps(t *testing.T, h *harness, hosts []string, steps []hookStep) {
+	t.Helper()
 	var want []string
 	id := 0
 	for i, st := range steps {
@@ -120,14 +119,13 @@ func TestWebhookRateLimit(t *testing.T) {
 			r := h.hook(st.receiver, "msg_"+strconv.Itoa(id), event)
 			require.Equal(t, st.status, r.status, "step %d: %s", i, r.body)
 			if st.status == http.StatusTooManyRequests {
-				// Seconds to the next whole second, rounded up.
-				assert.Equal(t, "1", r.header.Get("Retry-After"), "step %d", i)
+				assert.Equal(t, st.retryAfter, r.header.Get("Retry-After"), "step %d", i)
 			} else {
+				assert.Empty(t, r.header.Get("Retry-After"), "step %d", i)
 				want = append(want, hosts[st.receiver])
 			}
 		}
 	}
-
 	var senders []string
 	for _, rec := range h.s.Records() {
 		senders = append(senders, rec.Sender)
@@ -136,9 +134,66 @@ func TestWebhookRateLimit(t *testing.T) {
 	if diff := cmp.Diff(want, senders); diff != "" {
 		t.Errorf("record senders (-want +got):\n%s", diff)
 	}
+}
+
+func TestWebhookRateLimit(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{WebhookEndpoints: 2}) // 10 in any 1-s span each
+	hosts := webhookHosts(t, h)
+	// Retry-After is the time until the earliest counted request leaves the
+	// span, rounded up: with a clock that moves forward, never over 1s.
+	runHookSteps(t, h, hosts, []hookStep{
+		{at: ms(500), receiver: 0, n: 5, status: 204},
+		{at: ms(800), receiver: 0, n: 5, status: 204},
+		{at: ms(800), receiver: 0, n: 1, status: 429, retryAfter: "1"},  // the 11th: wait 700ms
+		{at: ms(800), receiver: 1, n: 10, status: 204},                  // its own limit
+		{at: ms(1499), receiver: 0, n: 1, status: 429, retryAfter: "1"}, // wait 1ms
+		{at: ms(1500), receiver: 0, n: 5, status: 204},                  // the 5 at 500 have left
+		{at: ms(1500), receiver: 0, n: 1, status: 429, retryAfter: "1"}, // the 5 at 800 and 5 at 1500
+		{at: ms(1800), receiver: 0, n: 5, status: 204},
+		{at: ms(1800), receiver: 1, n: 10, status: 204}, // its 10 at 800 have left
+		{at: ms(2499), receiver: 0, n: 1, status: 429, retryAfter: "1"},
+		{at: ms(2500), receiver: 0, n: 5, status: 204},
+	})
+	st := h.s.Stats()[ChannelWebhook]
+	assert.Equal(t, 45, st.Accepted)
+	assert.Equal(t, map[string]int{"429": 4}, st.ThrottledByCode)
+	assert.Equal(t, 10, h.s.MaxInAnySecond()[ChannelWebhook])
+	assert.Equal(t, map[string]int{hosts[0]: 10, hosts[1]: 10}, MaxInSpan(h.s.Records(), ChannelWebhook, time.Second))
+}
+
+func TestWebhookRateLimitRetryAfterClockSetBack(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{WebhookRPS: 2})
+	h.clock.Set(t0.Add(ms(1500)))
+	require.Equal(t, http.StatusNoContent, h.hook(0, "a", event).status)
+	require.Equal(t, http.StatusNoContent, h.hook(0, "b", event).status)
+	// Set back 1.5s: both requests count until t0+2.5s.
+	h.clock.Set(t0)
+	r := h.hook(0, "c", event)
+	require.Equal(t, http.StatusTooManyRequests, r.status)
+	assert.Equal(t, "3", r.header.Get("Retry-After"))
+}
+
+func TestWebhookRateLimitCalendar(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{WebhookEndpoints: 2, CalendarSeconds: true}) // 10 per calendar second each
+	hosts := webhookHosts(t, h)
+	// Retry-After is the time to the next whole second, rounded up: always 1.
+	runHookSteps(t, h, hosts, []hookStep{
+		{at: 500 * time.Millisecond, receiver: 0, n: 10, status: 204},
+		{at: 500 * time.Millisecond, receiver: 0, n: 1, status: 429, retryAfter: "1"}, // the 11th of the second
+		{at: 500 * time.Millisecond, receiver: 1, n: 10, status: 204},                 // its own limit
+		{at: time.Second - time.Nanosecond, receiver: 0, n: 1, status: 429, retryAfter: "1"},
+		{at: time.Second, receiver: 0, n: 10, status: 204}, // a new second: 20 within 500ms
+		{at: time.Second, receiver: 0, n: 1, status: 429, retryAfter: "1"},
+		{at: 1999 * time.Millisecond, receiver: 0, n: 1, status: 429, retryAfter: "1"},
+		{at: 2 * time.Second, receiver: 0, n: 1, status: 204},
+	})
 	st := h.s.Stats()[ChannelWebhook]
 	assert.Equal(t, 31, st.Accepted)
 	assert.Equal(t, map[string]int{"429": 4}, st.ThrottledByCode)
+	assert.Equal(t, 20, h.s.MaxInAnySecond()[ChannelWebhook]) // the calendar mode lets 20 through within 500ms
 }
 
 func TestWebhookDuplicates(t *testing.T) {

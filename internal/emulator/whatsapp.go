@@ -227,8 +227,8 @@ func (s *Server) handleWhatsApp(w http.ResponseWriter, r *http.Request) {
 	wamid := newWamid(digits)
 	s.mu.Lock()
 	now := s.opts.Clock()
-	// The throughput cap is a calendar-second count (exact); the pair limit
-	// is a GCRA interval with the tolerance.
+	// The throughput cap is a per-second count (exact; sliding window or
+	// calendar second); the pair limit is a GCRA interval with the tolerance.
 	ok, failed, _ := s.limiter.allow(now, s.tolerance,
 		limit{key: "wa|" + phoneID, perSecond: s.opts.WhatsAppMPS},
 		limit{key: "wa|" + phoneID + "|" + digits, interval: s.opts.PairInterval},
@@ -237,7 +237,7 @@ func (s *Server) handleWhatsApp(w http.ResponseWriter, r *http.Request) {
 		var e graphError
 		if failed == 0 {
 			e = waError(130429, "(#130429) Rate limit hit",
-				fmt.Sprintf("Cloud API message throughput has been reached (emulator: phone number %s is limited to %d messages per calendar second).", phoneID, s.opts.WhatsAppMPS))
+				fmt.Sprintf("Cloud API message throughput has been reached (emulator: phone number %s is limited to %d messages %s).", phoneID, s.opts.WhatsAppMPS, s.perSecondPhrase()))
 		} else {
 			e = waError(131056, "(#131056) (Business Account, Consumer Account) pair rate limit hit",
 				fmt.Sprintf("Message failed to send because there were too many messages sent from this phone number to the same phone number in a short period of time (emulator: 1 per %s).", s.opts.PairInterval))

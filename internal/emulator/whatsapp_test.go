@@ -70,7 +70,7 @@ func TestWhatsAppAccepts(t *testing.T) {
 
 func TestWhatsAppThroughputAtOneInstant(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, Options{}) // 80 per calendar second per phone-number-id
+	h := newHarness(t, Options{}) // 80 in any 1-s span per phone-number-id
 
 	for i := range 80 {
 		r := h.waText(phoneID, recipient(i))
@@ -91,8 +91,7 @@ func TestWhatsAppThroughputAtOneInstant(t *testing.T) {
 	r = h.waText("106540352242923", recipient(80))
 	assert.Equal(t, http.StatusOK, r.status)
 
-	// The last instant of the second is still in it; the next whole second
-	// starts a new count.
+	// The 80 at t0 count until t0+1s, when they leave the span (t0, t0+1s].
 	h.clock.Set(t0.Add(time.Second - time.Nanosecond))
 	assert.Equal(t, 130429, h.waText(phoneID, recipient(80)).graphErr(t).Code)
 	h.clock.Set(t0.Add(time.Second))
@@ -114,55 +113,94 @@ func burst(at time.Duration, n int) []time.Duration {
 	return out
 }
 
-func TestWhatsAppThroughputPerCalendarSecond(t *testing.T) {
+func TestWhatsAppThroughputWindow(t *testing.T) {
 	t.Parallel()
-	var topOfEachSecond, spread, straddle []time.Duration
+	var topOfEachSecond, spread, paced, straddle []time.Duration
 	for s := range 10 {
 		topOfEachSecond = append(topOfEachSecond, burst(time.Duration(s)*time.Second, 80)...)
 	}
 	for i := range 81 { // t0 .. t0+987.65ms, 12.35ms apart
 		spread = append(spread, time.Duration(i)*time.Second/81)
 	}
+	for i := range 80 { // t0 .. t0+987.5ms, 12.5ms apart
+		paced = append(paced, time.Duration(i)*ms(12.5))
+	}
 	straddle = append(burst(ms(990), 40), burst(time.Second, 80)...)
+	indices := func(from, to int) []int { // from..to-1
+		var out []int
+		for i := from; i < to; i++ {
+			out = append(out, i)
+		}
+		return out
+	}
 
 	for _, tc := range []struct {
 		name      string
 		tolerance time.Duration
 		arrivals  []time.Duration // since t0, one message each to a distinct recipient
-		refused   []int           // indices into arrivals answered 130429
+		refused   []int           // indices into arrivals answered 130429 (sliding window)
+		calendar  []int           // the same with CalendarSeconds
 	}{
+		// Bursts exactly 1s apart: the previous burst has left (t-1s, t].
 		{name: "80 at the top of each second for 10s", arrivals: topOfEachSecond},
-		{name: "81 spread over one second", arrivals: spread, refused: []int{80}},
-		{name: "81 spread over one second, exact", tolerance: -1, arrivals: spread, refused: []int{80}},
+		{name: "81 spread over one second", arrivals: spread, refused: []int{80}, calendar: []int{80}},
+		{name: "81 spread over one second, exact", tolerance: -1, arrivals: spread, refused: []int{80}, calendar: []int{80}},
 		// Tolerance is for interval limits only: it adds nothing to the cap.
-		{name: "81 at one instant, tolerance 1s", tolerance: time.Second, arrivals: burst(0, 81), refused: []int{80}},
-		// 120 within 10ms, but 40 in one calendar second and 80 in the next.
-		{name: "burst straddling a second boundary", arrivals: straddle},
-		{name: "41st at x.990 after 40", arrivals: append(burst(0, 40), burst(ms(990), 41)...), refused: []int{80}},
+		{name: "81 at one instant, tolerance 1s", tolerance: time.Second, arrivals: burst(0, 81), refused: []int{80}, calendar: []int{80}},
+		// 80 at 12.5ms; the 81st at +999ms is refused; at +1000ms the first
+		// has left the span, so one more fits, but not two; at +1012.5ms the
+		// second has left too.
+		{
+			name:     "80 paced, then at 999ms, 1000ms, 1012.5ms",
+			arrivals: append(append([]time.Duration{}, paced...), ms(999), ms(1000), ms(1000), ms(1012.5), ms(1012.5)),
+			refused:  []int{80, 82, 84},
+			calendar: []int{80},
+		},
+		// 120 within 10ms: 40 in one calendar second and 80 in the next, but
+		// 120 in one sliding second.
+		{name: "burst straddling a second boundary", arrivals: straddle, refused: indices(80, 120)},
+		{name: "80 at s.999 then one at s+1.001", arrivals: append(burst(ms(999), 80), ms(1001)), refused: []int{80}},
+		// The burst at s.999 leaves the span at s+1.999.
+		{name: "80 at s.999 then at s+1.998 and s+1.999", arrivals: append(burst(ms(999), 80), ms(1998), ms(1999)), refused: []int{80}},
+		{name: "41st at x.990 after 40", arrivals: append(burst(0, 40), burst(ms(990), 41)...), refused: []int{80}, calendar: []int{80}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			h := newHarness(t, Options{Tolerance: tc.tolerance})
-			var refused []int
-			for i, at := range tc.arrivals {
-				h.clock.Set(t0.Add(at))
-				r := h.waText(phoneID, recipient(i))
-				switch r.status {
-				case http.StatusOK:
-				case http.StatusBadRequest:
-					require.Equal(t, 130429, r.graphErr(t).Code, "message %d at %s", i, at)
-					refused = append(refused, i)
-				default:
-					t.Fatalf("message %d at %s: status %d: %s", i, at, r.status, r.body)
+		for _, calendar := range []bool{false, true} {
+			name := tc.name + ", sliding"
+			want := tc.refused
+			if calendar {
+				name = tc.name + ", calendar"
+				want = tc.calendar
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				h := newHarness(t, Options{Tolerance: tc.tolerance, CalendarSeconds: calendar})
+				var refused []int
+				for i, at := range tc.arrivals {
+					h.clock.Set(t0.Add(at))
+					r := h.waText(phoneID, recipient(i))
+					switch r.status {
+					case http.StatusOK:
+					case http.StatusBadRequest:
+						require.Equal(t, 130429, r.graphErr(t).Code, "message %d at %s", i, at)
+						refused = append(refused, i)
+					default:
+						t.Fatalf("message %d at %s: status %d: %s", i, at, r.status, r.body)
+					}
 				}
-			}
-			if diff := cmp.Diff(tc.refused, refused, cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("refused messages (-want +got):\n%s", diff)
-			}
-			st := h.s.Stats()[ChannelWhatsApp]
-			assert.Equal(t, len(tc.arrivals)-len(tc.refused), st.Accepted)
-			assert.Equal(t, len(tc.refused), st.Throttled)
-		})
+				if diff := cmp.Diff(want, refused, cmpopts.EquateEmpty()); diff != "" {
+					t.Errorf("refused messages (-want +got):\n%s", diff)
+				}
+				st := h.s.Stats()[ChannelWhatsApp]
+				assert.Equal(t, len(tc.arrivals)-len(want), st.Accepted)
+				assert.Equal(t, len(want), st.Throttled)
+				// The records agree with the limiter.
+				maxIn := MaxInSpan(h.s.Records(), ChannelWhatsApp, time.Second)[phoneID]
+				assert.Equal(t, maxIn, h.s.MaxInAnySecond()[ChannelWhatsApp])
+				if !calendar {
+					assert.LessOrEqual(t, maxIn, 80)
+				}
+			})
+		}
 	}
 }
 
@@ -218,7 +256,8 @@ func TestWhatsAppToleranceAbsorbsJitter(t *testing.T) {
 		tolerance time.Duration
 		throttled int
 	}{
-		{name: "default 50ms", tolerance: 0, throttled: 0},
+		{name: "default: exact", tolerance: 0, throttled: 10}, // every early (odd) arrival
+		{name: "50ms", tolerance: 50 * time.Millisecond, throttled: 0},
 		{name: "40ms", tolerance: 40 * time.Millisecond, throttled: 0},
 		{name: "39ms", tolerance: 39 * time.Millisecond, throttled: 10}, // every early (odd) arrival
 		{name: "exact", tolerance: -1, throttled: 10},
@@ -242,35 +281,66 @@ func TestWhatsAppToleranceAbsorbsJitter(t *testing.T) {
 
 func TestWhatsAppPairRate(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, Options{}) // 1 per 6s per pair, tolerance 50ms
 	const to = "+16505551234"
-	steps := []struct {
+	type step struct {
 		at     time.Duration
 		to     string
 		status int
-		code   int
+	}
+	for _, tc := range []struct {
+		name      string
+		tolerance time.Duration
+		steps     []step
 	}{
-		{at: 0, to: to, status: 200},
-		{at: time.Second, to: to, status: 400, code: 131056},
-		{at: time.Second, to: "+16505551299", status: 200}, // other recipients unaffected
-		{at: 5900 * time.Millisecond, to: to, status: 400, code: 131056},
-		{at: 6 * time.Second, to: to, status: 200},
-		{at: 6500 * time.Millisecond, to: to, status: 400, code: 131056},
-		{at: 11950 * time.Millisecond, to: to, status: 200}, // 50ms early is tolerated
+		{name: "default: exact", steps: []step{
+			{at: 0, to: to, status: 200},
+			{at: time.Second, to: to, status: 400},
+			{at: time.Second, to: "+16505551299", status: 200}, // other recipients unaffected
+			{at: 5999 * time.Millisecond, to: to, status: 400},
+			{at: 6*time.Second - time.Nanosecond, to: to, status: 400},
+			{at: 6 * time.Second, to: to, status: 200}, // exactly 6s after the previous accepted one
+			{at: 6500 * time.Millisecond, to: to, status: 400},
+			{at: 11950 * time.Millisecond, to: to, status: 400}, // 50ms early
+			{at: 12 * time.Second, to: to, status: 200},
+			{at: 19 * time.Second, to: to, status: 200}, // late: the next is due 6s after this one
+			{at: 24999 * time.Millisecond, to: to, status: 400},
+			{at: 25 * time.Second, to: to, status: 200},
+		}},
+		{name: "tolerance 50ms", tolerance: 50 * time.Millisecond, steps: []step{
+			{at: 0, to: to, status: 200},
+			{at: 5949 * time.Millisecond, to: to, status: 400},
+			{at: 5950 * time.Millisecond, to: to, status: 200},  // 50ms early is tolerated
+			{at: 11899 * time.Millisecond, to: to, status: 400}, // early arrivals do not add up
+			{at: 11950 * time.Millisecond, to: to, status: 200},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, Options{Tolerance: tc.tolerance}) // 1 per 6s per pair
+			throttled := 0
+			for i, st := range tc.steps {
+				h.clock.Set(t0.Add(st.at))
+				r := h.waText(phoneID, st.to)
+				require.Equal(t, st.status, r.status, "step %d at %s: %s", i, st.at, r.body)
+				if st.status == http.StatusBadRequest {
+					throttled++
+					e := r.graphErr(t)
+					assert.Equal(t, 131056, e.Code, "step %d", i)
+					assert.Equal(t, "(#131056) (Business Account, Consumer Account) pair rate limit hit", e.Message)
+				}
+			}
+			st := h.s.Stats()[ChannelWhatsApp]
+			assert.Equal(t, map[string]int{"131056": throttled}, st.ThrottledByCode)
+			assert.Equal(t, len(tc.steps)-throttled, st.Accepted)
+			gap, ok := MinPairGap(h.s.Records())
+			require.True(t, ok)
+			if tc.tolerance == 0 {
+				assert.Equal(t, 6*time.Second, gap)
+			} else {
+				assert.Equal(t, 5950*time.Millisecond, gap)
+			}
+		})
 	}
-	for i, st := range steps {
-		h.clock.Set(t0.Add(st.at))
-		r := h.waText(phoneID, st.to)
-		require.Equal(t, st.status, r.status, "step %d: %s", i, r.body)
-		if st.code != 0 {
-			e := r.graphErr(t)
-			assert.Equal(t, st.code, e.Code, "step %d", i)
-			assert.Equal(t, "(#131056) (Business Account, Consumer Account) pair rate limit hit", e.Message)
-		}
-	}
-	st := h.s.Stats()[ChannelWhatsApp]
-	assert.Equal(t, map[string]int{"131056": 3}, st.ThrottledByCode)
-	assert.Equal(t, 4, st.Accepted)
 }
 
 func TestWhatsAppAuth(t *testing.T) {
