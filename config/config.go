@@ -157,13 +157,15 @@ type ChannelConfig struct {
 	// 16 KiB sms, 1 MiB webhook and http.
 	MaxPayloadBytes int
 	// Headroom widens the pacing of the channel's GCRA limits by this
-	// fraction (YAML "1%"): 80/s is paced at 79.2/s, so network jitter
-	// between Sluice and the provider never puts more than 80 into any
-	// 1-second span the provider counts. Default 1%, at most 50%.
+	// fraction (YAML "1.5%"): 80/s is paced at 78.8/s, so jitter of up to
+	// 15ms between Sluice and the provider never puts more than 80 into any
+	// 1-second span the provider counts. Default 1.5%
+	// (throttle.DefaultHeadroom), at most 50%; raise it when the provider is
+	// far away.
 	Headroom float64
 	// Hold is the longest a worker holds a send with a firm slot before its
 	// instant. asynq schedules in whole seconds, so it is at least 1s.
-	// Default 1.1s, at most 10s.
+	// Default 2s (throttle.DefaultHold), at most 10s.
 	Hold time.Duration
 	// Limits are the channel's limit rules, checked in order. Defaults: the
 	// provider limits in sluice.example.yaml. Use Rules to read them.

@@ -45,14 +45,18 @@ func ParsePriority(s string) (Priority, error) {
 const (
 	// DefaultHold is ReserveOptions.Hold's default. asynq schedules in whole
 	// seconds, so a send planned for 12.34s is dequeued at about 12.0s and
-	// held until 12.34s: holds stay under a second, plus the forwarder's
-	// check interval.
-	DefaultHold = 1100 * time.Millisecond
+	// held until 12.34s: holds stay under a second while the firm book keeps
+	// pace with the plan. The second second absorbs what pushes the firm
+	// book ahead of the plan (high-priority sends, sends that came back
+	// late), so that those planned sends are not planned again.
+	DefaultHold = 2 * time.Second
 	// DefaultHeadroom is the fraction by which paced sends are spaced wider
-	// than their limit (80/s is paced at 79.2/s): the margin that absorbs
-	// network jitter, so that no span a provider counts, wherever it starts,
-	// holds more than the limit.
-	DefaultHeadroom = 0.01
+	// than their limit (80/s is paced at 78.8/s): the margin that absorbs
+	// jitter between Sluice and the provider, so that no span a provider
+	// counts, wherever it starts, holds more than the limit. 1.5% of a
+	// second is 15ms: a send may reach the provider up to 15ms later than
+	// the one a limit's worth after it, relative to their slots.
+	DefaultHeadroom = 0.015
 	// MaxHeadroom bounds ReserveOptions.Headroom.
 	MaxHeadroom = 0.5
 )
@@ -179,21 +183,33 @@ type Send struct {
 	Requests []Request
 }
 
+// Planned is Plan's outcome for one send.
+type Planned struct {
+	// At is the planned instant (Redis clock): the send takes its firm slot
+	// with Reserve at about this time. Now for a send with nothing to pace.
+	At time.Time
+	// New is false when the send's TaskID already held a place (it was
+	// planned before and not yet sent): it keeps that place and At is it.
+	// A caller whose enqueue then fails releases only new places.
+	New bool
+}
+
 // Plan gives each send, in order, its place behind the sends already
 // planned on its GCRA limits, and returns the planned instants (Redis
-// clock), one per send. It takes nothing from the limits: each send takes
+// clock), one per send. A send whose TaskID already holds a place keeps
+// it (Planned.New false). It takes nothing from the limits: each send takes
 // its firm slot with Reserve (same TaskID, Priority Bulk, same Headroom)
 // when it comes back, at about its planned instant. Limits other than GCRA
 // are ignored here and decided by Reserve. Sends are planned in batches of
 // one script call per scope and up to 256 sends, so planning a campaign
 // costs far less than one call per send. opts.TaskID and Priority are
 // ignored: each Send has its own TaskID, and planning is for bulk sends.
-func (l *Redis) Plan(ctx context.Context, opts ReserveOptions, sends []Send) ([]time.Time, error) {
+func (l *Redis) Plan(ctx context.Context, opts ReserveOptions, sends []Send) ([]Planned, error) {
 	_, headroom, err := reserveParams(opts)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]time.Time, len(sends))
+	out := make([]Planned, len(sends))
 	type item struct {
 		idx    int
 		reqs   []Request
@@ -254,21 +270,21 @@ func (l *Redis) Plan(ctx context.Context, opts ReserveOptions, sends []Send) ([]
 			if err != nil {
 				return nil, fmt.Errorf("throttle: plan %q: %w", part[0].reqs[0].Key, err)
 			}
-			if len(raw) != 1+len(part) {
+			if len(raw) != 1+2*len(part) {
 				return nil, fmt.Errorf("%w: %d values for %d planned sends", ErrMalformedReply, len(raw), len(part))
 			}
 			now = time.UnixMicro(raw[0])
 			for k, it := range part {
-				out[it.idx] = time.UnixMicro(raw[1+k])
+				out[it.idx] = Planned{At: time.UnixMicro(raw[1+2*k]), New: raw[2+2*k] == 1}
 			}
 		}
 	}
 	for i := range out {
-		if out[i].IsZero() {
+		if out[i].At.IsZero() {
 			if now.IsZero() {
 				now = l.now(ctx)
 			}
-			out[i] = now
+			out[i].At = now
 		}
 	}
 	return out, nil

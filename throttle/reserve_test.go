@@ -102,9 +102,23 @@ func backlogComesBack(t *testing.T, n, recipients int, wantRatio float64) {
 		}}
 	}
 	start := clock.Now()
-	planned, err := l.Plan(ctx, opts, sends)
+	plans, err := l.Plan(ctx, opts, sends)
 	if err != nil {
 		t.Fatal(err)
+	}
+	planned := make([]time.Time, n)
+	for i, p := range plans {
+		planned[i] = p.At
+	}
+	// Planning again keeps every place.
+	again, err := l.Plan(ctx, opts, sends[:10])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range again {
+		if p.New || !p.At.Equal(planned[i]) {
+			t.Fatalf("send %d planned again: %+v, want its place %v kept", i, p, planned[i])
+		}
 	}
 	b, err := l.Backlog(ctx, "wa:number:1")
 	if err != nil {
@@ -263,6 +277,9 @@ func TestReleasePlannedGivesTheLastPlaceBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if !planned[2].New {
+		t.Fatal("c not new")
+	}
 	if ok, err := l.ReleasePlanned(ctx, "c", req); err != nil || !ok {
 		t.Fatalf("release c: %v %v", ok, err)
 	}
@@ -273,7 +290,7 @@ func TestReleasePlannedGivesTheLastPlaceBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !again[0].Equal(planned[2]) {
+	if !again[0].At.Equal(planned[2].At) {
 		t.Fatalf("d planned at %v, want c's released place %v", again[0], planned[2])
 	}
 	b, _ := l.Backlog(ctx, "wa:number:1")

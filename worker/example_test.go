@@ -20,7 +20,7 @@ import (
 // first task is sent, the second comes back as a *ThrottledError that asynq
 // (through worker.IsFailure and worker.RetryDelay) requeues for its wait
 // without spending a retry. The wait is 6 s widened by the channel's
-// headroom (throttle.DefaultHeadroom, 1%), the margin that keeps network
+// headroom (throttle.DefaultHeadroom, 1.5%), the margin that keeps network
 // jitter from bringing two sends closer than 6 s at the provider.
 func ExampleWorker_Handler() {
 	mr, err := miniredis.Run()
@@ -63,5 +63,5 @@ func ExampleWorker_Handler() {
 	// Output:
 	// sent to +12025550123
 	// error: <nil> failure: false
-	// error: demo: limit "pair" on demo:pair:+12025550123: retry in 6.060606s failure: false
+	// error: demo: limit "pair" on demo:pair:+12025550123: retry in 6.091371s failure: false
 }

@@ -61,12 +61,12 @@ type Channel struct {
 	MaxRetryAfter time.Duration
 	// Headroom widens the pacing of the channel's GCRA limits by this
 	// fraction, so jitter between Sluice and the provider never puts more
-	// than a limit into any span the provider counts (0.01: 80/s is paced at
-	// 79.2/s). Zero means throttle.DefaultHeadroom; enqueue-time planning
+	// than a limit into any span the provider counts (0.015: 80/s is paced at
+	// 78.8/s). Zero means throttle.DefaultHeadroom; enqueue-time planning
 	// must use the same value. Negative means none.
 	Headroom float64
 	// Hold is the longest a send with a firm reservation is held in the
-	// worker before its instant. Zero means throttle.DefaultHold (1.1s:
+	// worker before its instant. Zero means throttle.DefaultHold (2s:
 	// asynq schedules in whole seconds).
 	Hold time.Duration
 	// MaxPayloadBytes caps a task's payload; a larger task is archived
@@ -79,8 +79,10 @@ type Channel struct {
 // cannot drift.
 const (
 	// DefaultConcurrency is Options.Concurrency's default: sends wait on the
-	// network, not the CPU.
-	DefaultConcurrency = 50
+	// network, not the CPU, and a paced send holds its slot while it waits
+	// for its instant (up to Channel.Hold), so a worker needs about
+	// rate × (hold + send latency) slots: 80/s held 0.5s on average is 40.
+	DefaultConcurrency = 400
 	// DefaultDelayedTaskCheckInterval is Options.DelayedTaskCheckInterval's
 	// default; MaxDelayedTaskCheckInterval its largest value, so that a
 	// throttled task comes back within a second of its wait.
@@ -112,8 +114,8 @@ type Options struct {
 	// channel, named after it, weight 1, so one channel's backlog never
 	// delays another.
 	Queues map[string]int
-	// Concurrency is the number of tasks processed at once. Zero means 50:
-	// sends wait on the network, not the CPU.
+	// Concurrency is the number of tasks processed at once, held paced
+	// sends included. Zero means DefaultConcurrency (400).
 	Concurrency int
 	// DelayedTaskCheckInterval is how often due throttled and retried tasks
 	// move back to their queue; at most 1s so waits are honoured within a

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
@@ -217,6 +218,25 @@ func buildChannel(cc *config.ChannelConfig, egress channels.Egress, secrets Secr
 		ch.Headroom = -1 // configured 0%: no headroom (worker's zero means the default)
 	}
 	return ch, nil
+}
+
+// NewEnqueuer returns the enqueuer that plans sends with the configuration's
+// enabled channels (their rules and headroom, as the workers pace them).
+func NewEnqueuer(cfg *config.Config, rdb redis.UniversalClient, lim *throttle.Redis) (*worker.Enqueuer, error) {
+	var chans []worker.Channel
+	for _, name := range tasks.Channels() {
+		cc := cfg.Channels[name]
+		if cc == nil || !cc.Enabled {
+			continue
+		}
+		taskType, _ := tasks.ChannelTaskType(name)
+		h := cc.Headroom
+		if h == 0 {
+			h = -1 // configured 0%: none
+		}
+		chans = append(chans, worker.Channel{Name: name, TaskType: taskType, Rules: cc.Rules(), Headroom: h})
+	}
+	return worker.NewEnqueuer(asynq.NewClientFromRedisClient(rdb), lim, chans)
 }
 
 // credentialFormat rejects a token that cannot be what a provider issued:

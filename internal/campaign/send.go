@@ -36,6 +36,11 @@ type Message struct {
 	URLs      []string
 	EventType string
 
+	// Priority is every row's priority ("high", "bulk" or ""); a
+	// "priority" column, when the file has one, sets it per row (an empty
+	// cell keeps this one).
+	Priority string
+
 	// MaxRetry is each task's retry budget; 0 keeps tasks.DefaultMaxRetry.
 	MaxRetry int
 	// CheckURL, when set, checks each of URLs once in Validate (a worker's
@@ -45,6 +50,10 @@ type Message struct {
 	// cap); its error makes the row's Task fail.
 	Check func(*asynq.Task) error
 }
+
+// PriorityColumn is the optional column that sets a row's priority
+// ("high" or "bulk"; empty keeps Message.Priority).
+const PriorityColumn = "priority"
 
 // Validate checks m against the file's columns; errors name the flag:
 // `--params: column "nme" is not in the file (have: to, name)`.
@@ -102,9 +111,13 @@ func (m *Message) Task(row Row, i int, columns []string) (*asynq.Task, error) {
 	}
 	var t *asynq.Task
 	var err error
+	d := tasks.Delivery{Priority: m.Priority}
+	if v := strings.TrimSpace(row.Params[PriorityColumn]); v != "" {
+		d.Priority = strings.ToLower(v)
+	}
 	switch m.Channel {
 	case "whatsapp":
-		p := tasks.WhatsAppSend{PhoneNumberID: m.PhoneNumberID, To: row.To, IdempotencyKey: key}
+		p := tasks.WhatsAppSend{Delivery: d, PhoneNumberID: m.PhoneNumberID, To: row.To, IdempotencyKey: key}
 		if m.Template != "" {
 			tmpl := &tasks.Template{Name: m.Template, Language: m.Language}
 			for _, c := range m.Params {
@@ -116,7 +129,7 @@ func (m *Message) Task(row Row, i int, columns []string) (*asynq.Task, error) {
 		}
 		t, err = tasks.NewWhatsAppSendTask(p, opts...)
 	case "sms":
-		p := tasks.SMSSend{To: row.To, IdempotencyKey: key, MessagingServiceSID: m.MessagingService}
+		p := tasks.SMSSend{Delivery: d, To: row.To, IdempotencyKey: key, MessagingServiceSID: m.MessagingService}
 		if p.Body, err = Render(m.Text, row); err != nil {
 			return nil, err
 		}
@@ -130,7 +143,7 @@ func (m *Message) Task(row Row, i int, columns []string) (*asynq.Task, error) {
 			return nil, merr
 		}
 		url := m.URLs[i%len(m.URLs)]
-		t, err = tasks.NewWebhookDeliverTask(tasks.WebhookDeliver{URL: url, EventType: m.EventType, Payload: data, Endpoint: url, IdempotencyKey: key}, opts...)
+		t, err = tasks.NewWebhookDeliverTask(tasks.WebhookDeliver{Delivery: d, URL: url, EventType: m.EventType, Payload: data, Endpoint: url, IdempotencyKey: key}, opts...)
 	default:
 		return nil, fmt.Errorf("channel %q", m.Channel)
 	}

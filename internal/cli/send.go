@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/spf13/cobra"
@@ -18,6 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/config"
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/campaign"
+	"github.com/sluice-dev/sluice/worker"
 )
 
 // sendReport counts what a bulk send did with a file's rows.
@@ -30,6 +32,8 @@ type sendReport struct {
 	Campaign  string
 	Channel   string
 	Filename  string
+	// Last is when the campaign's last send is expected (its planned slot).
+	Last      time.Time
 	rejectAll []campaign.Reject
 }
 
@@ -72,7 +76,7 @@ Examples:
 				rejectsPath = strings.TrimSuffix(csvPath, filepath.Ext(csvPath)) + ".rejects.csv"
 			}
 			withConfig(&m, cfg)
-			var client *asynq.Client
+			var enq *worker.Enqueuer
 			if !dryRun {
 				url, err := g.resolveRedisURL(cfg)
 				if err != nil {
@@ -83,14 +87,19 @@ Examples:
 					return err
 				}
 				defer rdb.Close()
-				client = asynq.NewClientFromRedisClient(rdb)
+				if enq, err = app.NewEnqueuer(cfg, rdb, app.NewLimiter(cfg, rdb, nil)); err != nil {
+					return err
+				}
 			}
-			rep, err := sendFile(ctx, client, &m, csvPath, rejectsPath, g.stderr)
+			rep, err := sendFile(ctx, enq, &m, csvPath, rejectsPath, g.stderr)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(g.stdout, "%s: %d rows: %d enqueued, %d already enqueued, %d rejected\n",
 				csvPath, rep.Rows, rep.Enqueued, rep.Already, rep.Rejected)
+			if !rep.Last.IsZero() {
+				fmt.Fprintf(g.stdout, "last send expected at %s (in %s)\n", rep.Last.Format(time.RFC3339), eta(rep.Last))
+			}
 			if rep.Rejected > 0 {
 				fmt.Fprintf(g.stdout, "rejected rows written to %s\n", rep.Rejects)
 				return &ExitError{Code: 3, Err: fmt.Errorf("%d rows rejected", rep.Rejected)}
@@ -103,6 +112,7 @@ Examples:
 	f.StringVar(&csvPath, "csv", "", "recipients CSV with a header row and a `to` column")
 	f.StringVar(&rejectsPath, "rejects", "", "where rejected rows go (default: FILE.rejects.csv)")
 	f.StringVar(&m.Campaign, "campaign", "", "campaign name, part of each idempotency key (default: the file's base name)")
+	f.StringVar(&m.Priority, "priority", "", "high: every row overtakes planned bulk sends on the same limits (a \"priority\" column sets it per row)")
 	f.StringVar(&m.PhoneNumberID, "phone-number-id", "", "whatsapp: sender's phone number ID")
 	f.StringVar(&m.Template, "template", "", "whatsapp: template name")
 	f.StringVar(&m.Language, "lang", "en_US", "whatsapp: template language code")
@@ -118,8 +128,9 @@ Examples:
 }
 
 // sendFile reads path, writes rejects to rejectsPath, and enqueues the valid
-// rows through client (nil: dry run), with a progress bar on progress.
-func sendFile(ctx context.Context, client *asynq.Client, m *campaign.Message, path, rejectsPath string, progress io.Writer) (*sendReport, error) {
+// rows through enq (nil: dry run), a batch at a time so that their slots are
+// planned in one limiter call per batch, with a progress bar on progress.
+func sendFile(ctx context.Context, enq *worker.Enqueuer, m *campaign.Message, path, rejectsPath string, progress io.Writer) (*sendReport, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -135,29 +146,57 @@ func sendFile(ctx context.Context, client *asynq.Client, m *campaign.Message, pa
 	rep := &sendReport{Rows: len(res.Rows) + len(res.Rejects), Campaign: m.Campaign, Channel: m.Channel, Filename: path, rejectAll: res.Rejects}
 
 	bar, wait := newBar(progress, "enqueue "+m.Channel, int64(len(res.Rows)))
+	var batch []*asynq.Task
+	var lines []int
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		out, err := enq.Enqueue(ctx, batch)
+		if err != nil {
+			return fmt.Errorf("enqueue lines %d-%d: %w (re-running the file is safe)", lines[0], lines[len(lines)-1], err)
+		}
+		for k, r := range out {
+			switch {
+			case errors.Is(r.Err, asynq.ErrTaskIDConflict) || errors.Is(r.Err, asynq.ErrDuplicateTask):
+				rep.Already++
+			case r.Err != nil:
+				return fmt.Errorf("enqueue line %d: %w (re-running the file is safe)", lines[k], r.Err)
+			default:
+				rep.Enqueued++
+				if r.ETA.After(rep.Last) {
+					rep.Last = r.ETA
+				}
+			}
+		}
+		bar.IncrBy(len(batch))
+		batch, lines = batch[:0], lines[:0]
+		return nil
+	}
 	for i, row := range res.Rows {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		bar.Increment()
 		t, err := m.Task(row, i, res.Columns)
 		if err != nil {
+			bar.Increment()
 			rep.rejectAll = append(rep.rejectAll, campaign.Reject{Line: row.Line, Raw: row.Raw, Reason: err.Error()})
 			continue
 		}
-		if client == nil {
+		if enq == nil {
+			bar.Increment()
 			rep.Enqueued++
 			continue
 		}
-		_, err = client.EnqueueContext(ctx, t)
-		switch {
-		case errors.Is(err, asynq.ErrTaskIDConflict) || errors.Is(err, asynq.ErrDuplicateTask):
-			rep.Already++
-		case err != nil:
-			return nil, fmt.Errorf("enqueue line %d: %w (re-running the file is safe)", row.Line, err)
-		default:
-			rep.Enqueued++
+		batch, lines = append(batch, t), append(lines, row.Line)
+		if len(batch) == enqueueBatch {
+			if err := flush(); err != nil {
+				return nil, err
+			}
 		}
+	}
+	if err := flush(); err != nil {
+		return nil, err
 	}
 	bar.SetTotal(-1, true)
 	wait()
@@ -181,6 +220,21 @@ func sendFile(ctx context.Context, client *asynq.Client, m *campaign.Message, pa
 		rep.Rejects = rejectsPath
 	}
 	return rep, nil
+}
+
+// enqueueBatch is the rows planned and enqueued together.
+const enqueueBatch = 256
+
+// eta renders the time until t, rounded to what a person reads.
+func eta(t time.Time) string {
+	d := time.Until(t)
+	switch {
+	case d <= 0:
+		return "now"
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
 }
 
 // newBar returns a progress bar on w (hidden when w is not a terminal) and

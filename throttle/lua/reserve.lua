@@ -35,7 +35,8 @@
 --   every limit was taken for `at` (<= now + hold). firm = 0: nothing was
 --   taken; `at` is when to come back (a planned slot when the send was
 --   planned, else the blocked limits' wait).
--- "plan": {now, then per send: planned us}.   "release": {now, released}.
+-- "plan": {now, then per send: planned us, new (1, or 0 when the task ID
+--   already held a place: it keeps it and is not counted twice)}.   "release": {now, released}.
 local now = tonumber(ARGV[1])
 if now == 0 then
   local t = redis.call('TIME')
@@ -78,8 +79,13 @@ local function pace(l)
   end
 end
 
+-- room is second sec's share of the paced rate; the current second only
+-- has what is left of it, so a campaign planned at 12.6s does not put a
+-- whole second's sends into its last 0.4s and push the firm book ahead.
 local function room(l, sec)
-  return math.floor((sec + 1) * l.rate) - math.floor(sec * l.rate)
+  local from = sec * l.rate
+  if sec == math.floor(now / SEC) then from = (now / SEC) * l.rate end
+  return math.floor((sec + 1) * l.rate) - math.floor(from)
 end
 
 local function count(l, sec)
@@ -198,13 +204,20 @@ end
 -- plan_commit records a send planned for `at` (second sec).
 local function plan_commit(s, at, sec)
   plan_count(s, sec)
+  local shares_fast = false
+  for _, l in ipairs(s.limits) do
+    if l.algo == 'gcra' and l.fast then shares_fast = true end
+  end
   for _, l in ipairs(s.limits) do
     if l.algo == 'gcra' then
       if not l.fast then
-        -- Sends that come back in one second take their firm slots in the
-        -- order they arrive, anywhere in it: the next send on a slow limit
-        -- is planned one interval after the second ends.
-        local tail = math.ceil((sec + 1) * SEC + l.T * l.cost)
+        -- Sends that come back in one second take a fast limit's slots in
+        -- the order they arrive, anywhere in it: behind a fast limit, the
+        -- next send on a slow one (a pair) is planned one interval after
+        -- the second ends. Alone, a slow limit's send goes at its slot.
+        local base = at
+        if shares_fast then base = (sec + 1) * SEC end
+        local tail = math.ceil(base + l.T * l.cost)
         redis.call('HSET', l.plan, 't' .. l.extra, us(tail))
         extend(l.plan, ttl_ms(tail - now))
       end
@@ -231,11 +244,24 @@ if mode == 'plan' then
   for _ = 1, nsends do
     local s
     s, a = parse(a)
-    -- Each send re-reads the books: it shares them with the ones before.
-    pace_all(s)
-    local at, sec = plan_search(s, now)
-    plan_commit(s, at, sec)
-    out[#out + 1] = at
+    local held = nil
+    if s.id ~= '' then
+      for _, l in ipairs(s.limits) do
+        if l.algo == 'gcra' and not held then held = tonumber(redis.call('ZSCORE', l.backlog, s.id)) end
+      end
+    end
+    if held then
+      -- Already planned (enqueued again): keep its place, count it once.
+      out[#out + 1] = held
+      out[#out + 1] = 0
+    else
+      -- Each send re-reads the books: it shares them with the ones before.
+      pace_all(s)
+      local at, sec = plan_search(s, now)
+      plan_commit(s, at, sec)
+      out[#out + 1] = at
+      out[#out + 1] = 1
+    end
   end
   return out
 end

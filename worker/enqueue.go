@@ -1,0 +1,199 @@
+package worker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/sluice-dev/sluice/rules"
+	"github.com/sluice-dev/sluice/tasks"
+	"github.com/sluice-dev/sluice/throttle"
+)
+
+// Enqueuer enqueues Sluice's tasks (whatsapp:send, sms:send,
+// webhook:deliver, http:call) with their slots planned at enqueue: each
+// bulk send takes its place behind the sends already planned on its
+// channel's GCRA limits (throttle.Redis.Plan, one call per 256 sends) and is
+// scheduled for the whole second of that place, so a worker dequeues it
+// once and holds it until its slot. High-priority sends, sends with nothing
+// to pace and other task types are enqueued to run now; the worker reserves
+// their slots when it dequeues them.
+type Enqueuer struct {
+	client  *asynq.Client
+	limiter *throttle.Redis
+	chans   map[string]*enqueueChannel // by task type
+}
+
+type enqueueChannel struct {
+	name     string
+	rules    *rules.Set
+	headroom float64
+}
+
+// Enqueued is the outcome of one task of Enqueuer.Enqueue.
+type Enqueued struct {
+	// Info is asynq's record of the new task; nil when Err is set.
+	Info *asynq.TaskInfo
+	// ID is the task ID: the payload's idempotency_key, else a random one.
+	ID string
+	// ETA is when the send is expected to go: its planned slot, or the time
+	// of the call when it runs now. Past sends planned earlier keep theirs.
+	ETA time.Time
+	// Err is this task's error: a payload that does not decode, or the
+	// enqueue's (tasks.ErrDuplicate wrapping asynq.ErrTaskIDConflict when the
+	// ID is taken: the task exists and is not enqueued twice).
+	Err error
+}
+
+// NewEnqueuer plans with limiter using chans' Rules and Headroom (the same
+// values the workers use; Name and TaskType are required, Prepare is not
+// used). Channels whose TaskType the tasks package does not know are
+// enqueued to run now.
+func NewEnqueuer(client *asynq.Client, limiter *throttle.Redis, chans []Channel) (*Enqueuer, error) {
+	e := &Enqueuer{client: client, limiter: limiter, chans: map[string]*enqueueChannel{}}
+	for i, ch := range chans {
+		fields, known := tasks.FieldNames(ch.TaskType)
+		if !known {
+			continue
+		}
+		set, err := rules.Compile(ch.Name, fields, ch.Rules)
+		if err != nil {
+			return nil, fmt.Errorf("worker: enqueuer: channels[%d]: %w", i, err)
+		}
+		h := ch.Headroom
+		switch {
+		case h == 0:
+			h = throttle.DefaultHeadroom
+		case h < 0:
+			h = 0
+		}
+		e.chans[ch.TaskType] = &enqueueChannel{name: ch.Name, rules: set, headroom: h}
+	}
+	return e, nil
+}
+
+// Enqueue plans and enqueues ts, in order; opts apply to every task (after
+// the task's own options). The error is for a failed plan (Redis); each
+// task's own outcome is in its Enqueued. A task whose enqueue fails gives
+// its new place back.
+func (e *Enqueuer) Enqueue(ctx context.Context, ts []*asynq.Task, opts ...asynq.Option) ([]Enqueued, error) {
+	out := make([]Enqueued, len(ts))
+	type pending struct {
+		i    int
+		reqs []throttle.Request
+	}
+	groups := map[*enqueueChannel][]pending{}
+	var order []*enqueueChannel
+	now := time.Now()
+	for i, t := range ts {
+		out[i].ETA = now
+		ch := e.chans[t.Type()]
+		f, err := payloadFacts(t)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		out[i].ID = f.key
+		if out[i].ID == "" {
+			out[i].ID = randomID()
+		}
+		if ch == nil || f.high {
+			continue
+		}
+		reqs := ch.rules.Requests(f.fields)
+		if !paced(reqs) {
+			continue
+		}
+		if _, ok := groups[ch]; !ok {
+			order = append(order, ch)
+		}
+		groups[ch] = append(groups[ch], pending{i, reqs})
+	}
+	planned := make([]bool, len(ts))
+	var plans []throttle.Planned
+	for _, ch := range order {
+		g := groups[ch]
+		sends := make([]throttle.Send, len(g))
+		for k, p := range g {
+			sends[k] = throttle.Send{TaskID: out[p.i].ID, Requests: p.reqs}
+		}
+		ps, err := e.limiter.Plan(ctx, throttle.ReserveOptions{Headroom: ch.headroom}, sends)
+		if err != nil {
+			return nil, err
+		}
+		plans = append(plans[:0], ps...)
+		for k, p := range g {
+			out[p.i].ETA = plans[k].At
+			planned[p.i] = plans[k].New
+		}
+	}
+	for i, t := range ts {
+		if out[i].Err != nil {
+			continue
+		}
+		o := append(opts[:len(opts):len(opts)], asynq.TaskID(out[i].ID))
+		if due := out[i].ETA.Truncate(time.Second); due.After(time.Now()) {
+			o = append(o, asynq.ProcessAt(due))
+		}
+		out[i].Info, out[i].Err = e.client.EnqueueContext(ctx, t, o...)
+		if out[i].Err == nil {
+			continue
+		}
+		if errors.Is(out[i].Err, asynq.ErrTaskIDConflict) || errors.Is(out[i].Err, asynq.ErrDuplicateTask) {
+			out[i].Err = fmt.Errorf("enqueue %s (id %q): %w: %w", t.Type(), out[i].ID, tasks.ErrDuplicate, out[i].Err)
+		}
+		if planned[i] {
+			e.release(ctx, t, out[i].ID)
+		}
+	}
+	return out, nil
+}
+
+// release gives back the new place of a task whose enqueue failed. A place
+// not given back only delays later sends by one slot.
+func (e *Enqueuer) release(ctx context.Context, t *asynq.Task, id string) {
+	ch := e.chans[t.Type()]
+	f, err := payloadFacts(t)
+	if ch == nil || err != nil {
+		return
+	}
+	_, _ = e.limiter.ReleasePlanned(context.WithoutCancel(ctx), id, ch.rules.Requests(f.fields)...)
+}
+
+// facts is what planning needs from a payload.
+type facts struct {
+	fields map[string]string
+	high   bool
+	key    string // idempotency key
+}
+
+// payloadFacts decodes a task of a type the tasks package knows; other
+// types have no facts (and no error).
+func payloadFacts(t *asynq.Task) (facts, error) {
+	switch t.Type() {
+	case tasks.TypeWhatsAppSend:
+		p, err := tasks.DecodeWhatsAppSend(t.Payload())
+		return facts{p.Fields(), p.High(), p.IdempotencyKey}, err
+	case tasks.TypeSMSSend:
+		p, err := tasks.DecodeSMSSend(t.Payload())
+		return facts{p.Fields(), p.High(), p.IdempotencyKey}, err
+	case tasks.TypeWebhookDeliver:
+		p, err := tasks.DecodeWebhookDeliver(t.Payload())
+		return facts{p.Fields(), p.High(), p.IdempotencyKey}, err
+	case tasks.TypeHTTPCall:
+		p, err := tasks.DecodeHTTPCall(t.Payload())
+		return facts{p.Fields(), p.High(), p.IdempotencyKey}, err
+	}
+	return facts{}, nil
+}
+
+func randomID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
