@@ -2,7 +2,7 @@
 GO ?= go
 REDIS_SERVER := $(shell command -v redis-server 2>/dev/null || ls /usr/bin/redis-server 2>/dev/null)
 
-.PHONY: test vet bench redis-server demo build
+.PHONY: test vet bench e2e-full redis-server demo build
 test: redis-server
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
@@ -26,6 +26,13 @@ endif
 bench: redis-server
 	$(GO) test -run '^$$' -bench . -benchtime 5000x -count 1 ./worker/
 	$(GO) test -run '^$$' -bench . -benchtime 60000x -count 1 ./throttle/
+
+# The paced-delivery end-to-end run at full size (about 7 minutes): three
+# `sluice serve` processes, strict provider emulators, 20,000 WhatsApp sends
+# to one number and 2,000 SMS over 20 senders through `sluice send`, then
+# 5,000 more from a plain asynq client. `make test` runs it small.
+e2e-full: redis-server
+	SLUICE_E2E_SCALE=full $(GO) test -count=1 -v -timeout 30m -run TestPacedDeliveryUnderStrictProviders ./internal/e2e/
 
 build:
 	$(GO) build -o bin/sluice ./cmd/sluice
