@@ -72,28 +72,28 @@ responses, and the achieved rate at the bottleneck limit against its cap.`,
 
 // ChannelSummary is one channel's line of the demo summary.
 type ChannelSummary struct {
-	Channel           string  `json:"channel"`
-	Valid             int     `json:"valid_rows"`
-	Enqueued          int     `json:"enqueued"`
-	Delivered         int     `json:"delivered"`
-	Duplicates        int     `json:"duplicates"`
-	Archived          int     `json:"archived"`
-	Lost              int     `json:"lost"`
-	ProviderThrottled int     `json:"provider_throttle_responses"`
+	Channel           string `json:"channel"`
+	Valid             int    `json:"valid_rows"`
+	Enqueued          int    `json:"enqueued"`
+	Delivered         int    `json:"delivered"`
+	Duplicates        int    `json:"duplicates"`
+	Archived          int    `json:"archived"`
+	Lost              int    `json:"lost"`
+	ProviderThrottled int    `json:"provider_throttle_responses"`
 	// DequeuesPerSend and LimiterCallsPerSend are the Redis work per
 	// delivered send: task attempts (sluice_tasks_total) and limiter round
 	// trips (sluice_limiter_calls_total) over deliveries.
 	DequeuesPerSend     float64 `json:"dequeues_per_send"`
 	LimiterCallsPerSend float64 `json:"limiter_calls_per_send"`
-	Bottleneck        string  `json:"bottleneck_limit"`
-	BottleneckKeys    int     `json:"bottleneck_keys"`
-	CapPerKey         float64 `json:"cap_per_key_per_second"`
-	AchievedPerKey    float64 `json:"achieved_per_key_per_second"`
-	Ratio             float64 `json:"achieved_ratio"`
+	Bottleneck          string  `json:"bottleneck_limit"`
+	BottleneckKeys      int     `json:"bottleneck_keys"`
+	CapPerKey           float64 `json:"cap_per_key_per_second"`
+	AchievedPerKey      float64 `json:"achieved_per_key_per_second"`
+	Ratio               float64 `json:"achieved_ratio"`
 	// MaxInAnySecond is the most deliveries any key had within any
 	// 1-second span, wherever it starts (not only calendar seconds).
-	MaxInAnySecond int `json:"max_per_key_in_any_second"`
-	Seconds           float64 `json:"seconds"`
+	MaxInAnySecond int     `json:"max_per_key_in_any_second"`
+	Seconds        float64 `json:"seconds"`
 }
 
 // DemoSummary is what `sluice demo --json` prints.

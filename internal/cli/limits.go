@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -44,6 +46,28 @@ func (g *globals) connect(ctx context.Context, cfg *config.Config) (*throttle.Re
 		return nil, nil, err
 	}
 	return app.NewLimiter(cfg, rdb, nil), rdb, nil
+}
+
+// showBacklog prints a GCRA key's pacing: its paced rate (the rule's widened
+// by the channel's headroom) and its planned sends, with when they drain.
+func showBacklog(ctx context.Context, w io.Writer, lim *throttle.Redis, cfg *config.Config, key string, l throttle.Limit) error {
+	b, err := lim.Backlog(ctx, key)
+	if err != nil {
+		return err
+	}
+	scope, _, _ := strings.Cut(key, ":")
+	if cc := cfg.Channels[scope]; cc != nil {
+		perSec := float64(l.Rate.Limit) / l.Rate.Period.Seconds() * (1 - cc.Headroom)
+		fmt.Fprintf(w, "paced at\t%.4g/s (%v less headroom %.3g%%)\n", perSec, l.Rate, cc.Headroom*100)
+	}
+	if b.Planned == 0 {
+		fmt.Fprintf(w, "backlog\tnone planned\n")
+		return nil
+	}
+	fmt.Fprintf(w, "backlog\t%d planned sends\n", b.Planned)
+	fmt.Fprintf(w, "next due\t%s\n", b.Next.UTC().Format(time.RFC3339Nano))
+	fmt.Fprintf(w, "drains\t%s (in %s)\n", b.Drains.UTC().Format(time.RFC3339Nano), eta(b.Drains))
+	return nil
 }
 
 func newLimitsCmd(g *globals) *cobra.Command {
@@ -147,6 +171,11 @@ member unless --member names one.`,
 				fmt.Fprintf(w, "allowed now\t%v\n", ld.Allowed)
 				if !ld.Allowed {
 					fmt.Fprintf(w, "retry after\t%v\n", ld.RetryAfter)
+				}
+				if r.Limit.Algorithm == throttle.GCRA {
+					if err := showBacklog(ctx, w, lim, cfg, key, r.Limit); err != nil {
+						return err
+					}
 				}
 			}
 			return w.Flush()

@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-dev/sluice/config"
@@ -343,4 +345,51 @@ func TestLimitsShowDistinctRule(t *testing.T) {
 	r = run(t, "limits", "show", key, "--json", "--member", "+12025550101", "--config", path, "--redis", srv.URL())
 	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
 	require.Contains(t, r.stdout, `"allowed":true`, "a member already counted passes")
+}
+
+// A campaign enqueued with send is planned at enqueue: send reports when its
+// last send is expected, limits show reports the number's backlog and when
+// it drains, and a high-priority enqueue for the same number is due now.
+func TestSendPlansAndLimitsShowsTheBacklog(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	var b strings.Builder
+	b.WriteString("to,name,priority\n")
+	for i := range 400 {
+		fmt.Fprintf(&b, "+1202555%04d,Ann,\n", 1000+i)
+	}
+	b.WriteString("+12025559999,Urgent,high\n")
+	path := writeFile(t, "planned.csv", b.String())
+	start := time.Now()
+	r := run(t, "send", "--channel", "whatsapp", "--csv", path, "--phone-number-id", "106540352242922",
+		"--template", "order_update", "--params", "name", "--redis", srv.URL())
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "401 enqueued")
+	m := regexp.MustCompile(`last send expected at (\S+) \(in ([^)]+)\)`).FindStringSubmatch(r.stdout)
+	require.NotNil(t, m, r.stdout)
+	last, err := time.Parse(time.RFC3339, m[1])
+	require.NoError(t, err)
+	// 400 bulk sends at 78.8/s: about 5s out.
+	require.InDelta(t, 400/78.8, last.Sub(start).Seconds(), 1.5, "last send expected %v after the start", last.Sub(start))
+
+	insp := asynq.NewInspectorFromRedisClient(srv.Client(t))
+	qi, err := insp.GetQueueInfo("whatsapp")
+	require.NoError(t, err)
+	require.Positive(t, qi.Scheduled, "bulk sends beyond the current second are scheduled for their slot")
+
+	r = run(t, "limits", "show", "whatsapp:number:106540352242922", "--redis", srv.URL())
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Regexp(t, `paced at\s+78.8/s \(80/s less headroom 1.5%\)`, r.stdout)
+	require.Regexp(t, `backlog\s+400 planned sends`, r.stdout, "the high-priority row holds no place")
+	require.Regexp(t, `drains\s+\S+ \(in `, r.stdout)
+
+	r = run(t, "enqueue", "whatsapp", "--phone-number-id", "106540352242922", "--to", "+12025559998",
+		"--template", "order_update", "--priority", "high", "--redis", srv.URL())
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Regexp(t, `enqueued whatsapp:send id=\S+ queue=whatsapp eta=\S+ \(in now\)`, r.stdout)
+
+	r = run(t, "enqueue", "whatsapp", "--phone-number-id", "106540352242922", "--to", "+12025559997",
+		"--template", "order_update", "--priority", "urgent", "--redis", srv.URL())
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, `priority: "urgent": want "high" or "bulk"`)
 }

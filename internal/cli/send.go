@@ -24,14 +24,14 @@ import (
 
 // sendReport counts what a bulk send did with a file's rows.
 type sendReport struct {
-	Rows      int // data rows read (blank lines excluded)
-	Enqueued  int // new tasks
-	Already   int // rows whose task was enqueued before (same idempotency key)
-	Rejected  int // rows written to the rejects file
-	Rejects   string
-	Campaign  string
-	Channel   string
-	Filename  string
+	Rows     int // data rows read (blank lines excluded)
+	Enqueued int // new tasks
+	Already  int // rows whose task was enqueued before (same idempotency key)
+	Rejected int // rows written to the rejects file
+	Rejects  string
+	Campaign string
+	Channel  string
+	Filename string
 	// Last is when the campaign's last send is expected (its planned slot).
 	Last      time.Time
 	rejectAll []campaign.Reject
