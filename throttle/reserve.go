@@ -444,3 +444,47 @@ func (l *Redis) now(ctx context.Context) time.Time {
 	}
 	return time.Now()
 }
+
+// SweepBacklogs releases the places of planned sends whose task will never
+// come back: for every backlog entry due more than grace ago, it asks gone
+// (scope, the key's first segment, and the task ID) and removes the entry
+// when gone says so (the task was deleted or archived by an operator, or
+// its queue was deleted). Entries of tasks that are late but still exist
+// (workers were down) stay. It returns how many entries it removed (one
+// per GCRA limit of each released send). Its
+// Redis work is proportional to the overdue entries, not to the backlog.
+func (l *Redis) SweepBacklogs(ctx context.Context, grace time.Duration, gone func(scope, taskID string) (bool, error)) (int, error) {
+	match := l.prefix + ":*" + backlogSuffix
+	cutoff := l.now(ctx).Add(-grace).UnixMicro()
+	removed := 0
+	var cursor uint64
+	for {
+		keys, next, err := l.rdb.Scan(ctx, cursor, match, l.scanBatch).Result()
+		if err != nil {
+			return removed, fmt.Errorf("throttle: sweep backlogs: %w", err)
+		}
+		for _, k := range keys {
+			sc := scope(l.strip(strings.TrimSuffix(k, backlogSuffix)))
+			ids, err := l.rdb.ZRangeByScore(ctx, k, &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(cutoff, 10), Count: 1000}).Result()
+			if err != nil {
+				return removed, fmt.Errorf("throttle: sweep %s: %w", k, err)
+			}
+			for _, id := range ids {
+				g, err := gone(sc, id)
+				if err != nil {
+					return removed, err
+				}
+				if g {
+					if err := l.rdb.ZRem(ctx, k, id).Err(); err != nil {
+						return removed, fmt.Errorf("throttle: sweep %s: %w", k, err)
+					}
+					removed++
+				}
+			}
+		}
+		if next == 0 {
+			return removed, nil
+		}
+		cursor = next
+	}
+}

@@ -328,3 +328,39 @@ func TestReserveErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestSweepBacklogsReleasesTasksThatAreGone(t *testing.T) {
+	l, clock := reserveLimiter(t)
+	ctx := context.Background()
+	req := throttle.Request{Key: "wa:number:1", Limit: mps80}
+	var sends []throttle.Send
+	for i := range 300 {
+		sends = append(sends, throttle.Send{TaskID: fmt.Sprint("t", i), Requests: []throttle.Request{req}})
+	}
+	if _, err := l.Plan(ctx, throttle.ReserveOptions{}, sends); err != nil {
+		t.Fatal(err)
+	}
+	// 10s later every place is overdue; t0..t99 were deleted.
+	clock.Set(clock.Now().Add(10 * time.Second))
+	var asked []string
+	n, err := l.SweepBacklogs(ctx, 5*time.Second, func(scope, id string) (bool, error) {
+		if scope != "wa" {
+			t.Errorf("scope %q", scope)
+		}
+		asked = append(asked, id)
+		var i int
+		fmt.Sscanf(id, "t%d", &i)
+		return i < 100, nil
+	})
+	if err != nil || n != 100 || len(asked) != 300 {
+		t.Fatalf("swept %d (asked %d), %v: want 100 of 300", n, len(asked), err)
+	}
+	if b, _ := l.Backlog(ctx, "wa:number:1"); b.Planned != 200 {
+		t.Fatalf("backlog %d, want 200", b.Planned)
+	}
+	// Within the grace nothing is asked.
+	n, err = l.SweepBacklogs(ctx, time.Hour, func(string, string) (bool, error) { t.Error("asked"); return true, nil })
+	if err != nil || n != 0 {
+		t.Fatalf("%d %v", n, err)
+	}
+}

@@ -277,8 +277,10 @@ func NewCleanupMetrics(reg prometheus.Registerer) *CleanupMetrics {
 	return m
 }
 
-// StartCleanup schedules lim.Cleanup on cfg.Cleanup.Schedule with
-// robfig/cron. It logs only when a pass removed something or failed. Stop
+// StartCleanup schedules lim.Cleanup and lim.SweepBacklogs (the places of
+// planned tasks that were deleted or archived are released) on
+// cfg.Cleanup.Schedule with robfig/cron. It logs only when a pass removed
+// something or failed. Stop
 // the returned cron to end it.
 func StartCleanup(cfg *config.Config, lim *throttle.Redis, logger *slog.Logger, m *CleanupMetrics) (*cron.Cron, error) {
 	c := cron.New(cron.WithChain(cron.SkipIfStillRunning(cron.DiscardLogger)))
@@ -297,12 +299,46 @@ func StartCleanup(cfg *config.Config, lim *throttle.Redis, logger *slog.Logger, 
 		if st.ReclaimedLeases > 0 || st.RemovedKeys > 0 {
 			logger.Info("limiter cleanup", "scanned", st.Scanned, "reclaimed_leases", st.ReclaimedLeases, "removed_keys", st.RemovedKeys)
 		}
+		released, err := lim.SweepBacklogs(ctx, backlogGrace, taskGone(cfg, lim.Client()))
+		if err != nil {
+			m.failures.Inc()
+			logger.Warn("backlog sweep failed", "err", err)
+			return
+		}
+		if released > 0 {
+			logger.Info("released the planned places of deleted or archived tasks", "released", released)
+		}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cleanup.schedule %q: %w", cfg.Cleanup.Schedule, err)
 	}
 	c.Start()
 	return c, nil
+}
+
+// backlogGrace is how long past its planned slot a task may still come
+// back (workers restarting, a queue paused) before the cleanup job asks
+// asynq whether it still exists.
+const backlogGrace = 2 * time.Minute
+
+// taskGone reports whether a planned task will never come back: asynq no
+// longer has it in its channel's queue, or has archived or completed it.
+func taskGone(cfg *config.Config, rdb redis.UniversalClient) func(scope, id string) (bool, error) {
+	insp := asynq.NewInspectorFromRedisClient(rdb)
+	return func(scope, id string) (bool, error) {
+		cc := cfg.Channels[scope]
+		if cc == nil {
+			return false, nil // not a channel's key: leave it
+		}
+		info, err := insp.GetTaskInfo(cc.Queue, id)
+		switch {
+		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+			return true, nil
+		case err != nil:
+			return false, err
+		}
+		return info.State == asynq.TaskStateArchived || info.State == asynq.TaskStateCompleted, nil
+	}
 }
 
 // HTTPHandler serves /healthz (200 "ok" while Redis answers, else 503) and

@@ -2,14 +2,17 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-dev/sluice/config"
 	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
 )
 
@@ -80,4 +83,48 @@ func TestNewLimiterWritesConfiguredEvents(t *testing.T) {
 	evs, _, err = l.Events(ctx, "0", 10, 0)
 	require.NoError(t, err)
 	require.Empty(t, evs, "events disabled")
+}
+
+// A campaign's tasks hold places in the number's backlog; an operator deletes
+// some and archives others; the cleanup job's sweep releases exactly those
+// places once they are overdue, and leaves the tasks that still exist.
+func TestSweepReleasesDeletedAndArchivedTasks(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	cfg := config.Default()
+	now := time.Now()
+	clock := func() time.Time { return now }
+	lim := NewLimiter(cfg, rdb, clock)
+	enq, err := NewEnqueuer(cfg, rdb, lim)
+	require.NoError(t, err)
+	var ts []*asynq.Task
+	for i := range 200 {
+		task, err := tasks.NewWhatsAppSendTask(tasks.WhatsAppSend{PhoneNumberID: "1065", To: fmt.Sprintf("+1202555%04d", 1000+i),
+			Text: "hi", IdempotencyKey: fmt.Sprintf("k%d", i)})
+		require.NoError(t, err)
+		ts = append(ts, task)
+	}
+	out, err := enq.Enqueue(ctx, ts)
+	require.NoError(t, err)
+	for _, r := range out {
+		require.NoError(t, r.Err)
+	}
+	insp := asynq.NewInspectorFromRedisClient(rdb)
+	require.NoError(t, insp.DeleteTask("whatsapp", "k1"))
+	require.NoError(t, insp.ArchiveTask("whatsapp", "k2"))
+	require.NoError(t, insp.DeleteTask("whatsapp", "k150"))
+
+	gone := taskGone(cfg, rdb)
+	n, err := lim.SweepBacklogs(ctx, backlogGrace, gone)
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing is overdue yet")
+	now = now.Add(time.Hour)
+	n, err = lim.SweepBacklogs(ctx, backlogGrace, gone)
+	require.NoError(t, err)
+	require.Equal(t, 6, n, "the places of the 3 deleted and archived tasks on their 2 GCRA limits (number, pair)")
+	b, err := lim.Backlog(ctx, "whatsapp:number:1065")
+	require.NoError(t, err)
+	require.EqualValues(t, 197, b.Planned)
 }
