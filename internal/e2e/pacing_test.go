@@ -36,14 +36,18 @@ type pacingScale struct {
 	plain         int // WhatsApp sends to number B through a plain asynq client
 	plainSMS      int // SMS sends through a plain asynq client, over the same senders
 	deadlineSlack time.Duration
+	// minRatio is the least campaign rate against the cap. The pacing runs
+	// at 0.985 (1.5% headroom); a short run also loses its partial first and
+	// last seconds.
+	minRatio float64
 }
 
 var (
 	// smallScale runs in `make test` (about 30s).
-	smallScale = pacingScale{name: "small", campaign: 1200, recipients: 600, smsSenders: 20, smsPerSender: 8, plain: 400, plainSMS: 40, deadlineSlack: 30 * time.Second}
+	smallScale = pacingScale{name: "small", campaign: 1200, recipients: 600, smsSenders: 20, smsPerSender: 8, plain: 400, plainSMS: 40, deadlineSlack: 30 * time.Second, minRatio: 0.97}
 	// fullScale is the issue's run (`make e2e-full`, about 7 minutes): 20,000
 	// WhatsApp sends to one number and 2,000 SMS over 20 senders.
-	fullScale = pacingScale{name: "full", campaign: 20000, recipients: 5000, smsSenders: 20, smsPerSender: 100, plain: 5000, plainSMS: 200, deadlineSlack: 60 * time.Second}
+	fullScale = pacingScale{name: "full", campaign: 20000, recipients: 5000, smsSenders: 20, smsPerSender: 100, plain: 5000, plainSMS: 200, deadlineSlack: 60 * time.Second, minRatio: 0.98}
 )
 
 const (
@@ -126,9 +130,10 @@ func TestPacedDeliveryUnderStrictProviders(t *testing.T) {
 
 	// While number A is backlogged: a high-priority send to A, and a bulk
 	// send to number C.
-	waitFor(t, workers, 30*time.Second, "the campaign under way", func() (bool, string) {
+	underWay := min(sc.campaign/4, 1000)
+	waitFor(t, workers, 60*time.Second, "the campaign under way", func() (bool, string) {
 		n := emu.Stats()[emulator.ChannelWhatsApp].Unique
-		return n >= sc.campaign/4, strconv.Itoa(n)
+		return n >= underWay, strconv.Itoa(n)
 	})
 	probes := map[string]time.Time{}
 	for _, p := range []struct{ key, number, priority string }{{"e2e-high", numberA, "high"}, {"e2e-other-number", numberC, ""}} {
@@ -146,6 +151,10 @@ func TestPacedDeliveryUnderStrictProviders(t *testing.T) {
 	waitDelivered(t, workers, emu, insp, deadline, waWant, smsWant)
 	campaign := snapshot(t, hc, workers, rdb)
 	records := emu.Records()
+	for _, ch := range []string{emulator.ChannelWhatsApp, emulator.ChannelSMS} {
+		st := emu.Stats()[ch]
+		t.Logf("after sluice send: %s %d delivered, %d throttle responses %v", ch, st.Unique, st.Throttled, st.ThrottledByCode)
+	}
 	for key, at := range probes {
 		r, ok := recordByKey(records, key)
 		require.True(t, ok, key)
@@ -196,7 +205,7 @@ func TestPacedDeliveryUnderStrictProviders(t *testing.T) {
 	// The bottleneck's rate, first to last send.
 	waRate := rate(records, emulator.ChannelWhatsApp, numberA)
 	t.Logf("whatsapp %s (sluice send): %.2f sends/s from first to last = %.4f of the cap", numberA, waRate, waRate/80)
-	require.GreaterOrEqual(t, waRate/80, 0.98, "campaign rate against the 80/s cap")
+	require.GreaterOrEqual(t, waRate/80, sc.minRatio, "campaign rate against the 80/s cap")
 	plainRate := rate(records, emulator.ChannelWhatsApp, numberB)
 	t.Logf("whatsapp %s (plain asynq): %.2f sends/s = %.4f of the cap", numberB, plainRate, plainRate/80)
 	// Each sender's campaign rows, before the plain client's sends.
@@ -212,7 +221,7 @@ func TestPacedDeliveryUnderStrictProviders(t *testing.T) {
 	}
 	slices.Sort(smsRates)
 	t.Logf("sms (sluice send): per-sender rate min %.4f, median %.4f sends/s (cap 1)", smsRates[0], smsRates[len(smsRates)/2])
-	require.GreaterOrEqual(t, smsRates[0], 0.98, "slowest SMS sender's rate against its 1/s cap")
+	require.GreaterOrEqual(t, smsRates[0], sc.minRatio, "slowest SMS sender's rate against its 1/s cap")
 
 	// Redis work per delivered send.
 	report := func(phase string, from, to workSnapshot, wa, sms int) (dqWA, callsWA float64) {

@@ -70,7 +70,10 @@ local function pace(l)
   l.fast = T < SEC
   if l.fast then
     l.rate = SEC / T
-    l.fill = tonumber(redis.call('HGET', l.plan, 'f' .. l.extra)) or 0
+    local f = tonumber(redis.call('HGET', l.plan, 'f' .. l.extra))
+    -- No fill pointer: nothing is planned on the limit (the plan is idle).
+    l.active = f ~= nil
+    l.fill = f or 0
   else
     local pt = tonumber(redis.call('HGET', l.plan, 't' .. l.extra))
     local pa = (pt or now) - now
@@ -82,13 +85,19 @@ end
 -- room is second sec's share of the paced rate; the current second only
 -- has what is left of it, so a campaign planned at 12.6s does not put a
 -- whole second's sends into its last 0.4s and push the firm book ahead.
+-- The plan starts where the firm book ends: sends taken without a plan
+-- are counted only there.
 local function room(l, sec)
+  local start = now + (l.a or 0)
+  local first = math.floor(start / SEC)
+  if sec < first then return 0 end
   local from = sec * l.rate
-  if sec == math.floor(now / SEC) then from = (now / SEC) * l.rate end
+  if sec == first then from = (start / SEC) * l.rate end
   return math.floor((sec + 1) * l.rate) - math.floor(from)
 end
 
 local function count(l, sec)
+  if not l.active then return 0 end
   return tonumber(redis.call('HGET', l.plan, l.extra .. '@' .. sec)) or 0
 end
 
@@ -96,7 +105,8 @@ end
 local function sweep(l)
   local cur = math.floor(now / SEC)
   if l.fill >= cur then return end
-  if l.fill > 0 and cur - l.fill <= 1000 then
+  if not l.active then l.fill = cur; return end
+  if cur - l.fill <= 1000 then
     for sec = l.fill, cur - 1 do redis.call('HDEL', l.plan, l.extra .. '@' .. sec) end
   else
     local fields = redis.call('HKEYS', l.plan)
@@ -142,8 +152,9 @@ end
 -- in its backlogs): it then takes the firm book's slot.
 local function returning(s)
   if s.id == '' then return false end
+  -- A planned send is in every one of its GCRA limits' backlogs.
   for _, l in ipairs(s.limits) do
-    if l.algo == 'gcra' and redis.call('ZSCORE', l.backlog, s.id) then return true end
+    if l.algo == 'gcra' then return redis.call('ZSCORE', l.backlog, s.id) ~= false end
   end
   return false
 end
@@ -169,7 +180,9 @@ local function plan_search(s, from)
       if l.algo == 'gcra' and l.fast then
         if l.fill > sec then sec = l.fill; moved = true; break end
         l.n = count(l, sec)
-        if l.n + l.cost > room(l, sec) and l.n > 0 then sec = sec + 1; moved = true; break end
+        local r = room(l, sec)
+        -- (an empty second takes a send larger than its share)
+        if r <= 0 or (l.n + l.cost > r and l.n > 0) then sec = sec + 1; moved = true; break end
       end
     end
     if not moved then break end
@@ -189,11 +202,15 @@ local function plan_count(s, sec)
   for _, l in ipairs(s.limits) do
     if l.algo == 'gcra' and l.fast then
       local n = redis.call('HINCRBY', l.plan, l.extra .. '@' .. sec, l.cost)
+      local was = l.active
+      l.active = true
       if sec == l.fill then
         while n >= room(l, l.fill) do
           l.fill = l.fill + 1
           n = count(l, l.fill)
         end
+        redis.call('HSET', l.plan, 'f' .. l.extra, l.fill)
+      elseif not was then
         redis.call('HSET', l.plan, 'f' .. l.extra, l.fill)
       end
       extend(l.plan, ttl_ms((sec + 2) * SEC - now))
@@ -372,10 +389,17 @@ if firm == 1 then
       end
     end
   end
-  -- A send that was not planned takes room in its second, so later plans
-  -- count it.
-  if not back then plan_count(s, math.floor(at / SEC)) end
-  unlist(s)
+  if back then
+    unlist(s)
+  else
+    -- A send that was not planned takes room in its second, so that later
+    -- plans count it; an idle plan starts after the firm book anyway.
+    local busy = false
+    for _, l in ipairs(s.limits) do
+      if l.algo == 'gcra' and l.fast and l.active then busy = true end
+    end
+    if busy then plan_count(s, math.floor(at / SEC)) end
+  end
 elseif blocked_wait > 0 then
   -- Blocked by a limit that cannot be reserved: come back after its wait
   -- (fixed windows count the caller among their waiters, as consume.lua).
