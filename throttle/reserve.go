@@ -11,11 +11,47 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// reserveScript is prelude.lua, the algorithm files and reserve.lua: paced
-// reservations, batch planning and release in one EVALSHA each.
-var reserveScript = redis.NewScript(joinLua("prelude.lua", "gcra.lua", "fixed_window.lua",
-	"sliding_window_log.lua", "sliding_window_counter.lua", "min_interval.lua",
-	"concurrency.lua", "distinct.lua", "reserve.lua"))
+// reserveScripts are prelude.lua, the algorithm files a call needs and
+// reserve.lua: paced reservations, batch planning and release in one EVALSHA
+// each. Redis runs a script's whole chunk on every call, so each set of
+// algorithms other than GCRA (which reserve.lua paces itself) gets a script
+// with only their files; index = bit set of nonGCRA's positions.
+var reserveScripts [1 << 6]*redis.Script
+
+// nonGCRA lists the algorithms reserve.lua decides with their own files.
+var nonGCRA = []struct {
+	algo Algorithm
+	file string
+}{
+	{FixedWindow, "fixed_window.lua"}, {SlidingWindowLog, "sliding_window_log.lua"},
+	{SlidingWindowCounter, "sliding_window_counter.lua"}, {MinInterval, "min_interval.lua"},
+	{Concurrency, "concurrency.lua"}, {Distinct, "distinct.lua"},
+}
+
+func init() {
+	for set := range reserveScripts {
+		files := []string{"prelude.lua"}
+		for i, a := range nonGCRA {
+			if set&(1<<i) != 0 {
+				files = append(files, a.file)
+			}
+		}
+		reserveScripts[set] = redis.NewScript(joinLua(append(files, "reserve.lua")...))
+	}
+}
+
+// reserveScriptFor returns the script with the algorithm files reqs need.
+func reserveScriptFor(reqs []Request) *redis.Script {
+	set := 0
+	for _, r := range reqs {
+		for i, a := range nonGCRA {
+			if r.Limit.Algorithm == a.algo {
+				set |= 1 << i
+			}
+		}
+	}
+	return reserveScripts[set]
+}
 
 // Priority orders sends that share a limit.
 type Priority string
@@ -142,7 +178,7 @@ func (l *Redis) Reserve(ctx context.Context, opts ReserveOptions, reqs ...Reques
 		keys = append(keys, k, k+planSuffix, k+backlogSuffix)
 		args = appendReserveLimit(args, i+1, r, fieldOf(fields, i))
 	}
-	raw, err := reserveScript.Run(ctx, l.rdb, keys, args...).Int64Slice()
+	raw, err := reserveScriptFor(reqs).Run(ctx, l.rdb, keys, args...).Int64Slice()
 	if err != nil {
 		return Reservation{}, fmt.Errorf("throttle: reserve %q: %w", reqs[0].Key, err)
 	}
@@ -266,7 +302,7 @@ func (l *Redis) Plan(ctx context.Context, opts ReserveOptions, sends []Send) ([]
 					args = appendReserveLimit(args, ki, r, fieldOf(it.fields, j))
 				}
 			}
-			raw, err := reserveScript.Run(ctx, l.rdb, keys, args...).Int64Slice()
+			raw, err := reserveScripts[0].Run(ctx, l.rdb, keys, args...).Int64Slice() // GCRA only
 			if err != nil {
 				return nil, fmt.Errorf("throttle: plan %q: %w", part[0].reqs[0].Key, err)
 			}
@@ -326,7 +362,7 @@ func (l *Redis) ReleasePlanned(ctx context.Context, taskID string, reqs ...Reque
 		keys = append(keys, k, k+planSuffix, k+backlogSuffix)
 		args = appendReserveLimit(args, i+1, r, fieldOf(fields, i))
 	}
-	raw, err := reserveScript.Run(ctx, l.rdb, keys, args...).Int64Slice()
+	raw, err := reserveScripts[0].Run(ctx, l.rdb, keys, args...).Int64Slice() // GCRA only
 	if err != nil {
 		return false, fmt.Errorf("throttle: release %q: %w", gcra[0].Key, err)
 	}
