@@ -289,6 +289,7 @@ type handler struct {
 	w     *Worker
 	ch    Channel
 	rules *rules.Set
+	clock redisClock
 }
 
 func (h *handler) process(ctx context.Context, t *asynq.Task) error {
@@ -405,20 +406,21 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 	id, _ := asynq.GetTaskID(ctx)
 	opts := throttle.ReserveOptions{TaskID: id, Priority: p.Priority, Hold: h.ch.Hold, Headroom: h.ch.Headroom}
 	for round := 1; ; round++ {
+		sent := time.Now()
 		r, err := res.Reserve(ctx, opts, reqs...)
 		m.call(name, "reserve")
 		if err != nil {
 			m.outcome(name, OutcomeLimiterError)
 			return nil, fmt.Errorf("%s: limiter: %w", name, err)
 		}
-		// The instant is on the limiter's clock: hold for its distance from
-		// the decision, measured from the reply, so clock skew between
-		// this host and Redis does not matter (the reply's latency only
-		// makes the hold a little late, never early).
+		h.clock.observe(sent, time.Now(), r.Now)
+		// The instant is on the limiter's clock (Redis TIME): hold until
+		// this host's clock reads it (redisClock), so neither clock skew
+		// nor the reply's latency moves the send.
 		delay := r.Delay()
 		if r.Firm || (delay <= h.ch.Hold && round < maxHoldRounds && r.Planned) {
-			if delay > 0 {
-				t := time.NewTimer(delay)
+			if wait := time.Until(h.clock.local(r.At)); wait > 0 && delay > 0 {
+				t := time.NewTimer(min(wait, h.ch.Hold))
 				select {
 				case <-t.C:
 				case <-ctx.Done():
