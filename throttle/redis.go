@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -82,6 +83,8 @@ type Redis struct {
 	overrides        *overrideCache
 	log              *slog.Logger
 	warn             redisWarnings
+	batchOnce        sync.Once
+	batch            *reserveBatcher
 }
 
 var _ Limiter = (*Redis)(nil)

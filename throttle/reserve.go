@@ -170,31 +170,14 @@ func (l *Redis) Reserve(ctx context.Context, opts ReserveOptions, reqs ...Reques
 	if needsCallID(reqs) {
 		callID = newCallID()
 	}
-	keys := make([]string, 0, 3*len(reqs))
-	args := l.reserveHead("reserve", callID, hold, headroom, opts.Priority, 1)
-	args = append(args, opts.TaskID, len(reqs))
-	for i, r := range reqs {
-		k := l.Key(r.Key)
-		keys = append(keys, k, k+planSuffix, k+backlogSuffix)
-		args = appendReserveLimit(args, i+1, r, fieldOf(fields, i))
-	}
-	raw, err := reserveScriptFor(reqs).Run(ctx, l.rdb, keys, args...).Int64Slice()
-	if err != nil {
-		return Reservation{}, fmt.Errorf("throttle: reserve %q: %w", reqs[0].Key, err)
-	}
-	if len(raw) < 3 {
-		return Reservation{}, fmt.Errorf("%w: %d values from reserve", ErrMalformedReply, len(raw))
-	}
-	d, err := l.decode(append([]int64{raw[0], raw[1]}, raw[3:]...), reqs, callID)
+	c := &reserveCall{opts: opts, hold: hold, headroom: headroom, reqs: reqs, fields: fields, callID: callID, done: make(chan reserveResult, 1)}
+	res, err := l.batcher().do(ctx, c)
 	if err != nil {
 		return Reservation{}, err
 	}
-	r := Reservation{Decision: d, Firm: raw[1] == 1, At: time.UnixMicro(raw[2])}
-	if !r.Firm {
-		r.Planned = opts.TaskID != "" && r.plannedByGCRA(reqs)
-		r.Leases = nil
-	} else {
-		l.events.observe(ctx, reqs, d)
+	r := res.r
+	if r.Firm {
+		l.events.observe(ctx, reqs, r.Decision)
 	}
 	return r, nil
 }
@@ -288,9 +271,9 @@ func (l *Redis) Plan(ctx context.Context, opts ReserveOptions, sends []Send) ([]
 			part := items[lo:min(lo+batch, len(items))]
 			index := map[string]int{}
 			var keys []string
-			args := l.reserveHead("plan", "", 0, headroom, Bulk, len(part))
+			args := l.reserveHead("plan", 0, headroom, len(part))
 			for _, it := range part {
-				args = append(args, sends[it.idx].TaskID, len(it.reqs))
+				args = append(args, sends[it.idx].TaskID, "bulk", "", len(it.reqs))
 				for j, r := range it.reqs {
 					k := l.Key(r.Key)
 					ki, ok := index[k]
@@ -355,8 +338,8 @@ func (l *Redis) ReleasePlanned(ctx context.Context, taskID string, reqs ...Reque
 		gcra = l.overrides.apply(ctx, gcra)
 	}
 	keys := make([]string, 0, 3*len(gcra))
-	args := l.reserveHead("release", "", 0, 0, Bulk, 1)
-	args = append(args, taskID, len(gcra))
+	args := l.reserveHead("release", 0, 0, 1)
+	args = append(args, taskID, "bulk", "", len(gcra))
 	for i, r := range gcra {
 		k := l.Key(r.Key)
 		keys = append(keys, k, k+planSuffix, k+backlogSuffix)
@@ -438,16 +421,20 @@ func checkOneScope(reqs []Request) error {
 	return nil
 }
 
-func (l *Redis) reserveHead(mode, callID string, hold time.Duration, headroom float64, p Priority, nsends int) []any {
+func (l *Redis) reserveHead(mode string, hold time.Duration, headroom float64, nsends int) []any {
 	var now int64
 	if l.clock != nil {
 		now = l.clock().UnixMicro()
 	}
-	pr := "bulk"
+	return []any{now, mode, "", hold.Microseconds(), strconv.FormatFloat(headroom, 'f', -1, 64), "", nsends}
+}
+
+// priorityArg is a send's priority as reserve.lua reads it.
+func priorityArg(p Priority) string {
 	if p == High {
-		pr = "high"
+		return "high"
 	}
-	return []any{now, mode, callID, hold.Microseconds(), strconv.FormatFloat(headroom, 'f', -1, 64), pr, nsends}
+	return "bulk"
 }
 
 func appendReserveLimit(args []any, keyIndex int, r Request, field string) []any {

@@ -364,3 +364,49 @@ func TestSweepBacklogsReleasesTasksThatAreGone(t *testing.T) {
 		t.Fatalf("%d %v", n, err)
 	}
 }
+
+// Concurrent Reserve calls are coalesced into shared scripts; each send
+// still gets its own slot, its own lease and its own reply.
+func TestConcurrentReservesEachGetTheirOwnSlotAndLease(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	l := throttle.NewRedis(rdb, throttle.Options{OverrideRefresh: -1})
+	ctx := context.Background()
+	conc := throttle.Limit{Name: "concurrency", Algorithm: throttle.Concurrency, Max: 1000, Lease: time.Minute}
+	const n = 300
+	type got struct {
+		r   throttle.Reservation
+		err error
+	}
+	out := make(chan got, n)
+	for i := range n {
+		go func() {
+			// High priority: firm within the (long) hold, not planned.
+			r, err := l.Reserve(ctx, throttle.ReserveOptions{TaskID: fmt.Sprint("c", i), Priority: throttle.High, Hold: time.Hour, Headroom: 0.015},
+				throttle.Request{Key: "sms:sender:1", Limit: mps80}, throttle.Request{Key: "sms:account:1", Limit: conc})
+			out <- got{r, err}
+		}()
+	}
+	var ats []time.Time
+	leases := map[string]bool{}
+	for range n {
+		g := <-out
+		if g.err != nil || !g.r.Firm || len(g.r.Leases) != 1 {
+			t.Fatalf("%+v %v", g.r, g.err)
+		}
+		ats = append(ats, g.r.At)
+		leases[g.r.Leases[0].ID] = true
+	}
+	slices.SortFunc(ats, time.Time.Compare)
+	perSec := 80 * 0.985
+	interval := time.Duration(float64(time.Second) / perSec)
+	for i := 1; i < n; i++ {
+		if gap := ats[i].Sub(ats[i-1]); gap < interval-time.Microsecond {
+			t.Fatalf("slots %d and %d %v apart, interval %v", i-1, i, gap, interval)
+		}
+	}
+	held, err := rdb.ZCard(ctx, "sluice:{sms}:account:1").Result()
+	if err != nil || held != n || len(leases) != n {
+		t.Fatalf("%d leases held in Redis, %d distinct returned, want %d: %v", held, len(leases), n, err)
+	}
+}

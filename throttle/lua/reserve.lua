@@ -21,17 +21,18 @@
 --
 -- KEYS: per limit i: KEYS[3i-2] state, KEYS[3i-1] plan hash, KEYS[3i] backlog
 -- ARGV[1] now us ("0" = Redis TIME)   ARGV[2] mode: reserve | plan | release
--- ARGV[3] call id                     ARGV[4] hold us (firm at most this far ahead)
--- ARGV[5] headroom (fraction)         ARGV[6] priority: high | bulk
--- ARGV[7] number of sends, then per send: task id ('' = none), number of
---         limits m, then m times: key index i, algorithm, limit, period us,
---         burst, cost, extra (as consume.lua)
+-- ARGV[3] unused                      ARGV[4] hold us (firm at most this far ahead)
+-- ARGV[5] headroom (fraction)         ARGV[6] unused
+-- ARGV[7] number of sends, then per send: task id ('' = none), priority
+--         (high | bulk), call id (names its leases and sliding-log
+--         entries), number of limits m, then m times: key index i,
+--         algorithm, limit, period us, burst, cost, extra (as consume.lua)
 -- Only GCRA limits are paced and planned; the other algorithms are decided
 -- at now by their own decide/commit ("reserve" mode only; "plan" and
 -- "release" skip them).
 --
--- Returns, "reserve": {now, firm (1|0), at us, then per limit the 6 values
---   of consume.lua (ok, remaining, reset, retry, wait, taken)}. firm = 1:
+-- Returns, "reserve": {now, then per send: firm (1|0), at us, then per limit
+--   the 6 values of consume.lua (ok, remaining, reset, retry, wait, taken)}. firm = 1:
 --   every limit was taken for `at` (<= now + hold). firm = 0: nothing was
 --   taken; `at` is when to come back (a planned slot when the send was
 --   planned, else the blocked limits' wait).
@@ -42,8 +43,8 @@ if now == 0 then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local mode, call_id = ARGV[2], ARGV[3]
-local hold, headroom, priority = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+local mode = ARGV[2]
+local hold, headroom = tonumber(ARGV[4]), tonumber(ARGV[5])
 local nsends = tonumber(ARGV[7])
 
 -- Plan books. A limit paced slower than one send a second (a pair limit,
@@ -135,9 +136,9 @@ end
 -- parse reads a send's limits from ARGV starting at index a; returns the
 -- send and the next index.
 local function parse(a)
-  local s = {id = ARGV[a], limits = {}}
-  local m = tonumber(ARGV[a + 1])
-  a = a + 2
+  local s = {id = ARGV[a], prio = ARGV[a + 1], cid = ARGV[a + 2], limits = {}}
+  local m = tonumber(ARGV[a + 3])
+  a = a + 4
   for j = 1, m do
     local i = tonumber(ARGV[a])
     s.limits[j] = {i = i, key = KEYS[3 * i - 2], plan = KEYS[3 * i - 1], backlog = KEYS[3 * i],
@@ -283,9 +284,8 @@ if mode == 'plan' then
   return out
 end
 
-local s = parse(8)
-
 if mode == 'release' then
+  local s = parse(8)
   -- A planned send that will never come back (archived, deleted) leaves
   -- its backlogs and gives its room back.
   local released = 0
@@ -320,9 +320,11 @@ if mode == 'release' then
   return {now, released}
 end
 
--- mode == 'reserve'
+-- reserve_one decides one send (mode 'reserve') and returns its values:
+-- firm, at, then 6 per limit.
+local function reserve_one(s)
 local back = returning(s)
-local high = priority == 'high'
+local high = s.prio == 'high'
 pace_all(s)
 -- A limit paced at under a second a send (fast) must not be taken for an
 -- instant far past its own next slot: the gap would be lost to every other
@@ -350,7 +352,7 @@ for _, l in ipairs(s.limits) do
     elseif l.algo == 'min_interval' then d = min_interval_decide(l.key, now, l.period)
     elseif l.algo == 'concurrency' then d = concurrency_decide(l.key, now, l.limit, l.period, l.cost)
     elseif l.algo == 'distinct' then d = distinct_decide(l.key, now, l.limit, l.period, l.extra)
-    else return redis.error_reply('sluice: unknown algorithm ' .. tostring(l.algo))
+    else error('sluice: unknown algorithm ' .. tostring(l.algo))
     end
     l.d = d
     if d.ok == 0 and d.wait > blocked_wait then blocked_wait = d.wait end
@@ -381,10 +383,10 @@ if firm == 1 then
     else
       local d = l.d
       if d.algo == 'fixed_window' then fixed_window_commit(d)
-      elseif d.algo == 'sliding_window_log' then sliding_window_log_commit(d, call_id)
+      elseif d.algo == 'sliding_window_log' then sliding_window_log_commit(d, s.cid)
       elseif d.algo == 'sliding_window_counter' then sliding_window_counter_commit(d)
       elseif d.algo == 'min_interval' then min_interval_commit(d)
-      elseif d.algo == 'concurrency' then concurrency_commit(d, call_id)
+      elseif d.algo == 'concurrency' then concurrency_commit(d, s.cid)
       elseif d.algo == 'distinct' then distinct_commit(d)
       end
     end
@@ -421,7 +423,7 @@ else
   at = plan_at
 end
 
-local out = {now, firm, math.ceil(at)}
+local out = {firm, math.ceil(at)}
 for _, l in ipairs(s.limits) do
   if l.algo == 'gcra' then
     local ok, taken = 0, 0
@@ -452,5 +454,17 @@ for _, l in ipairs(s.limits) do
     out[#out + 1] = math.ceil(d.wait)
     out[#out + 1] = taken
   end
+end
+return out
+end
+
+-- mode == 'reserve': each send in order; a later send sees what the
+-- earlier ones took.
+local out = {now}
+local a = 8
+for _ = 1, nsends do
+  local s
+  s, a = parse(a)
+  for _, v in ipairs(reserve_one(s)) do out[#out + 1] = v end
 end
 return out

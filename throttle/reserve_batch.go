@@ -1,0 +1,219 @@
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Reserve calls are coalesced: while one reserve script is in flight, the
+// calls that arrive queue up and go together in the next script, one
+// EVALSHA for up to maxReserveBatch sends. A lone call goes at once, so
+// latency is unchanged; under load the round trip, the script's setup and
+// the client's system calls are shared by the batch. Sends in one script
+// are decided in arrival order, each seeing what the earlier ones took, as
+// if they had come one by one.
+const maxReserveBatch = 64
+
+// reserveTimeout bounds a batch's script: it serves several callers, so no
+// caller's context may cut it short.
+const reserveTimeout = 10 * time.Second
+
+type reserveCall struct {
+	opts     ReserveOptions
+	hold     time.Duration
+	headroom float64
+	reqs     []Request
+	fields   []string
+	callID   string
+	done     chan reserveResult // buffered: the batcher never blocks on it
+
+	mu        sync.Mutex
+	abandoned bool // the caller's context ended before the result came
+}
+
+type reserveResult struct {
+	r   Reservation
+	err error
+}
+
+type reserveBatcher struct {
+	l  *Redis
+	in chan *reserveCall
+
+	mu      sync.Mutex
+	running bool // a run goroutine is serving in
+}
+
+// batcherIdle is how long the batcher's goroutine waits for calls before it
+// exits; the next call starts it again. A limiter nobody uses holds no
+// goroutine.
+const batcherIdle = time.Second
+
+// batcher returns the limiter's batcher.
+func (l *Redis) batcher() *reserveBatcher {
+	l.batchOnce.Do(func() {
+		l.batch = &reserveBatcher{l: l, in: make(chan *reserveCall, maxReserveBatch)}
+	})
+	return l.batch
+}
+
+func (b *reserveBatcher) do(ctx context.Context, c *reserveCall) (reserveResult, error) {
+	select {
+	case b.in <- c:
+	case <-ctx.Done():
+		return reserveResult{}, ctx.Err()
+	}
+	// After the send: a goroutine that exits finds the channel empty only
+	// before this call's send, and then this starts a new one.
+	b.mu.Lock()
+	if !b.running {
+		b.running = true
+		go b.run()
+	}
+	b.mu.Unlock()
+	select {
+	case res := <-c.done:
+		return res, res.err
+	case <-ctx.Done():
+		c.mu.Lock()
+		c.abandoned = true
+		c.mu.Unlock()
+		// The reservation may have been made meanwhile: its leases must not
+		// wait for their expiry (a firm slot unused is only a gap).
+		select {
+		case res := <-c.done:
+			b.releaseLeases(res)
+		default:
+		}
+		return reserveResult{}, ctx.Err()
+	}
+}
+
+func (b *reserveBatcher) releaseLeases(res reserveResult) {
+	if len(res.r.Leases) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = b.l.Release(ctx, res.r.Leases) // unreleased leases expire by themselves
+}
+
+func (b *reserveBatcher) run() {
+	idle := time.NewTimer(batcherIdle)
+	defer idle.Stop()
+	for {
+		var c *reserveCall
+		select {
+		case c = <-b.in:
+		case <-idle.C:
+			b.mu.Lock()
+			if len(b.in) == 0 {
+				b.running = false
+				b.mu.Unlock()
+				return
+			}
+			b.mu.Unlock()
+			idle.Reset(batcherIdle)
+			continue
+		}
+		idle.Reset(batcherIdle)
+		batch := []*reserveCall{c}
+	drain:
+		for len(batch) < maxReserveBatch {
+			select {
+			case c := <-b.in:
+				batch = append(batch, c)
+			default:
+				break drain
+			}
+		}
+		// One script per scope (a Redis Cluster slot) and pacing settings.
+		type group struct {
+			scope    string
+			hold     time.Duration
+			headroom float64
+		}
+		groups := map[group][]*reserveCall{}
+		var order []group
+		for _, c := range batch {
+			g := group{scope(c.reqs[0].Key), c.hold, c.headroom}
+			if _, ok := groups[g]; !ok {
+				order = append(order, g)
+			}
+			groups[g] = append(groups[g], c)
+		}
+		for _, g := range order {
+			b.exec(groups[g])
+		}
+	}
+}
+
+// exec runs one reserve script for calls of one scope and hands each its
+// result.
+func (b *reserveBatcher) exec(calls []*reserveCall) {
+	l := b.l
+	index := map[string]int{}
+	var keys []string
+	var all []Request
+	for _, c := range calls {
+		all = append(all, c.reqs...)
+	}
+	args := l.reserveHead("reserve", calls[0].hold, calls[0].headroom, len(calls))
+	for _, c := range calls {
+		args = append(args, c.opts.TaskID, priorityArg(c.opts.Priority), c.callID, len(c.reqs))
+		for i, r := range c.reqs {
+			k := l.Key(r.Key)
+			ki, ok := index[k]
+			if !ok {
+				keys = append(keys, k, k+planSuffix, k+backlogSuffix)
+				ki = len(keys) / 3
+				index[k] = ki
+			}
+			args = appendReserveLimit(args, ki, r, fieldOf(c.fields, i))
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), reserveTimeout)
+	raw, err := reserveScriptFor(all).Run(ctx, l.rdb, keys, args...).Int64Slice()
+	cancel()
+	if err != nil {
+		err = fmt.Errorf("throttle: reserve %q: %w", calls[0].reqs[0].Key, err)
+	}
+	pos := 1
+	for _, c := range calls {
+		res := reserveResult{err: err}
+		if err == nil {
+			res = b.decodeOne(raw, &pos, c)
+		}
+		c.done <- res
+		c.mu.Lock()
+		gone := c.abandoned
+		c.mu.Unlock()
+		if gone {
+			b.releaseLeases(res) // the caller may have missed it; a second release is harmless
+		}
+	}
+}
+
+// decodeOne reads one send's values at raw[*pos:] and advances pos.
+func (b *reserveBatcher) decodeOne(raw []int64, pos *int, c *reserveCall) reserveResult {
+	n := 2 + replyPerLimit*len(c.reqs)
+	if len(raw) < 1 || len(raw) < *pos+n {
+		return reserveResult{err: fmt.Errorf("%w: %d values from reserve", ErrMalformedReply, len(raw))}
+	}
+	v := raw[*pos : *pos+n]
+	*pos += n
+	d, err := b.l.decode(append([]int64{raw[0], v[0]}, v[2:]...), c.reqs, c.callID)
+	if err != nil {
+		return reserveResult{err: err}
+	}
+	r := Reservation{Decision: d, Firm: v[0] == 1, At: time.UnixMicro(v[1])}
+	d.Allowed = r.Firm
+	r.Decision.Allowed = r.Firm
+	if !r.Firm {
+		r.Planned = c.opts.TaskID != "" && r.plannedByGCRA(c.reqs)
+		r.Leases = nil
+	}
+	return reserveResult{r: r}
+}
