@@ -26,9 +26,9 @@ const (
 // fields sit at the payload's top level ({"priority":"high", ...}).
 type Delivery struct {
 	// Priority is "high" for a transactional send that must not wait behind
-	// bulk traffic on the same limit (it takes the first free slot, within
-	// about the worker's hold, ~1s), or "" for bulk ("bulk" is accepted and
-	// means the same).
+	// bulk traffic on the same limit: it takes the first free slot, at most
+	// the worker's hold ahead (channels.*.hold, 2s), or "" for bulk ("bulk"
+	// is accepted and means the same).
 	Priority string `json:"priority,omitempty"`
 }
 

@@ -101,8 +101,9 @@ const (
 type ReserveOptions struct {
 	// TaskID names the send across calls (an asynq task ID): a send planned
 	// by Plan or by a Reserve that could not take a firm slot keeps its
-	// place in each limit's backlog under this ID. "" means no place is
-	// kept: every call then queues behind the plan.
+	// place in each limit's backlog under this ID. With "" no place is
+	// kept: each call that is planned counts one more send in the plan, so
+	// a caller that asks again without an ID queues behind the plan anew.
 	TaskID string
 	// Priority: Bulk (the zero value) or High.
 	Priority Priority
@@ -126,8 +127,11 @@ type Reservation struct {
 	// at most Hold after it). Otherwise it is when to come back: the send's
 	// planned slot, or the wait of a limit that cannot be reserved.
 	At time.Time
-	// Planned reports that the send holds a place in the backlogs (it was
-	// planned); it keeps it until a firm Reserve or Release with its TaskID.
+	// Planned reports that the send holds a place in the backlogs and At is
+	// that place: it comes back for it (a firm Reserve with its TaskID
+	// takes its slot; ReleasePlanned or the cleanup sweep give it up).
+	// False when a limit that cannot be reserved blocked it: At is then
+	// that limit's wait (a place it held before is kept).
 	Planned bool
 }
 
@@ -309,7 +313,7 @@ func (l *Redis) Plan(ctx context.Context, opts ReserveOptions, sends []Send) ([]
 	return out, nil
 }
 
-// Release gives up a planned send's place (its task was archived or
+// ReleasePlanned gives up a planned send's place (its task was archived or
 // deleted and will never come back): it leaves every backlog, and a send
 // planned last gives its slot back to the plan. It reports whether the
 // send held a place. Firm reservations are not released: they are at most
@@ -468,46 +472,76 @@ func (l *Redis) now(ctx context.Context) time.Time {
 	return time.Now()
 }
 
-// SweepBacklogs releases the places of planned sends whose task will never
-// come back: for every backlog entry due more than grace ago, it asks gone
-// (scope, the key's first segment, and the task ID) and removes the entry
-// when gone says so (the task was deleted or archived by an operator, or
-// its queue was deleted). Entries of tasks that are late but still exist
-// (workers were down) stay. It returns how many entries it removed (one
-// per GCRA limit of each released send). Its
-// Redis work is proportional to the overdue entries, not to the backlog.
+// SweepBacklogs removes from the backlogs the planned sends whose task will
+// never come back: for every backlog entry due more than grace ago, it asks
+// gone (scope, the key's first segment, and the task ID) and removes the
+// entry when gone says so (the task was deleted or archived by an
+// operator, or its queue was deleted). Entries of tasks that are late but
+// still exist (workers were down) stay. It returns how many entries it
+// removed (one per GCRA limit of each send). The seconds those sends were
+// planned in have passed, so no capacity is returned: the sweep keeps the
+// backlogs (and `limits show`) true. On a Cluster client it walks every
+// master. Its Redis work is proportional to the overdue entries, not to
+// the backlog.
 func (l *Redis) SweepBacklogs(ctx context.Context, grace time.Duration, gone func(scope, taskID string) (bool, error)) (int, error) {
 	match := l.prefix + ":*" + backlogSuffix
-	cutoff := l.now(ctx).Add(-grace).UnixMicro()
+	cutoff := strconv.FormatInt(l.now(ctx).Add(-grace).UnixMicro(), 10)
 	removed := 0
-	var cursor uint64
-	for {
-		keys, next, err := l.rdb.Scan(ctx, cursor, match, l.scanBatch).Result()
-		if err != nil {
-			return removed, fmt.Errorf("throttle: sweep backlogs: %w", err)
-		}
-		for _, k := range keys {
-			sc := scope(l.strip(strings.TrimSuffix(k, backlogSuffix)))
-			ids, err := l.rdb.ZRangeByScore(ctx, k, &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(cutoff, 10), Count: 1000}).Result()
+	sweepKey := func(c redis.Cmdable, k string) error {
+		sc := scope(l.strip(strings.TrimSuffix(k, backlogSuffix)))
+		// Page through the overdue entries: those kept (late but alive)
+		// are skipped by the offset, removed ones make room.
+		var offset int64
+		for {
+			ids, err := c.ZRangeByScore(ctx, k, &redis.ZRangeBy{Min: "-inf", Max: cutoff, Offset: offset, Count: 500}).Result()
 			if err != nil {
-				return removed, fmt.Errorf("throttle: sweep %s: %w", k, err)
+				return fmt.Errorf("throttle: sweep %s: %w", k, err)
 			}
 			for _, id := range ids {
 				g, err := gone(sc, id)
 				if err != nil {
-					return removed, err
+					return err
 				}
-				if g {
-					if err := l.rdb.ZRem(ctx, k, id).Err(); err != nil {
-						return removed, fmt.Errorf("throttle: sweep %s: %w", k, err)
-					}
-					removed++
+				if !g {
+					offset++
+					continue
 				}
+				if err := c.ZRem(ctx, k, id).Err(); err != nil {
+					return fmt.Errorf("throttle: sweep %s: %w", k, err)
+				}
+				removed++
+			}
+			if len(ids) < 500 {
+				return nil
 			}
 		}
-		if next == 0 {
-			return removed, nil
-		}
-		cursor = next
 	}
+	scan := func(c *redis.Client) error {
+		it := c.Scan(ctx, 0, match, l.scanBatch).Iterator()
+		for it.Next(ctx) {
+			if err := sweepKey(c, it.Val()); err != nil {
+				return err
+			}
+		}
+		if err := it.Err(); err != nil {
+			return fmt.Errorf("throttle: sweep backlogs: %w", err)
+		}
+		return nil
+	}
+	var err error
+	switch c := l.rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return scan(m) })
+	case *redis.Client:
+		err = scan(c)
+	default:
+		it := l.rdb.Scan(ctx, 0, match, l.scanBatch).Iterator()
+		for it.Next(ctx) && err == nil {
+			err = sweepKey(l.rdb, it.Val())
+		}
+		if err == nil {
+			err = it.Err()
+		}
+	}
+	return removed, err
 }

@@ -410,3 +410,65 @@ func TestConcurrentReservesEachGetTheirOwnSlotAndLease(t *testing.T) {
 		t.Fatalf("%d leases held in Redis, %d distinct returned, want %d: %v", held, len(leases), n, err)
 	}
 }
+
+// Workers were down for a minute: a planned campaign comes back all at once.
+// Sends that cannot go within the hold get a new place in order, not a
+// retry a second later: each is asked at most twice.
+func TestOverdueBacklogIsPlannedAgainNotPolled(t *testing.T) {
+	l, clock := reserveLimiter(t)
+	ctx := context.Background()
+	opts := throttle.ReserveOptions{Headroom: 0.015}
+	const n = 800
+	sends := make([]throttle.Send, n)
+	for i := range sends {
+		sends[i] = throttle.Send{TaskID: fmt.Sprint("c", i), Requests: []throttle.Request{{Key: "wa:number:1", Limit: mps80}}}
+	}
+	if _, err := l.Plan(ctx, opts, sends); err != nil {
+		t.Fatal(err)
+	}
+	clock.Set(clock.Now().Add(time.Minute))
+	type back struct {
+		at time.Time
+		i  int
+	}
+	var queue []back
+	for i := range n {
+		queue = append(queue, back{clock.Now(), i})
+	}
+	calls := 0
+	var firm []time.Time
+	for len(queue) > 0 {
+		slices.SortStableFunc(queue, func(a, b back) int { return a.at.Compare(b.at) })
+		e := queue[0]
+		queue = queue[1:]
+		if e.at.After(clock.Now()) {
+			clock.Set(e.at)
+		}
+		o := opts
+		o.TaskID = sends[e.i].TaskID
+		r, err := l.Reserve(ctx, o, sends[e.i].Requests...)
+		calls++
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Firm {
+			firm = append(firm, r.At)
+			continue
+		}
+		if !r.Planned {
+			t.Fatalf("send %d: not firm and not planned (%v)", e.i, r.Delay())
+		}
+		if r.Delay() <= throttle.DefaultHold {
+			queue = append(queue, back{r.At, e.i}) // the worker holds it and asks again
+		} else {
+			queue = append(queue, back{r.At.Truncate(time.Second), e.i}) // asynq: the slot's whole second
+		}
+	}
+	if calls > 2*n {
+		t.Fatalf("%d calls for %d sends", calls, n)
+	}
+	if m := maxInSpan(firm, time.Second); m > 80 {
+		t.Fatalf("%d in one second", m)
+	}
+	t.Logf("%d overdue sends: %d calls", n, calls)
+}

@@ -78,8 +78,10 @@ func NewEnqueuer(client *asynq.Client, limiter *throttle.Redis, chans []Channel)
 }
 
 // Enqueue plans and enqueues ts, in order; opts apply to every task (after
-// the task's own options). The error is for a failed plan (Redis); each
-// task's own outcome is in its Enqueued. A task whose enqueue fails gives
+// the task's own options). With asynq.ProcessAt or ProcessIn among opts the
+// caller's schedule is kept and nothing is planned now. The error is for a
+// failed plan (Redis): then nothing is enqueued and no place is kept. Each
+// task's own outcome is in its Enqueued; a task whose enqueue fails gives
 // its new place back.
 func (e *Enqueuer) Enqueue(ctx context.Context, ts []*asynq.Task, opts ...asynq.Option) ([]Enqueued, error) {
 	out := make([]Enqueued, len(ts))
@@ -90,6 +92,14 @@ func (e *Enqueuer) Enqueue(ctx context.Context, ts []*asynq.Task, opts ...asynq.
 	groups := map[*enqueueChannel][]pending{}
 	var order []*enqueueChannel
 	now := time.Now()
+	// A caller's own schedule (ProcessAt, ProcessIn) wins: such tasks are
+	// not planned now; they take their place when they are first dequeued.
+	scheduled := false
+	for _, o := range opts {
+		if o.Type() == asynq.ProcessAtOpt || o.Type() == asynq.ProcessInOpt {
+			scheduled = true
+		}
+	}
 	for i, t := range ts {
 		out[i].ETA = now
 		ch := e.chans[t.Type()]
@@ -102,7 +112,7 @@ func (e *Enqueuer) Enqueue(ctx context.Context, ts []*asynq.Task, opts ...asynq.
 		if out[i].ID == "" {
 			out[i].ID = randomID()
 		}
-		if ch == nil || f.high {
+		if ch == nil || f.high || scheduled {
 			continue
 		}
 		reqs := ch.rules.Requests(f.fields)
@@ -124,6 +134,12 @@ func (e *Enqueuer) Enqueue(ctx context.Context, ts []*asynq.Task, opts ...asynq.
 		}
 		ps, err := e.limiter.Plan(ctx, throttle.ReserveOptions{Headroom: ch.headroom}, sends)
 		if err != nil {
+			// Nothing was enqueued: give back the places already taken.
+			for i, t := range ts {
+				if planned[i] {
+					e.release(ctx, t, out[i].ID)
+				}
+			}
 			return nil, err
 		}
 		plans = append(plans[:0], ps...)
@@ -137,7 +153,7 @@ func (e *Enqueuer) Enqueue(ctx context.Context, ts []*asynq.Task, opts ...asynq.
 			continue
 		}
 		o := append(opts[:len(opts):len(opts)], asynq.TaskID(out[i].ID))
-		if due := out[i].ETA.Truncate(time.Second); due.After(time.Now()) {
+		if due := out[i].ETA.Truncate(time.Second); due.After(time.Now()) && !scheduled {
 			o = append(o, asynq.ProcessAt(due))
 		}
 		out[i].Info, out[i].Err = e.client.EnqueueContext(ctx, t, o...)

@@ -307,6 +307,9 @@ func (h *handler) process(ctx context.Context, t *asynq.Task) error {
 	if res, ok := h.w.opts.Limiter.(Reserver); ok && paced(reqs) {
 		leases, err := h.reserve(ctx, res, p, reqs)
 		if err != nil {
+			if len(leases) > 0 {
+				h.release(ctx, leases) // shut down during the hold: the send never went
+			}
 			return err
 		}
 		if len(leases) > 0 {
@@ -420,7 +423,10 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 		delay := r.Delay()
 		if r.Firm || (delay <= h.ch.Hold && round < maxHoldRounds && r.Planned) {
 			if wait := time.Until(h.clock.local(r.At)); wait > 0 && delay > 0 {
-				t := time.NewTimer(min(wait, h.ch.Hold))
+				if wait > delay+h.ch.Hold {
+					wait = delay // the clock mapping jumped: trust the reply
+				}
+				t := time.NewTimer(wait)
 				select {
 				case <-t.C:
 				case <-ctx.Done():

@@ -71,7 +71,7 @@ and never sends twice (completed tasks keep their ID for 24 h).`,
 	addCommon := func(c *cobra.Command) {
 		c.Flags().StringVar(&key, "key", "", "idempotency key (becomes the task ID)")
 		c.Flags().IntVar(&maxRetry, "max-retry", 0, "retries for failures (throttling never spends one); default 10")
-		c.Flags().StringVar(&priority, "priority", "", "high: overtake planned bulk sends on the same limits (sent within about a second)")
+		c.Flags().StringVar(&priority, "priority", "", "high: overtake planned bulk sends on the same limits (sent within the hold, 2s)")
 	}
 
 	var wa tasks.WhatsAppSend

@@ -5,6 +5,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -177,6 +178,12 @@ func TestPacedDeliveryUnderStrictProviders(t *testing.T) {
 	waitDelivered(t, workers, emu, insp, time.Duration(float64(sc.plain)/78.8*float64(time.Second))+sc.deadlineSlack, waWant+sc.plain, smsWant+sc.plainSMS)
 	plain := snapshot(t, hc, workers, rdb)
 	records = emu.Records()
+
+	if path := os.Getenv("SLUICE_E2E_RECORDS"); path != "" {
+		b, err := json.Marshal(records)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(path, b, 0o600))
+	}
 
 	// What the providers saw.
 	stats := emu.Stats()

@@ -62,19 +62,21 @@ local SEC = 1000000
 local function pace(l)
   local T = (l.period / l.limit) / (1 - headroom)
   local tol = T * l.burst
-  local raw
-  if l.extra == '' then raw = read('GET', l.key) else raw = read('HGET', l.key, l.extra) end
+  local raw, wrong
+  if l.extra == '' then raw, wrong = read('GET', l.key) else raw, wrong = read('HGET', l.key, l.extra) end
   local a = (tonumber(raw) or now) - now
   if a < 0 then a = 0 end
-  l.T, l.tol, l.a, l.replace = T, tol, a, type(raw) == 'table'
+  l.T, l.tol, l.a, l.replace = T, tol, a, wrong
   l.firm = now + math.max(0, a + T * l.cost - tol) -- earliest by the firm book
   l.fast = T < SEC
   if l.fast then
     l.rate = SEC / T
-    local f = tonumber(redis.call('HGET', l.plan, 'f' .. l.extra))
+    local v = redis.call('HMGET', l.plan, 'f' .. l.extra, 's' .. l.extra)
+    local f = tonumber(v[1])
     -- No fill pointer: nothing is planned on the limit (the plan is idle).
     l.active = f ~= nil
     l.fill = f or 0
+    l.swept = tonumber(v[2]) or l.fill -- first second not yet swept
   else
     local pt = tonumber(redis.call('HGET', l.plan, 't' .. l.extra))
     local pa = (pt or now) - now
@@ -102,24 +104,31 @@ local function count(l, sec)
   return tonumber(redis.call('HGET', l.plan, l.extra .. '@' .. sec)) or 0
 end
 
--- sweep drops the past seconds of a fast limit's plan.
+-- sweep drops the past seconds of a fast limit's plan, from the first not
+-- yet swept (the fill pointer may have passed seconds that later plans
+-- still counted in) up to now, and moves the fill pointer to now.
 local function sweep(l)
   local cur = math.floor(now / SEC)
-  if l.fill >= cur then return end
   if not l.active then l.fill = cur; return end
-  if cur - l.fill <= 1000 then
-    for sec = l.fill, cur - 1 do redis.call('HDEL', l.plan, l.extra .. '@' .. sec) end
-  else
-    local fields = redis.call('HKEYS', l.plan)
-    local pre = l.extra .. '@'
-    for _, f in ipairs(fields) do
-      if string.sub(f, 1, #pre) == pre then
-        local sec = tonumber(string.sub(f, #pre + 1))
-        if sec and sec < cur then redis.call('HDEL', l.plan, f) end
+  if l.swept < cur then
+    if cur - l.swept <= 1000 then
+      for sec = l.swept, cur - 1 do redis.call('HDEL', l.plan, l.extra .. '@' .. sec) end
+    else
+      local pre = l.extra .. '@'
+      for _, f in ipairs(redis.call('HKEYS', l.plan)) do
+        if string.sub(f, 1, #pre) == pre then
+          local sec = tonumber(string.sub(f, #pre + 1))
+          if sec and sec < cur then redis.call('HDEL', l.plan, f) end
+        end
       end
     end
+    l.swept = cur
+    redis.call('HSET', l.plan, 's' .. l.extra, cur)
   end
-  l.fill = cur
+  if l.fill < cur then
+    l.fill = cur
+    redis.call('HSET', l.plan, 'f' .. l.extra, cur)
+  end
 end
 
 local function set_tat(l, at)
@@ -153,9 +162,8 @@ end
 -- in its backlogs): it then takes the firm book's slot.
 local function returning(s)
   if s.id == '' then return false end
-  -- A planned send is in every one of its GCRA limits' backlogs.
   for _, l in ipairs(s.limits) do
-    if l.algo == 'gcra' then return redis.call('ZSCORE', l.backlog, s.id) ~= false end
+    if l.algo == 'gcra' and redis.call('ZSCORE', l.backlog, s.id) then return true end
   end
   return false
 end
@@ -169,10 +177,15 @@ end
 
 -- plan_search finds the earliest instant, from `from` on, at which every
 -- GCRA limit's plan has room for the send; it writes nothing.
-local function plan_search(s, from)
+local function plan_search(s, from, back)
   local at = from
   for _, l in ipairs(s.limits) do
-    if l.algo == 'gcra' and not l.fast and l.queued > at then at = l.queued end
+    if l.algo == 'gcra' and not l.fast then
+      -- A send planned before is already behind the slow limit's plan tail.
+      local e = l.queued
+      if back then e = l.firm end
+      if e > at then at = e end
+    end
   end
   local sec = math.floor(at / SEC)
   for _ = 1, 100000 do
@@ -236,8 +249,11 @@ local function plan_commit(s, at, sec)
         local base = at
         if shares_fast then base = (sec + 1) * SEC end
         local tail = math.ceil(base + l.T * l.cost)
-        redis.call('HSET', l.plan, 't' .. l.extra, us(tail))
-        extend(l.plan, ttl_ms(tail - now))
+        local old = tonumber(redis.call('HGET', l.plan, 't' .. l.extra))
+        if not old or tail > old then
+          redis.call('HSET', l.plan, 't' .. l.extra, us(tail))
+          extend(l.plan, ttl_ms(tail - now))
+        end
       end
       if s.id ~= '' then
         redis.call('ZADD', l.backlog, at, s.id)
@@ -367,12 +383,10 @@ if blocked_wait == 0 and at - now <= hold and not gap then
   if back or high then
     firm = 1
   else
-    plan_at, plan_sec = plan_search(s, now)
-    if plan_sec == math.floor(now / SEC) then
-      firm = 1
-      if plan_at > at then at = plan_at end
-      if at - now > hold then firm = 0 end
-    end
+    -- Firm only where the plan puts it now: not behind sends counted in
+    -- this second that have not yet come back (their slots would be lost).
+    plan_at, plan_sec = plan_search(s, now, false)
+    if plan_sec == math.floor(now / SEC) and plan_at <= at + (tmin or 0) then firm = 1 end
   end
 end
 
@@ -409,16 +423,20 @@ elseif blocked_wait > 0 then
   for _, l in ipairs(s.limits) do
     if l.d and l.d.ok == 0 and l.d.algo == 'fixed_window' and l.d.wait == blocked_wait then fixed_window_record(l.d) end
   end
-elseif back or high then
-  -- Holds its place (or jumps the queue): come back when the firm book has
-  -- room.
+elseif (back or high) and at - now <= hold then
+  -- Within the hold, held back by a slower limit (a pair): keep the place
+  -- and ask again at that instant, without taking the fast limits' slots
+  -- meanwhile.
   if back then
     for _, l in ipairs(s.limits) do
       if l.algo == 'gcra' then redis.call('ZADD', l.backlog, 'XX', at, s.id) end
     end
   end
 else
-  if not plan_at then plan_at, plan_sec = plan_search(s, now) end
+  -- Planned: a new bulk send behind the plan; a send that fell behind its
+  -- place (workers were down) or a high-priority send beyond the hold gets
+  -- a new place, so that none of them is polled again before it may go.
+  if not plan_at or back or high then plan_at, plan_sec = plan_search(s, now, back) end
   plan_commit(s, plan_at, plan_sec)
   at = plan_at
 end
