@@ -11,6 +11,7 @@ type Metrics struct {
 	send     *prometheus.HistogramVec
 	calls    *prometheus.CounterVec
 	hold     *prometheus.HistogramVec
+	late     *prometheus.HistogramVec
 }
 
 // unknownChannel is the channel label of tasks whose type no channel handles.
@@ -59,9 +60,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "How long a send with a firm reservation was held in the worker until its instant (bounded by the channel's hold).",
 			Buckets: []float64{0, 0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.25, 1.5},
 		}, []string{"channel"}),
+		late: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_hold_late_seconds",
+			Help:    "How late a held send woke up after its slot, on this host's clock: what the channel's headroom must absorb (1.5% of a second is 15ms).",
+			Buckets: []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.05, 0.1},
+		}, []string{"channel"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.tasks, m.throttle, m.wait, m.send, m.calls, m.hold)
+		reg.MustRegister(m.tasks, m.throttle, m.wait, m.send, m.calls, m.hold, m.late)
 	}
 	return m
 }
@@ -94,5 +100,11 @@ func (m *Metrics) call(channel, op string) {
 func (m *Metrics) held(channel string, seconds float64) {
 	if m != nil {
 		m.hold.WithLabelValues(channel).Observe(seconds)
+	}
+}
+
+func (m *Metrics) woke(channel string, lateSeconds float64) {
+	if m != nil {
+		m.late.WithLabelValues(channel).Observe(lateSeconds)
 	}
 }

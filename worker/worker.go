@@ -426,9 +426,11 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 				if wait > delay+h.ch.Hold {
 					wait = delay // the clock mapping jumped: trust the reply
 				}
+				deadline := time.Now().Add(wait)
 				t := time.NewTimer(wait)
 				select {
 				case <-t.C:
+					m.woke(name, time.Since(deadline).Seconds())
 				case <-ctx.Done():
 					t.Stop()
 					m.outcome(name, OutcomeTransient)

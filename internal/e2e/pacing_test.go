@@ -329,12 +329,13 @@ type workSnapshot struct {
 	calls     map[string]int            // sluice_limiter_calls_total by channel
 	callsByOp map[string]map[string]int // by channel and op
 	holdLE    map[string]float64        // sluice_hold_seconds cumulative buckets, all channels
+	lateLE    map[string]float64        // sluice_hold_late_seconds cumulative buckets
 	redisCPU  time.Duration
 	holds     string
 }
 
 func (a workSnapshot) minus(b workSnapshot) workSnapshot {
-	d := workSnapshot{dequeues: map[string]int{}, calls: map[string]int{}, callsByOp: map[string]map[string]int{}, holdLE: map[string]float64{}, redisCPU: a.redisCPU - b.redisCPU}
+	d := workSnapshot{dequeues: map[string]int{}, calls: map[string]int{}, callsByOp: map[string]map[string]int{}, holdLE: map[string]float64{}, lateLE: map[string]float64{}, redisCPU: a.redisCPU - b.redisCPU}
 	for k, v := range a.dequeues {
 		d.dequeues[k] = v - b.dequeues[k]
 	}
@@ -350,6 +351,9 @@ func (a workSnapshot) minus(b workSnapshot) workSnapshot {
 	for le, v := range a.holdLE {
 		d.holdLE[le] = v - b.holdLE[le]
 	}
+	for le, v := range a.lateLE {
+		d.lateLE[le] = v - b.lateLE[le]
+	}
 	total := d.holdLE["+Inf"]
 	var parts []string
 	for _, le := range []string{"0.1", "0.5", "1", "1.5"} {
@@ -357,16 +361,20 @@ func (a workSnapshot) minus(b workSnapshot) workSnapshot {
 			parts = append(parts, fmt.Sprintf("%.1f%% <= %ss", 100*d.holdLE[le]/total, le))
 		}
 	}
+	if late := d.lateLE["+Inf"]; late > 0 {
+		parts = append(parts, fmt.Sprintf("woke late: %.2f%% > 2ms, %.3f%% > 5ms, %.3f%% > 10ms, %.3f%% > 15ms",
+			100*(late-d.lateLE["0.002"])/late, 100*(late-d.lateLE["0.005"])/late, 100*(late-d.lateLE["0.01"])/late, 100*(late-d.lateLE["0.015"])/late))
+	}
 	d.holds = strings.Join(parts, ", ")
 	return d
 }
 
-var metricLine = regexp.MustCompile(`^(sluice_tasks_total|sluice_limiter_calls_total|sluice_hold_seconds_bucket)\{([^}]*)\} ([0-9.e+]+)$`)
+var metricLine = regexp.MustCompile(`^(sluice_tasks_total|sluice_limiter_calls_total|sluice_hold_seconds_bucket|sluice_hold_late_seconds_bucket)\{([^}]*)\} ([0-9.e+]+)$`)
 var labelPair = regexp.MustCompile(`([a-z_]+)="([^"]*)"`)
 
 func snapshot(t *testing.T, hc *http.Client, workers []*worker, rdb *redis.Client) workSnapshot {
 	t.Helper()
-	s := workSnapshot{dequeues: map[string]int{}, calls: map[string]int{}, callsByOp: map[string]map[string]int{}, holdLE: map[string]float64{}}
+	s := workSnapshot{dequeues: map[string]int{}, calls: map[string]int{}, callsByOp: map[string]map[string]int{}, holdLE: map[string]float64{}, lateLE: map[string]float64{}}
 	for _, w := range workers {
 		resp, err := hc.Get("http://" + w.httpAddr + "/metrics")
 		require.NoError(t, err)
@@ -393,6 +401,8 @@ func snapshot(t *testing.T, hc *http.Client, workers []*worker, rdb *redis.Clien
 				s.callsByOp[labels["channel"]][labels["op"]] += int(v)
 			case "sluice_hold_seconds_bucket":
 				s.holdLE[labels["le"]] += v
+			case "sluice_hold_late_seconds_bucket":
+				s.lateLE[labels["le"]] += v
 			}
 		}
 		resp.Body.Close()

@@ -97,8 +97,11 @@
 // takes the strictest reading of each.
 //
 // The "N per second" caps (WhatsAppMPS, TwilioMPS, WebhookRPS) are by
-// default a sliding window on arrival time per key: a request arriving at t
-// (on Options.Clock) is accepted iff fewer than N requests with the same key
+// default a sliding window on arrival time per key. A request's arrival is
+// read on Options.Clock when its handler starts, before authentication,
+// parsing and the emulator's lock, so that neither the emulator's own work
+// nor other requests move it. A request arriving at t is accepted iff
+// fewer than N requests with the same key
 // were accepted with arrival times in the half-open span (t-1s, t]. Refused
 // requests are not counted. So any 1-second span, wherever it starts, holds
 // at most N accepted requests: N spread 1/N s apart from t0 are accepted, the

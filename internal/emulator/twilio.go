@@ -124,6 +124,9 @@ func validFrom(from string) bool {
 
 func (s *Server) handleTwilio(w http.ResponseWriter, r *http.Request) {
 	const ch = ChannelSMS
+	// The request's arrival: read before authentication, parsing and the
+	// lock, so that neither this process's work nor other requests move it.
+	arrived := s.opts.Clock()
 	if !s.twilioAuthorized(r) {
 		s.countRejected(ch)
 		w.Header().Set("WWW-Authenticate", `Basic realm="Twilio API"`)
@@ -163,7 +166,7 @@ func (s *Server) handleTwilio(w http.ResponseWriter, r *http.Request) {
 	}
 
 	s.mu.Lock()
-	now := s.opts.Clock()
+	now := arrived
 	if s.inflight[account] >= s.opts.TwilioConcurrency {
 		s.throttledLocked(ch, "20429")
 		s.mu.Unlock()

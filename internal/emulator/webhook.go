@@ -65,6 +65,9 @@ type webhookError struct {
 
 func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request, hostPort string) {
 	const ch = ChannelWebhook
+	// The request's arrival: read before authentication, parsing and the
+	// lock, so that neither this process's work nor other requests move it.
+	arrived := s.opts.Clock()
 	body, err := readBody(w, r)
 	if err != nil {
 		s.countRejected(ch)
@@ -84,7 +87,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request, hostPort 
 	}
 
 	s.mu.Lock()
-	now := s.opts.Clock()
+	now := arrived
 	// A per-second count (exact): when it refuses, wait is the time until
 	// the earliest counted request leaves the sliding window (with
 	// CalendarSeconds, until the next whole second), so a request after

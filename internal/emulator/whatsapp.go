@@ -186,6 +186,9 @@ func parseWhatsApp(r *http.Request, body []byte) (req waRequest, digits string, 
 
 func (s *Server) handleWhatsApp(w http.ResponseWriter, r *http.Request) {
 	const ch = ChannelWhatsApp
+	// The request's arrival: read before authentication, parsing and the
+	// lock, so that neither this process's work nor other requests move it.
+	arrived := s.opts.Clock()
 	if e, ok := s.checkBearer(r); !ok {
 		s.countRejected(ch)
 		w.Header().Set("WWW-Authenticate", fmt.Sprintf("OAuth \"Facebook Platform\" \"invalid_token\" %q", e.Message))
@@ -226,7 +229,7 @@ func (s *Server) handleWhatsApp(w http.ResponseWriter, r *http.Request) {
 	}
 	wamid := newWamid(digits)
 	s.mu.Lock()
-	now := s.opts.Clock()
+	now := arrived
 	// The throughput cap is a per-second count (exact; sliding window or
 	// calendar second); the pair limit is a GCRA interval with the tolerance.
 	ok, failed, _ := s.limiter.allow(now, s.tolerance,
