@@ -273,23 +273,11 @@ func (l *Redis) Plan(ctx context.Context, opts ReserveOptions, sends []Send) ([]
 		items := groups[sc]
 		for lo := 0; lo < len(items); lo += batch {
 			part := items[lo:min(lo+batch, len(items))]
-			index := map[string]int{}
-			var keys []string
-			args := l.reserveHead("plan", 0, headroom, len(part))
+			ra := l.newReserveArgs("plan", 0, headroom, len(part))
 			for _, it := range part {
-				args = append(args, sends[it.idx].TaskID, "bulk", "", len(it.reqs))
-				for j, r := range it.reqs {
-					k := l.Key(r.Key)
-					ki, ok := index[k]
-					if !ok {
-						keys = append(keys, k, k+planSuffix, k+backlogSuffix)
-						ki = len(keys) / 3
-						index[k] = ki
-					}
-					args = appendReserveLimit(args, ki, r, fieldOf(it.fields, j))
-				}
+				ra.send(sends[it.idx].TaskID, Bulk, "", it.reqs, it.fields)
 			}
-			raw, err := reserveScripts[0].Run(ctx, l.rdb, keys, args...).Int64Slice() // GCRA only
+			raw, err := reserveScripts[0].Run(ctx, l.rdb, ra.keys, ra.args...).Int64Slice() // GCRA only
 			if err != nil {
 				return nil, fmt.Errorf("throttle: plan %q: %w", part[0].reqs[0].Key, err)
 			}
@@ -341,15 +329,9 @@ func (l *Redis) ReleasePlanned(ctx context.Context, taskID string, reqs ...Reque
 	if l.overrides != nil {
 		gcra = l.overrides.apply(ctx, gcra)
 	}
-	keys := make([]string, 0, 3*len(gcra))
-	args := l.reserveHead("release", 0, 0, 1)
-	args = append(args, taskID, "bulk", "", len(gcra))
-	for i, r := range gcra {
-		k := l.Key(r.Key)
-		keys = append(keys, k, k+planSuffix, k+backlogSuffix)
-		args = appendReserveLimit(args, i+1, r, fieldOf(fields, i))
-	}
-	raw, err := reserveScripts[0].Run(ctx, l.rdb, keys, args...).Int64Slice() // GCRA only
+	ra := l.newReserveArgs("release", 0, 0, 1)
+	ra.send(taskID, Bulk, "", gcra, fields)
+	raw, err := reserveScripts[0].Run(ctx, l.rdb, ra.keys, ra.args...).Int64Slice() // GCRA only
 	if err != nil {
 		return false, fmt.Errorf("throttle: release %q: %w", gcra[0].Key, err)
 	}
@@ -425,20 +407,41 @@ func checkOneScope(reqs []Request) error {
 	return nil
 }
 
-func (l *Redis) reserveHead(mode string, hold time.Duration, headroom float64, nsends int) []any {
+// reserveArgs builds reserve.lua's KEYS and ARGV: each distinct limiter key
+// once, as its state, plan and backlog keys, and each send's fields.
+type reserveArgs struct {
+	l     *Redis
+	keys  []string
+	args  []any
+	index map[string]int // full key → its position (1-based, in threes)
+}
+
+func (l *Redis) newReserveArgs(mode string, hold time.Duration, headroom float64, nsends int) *reserveArgs {
 	var now int64
 	if l.clock != nil {
 		now = l.clock().UnixMicro()
 	}
-	return []any{now, mode, "", hold.Microseconds(), strconv.FormatFloat(headroom, 'f', -1, 64), "", nsends}
+	return &reserveArgs{l: l, index: map[string]int{},
+		args: []any{now, mode, "", hold.Microseconds(), strconv.FormatFloat(headroom, 'f', -1, 64), "", nsends}}
 }
 
-// priorityArg is a send's priority as reserve.lua reads it.
-func priorityArg(p Priority) string {
+// send appends one send: its task ID, priority, call id and limits.
+func (ra *reserveArgs) send(taskID string, p Priority, callID string, reqs []Request, fields []string) {
+	pr := "bulk"
 	if p == High {
-		return "high"
+		pr = "high"
 	}
-	return "bulk"
+	ra.args = append(ra.args, taskID, pr, callID, len(reqs))
+	for i, r := range reqs {
+		k := ra.l.Key(r.Key)
+		ki, ok := ra.index[k]
+		if !ok {
+			ra.keys = append(ra.keys, k, k+planSuffix, k+backlogSuffix)
+			ki = len(ra.keys) / 3
+			ra.index[k] = ki
+		}
+		ra.args = appendReserveLimit(ra.args, ki, r, fieldOf(fields, i))
+	}
 }
 
 func appendReserveLimit(args []any, keyIndex int, r Request, field string) []any {

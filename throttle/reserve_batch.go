@@ -154,28 +154,14 @@ func (b *reserveBatcher) run() {
 // result.
 func (b *reserveBatcher) exec(calls []*reserveCall) {
 	l := b.l
-	index := map[string]int{}
-	var keys []string
 	var all []Request
+	ra := l.newReserveArgs("reserve", calls[0].hold, calls[0].headroom, len(calls))
 	for _, c := range calls {
 		all = append(all, c.reqs...)
-	}
-	args := l.reserveHead("reserve", calls[0].hold, calls[0].headroom, len(calls))
-	for _, c := range calls {
-		args = append(args, c.opts.TaskID, priorityArg(c.opts.Priority), c.callID, len(c.reqs))
-		for i, r := range c.reqs {
-			k := l.Key(r.Key)
-			ki, ok := index[k]
-			if !ok {
-				keys = append(keys, k, k+planSuffix, k+backlogSuffix)
-				ki = len(keys) / 3
-				index[k] = ki
-			}
-			args = appendReserveLimit(args, ki, r, fieldOf(c.fields, i))
-		}
+		ra.send(c.opts.TaskID, c.opts.Priority, c.callID, c.reqs, c.fields)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), reserveTimeout)
-	raw, err := reserveScriptFor(all).Run(ctx, l.rdb, keys, args...).Int64Slice()
+	raw, err := reserveScriptFor(all).Run(ctx, l.rdb, ra.keys, ra.args...).Int64Slice()
 	cancel()
 	if err != nil {
 		err = fmt.Errorf("throttle: reserve %q: %w", calls[0].reqs[0].Key, err)

@@ -175,6 +175,18 @@ func startWorker(t *testing.T, bin, name, cfgPath, httpAddr string, env []string
 	return w
 }
 
+// workerEnv is the environment of a `sluice serve` against rs and the
+// emulators' default credentials.
+func workerEnv(rs *redistest.Server) []string {
+	return []string{
+		"REDIS_URL=" + rs.URL(),
+		"WHATSAPP_TOKEN=" + emulator.DefaultWhatsAppToken,
+		"TWILIO_ACCOUNT_SID=" + emulator.DefaultTwilioAccountSID,
+		"TWILIO_AUTH_TOKEN=" + emulator.DefaultTwilioAuthToken,
+		"WEBHOOK_SECRET=" + emulator.DefaultWebhookSecret,
+	}
+}
+
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -221,13 +233,7 @@ func TestThreeWorkersNeverExceedTheCap(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, emu.Close()) })
 
-	env := []string{
-		"REDIS_URL=" + rs.URL(),
-		"WHATSAPP_TOKEN=" + emulator.DefaultWhatsAppToken,
-		"TWILIO_ACCOUNT_SID=" + emulator.DefaultTwilioAccountSID,
-		"TWILIO_AUTH_TOKEN=" + emulator.DefaultTwilioAuthToken,
-		"WEBHOOK_SECRET=" + emulator.DefaultWebhookSecret,
-	}
+	env := workerEnv(rs)
 	dir := t.TempDir()
 	workers := make([]*worker, 3)
 	for i := range workers {

@@ -85,13 +85,7 @@ func TestPacedDeliveryUnderStrictProviders(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, emu.Close()) })
 
-	env := []string{
-		"REDIS_URL=" + rs.URL(),
-		"WHATSAPP_TOKEN=" + emulator.DefaultWhatsAppToken,
-		"TWILIO_ACCOUNT_SID=" + emulator.DefaultTwilioAccountSID,
-		"TWILIO_AUTH_TOKEN=" + emulator.DefaultTwilioAuthToken,
-		"WEBHOOK_SECRET=" + emulator.DefaultWebhookSecret,
-	}
+	env := workerEnv(rs)
 	dir := t.TempDir()
 	var workers []*worker
 	var cfgPath string
