@@ -14,10 +14,12 @@ type fakeReserver struct {
 	throttle.Limiter
 	now   func() time.Time
 	calls []throttle.ReserveOptions
+	reqs  [][]throttle.Request
 }
 
-func (f *fakeReserver) Reserve(_ context.Context, o throttle.ReserveOptions, _ ...throttle.Request) (throttle.Reservation, error) {
+func (f *fakeReserver) Reserve(_ context.Context, o throttle.ReserveOptions, reqs ...throttle.Request) (throttle.Reservation, error) {
 	f.calls = append(f.calls, o)
+	f.reqs = append(f.reqs, reqs)
 	now := f.now()
 	return throttle.Reservation{Decision: throttle.Decision{Allowed: true, Now: now}, Firm: true, At: now.Add(time.Millisecond)}, nil
 }
@@ -42,11 +44,17 @@ func TestLateWakeUpTakesANewSlot(t *testing.T) {
 		}
 		return clock()
 	}}
-	reqs := []throttle.Request{{Key: "t:k:1", Limit: throttle.Limit{Name: "k", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(80), Burst: 1}}}
+	reqs := []throttle.Request{
+		{Key: "t:k:1", Limit: throttle.Limit{Name: "k", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(80), Burst: 1}},
+		{Key: "t:pair:1", Limit: throttle.Limit{Name: "pair", Algorithm: throttle.GCRA, Rate: throttle.Rate{Limit: 1, Period: 6 * time.Second}, Burst: 1}},
+	}
 	if _, err := h.reserve(context.Background(), f, Prepared{}, reqs); err != nil {
 		t.Fatal(err)
 	}
-	if len(f.calls) != 2 || f.calls[0].Priority != throttle.Bulk || f.calls[1].Priority != throttle.High {
-		t.Fatalf("reservations %+v: want a bulk one, then after the late wake-up a high-priority one", f.calls)
+	if len(f.calls) != 2 || f.calls[0].Priority != throttle.Bulk || f.calls[1].Priority != throttle.High || f.calls[1].TaskID != "" {
+		t.Fatalf("reservations %+v: want a bulk one, then after the late wake-up a high-priority one for the fast limits only", f.calls)
+	}
+	if len(f.reqs[1]) != 1 || f.reqs[1][0].Key != "t:k:1" {
+		t.Fatalf("second reservation's limits %+v: want only the 80/s limit, not the 6s pair", f.reqs[1])
 	}
 }
