@@ -32,8 +32,10 @@ type Prepared struct {
 // Reserver is implemented by limiters that pace sends by reservation
 // (*throttle.Redis). With one, a channel's GCRA limits are paced: each send
 // takes a firm slot and is held until its instant, or is planned and comes
-// back for its slot (see throttle.Redis.Reserve). Without one, sends are
-// decided with Consume.
+// back for its slot (see throttle.Redis.Reserve). Without one
+// (throttle.Local), sends are decided with Consume, and a blocked send
+// comes back at a whole second: a per-second GCRA cap then loses most of
+// its slots, so give such a worker fixed_window per-second caps.
 type Reserver interface {
 	Reserve(ctx context.Context, opts throttle.ReserveOptions, reqs ...throttle.Request) (throttle.Reservation, error)
 }
