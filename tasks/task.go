@@ -85,7 +85,9 @@ func newTask(typ string, p interface{ Validate() error }, key string, opts []asy
 
 // EnqueueWhatsAppSend builds the task with NewWhatsAppSendTask(p, opts...) and
 // enqueues it. If the idempotency key is already taken it returns an error
-// wrapping both ErrDuplicate and asynq.ErrTaskIDConflict.
+// wrapping both ErrDuplicate and asynq.ErrTaskIDConflict. The task runs now
+// and takes its slot when a worker first dequeues it; worker.Enqueuer plans
+// the slot at enqueue instead, so that a backlog is dequeued once per send.
 func EnqueueWhatsAppSend(ctx context.Context, c *asynq.Client, p WhatsAppSend, opts ...asynq.Option) (*asynq.TaskInfo, error) {
 	t, err := NewWhatsAppSendTask(p, opts...)
 	if err != nil {
