@@ -66,17 +66,6 @@ const (
 	High Priority = "high"
 )
 
-// ParsePriority accepts "", "bulk", "normal" (Bulk) and "high" (High).
-func ParsePriority(s string) (Priority, error) {
-	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "", "bulk", "normal", "low":
-		return Bulk, nil
-	case "high":
-		return High, nil
-	}
-	return Bulk, fmt.Errorf("priority %q: want high or bulk", s)
-}
-
 // Defaults of ReserveOptions.
 const (
 	// DefaultHold is ReserveOptions.Hold's default. asynq schedules in whole
