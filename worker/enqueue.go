@@ -39,7 +39,10 @@ type enqueueChannel struct {
 type Enqueued struct {
 	// Info is asynq's record of the new task; nil when Err is set.
 	Info *asynq.TaskInfo
-	// ID is the task ID: the payload's idempotency_key, else a random one.
+	// ID is the task ID: an asynq.TaskID among Enqueue's opts (one task),
+	// else the payload's idempotency_key, else a random one (the plan needs
+	// it before the enqueue, so a TaskID set in asynq.NewTask's own options
+	// is not seen: pass it to Enqueue).
 	ID string
 	// ETA is when the send is expected to go: its planned slot, or the time
 	// of the call when it runs now. Past sends planned earlier keep theirs.
@@ -94,10 +97,13 @@ func (e *Enqueuer) Enqueue(ctx context.Context, ts []*asynq.Task, opts ...asynq.
 	now := time.Now()
 	// A caller's own schedule (ProcessAt, ProcessIn) wins: such tasks are
 	// not planned now; they take their place when they are first dequeued.
-	scheduled := false
+	scheduled, optID := false, ""
 	for _, o := range opts {
-		if o.Type() == asynq.ProcessAtOpt || o.Type() == asynq.ProcessInOpt {
+		switch o.Type() {
+		case asynq.ProcessAtOpt, asynq.ProcessInOpt:
 			scheduled = true
+		case asynq.TaskIDOpt:
+			optID, _ = o.Value().(string)
 		}
 	}
 	for i, t := range ts {
@@ -108,8 +114,12 @@ func (e *Enqueuer) Enqueue(ctx context.Context, ts []*asynq.Task, opts ...asynq.
 			out[i].Err = err
 			continue
 		}
-		out[i].ID = f.key
-		if out[i].ID == "" {
+		switch {
+		case optID != "" && len(ts) == 1:
+			out[i].ID = optID
+		case f.key != "":
+			out[i].ID = f.key
+		default:
 			out[i].ID = randomID()
 		}
 		if ch == nil || f.high || scheduled {

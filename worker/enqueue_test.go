@@ -1,0 +1,71 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/rules"
+	"github.com/sluice-dev/sluice/tasks"
+	"github.com/sluice-dev/sluice/throttle"
+	"github.com/sluice-dev/sluice/worker"
+)
+
+// The Enqueuer plans bulk sends (a place in the number's backlog, scheduled
+// for its second), keeps a caller's TaskID and schedule, refuses a taken ID
+// without keeping a second place, and plans nothing for high priority.
+func TestEnqueuerPlansAndKeepsTheCallersOptions(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	lim := throttle.NewRedis(rdb, throttle.Options{OverrideRefresh: -1})
+	rs := []rules.Rule{{Key: "whatsapp:number:{phone_number_id}", Limit: throttle.Limit{Name: "throughput", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(1), Burst: 1}}}
+	enq, err := worker.NewEnqueuer(asynq.NewClientFromRedisClient(rdb), lim, []worker.Channel{{Name: "whatsapp", TaskType: tasks.TypeWhatsAppSend, Rules: rs}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(key, priority string) *asynq.Task {
+		task, err := tasks.NewWhatsAppSendTask(tasks.WhatsAppSend{Delivery: tasks.Delivery{Priority: priority}, PhoneNumberID: "1065", To: "+12025550101", Text: "hi", IdempotencyKey: key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return task
+	}
+	// Three bulk sends at 1/s: the third is planned about 2s out.
+	out, err := enq.Enqueue(ctx, []*asynq.Task{send("a", ""), send("b", ""), send("c", "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[2].Err != nil || out[2].ETA.Sub(out[0].ETA) < 1900*time.Millisecond || out[2].Info.State != asynq.TaskStateScheduled {
+		t.Fatalf("third send: %+v, first ETA %v", out[2], out[0].ETA)
+	}
+	b, _ := lim.Backlog(ctx, "whatsapp:number:1065")
+	if b.Planned != 3 {
+		t.Fatalf("backlog %d, want 3", b.Planned)
+	}
+	// The same ID again: refused, and the backlog keeps one place for it.
+	out, _ = enq.Enqueue(ctx, []*asynq.Task{send("c", "")})
+	if !errors.Is(out[0].Err, tasks.ErrDuplicate) {
+		t.Fatalf("repeat: %v", out[0].Err)
+	}
+	if b, _ := lim.Backlog(ctx, "whatsapp:number:1065"); b.Planned != 3 {
+		t.Fatalf("backlog %d after the repeat, want 3", b.Planned)
+	}
+	// A caller's ID and schedule are kept, and such a send is not planned now.
+	out, _ = enq.Enqueue(ctx, []*asynq.Task{send("", "")}, asynq.TaskID("mine"), asynq.ProcessIn(time.Hour))
+	if out[0].Err != nil || out[0].ID != "mine" || out[0].Info.NextProcessAt.Before(time.Now().Add(50*time.Minute)) {
+		t.Fatalf("caller's options: %+v", out[0])
+	}
+	// High priority: due now, no place.
+	out, _ = enq.Enqueue(ctx, []*asynq.Task{send("urgent", "high")})
+	if out[0].Err != nil || out[0].Info.State != asynq.TaskStatePending {
+		t.Fatalf("high priority: %+v", out[0])
+	}
+	if b, _ := lim.Backlog(ctx, "whatsapp:number:1065"); b.Planned != 3 {
+		t.Fatalf("backlog %d, want 3: neither the scheduled nor the high-priority send holds a place", b.Planned)
+	}
+}
