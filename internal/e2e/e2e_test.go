@@ -187,12 +187,19 @@ func workerEnv(rs *redistest.Server) []string {
 	}
 }
 
-func freeAddr(t *testing.T) string {
+// freeAddrs returns n distinct free loopback addresses. All n listeners are
+// open at once while the ports are picked, so the kernel cannot hand the
+// same just-closed port out twice (it did: two workers got one port).
+func freeAddrs(t *testing.T, n int) []string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().String()
+	addrs := make([]string, n)
+	for i := range addrs {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		defer ln.Close()
+		addrs[i] = ln.Addr().String()
+	}
+	return addrs
 }
 
 // Volumes of the end-to-end run.
@@ -236,8 +243,9 @@ func TestThreeWorkersNeverExceedTheCap(t *testing.T) {
 	env := workerEnv(rs)
 	dir := t.TempDir()
 	workers := make([]*worker, 3)
+	addrs := freeAddrs(t, len(workers))
 	for i := range workers {
-		addr := freeAddr(t)
+		addr := addrs[i]
 		// Default limits and key prefix: the provider limits are the point.
 		cfg := fmt.Sprintf(`http:
   listen: %q

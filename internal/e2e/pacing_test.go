@@ -91,8 +91,9 @@ func TestPacedDeliveryUnderStrictProviders(t *testing.T) {
 	dir := t.TempDir()
 	var workers []*worker
 	var cfgPath string
+	addrs := freeAddrs(t, 3)
 	for i := range 3 {
-		addr := freeAddr(t)
+		addr := addrs[i]
 		cfg := fmt.Sprintf("http:\n  listen: %q\nworker:\n  shutdown_timeout: 5s\nchannels:\n  whatsapp:\n    base_url: %q\n  sms:\n    base_url: %q\n  webhook:\n    enabled: false\n  http:\n    enabled: false\n",
 			addr, emu.WhatsAppURL(), emu.TwilioURL())
 		cfgPath = filepath.Join(dir, fmt.Sprintf("sluice-%d.yaml", i))
