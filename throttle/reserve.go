@@ -11,8 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// reserveScripts are prelude.lua, the algorithm files a call needs and
-// reserve.lua: paced reservations, batch planning and release in one EVALSHA
+// reserveScripts are prelude.lua, gcra.lua (its commit), the algorithm
+// files a call needs, dispatch.lua and reserve.lua: paced reservations, batch planning and release in one EVALSHA
 // each. Redis runs a script's whole chunk on every call, so each set of
 // algorithms other than GCRA (which reserve.lua paces itself) gets a script
 // with only their files; index = bit set of nonGCRA's positions.
@@ -30,13 +30,13 @@ var nonGCRA = []struct {
 
 func init() {
 	for set := range reserveScripts {
-		files := []string{"prelude.lua"}
+		files := []string{"prelude.lua", "gcra.lua"}
 		for i, a := range nonGCRA {
 			if set&(1<<i) != 0 {
 				files = append(files, a.file)
 			}
 		}
-		reserveScripts[set] = redis.NewScript(joinLua(append(files, "reserve.lua")...))
+		reserveScripts[set] = redis.NewScript(joinLua(append(files, "dispatch.lua", "reserve.lua")...))
 	}
 }
 

@@ -53,34 +53,15 @@ for i = 1, n do
   local algo, key = ARGV[a + 1], KEYS[i]
   local limit, period = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local burst, cost, extra = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), ARGV[a + 6]
-  local d
-  if algo == 'gcra' then d = gcra_decide(key, extra, now, limit, period, burst, cost)
-  elseif algo == 'fixed_window' then d = fixed_window_decide(key, now, limit, period, cost)
-  elseif algo == 'sliding_window_log' then d = sliding_window_log_decide(key, now, limit, period, cost)
-  elseif algo == 'sliding_window_counter' then d = sliding_window_counter_decide(key, now, limit, period, cost)
-  elseif algo == 'min_interval' then d = min_interval_decide(key, now, period)
-  elseif algo == 'concurrency' then d = concurrency_decide(key, now, limit, period, cost)
-  elseif algo == 'distinct' then d = distinct_decide(key, now, limit, period, extra)
-  else return redis.error_reply('sluice: unknown algorithm ' .. tostring(algo))
-  end
+  local d = decide(algo, key, now, limit, period, burst, cost, extra)
+  if not d then return redis.error_reply('sluice: unknown algorithm ' .. tostring(algo)) end
   if d.ok == 0 then all_ok = 0 end
   decisions[i] = d
 end
 
 local committed = mode == 'consume' and all_ok == 1
 if committed then
-  for i = 1, n do
-    local d = decisions[i]
-    local algo = d.algo
-    if algo == 'gcra' then gcra_commit(d)
-    elseif algo == 'fixed_window' then fixed_window_commit(d)
-    elseif algo == 'sliding_window_log' then sliding_window_log_commit(d, call_id)
-    elseif algo == 'sliding_window_counter' then sliding_window_counter_commit(d)
-    elseif algo == 'min_interval' then min_interval_commit(d)
-    elseif algo == 'concurrency' then concurrency_commit(d, call_id)
-    elseif algo == 'distinct' then distinct_commit(d)
-    end
-  end
+  for i = 1, n do commit(decisions[i], call_id) end
 end
 -- A blocked caller waits for its slowest limit; only that limit counts it
 -- as a waiter (fixed windows), so the others do not hold a place it will
@@ -97,15 +78,5 @@ if mode == 'consume' and all_ok == 0 then
 end
 
 local out = {now, all_ok}
-for i = 1, n do
-  local d = decisions[i]
-  local rem, taken, reset = d.rem_now, 0, d.reset
-  if committed then rem, taken, reset = d.rem_after, d.taken, d.reset_after or d.reset end
-  out[#out + 1] = d.ok
-  out[#out + 1] = rem
-  out[#out + 1] = reset
-  out[#out + 1] = d.retry
-  out[#out + 1] = math.ceil(d.wait)
-  out[#out + 1] = taken
-end
+for i = 1, n do emit(out, decisions[i], committed) end
 return out

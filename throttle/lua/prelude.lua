@@ -1,6 +1,7 @@
 -- prelude.lua: shared by every limiter script. Sluice composes one script from
--- prelude.lua, one file per algorithm and consume.lua, so one EVALSHA checks
--- and consumes any mix of limits atomically.
+-- prelude.lua, one file per algorithm, dispatch.lua and consume.lua (or
+-- reserve.lua), so one EVALSHA checks and consumes any mix of limits
+-- atomically.
 --
 -- Units: all times are integer microseconds since the Unix epoch ("us"). A
 -- double holds them exactly (2^53 us is year 2255).

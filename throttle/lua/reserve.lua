@@ -131,15 +131,11 @@ local function sweep(l)
   end
 end
 
+-- set_tat takes a GCRA limit's slot at `at`: gcra.lua's commit, with the
+-- theoretical arrival time one paced interval after the slot.
 local function set_tat(l, at)
-  local stored = math.ceil(math.max(now + l.a, at) + l.T * l.cost)
-  if l.replace then redis.call('DEL', l.key) end
-  if l.extra == '' then
-    redis.call('SET', l.key, us(stored), 'PX', ttl_ms(stored - now))
-  else
-    redis.call('HSET', l.key, l.extra, us(stored))
-    extend(l.key, ttl_ms(stored - now))
-  end
+  gcra_commit({key = l.key, field = l.extra, now = now, replace = l.replace,
+    new_ahead = math.max(l.a, at - now) + l.T * l.cost})
 end
 
 -- parse reads a send's limits from ARGV starting at index a; returns the
@@ -158,14 +154,17 @@ local function parse(a)
   return s, a
 end
 
--- returning reports whether the send was planned earlier (it holds a place
--- in its backlogs): it then takes the firm book's slot.
-local function returning(s)
-  if s.id == '' then return false end
+-- held_at returns the planned instant of a send that holds a place in any
+-- of its backlogs (it was planned earlier), else nil.
+local function held_at(s)
+  if s.id == '' then return nil end
   for _, l in ipairs(s.limits) do
-    if l.algo == 'gcra' and redis.call('ZSCORE', l.backlog, s.id) then return true end
+    if l.algo == 'gcra' then
+      local at = tonumber(redis.call('ZSCORE', l.backlog, s.id))
+      if at then return at end
+    end
   end
-  return false
+  return nil
 end
 
 local function unlist(s)
@@ -278,12 +277,7 @@ if mode == 'plan' then
   for _ = 1, nsends do
     local s
     s, a = parse(a)
-    local held = nil
-    if s.id ~= '' then
-      for _, l in ipairs(s.limits) do
-        if l.algo == 'gcra' and not held then held = tonumber(redis.call('ZSCORE', l.backlog, s.id)) end
-      end
-    end
+    local held = held_at(s)
     if held then
       -- Already planned (enqueued again): keep its place, count it once.
       out[#out + 1] = held
@@ -339,7 +333,8 @@ end
 -- reserve_one decides one send (mode 'reserve') and returns its values:
 -- firm, at, then 6 per limit.
 local function reserve_one(s)
-local back = returning(s)
+-- A send planned earlier takes the firm book's slot, not one behind the plan.
+local back = held_at(s) ~= nil
 local high = s.prio == 'high'
 pace_all(s)
 -- A limit paced at under a second a send (fast) must not be taken for an
@@ -361,15 +356,8 @@ local gap = tmin ~= nil and slowmax > fastmax + tmin
 local blocked_wait = 0
 for _, l in ipairs(s.limits) do
   if l.algo ~= 'gcra' then
-    local d
-    if l.algo == 'fixed_window' then d = fixed_window_decide(l.key, now, l.limit, l.period, l.cost)
-    elseif l.algo == 'sliding_window_log' then d = sliding_window_log_decide(l.key, now, l.limit, l.period, l.cost)
-    elseif l.algo == 'sliding_window_counter' then d = sliding_window_counter_decide(l.key, now, l.limit, l.period, l.cost)
-    elseif l.algo == 'min_interval' then d = min_interval_decide(l.key, now, l.period)
-    elseif l.algo == 'concurrency' then d = concurrency_decide(l.key, now, l.limit, l.period, l.cost)
-    elseif l.algo == 'distinct' then d = distinct_decide(l.key, now, l.limit, l.period, l.extra)
-    else error('sluice: unknown algorithm ' .. tostring(l.algo))
-    end
+    local d = decide(l.algo, l.key, now, l.limit, l.period, l.burst, l.cost, l.extra)
+    if not d then error('sluice: unknown algorithm ' .. tostring(l.algo)) end
     l.d = d
     if d.ok == 0 and d.wait > blocked_wait then blocked_wait = d.wait end
   end
@@ -395,14 +383,7 @@ if firm == 1 then
     if l.algo == 'gcra' then
       set_tat(l, at)
     else
-      local d = l.d
-      if d.algo == 'fixed_window' then fixed_window_commit(d)
-      elseif d.algo == 'sliding_window_log' then sliding_window_log_commit(d, s.cid)
-      elseif d.algo == 'sliding_window_counter' then sliding_window_counter_commit(d)
-      elseif d.algo == 'min_interval' then min_interval_commit(d)
-      elseif d.algo == 'concurrency' then concurrency_commit(d, s.cid)
-      elseif d.algo == 'distinct' then distinct_commit(d)
-      end
+      commit(l.d, s.cid)
     end
   end
   if back then
@@ -462,15 +443,7 @@ for _, l in ipairs(s.limits) do
     out[#out + 1] = math.ceil(math.max(0, at - now))
     out[#out + 1] = taken
   else
-    local d = l.d
-    local rem, taken, reset = d.rem_now, 0, d.reset
-    if firm == 1 then rem, taken, reset = d.rem_after, d.taken, d.reset_after or d.reset end
-    out[#out + 1] = d.ok
-    out[#out + 1] = rem
-    out[#out + 1] = reset
-    out[#out + 1] = d.retry
-    out[#out + 1] = math.ceil(d.wait)
-    out[#out + 1] = taken
+    emit(out, l.d, firm == 1)
   end
 end
 return out
