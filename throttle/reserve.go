@@ -230,24 +230,12 @@ func (l *Redis) Plan(ctx context.Context, opts ReserveOptions, sends []Send) ([]
 	groups := map[string][]item{}
 	var order []string
 	for i, s := range sends {
-		var gcra []Request
-		for _, r := range s.Requests {
-			if r.Limit.Algorithm == GCRA {
-				gcra = append(gcra, r)
-			}
-		}
-		if len(gcra) == 0 {
-			continue // nothing to pace: due now
-		}
-		fields, err := validate(gcra)
+		gcra, fields, err := l.pacedRequests(ctx, s.Requests)
 		if err != nil {
 			return nil, fmt.Errorf("throttle: plan sends[%d]: %w", i, err)
 		}
-		if l.overrides != nil {
-			gcra = l.overrides.apply(ctx, gcra)
-		}
-		if err := checkOneScope(gcra); err != nil {
-			return nil, fmt.Errorf("throttle: plan sends[%d]: %w", i, err)
+		if len(gcra) == 0 {
+			continue // nothing to pace: due now
 		}
 		sc := scope(gcra[0].Key)
 		if _, ok := groups[sc]; !ok {
@@ -299,24 +287,9 @@ func (l *Redis) ReleasePlanned(ctx context.Context, taskID string, reqs ...Reque
 	if taskID == "" {
 		return false, nil
 	}
-	var gcra []Request
-	for _, r := range reqs {
-		if r.Limit.Algorithm == GCRA {
-			gcra = append(gcra, r)
-		}
-	}
-	if len(gcra) == 0 {
-		return false, nil
-	}
-	fields, err := validate(gcra)
-	if err != nil {
+	gcra, fields, err := l.pacedRequests(ctx, reqs)
+	if err != nil || len(gcra) == 0 {
 		return false, err
-	}
-	if err := checkOneScope(gcra); err != nil {
-		return false, err
-	}
-	if l.overrides != nil {
-		gcra = l.overrides.apply(ctx, gcra)
 	}
 	ra := l.newReserveArgs("release", 0, 0, 1)
 	ra.send(taskID, Bulk, "", gcra, fields)
@@ -384,6 +357,46 @@ func reserveParams(opts ReserveOptions) (hold time.Duration, headroom float64, e
 		return 0, 0, fmt.Errorf("%w: priority %q: want high or bulk", ErrBadRequest, opts.Priority)
 	}
 	return hold, opts.Headroom, nil
+}
+
+// pacedRequests returns the GCRA requests of a send (the ones Plan and
+// ReleasePlanned work on), validated, in one scope, with runtime overrides
+// applied, and their shared-key fields; none when the send has no GCRA
+// limit.
+func (l *Redis) pacedRequests(ctx context.Context, reqs []Request) ([]Request, []string, error) {
+	var gcra []Request
+	for _, r := range reqs {
+		if r.Limit.Algorithm == GCRA {
+			gcra = append(gcra, r)
+		}
+	}
+	if len(gcra) == 0 {
+		return nil, nil, nil
+	}
+	fields, err := validate(gcra)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkOneScope(gcra); err != nil {
+		return nil, nil, err
+	}
+	if l.overrides != nil {
+		gcra = l.overrides.apply(ctx, gcra)
+	}
+	return gcra, fields, nil
+}
+
+// Reservable reports whether Reserve paces a send with these requests: it
+// has a GCRA limit and all its keys share one scope. Callers decide other
+// sends with Consume.
+func Reservable(reqs []Request) bool {
+	gcra := false
+	for _, r := range reqs {
+		if r.Limit.Algorithm == GCRA {
+			gcra = true
+		}
+	}
+	return gcra && checkOneScope(reqs) == nil
 }
 
 func checkOneScope(reqs []Request) error {

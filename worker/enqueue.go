@@ -126,7 +126,7 @@ func (e *Enqueuer) Enqueue(ctx context.Context, ts []*asynq.Task, opts ...asynq.
 			continue
 		}
 		reqs := ch.rules.Requests(f.fields)
-		if !paced(reqs) {
+		if !throttle.Reservable(reqs) {
 			continue
 		}
 		if _, ok := groups[ch]; !ok {

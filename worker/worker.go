@@ -307,7 +307,7 @@ func (h *handler) process(ctx context.Context, t *asynq.Task) error {
 		return permanent(fmt.Errorf("%s: malformed payload: %w", t.Type(), err))
 	}
 	reqs := h.rules.Requests(p.Fields)
-	if res, ok := h.w.opts.Limiter.(Reserver); ok && paced(reqs) {
+	if res, ok := h.w.opts.Limiter.(Reserver); ok && throttle.Reservable(reqs) {
 		leases, err := h.reserve(ctx, res, p, reqs)
 		if err != nil {
 			if len(leases) > 0 {
@@ -376,27 +376,6 @@ func (h *handler) process(ctx context.Context, t *asynq.Task) error {
 		m.outcome(name, OutcomeTransient)
 		return ce
 	}
-}
-
-// paced reports whether a send has a limit that Reserve paces (GCRA), all
-// in one scope.
-func paced(reqs []throttle.Request) bool {
-	gcra := false
-	for _, r := range reqs {
-		if r.Limit.Algorithm == throttle.GCRA {
-			gcra = true
-		}
-		if !sameScope(r.Key, reqs[0].Key) {
-			return false
-		}
-	}
-	return gcra
-}
-
-func sameScope(a, b string) bool {
-	sa, _, _ := strings.Cut(a, ":")
-	sb, _, _ := strings.Cut(b, ":")
-	return sa == sb
 }
 
 // maxHoldRounds bounds how often one dequeue asks again after a hold: a
