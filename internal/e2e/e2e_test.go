@@ -3,20 +3,17 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -398,8 +395,7 @@ channels:
 	defer hc.CloseIdleConnections()
 	total := map[string]int{}
 	for _, w := range workers {
-		sent, err := scrapeSent(hc, w.httpAddr)
-		require.NoError(t, err, w.name)
+		sent := snapshot(t, hc, []*worker{w}, rdb).sent
 		n := 0
 		for ch, c := range sent {
 			total[ch] += c
@@ -540,33 +536,4 @@ func logRates(t *testing.T, records []emulator.Record, perSecond map[string]map[
 		t.Logf("whatsapp: %d messages in %d calendar seconds = %.1f msg/s (cap 80); first to last %v = %.1f msg/s",
 			n, secs, float64(n)/float64(secs), last.Sub(first).Round(time.Millisecond), float64(n-1)/last.Sub(first).Seconds())
 	}
-}
-
-var sentLine = regexp.MustCompile(`^sluice_tasks_total\{channel="([a-z]+)",outcome="sent"\} ([0-9.e+]+)$`)
-
-// scrapeSent reads a worker's /metrics and returns its sent count per channel.
-func scrapeSent(hc *http.Client, addr string) (map[string]int, error) {
-	resp, err := hc.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		return nil, fmt.Errorf("GET /metrics: %s: %s", resp.Status, b)
-	}
-	out := map[string]int{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		m := sentLine.FindStringSubmatch(sc.Text())
-		if m == nil {
-			continue
-		}
-		v, err := strconv.ParseFloat(m[2], 64)
-		if err != nil {
-			return nil, fmt.Errorf("metrics line %q: %w", sc.Text(), err)
-		}
-		out[m[1]] = int(v)
-	}
-	return out, sc.Err()
 }

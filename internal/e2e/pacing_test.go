@@ -333,6 +333,7 @@ func rate(records []emulator.Record, channel, sender string) float64 {
 // CPU time.
 type workSnapshot struct {
 	dequeues  map[string]int            // sluice_tasks_total by channel, every outcome
+	sent      map[string]int            // sluice_tasks_total{outcome="sent"} by channel
 	calls     map[string]int            // sluice_limiter_calls_total by channel
 	callsByOp map[string]map[string]int // by channel and op
 	holdLE    map[string]float64        // sluice_hold_seconds cumulative buckets, all channels
@@ -379,12 +380,14 @@ func (a workSnapshot) minus(b workSnapshot) workSnapshot {
 var metricLine = regexp.MustCompile(`^(sluice_tasks_total|sluice_limiter_calls_total|sluice_hold_seconds_bucket|sluice_hold_late_seconds_bucket)\{([^}]*)\} ([0-9.e+]+)$`)
 var labelPair = regexp.MustCompile(`([a-z_]+)="([^"]*)"`)
 
+// snapshot scrapes the workers' /metrics, summed over them, and Redis' CPU.
 func snapshot(t *testing.T, hc *http.Client, workers []*worker, rdb *redis.Client) workSnapshot {
 	t.Helper()
-	s := workSnapshot{dequeues: map[string]int{}, calls: map[string]int{}, callsByOp: map[string]map[string]int{}, holdLE: map[string]float64{}, lateLE: map[string]float64{}}
+	s := workSnapshot{dequeues: map[string]int{}, sent: map[string]int{}, calls: map[string]int{}, callsByOp: map[string]map[string]int{}, holdLE: map[string]float64{}, lateLE: map[string]float64{}}
 	for _, w := range workers {
 		resp, err := hc.Get("http://" + w.httpAddr + "/metrics")
-		require.NoError(t, err)
+		require.NoError(t, err, w.name)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s: GET /metrics", w.name)
 		sc := bufio.NewScanner(resp.Body)
 		for sc.Scan() {
 			m := metricLine.FindStringSubmatch(sc.Text())
@@ -400,6 +403,9 @@ func snapshot(t *testing.T, hc *http.Client, workers []*worker, rdb *redis.Clien
 			switch m[1] {
 			case "sluice_tasks_total":
 				s.dequeues[labels["channel"]] += int(v)
+				if labels["outcome"] == "sent" {
+					s.sent[labels["channel"]] += int(v)
+				}
 			case "sluice_limiter_calls_total":
 				s.calls[labels["channel"]] += int(v)
 				if s.callsByOp[labels["channel"]] == nil {
