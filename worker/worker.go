@@ -391,6 +391,18 @@ const maxHoldRounds = 3
 // run: 1 in 20,000 over 10ms).
 const maxLate = 5 * time.Millisecond
 
+// sleep waits d, or until ctx is done; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // fastLimits returns the GCRA requests paced faster than one a second: the
 // ones whose spacing a late send would squeeze.
 func fastLimits(reqs []throttle.Request) []throttle.Request {
@@ -429,11 +441,7 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 					wait = delay // the clock mapping jumped: trust the reply
 				}
 				deadline := h.now().Add(wait)
-				t := time.NewTimer(wait)
-				select {
-				case <-t.C:
-				case <-ctx.Done():
-					t.Stop()
+				if !sleep(ctx, wait) {
 					m.outcome(name, OutcomeTransient)
 					return r.Leases, ctx.Err() // shutdown: asynq puts the task back
 				}
@@ -448,15 +456,9 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 					lr, err := res.Reserve(ctx, throttle.ReserveOptions{Priority: throttle.High, Hold: h.ch.Hold, Headroom: h.ch.Headroom}, fast...)
 					m.call(name, "reserve")
 					if err == nil && lr.Firm {
-						if w := h.clock.local(lr.At).Sub(h.now()); w > 0 && w <= h.ch.Hold {
-							t := time.NewTimer(w)
-							select {
-							case <-t.C:
-							case <-ctx.Done():
-								t.Stop()
-								m.outcome(name, OutcomeTransient)
-								return r.Leases, ctx.Err()
-							}
+						if w := h.clock.local(lr.At).Sub(h.now()); w > 0 && w <= h.ch.Hold && !sleep(ctx, w) {
+							m.outcome(name, OutcomeTransient)
+							return r.Leases, ctx.Err()
 						}
 					}
 					// On an error the send goes now, late: the headroom is

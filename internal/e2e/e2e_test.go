@@ -517,20 +517,7 @@ func logRates(t *testing.T, records []emulator.Record, perSecond map[string]map[
 			t.Logf("%s %s: max %d per second over %d seconds; per second from the first:%s", ch, sender, peak, len(keys), b.String())
 		}
 	}
-	var first, last time.Time
-	n := 0
-	for _, r := range records {
-		if r.Channel != emulator.ChannelWhatsApp {
-			continue
-		}
-		if n == 0 || r.At.Before(first) {
-			first = r.At
-		}
-		if r.At.After(last) {
-			last = r.At
-		}
-		n++
-	}
+	first, last, n := span(records, func(r emulator.Record) bool { return r.Channel == emulator.ChannelWhatsApp })
 	if n > 1 {
 		secs := last.Unix() - first.Unix() + 1
 		t.Logf("whatsapp: %d messages in %d calendar seconds = %.1f msg/s (cap 80); first to last %v = %.1f msg/s",

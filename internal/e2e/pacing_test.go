@@ -309,10 +309,18 @@ func recordByKey(records []emulator.Record, key string) (emulator.Record, bool) 
 
 // rate is (n-1)/(last-first) over a sender's accepted sends.
 func rate(records []emulator.Record, channel, sender string) float64 {
-	var first, last time.Time
-	n := 0
+	first, last, n := span(records, func(r emulator.Record) bool { return r.Channel == channel && r.Sender == sender })
+	if n < 2 {
+		return 0
+	}
+	return float64(n-1) / last.Sub(first).Seconds()
+}
+
+// span returns the first and last acceptance times of the records keep
+// selects, and how many it selects.
+func span(records []emulator.Record, keep func(emulator.Record) bool) (first, last time.Time, n int) {
 	for _, r := range records {
-		if r.Channel != channel || r.Sender != sender {
+		if !keep(r) {
 			continue
 		}
 		if n == 0 || r.At.Before(first) {
@@ -323,10 +331,7 @@ func rate(records []emulator.Record, channel, sender string) float64 {
 		}
 		n++
 	}
-	if n < 2 {
-		return 0
-	}
-	return float64(n-1) / last.Sub(first).Seconds()
+	return first, last, n
 }
 
 // workSnapshot is the workers' counters summed over processes, and Redis'

@@ -17,11 +17,7 @@
 --           retry_after: when a blocked caller should come back), taken
 --           (units the commit took; 0 unless committed)}
 -- remaining is after the call when committed, else what is available now.
-local now = tonumber(ARGV[1])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = clock(ARGV[1])
 local mode = ARGV[2]
 local call_id = ARGV[3]
 local n = #KEYS

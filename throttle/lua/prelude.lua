@@ -64,3 +64,14 @@ local function window_refund(key, now, period, cost)
   local w = read('HGET', key, 'w')
   if w and tonumber(w) == start then redis.call('HINCRBY', key, 'c', -cost) end
 end
+
+-- clock returns the call's time in us: arg (a caller's clock, tests and
+-- refunds), or Redis TIME when arg is "0", one clock for all workers.
+local function clock(arg)
+  local now = tonumber(arg)
+  if now == 0 then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return now
+end

@@ -38,11 +38,7 @@
 --   planned, else the blocked limits' wait).
 -- "plan": {now, then per send: planned us, new (1, or 0 when the task ID
 --   already held a place: it keeps it and is not counted twice)}.   "release": {now, released}.
-local now = tonumber(ARGV[1])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = clock(ARGV[1])
 local mode = ARGV[2]
 local hold, headroom = tonumber(ARGV[4]), tonumber(ARGV[5])
 local nsends = tonumber(ARGV[7])
