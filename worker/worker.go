@@ -391,6 +391,29 @@ const maxHoldRounds = 3
 // run: 1 in 20,000 over 10ms).
 const maxLate = 5 * time.Millisecond
 
+// retakeFast gives a send that woke up late a new slot on its sub-second
+// limits (the first free one, not a place behind the plan) and waits for
+// it. The send keeps what else it took: a slow limit's slot (a pair's
+// margin is 1.5% of 6s, far more than this lateness), window counts and
+// leases. If no slot comes within the hold the send goes now, late: the
+// headroom is there for that. The error is ctx's, when it ends during the
+// wait.
+func (h *handler) retakeFast(ctx context.Context, res Reserver, reqs []throttle.Request) error {
+	fast := fastLimits(reqs)
+	if len(fast) == 0 {
+		return nil
+	}
+	r, err := res.Reserve(ctx, throttle.ReserveOptions{Priority: throttle.High, Hold: h.ch.Hold, Headroom: h.ch.Headroom}, fast...)
+	h.w.opts.Metrics.call(h.ch.Name, "reserve")
+	if err != nil || !r.Firm {
+		return nil
+	}
+	if w := h.clock.local(r.At).Sub(h.now()); w > 0 && w <= h.ch.Hold && !sleep(ctx, w) {
+		return ctx.Err()
+	}
+	return nil
+}
+
 // sleep waits d, or until ctx is done; it reports whether d passed.
 func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
@@ -447,22 +470,11 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 				}
 				late := h.now().Sub(deadline)
 				m.woke(name, late.Seconds())
-				if fast := fastLimits(reqs); late > maxLate && r.Firm && len(fast) > 0 && round < maxHoldRounds {
-					// Its slot on the sub-second limits is gone: take their
-					// first free one (not a place behind the plan). The
-					// send keeps what else it took: a slow limit's slot (a
-					// pair's margin is 1.5% of 6s, far more than this
-					// lateness), window counts and leases.
-					lr, err := res.Reserve(ctx, throttle.ReserveOptions{Priority: throttle.High, Hold: h.ch.Hold, Headroom: h.ch.Headroom}, fast...)
-					m.call(name, "reserve")
-					if err == nil && lr.Firm {
-						if w := h.clock.local(lr.At).Sub(h.now()); w > 0 && w <= h.ch.Hold && !sleep(ctx, w) {
-							m.outcome(name, OutcomeTransient)
-							return r.Leases, ctx.Err()
-						}
+				if late > maxLate && r.Firm && round < maxHoldRounds {
+					if err := h.retakeFast(ctx, res, reqs); err != nil {
+						m.outcome(name, OutcomeTransient)
+						return r.Leases, err
 					}
-					// On an error the send goes now, late: the headroom is
-					// there for that.
 				}
 			}
 			if r.Firm {
