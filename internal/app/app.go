@@ -213,11 +213,18 @@ func buildChannel(cc *config.ChannelConfig, egress channels.Egress, secrets Secr
 	ch.ThrottleBackoff = cc.ThrottleBackoff
 	ch.MaxRetryAfter = cc.MaxRetryAfter
 	ch.MaxPayloadBytes = cc.MaxPayloadBytes
-	ch.Headroom, ch.Hold = cc.Headroom, cc.Hold
-	if ch.Headroom == 0 {
-		ch.Headroom = -1 // configured 0%: no headroom (worker's zero means the default)
-	}
+	ch.Headroom, ch.Hold = headroom(cc), cc.Hold
 	return ch, nil
+}
+
+// headroom is the channel's configured headroom as worker.Channel takes it:
+// a configured 0% is -1 (none), since the worker's zero means its default.
+// Workers and the enqueuer must pace with the same value.
+func headroom(cc *config.ChannelConfig) float64 {
+	if cc.Headroom == 0 {
+		return -1
+	}
+	return cc.Headroom
 }
 
 // NewEnqueuer returns the enqueuer that plans sends with the configuration's
@@ -230,11 +237,7 @@ func NewEnqueuer(cfg *config.Config, rdb redis.UniversalClient, lim *throttle.Re
 			continue
 		}
 		taskType, _ := tasks.ChannelTaskType(name)
-		h := cc.Headroom
-		if h == 0 {
-			h = -1 // configured 0%: none
-		}
-		chans = append(chans, worker.Channel{Name: name, TaskType: taskType, Rules: cc.Rules(), Headroom: h})
+		chans = append(chans, worker.Channel{Name: name, TaskType: taskType, Rules: cc.Rules(), Headroom: headroom(cc)})
 	}
 	return worker.NewEnqueuer(asynq.NewClientFromRedisClient(rdb), lim, chans)
 }
