@@ -68,14 +68,7 @@ func NewEnqueuer(client *asynq.Client, limiter *throttle.Redis, chans []Channel)
 		if err != nil {
 			return nil, fmt.Errorf("worker: enqueuer: channels[%d]: %w", i, err)
 		}
-		h := ch.Headroom
-		switch {
-		case h == 0:
-			h = throttle.DefaultHeadroom
-		case h < 0:
-			h = 0
-		}
-		e.chans[ch.TaskType] = &enqueueChannel{name: ch.Name, rules: set, headroom: h}
+		e.chans[ch.TaskType] = &enqueueChannel{name: ch.Name, rules: set, headroom: ch.headroom()}
 	}
 	return e, nil
 }

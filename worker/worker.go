@@ -77,6 +77,19 @@ type Channel struct {
 	MaxPayloadBytes int
 }
 
+// headroom is Headroom with its defaults: zero means
+// throttle.DefaultHeadroom, negative none. Handler and NewEnqueuer share it,
+// so that planning and pacing agree.
+func (ch Channel) headroom() float64 {
+	switch {
+	case ch.Headroom == 0:
+		return throttle.DefaultHeadroom
+	case ch.Headroom < 0:
+		return 0
+	}
+	return ch.Headroom
+}
+
 // Defaults of Options and Channel, read by config.Default too, so the two
 // cannot drift.
 const (
@@ -247,12 +260,7 @@ func (w *Worker) Handler(ch Channel) (asynq.Handler, error) {
 	if ch.MaxPayloadBytes == 0 {
 		ch.MaxPayloadBytes = tasks.MaxPayloadBytes(ch.TaskType)
 	}
-	if ch.Headroom == 0 {
-		ch.Headroom = throttle.DefaultHeadroom
-	}
-	if ch.Headroom < 0 {
-		ch.Headroom = 0
-	}
+	ch.Headroom = ch.headroom()
 	if ch.Hold == 0 {
 		ch.Hold = throttle.DefaultHold
 	}
