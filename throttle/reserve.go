@@ -103,7 +103,22 @@ type ReserveOptions struct {
 	// (0.01: 1%). Plan and Reserve of one limit must use the same value.
 	// Zero means none; at most MaxHeadroom.
 	Headroom float64
+	// Tenant names who the send is for (a customer, a campaign); "" is a
+	// tenant too. Tenants backlogged on one limit paced faster than one
+	// send a second share each second by Weight instead of first come,
+	// first served (see Plan). At most MaxTenantBytes bytes.
+	Tenant string
+	// Weight is the tenant's share weight: two backlogged tenants of
+	// weights 3 and 1 get 3/4 and 1/4 of the limit. Zero means 1; at most
+	// MaxTenantWeight.
+	Weight float64
 }
+
+// Bounds of ReserveOptions.Tenant and Weight.
+const (
+	MaxTenantBytes  = 128
+	MaxTenantWeight = 1000
+)
 
 // Reservation is the outcome of Reserve.
 type Reservation struct {
@@ -189,9 +204,14 @@ func (r Reservation) plannedByGCRA(reqs []Request) bool {
 	return gcra
 }
 
-// Send is one send for Plan: its task ID and requests.
+// Send is one send for Plan and ReleasePlanned: its task ID, tenant and
+// requests.
 type Send struct {
-	TaskID   string
+	TaskID string
+	// Tenant and Weight as ReserveOptions': the tenant's weighted share of
+	// the limits (Weight zero means 1).
+	Tenant   string
+	Weight   float64
 	Requests []Request
 }
 
@@ -208,7 +228,15 @@ type Planned struct {
 
 // Plan gives each send, in order, its place behind the sends already
 // planned on its GCRA limits, and returns the planned instants (Redis
-// clock), one per send. A send whose TaskID already holds a place keeps
+// clock), one per send.
+//
+// Tenants: on a limit paced faster than one send a second, a send of a
+// tenant under its weighted share of a future second that is full takes a
+// place there from the tenant most over its share; that tenant's first
+// send to come back in the second is planned again (Reserve returns it
+// planned, not firm). So backlogged tenants split each second by weight
+// whoever planned first, and the limit is never exceeded. Limits slower
+// than one a second (a pair, a 1/s sender) plan first come, first served. A send whose TaskID already holds a place keeps
 // it (Planned.New false). It takes nothing from the limits: each send takes
 // its firm slot with Reserve (same TaskID, Priority Bulk, same Headroom)
 // when it comes back, at about its planned instant. Limits other than GCRA
@@ -220,6 +248,11 @@ func (l *Redis) Plan(ctx context.Context, opts ReserveOptions, sends []Send) ([]
 	_, headroom, err := reserveParams(opts)
 	if err != nil {
 		return nil, err
+	}
+	for i, s := range sends {
+		if err := checkTenant(s.Tenant, s.Weight); err != nil {
+			return nil, fmt.Errorf("throttle: plan sends[%d]: %w", i, err)
+		}
 	}
 	out := make([]Planned, len(sends))
 	type item struct {
@@ -252,7 +285,8 @@ func (l *Redis) Plan(ctx context.Context, opts ReserveOptions, sends []Send) ([]
 			part := items[lo:min(lo+batch, len(items))]
 			ra := l.newReserveArgs("plan", 0, headroom, len(part))
 			for _, it := range part {
-				ra.send(sends[it.idx].TaskID, Bulk, "", it.reqs, it.fields)
+				s := sends[it.idx]
+				ra.send(s.TaskID, Bulk, "", s.Tenant, s.Weight, it.reqs, it.fields)
 			}
 			raw, err := reserveScripts[0].Run(ctx, l.rdb, ra.keys, ra.args...).Int64Slice() // GCRA only
 			if err != nil {
@@ -279,20 +313,24 @@ func (l *Redis) Plan(ctx context.Context, opts ReserveOptions, sends []Send) ([]
 }
 
 // ReleasePlanned gives up a planned send's place (its task was archived or
-// deleted and will never come back): it leaves every backlog, and a send
-// planned last gives its slot back to the plan. It reports whether the
-// send held a place. Firm reservations are not released: they are at most
-// Hold ahead and lapse by themselves.
-func (l *Redis) ReleasePlanned(ctx context.Context, taskID string, reqs ...Request) (bool, error) {
-	if taskID == "" {
+// deleted and will never come back): it leaves every backlog, gives its
+// room in its second back to the plan (or pays the yield its tenant owes
+// there), and a send planned last on a slow limit gives its slot back. It
+// reports whether the send held a place. Firm reservations are not
+// released: they are at most Hold ahead and lapse by themselves.
+func (l *Redis) ReleasePlanned(ctx context.Context, s Send) (bool, error) {
+	if s.TaskID == "" {
 		return false, nil
 	}
-	gcra, fields, err := l.pacedRequests(ctx, reqs)
+	if err := checkTenant(s.Tenant, s.Weight); err != nil {
+		return false, err
+	}
+	gcra, fields, err := l.pacedRequests(ctx, s.Requests)
 	if err != nil || len(gcra) == 0 {
 		return false, err
 	}
 	ra := l.newReserveArgs("release", 0, 0, 1)
-	ra.send(taskID, Bulk, "", gcra, fields)
+	ra.send(s.TaskID, Bulk, "", s.Tenant, s.Weight, gcra, fields)
 	raw, err := reserveScripts[0].Run(ctx, l.rdb, ra.keys, ra.args...).Int64Slice() // GCRA only
 	if err != nil {
 		return false, fmt.Errorf("throttle: release %q: %w", gcra[0].Key, err)
@@ -356,7 +394,20 @@ func reserveParams(opts ReserveOptions) (hold time.Duration, headroom float64, e
 	if opts.Priority != Bulk && opts.Priority != High {
 		return 0, 0, fmt.Errorf("%w: priority %q: want high or bulk", ErrBadRequest, opts.Priority)
 	}
+	if err := checkTenant(opts.Tenant, opts.Weight); err != nil {
+		return 0, 0, err
+	}
 	return hold, opts.Headroom, nil
+}
+
+func checkTenant(tenant string, weight float64) error {
+	if len(tenant) > MaxTenantBytes {
+		return fmt.Errorf("%w: tenant %.32q...: %d bytes, want at most %d", ErrBadRequest, tenant, len(tenant), MaxTenantBytes)
+	}
+	if weight < 0 || weight > MaxTenantWeight || weight != weight {
+		return fmt.Errorf("%w: tenant weight %v: want 0 (meaning 1) to %d", ErrBadRequest, weight, MaxTenantWeight)
+	}
+	return nil
 }
 
 // pacedRequests returns the GCRA requests of a send (the ones Plan and
@@ -427,13 +478,17 @@ func (l *Redis) newReserveArgs(mode string, hold time.Duration, headroom float64
 		args: []any{now, mode, "", hold.Microseconds(), strconv.FormatFloat(headroom, 'f', -1, 64), "", nsends}}
 }
 
-// send appends one send: its task ID, priority, call id and limits.
-func (ra *reserveArgs) send(taskID string, p Priority, callID string, reqs []Request, fields []string) {
+// send appends one send: its task ID, priority, call id, tenant and its
+// weight (zero: 1), and limits.
+func (ra *reserveArgs) send(taskID string, p Priority, callID, tenant string, weight float64, reqs []Request, fields []string) {
 	pr := "bulk"
 	if p == High {
 		pr = "high"
 	}
-	ra.args = append(ra.args, taskID, pr, callID, len(reqs))
+	if weight == 0 {
+		weight = 1
+	}
+	ra.args = append(ra.args, taskID, pr, callID, tenant, strconv.FormatFloat(weight, 'g', -1, 64), len(reqs))
 	for i, r := range reqs {
 		k := ra.l.Key(r.Key)
 		ki, ok := ra.index[k]

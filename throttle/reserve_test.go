@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluice-dev/sluice/internal/redistest"
 	"github.com/sluice-dev/sluice/throttle"
 )
@@ -280,10 +282,10 @@ func TestReleasePlannedGivesTheLastPlaceBack(t *testing.T) {
 	if !planned[2].New {
 		t.Fatal("c not new")
 	}
-	if ok, err := l.ReleasePlanned(ctx, "c", req); err != nil || !ok {
+	if ok, err := l.ReleasePlanned(ctx, throttle.Send{TaskID: "c", Requests: []throttle.Request{req}}); err != nil || !ok {
 		t.Fatalf("release c: %v %v", ok, err)
 	}
-	if ok, _ := l.ReleasePlanned(ctx, "c", req); ok {
+	if ok, _ := l.ReleasePlanned(ctx, throttle.Send{TaskID: "c", Requests: []throttle.Request{req}}); ok {
 		t.Fatal("released c twice")
 	}
 	again, err := l.Plan(ctx, opts, []throttle.Send{{TaskID: "d", Requests: []throttle.Request{req}}})
@@ -471,4 +473,259 @@ func TestOverdueBacklogIsPlannedAgainNotPolled(t *testing.T) {
 		t.Fatalf("%d in one second", m)
 	}
 	t.Logf("%d overdue sends: %d calls", n, calls)
+}
+
+// TestTenantsShareALimitByWeight: tenant A plans a campaign, then tenant B
+// plans one on the same number 1.3s later, and asynq is played on the fake
+// clock (each send comes back at the whole second of its place, within
+// 100ms). While both are backlogged, every 10s window must give each its
+// weight's share of the sends, within 5% of that share; the cap holds in
+// every 1-second span, and every send goes exactly once.
+func TestTenantsShareALimitByWeight(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		wa, wb float64
+	}{{"1:1", 1, 1}, {"3:1", 3, 1}, {"1:3", 1, 3}} {
+		t.Run(tc.name, func(t *testing.T) { tenantsShare(t, tc.wa, tc.wb) })
+	}
+}
+
+func tenantsShare(t *testing.T, wa, wb float64) {
+	l, clock := reserveLimiter(t)
+	ctx := context.Background()
+	opts := throttle.ReserveOptions{Headroom: 0.01}
+	const each = 2000
+	type send struct {
+		throttle.Send
+		b bool // tenant B's
+	}
+	var sends []send
+	planned := map[int]time.Time{}
+	plan := func(tenant string, w float64) {
+		batch := make([]throttle.Send, each)
+		for i := range batch {
+			batch[i] = throttle.Send{TaskID: fmt.Sprint(tenant, i), Tenant: tenant, Weight: w,
+				Requests: []throttle.Request{{Key: "wa:number:1", Limit: mps80}}}
+		}
+		ps, err := l.Plan(ctx, opts, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, p := range ps {
+			planned[len(sends)] = p.At
+			sends = append(sends, send{batch[i], tenant == "B"})
+		}
+	}
+	start := clock.Now()
+	plan("A", wa)
+	clock.Set(start.Add(1300 * time.Millisecond))
+	plan("B", wb)
+
+	type event struct {
+		at  time.Time
+		i   int
+		seq int
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	back := func(at time.Time) time.Time {
+		return at.Truncate(time.Second).Add(time.Duration(rng.IntN(100)) * time.Millisecond)
+	}
+	var queue []event
+	for i := range sends {
+		queue = append(queue, event{back(planned[i]), i, rng.Int()})
+	}
+	type sent struct {
+		at time.Time
+		b  bool
+	}
+	var out []sent
+	calls, replanned := 0, 0
+	done := map[string]bool{}
+	for len(queue) > 0 {
+		slices.SortFunc(queue, func(a, b event) int {
+			if c := a.at.Compare(b.at); c != 0 {
+				return c
+			}
+			return a.seq - b.seq
+		})
+		e := queue[0]
+		queue = queue[1:]
+		if e.at.After(clock.Now()) {
+			clock.Set(e.at)
+		}
+		s := sends[e.i]
+		o := opts
+		o.TaskID, o.Tenant, o.Weight = s.TaskID, s.Tenant, s.Weight
+		r, err := l.Reserve(ctx, o, s.Requests...)
+		calls++
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Firm {
+			if !r.Planned {
+				t.Fatalf("send %s not firm and not planned: %+v", s.TaskID, r)
+			}
+			replanned++
+			if calls > 4*len(sends) {
+				t.Fatalf("%d calls for %d sends: a loop", calls, len(sends))
+			}
+			// asynq brings a planned send back at its slot's whole second.
+			next := back(r.At)
+			if r.Delay() <= throttle.DefaultHold {
+				next = r.At
+			}
+			queue = append(queue, event{next, e.i, rng.Int()})
+			continue
+		}
+		if done[s.TaskID] {
+			t.Fatalf("send %s went twice", s.TaskID)
+		}
+		done[s.TaskID] = true
+		out = append(out, sent{r.At, s.b})
+	}
+	if len(out) != len(sends) {
+		t.Fatalf("%d of %d sends went", len(out), len(sends))
+	}
+	all := make([]time.Time, len(out))
+	var lastA, lastB, firstB time.Time
+	for i, s := range out {
+		all[i] = s.at
+		switch {
+		case s.b:
+			if firstB.IsZero() || s.at.Before(firstB) {
+				firstB = s.at
+			}
+			if s.at.After(lastB) {
+				lastB = s.at
+			}
+		case s.at.After(lastA):
+			lastA = s.at
+		}
+	}
+	if m := maxInSpan(all, time.Second); m > 80 {
+		t.Fatalf("%d sends within one second, cap 80", m)
+	}
+	// Every 10s window, in 1s steps, from the second after B's first send
+	// while both are backlogged: each has a send a second after it ends.
+	end := lastA
+	if lastB.Before(end) {
+		end = lastB
+	}
+	end = end.Add(-time.Second)
+	wantB := wb / (wa + wb)
+	windows := 0
+	for from := firstB.Truncate(time.Second).Add(time.Second); !from.Add(10 * time.Second).After(end); from = from.Add(time.Second) {
+		to := from.Add(10 * time.Second)
+		na, nb := 0, 0
+		for _, s := range out {
+			if !s.at.Before(from) && s.at.Before(to) {
+				if s.b {
+					nb++
+				} else {
+					na++
+				}
+			}
+		}
+		share := float64(nb) / float64(na+nb)
+		if os.Getenv("TRACE") != "" {
+			t.Logf("window +%v: A %d B %d", from.Sub(start), na, nb)
+		}
+		if share < wantB*0.95 || share > wantB*1.05 || 1-share < (1-wantB)*0.95 || 1-share > (1-wantB)*1.05 {
+			if os.Getenv("TRACE") != "" {
+				per := map[int64][2]int{}
+				for _, s := range out {
+					k := s.at.Unix() - start.Unix()
+					v := per[k]
+					if s.b {
+						v[1]++
+					} else {
+						v[0]++
+					}
+					per[k] = v
+				}
+				for k := int64(0); k < 70; k++ {
+					t.Logf("sec %d: A %d B %d", k, per[k][0], per[k][1])
+				}
+			}
+			t.Fatalf("window +%v: A %d, B %d sends: B's share %.3f, want %.3f ±5%%", from.Sub(start), na, nb, share, wantB)
+		}
+		windows++
+	}
+	if windows < 10 {
+		t.Fatalf("only %d windows with both tenants backlogged", windows)
+	}
+	for _, k := range []string{"wa:number:1"} {
+		if b, _ := l.Backlog(ctx, k); b.Planned != 0 {
+			t.Fatalf("backlog keeps %d sends after all were sent", b.Planned)
+		}
+	}
+	t.Logf("weights %v:%v: %d windows of 10s within 5%% of B's share %.3f; %d reserve calls for %d sends (%d planned again)",
+		wa, wb, windows, wantB, calls, len(sends), replanned)
+}
+
+// TestTenantPlacesOnBothBackends: a tenant that plans behind another's
+// campaign gets places from the next second on, at its share, and a
+// released place pays the yield it caused, on redis-server and on
+// miniredis (the demo's embedded Redis, whose Lua JSON is another library).
+func TestTenantPlacesOnBothBackends(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		clock := &fakeClock{t: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)}
+		l := throttle.NewRedis(rdb, throttle.Options{Clock: clock.Now, OverrideRefresh: -1})
+		ctx := context.Background()
+		opts := throttle.ReserveOptions{}
+		req := []throttle.Request{{Key: "wa:number:1", Limit: mps80}}
+		batch := func(tenant string, n int) []throttle.Send {
+			s := make([]throttle.Send, n)
+			for i := range s {
+				s[i] = throttle.Send{TaskID: fmt.Sprint(tenant, i), Tenant: tenant, Requests: req}
+			}
+			return s
+		}
+		start := clock.Now()
+		a, err := l.Plan(ctx, opts, batch("A", 800))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := l.Plan(ctx, opts, batch("B", 80))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// 80/s split 1:1: B's 80 take 40 places in each of seconds 1 and 2.
+		for i, p := range b {
+			if want := start.Add(time.Duration(1+i/40) * time.Second); !p.At.Truncate(time.Second).Equal(want) {
+				t.Fatalf("B's send %d planned at +%v, want in second +%v", i, p.At.Sub(start), want.Sub(start))
+			}
+		}
+		// A's first send back in second 1 pays the yield: planned again.
+		clock.Set(start.Add(time.Second))
+		first := slices.IndexFunc(a, func(p throttle.Planned) bool { return !p.At.Before(start.Add(time.Second)) })
+		r, err := l.Reserve(ctx, throttle.ReserveOptions{TaskID: fmt.Sprint("A", first), Tenant: "A"}, req...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Firm || !r.Planned || r.At.Before(start.Add(10*time.Second)) {
+			t.Fatalf("A's displaced send: %+v, want planned again behind the plan (after +10s)", r)
+		}
+		// Releasing B's places gives them back to A, whose next send in
+		// second 1 then takes its slot. A new tenant C gets its share of
+		// the next full second at once.
+		for i := range 80 {
+			if ok, err := l.ReleasePlanned(ctx, throttle.Send{TaskID: fmt.Sprint("B", i), Tenant: "B", Requests: req}); err != nil || !ok {
+				t.Fatalf("release B%d: %v %v", i, ok, err)
+			}
+		}
+		r, err = l.Reserve(ctx, throttle.ReserveOptions{TaskID: fmt.Sprint("A", first+1), Tenant: "A"}, req...)
+		if err != nil || !r.Firm {
+			t.Fatalf("A's next send in second 1 after B's release: %+v, %v: want firm", r, err)
+		}
+		c, err := l.Plan(ctx, opts, batch("C", 2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range c {
+			if !p.At.Truncate(time.Second).Equal(start.Add(2 * time.Second)) {
+				t.Fatalf("C planned at +%v, want in second +2 (second +1 is full and under way)", p.At.Sub(start))
+			}
+		}
+	})
 }

@@ -25,7 +25,8 @@
 -- ARGV[5] headroom (fraction)         ARGV[6] unused
 -- ARGV[7] number of sends, then per send: task id ('' = none), priority
 --         (high | bulk), call id (names its leases and sliding-log
---         entries), number of limits m, then m times: key index i,
+--         entries), tenant ('' = none), tenant weight (> 0), number of
+--         limits m, then m times: key index i,
 --         algorithm, limit, period us, burst, cost, extra (as consume.lua)
 -- Only GCRA limits are paced and planned; the other algorithms are decided
 -- at now by their own decide/commit ("reserve" mode only; "plan" and
@@ -100,6 +101,80 @@ local function count(l, sec)
   return tonumber(redis.call('HGET', l.plan, l.extra .. '@' .. sec)) or 0
 end
 
+-- Tenants share a fast limit in weighted turns. Each second's plan keeps a
+-- record of its tenants (field extra..'@'..sec..'#', JSON {tenant = {weight,
+-- count, yields}}). A tenant that plans into a full future second takes a
+-- place from the tenant most over its weighted share there, as long as it
+-- stays at or under that tenant's share itself: the other tenant's count
+-- moves to it and the other tenant owes a yield in that second. The first
+-- of that tenant's sends to come back in the second pays the yield: it is
+-- planned again, behind the plan (one more dequeue), instead of taking a
+-- slot. So each second holds its room exactly, and two backlogged tenants
+-- split every second by their weights. A send with no tenant is tenant ''.
+-- Each tenant keeps a pointer (field 'g'..extra..'#'..tenant): the first
+-- second where it may still get a place, so planning a long backlog does
+-- not scan the seconds before it again.
+local function trec(l, sec)
+  if l.rec_sec == sec then return l.rec end
+  local r = {}
+  if l.active then
+    local raw = redis.call('HGET', l.plan, l.extra .. '@' .. sec .. '#')
+    if raw then r = cjson.decode(raw) end
+  end
+  l.rec, l.rec_sec = r, sec
+  return r
+end
+
+local function trec_save(l, sec, r)
+  local f = l.extra .. '@' .. sec .. '#'
+  if next(r) == nil then redis.call('HDEL', l.plan, f) else redis.call('HSET', l.plan, f, cjson.encode(r)) end
+end
+
+-- victim returns the tenant of record r that tenant t (weight w, cost c)
+-- may take a place from: the one most over its weighted share, if the move
+-- brings the two closer to their weights' ratio (t, counted half a move
+-- on, stays at or under it, so shares round to the nearest place); else
+-- nil. Ties go to the smaller name.
+local function victim(r, t, w, c)
+  local mine = r[t]
+  local have = mine and mine[2] or 0
+  local best, bestv
+  for u, v in pairs(r) do
+    if u ~= t and v[2] >= c then
+      local norm = v[2] / v[1]
+      if not bestv or norm > bestv or (norm == bestv and u < best) then best, bestv = u, norm end
+    end
+  end
+  if best and (have + c / 2) / w <= (r[best][2] - c / 2) / r[best][1] then return best end
+  return nil
+end
+
+-- tenant_from is the first second from which the send's tenant may find a
+-- place on fast limit l: its own pointer, or the fill pointer when that is
+-- earlier (room freed by a release), never before now.
+local function tenant_from(l, s)
+  if not l.active then return l.fill end
+  if l.tp == nil then
+    -- (a tenant new to the plan may find places from now on)
+    l.tp = tonumber(redis.call('HGET', l.plan, 'g' .. l.extra .. '#' .. s.tenant)) or 0
+  end
+  return math.max(math.floor(now / SEC), math.min(l.tp, l.fill))
+end
+
+-- admit reports whether fast limit l's plan has a place for send s in
+-- second sec: free room, or (in a future second) a place taken from
+-- another tenant (l.victim).
+local function admit(l, s, sec)
+  l.victim = nil
+  l.n = count(l, sec)
+  local r = room(l, sec)
+  -- (an empty second takes a send larger than its share)
+  if r > 0 and (l.n + l.cost <= r or l.n == 0) then return true end
+  if r <= 0 or sec <= math.floor(now / SEC) or not l.active then return false end
+  l.victim = victim(trec(l, sec), s.tenant, s.weight, l.cost)
+  return l.victim ~= nil
+end
+
 -- sweep drops the past seconds of a fast limit's plan, from the first not
 -- yet swept (the fill pointer may have passed seconds that later plans
 -- still counted in) up to now, and moves the fill pointer to now.
@@ -108,12 +183,14 @@ local function sweep(l)
   if not l.active then l.fill = cur; return end
   if l.swept < cur then
     if cur - l.swept <= 1000 then
-      for sec = l.swept, cur - 1 do redis.call('HDEL', l.plan, l.extra .. '@' .. sec) end
+      for sec = l.swept, cur - 1 do
+        redis.call('HDEL', l.plan, l.extra .. '@' .. sec, l.extra .. '@' .. sec .. '#')
+      end
     else
       local pre = l.extra .. '@'
       for _, f in ipairs(redis.call('HKEYS', l.plan)) do
         if string.sub(f, 1, #pre) == pre then
-          local sec = tonumber(string.sub(f, #pre + 1))
+          local sec = tonumber((string.gsub(string.sub(f, #pre + 1), '#$', '')))
           if sec and sec < cur then redis.call('HDEL', l.plan, f) end
         end
       end
@@ -137,9 +214,10 @@ end
 -- parse reads a send's limits from ARGV starting at index a; returns the
 -- send and the next index.
 local function parse(a)
-  local s = {id = ARGV[a], prio = ARGV[a + 1], cid = ARGV[a + 2], limits = {}}
-  local m = tonumber(ARGV[a + 3])
-  a = a + 4
+  local s = {id = ARGV[a], prio = ARGV[a + 1], cid = ARGV[a + 2], tenant = ARGV[a + 3],
+    weight = tonumber(ARGV[a + 4]), limits = {}}
+  local m = tonumber(ARGV[a + 5])
+  a = a + 6
   for j = 1, m do
     local i = tonumber(ARGV[a])
     s.limits[j] = {i = i, key = KEYS[3 * i - 2], plan = KEYS[3 * i - 1], backlog = KEYS[3 * i],
@@ -148,6 +226,58 @@ local function parse(a)
     a = a + 7
   end
   return s, a
+end
+
+-- unplan takes a planned send out of second sec of its fast limits' plans:
+-- where its tenant owes a yield there, the yield is paid (its count already
+-- went to another tenant); elsewhere its count is given back: to a tenant
+-- that owes a yield there (released sends only), else to the room. It reports
+-- whether a yield was paid. With pay_only, it changes nothing unless some
+-- limit has a yield to pay (a send that comes back in its second).
+local function unplan(s, sec, pay_only)
+  local owes = false
+  for _, l in ipairs(s.limits) do
+    if l.algo == 'gcra' and l.fast and l.active then
+      local v = trec(l, sec)[s.tenant]
+      if v and v[3] >= l.cost then owes = true end
+    end
+  end
+  if pay_only and not owes then return false end
+  for _, l in ipairs(s.limits) do
+    if l.algo == 'gcra' and l.fast and l.active then
+      local r = trec(l, sec)
+      local v = r[s.tenant]
+      -- A place taken from a tenant that still owes the yield goes back
+      -- to it (its send there goes after all), else to the plan's room.
+      local owed
+      if not pay_only then
+        for u, w in pairs(r) do
+          if u ~= s.tenant and w[3] >= l.cost and (not owed or u < owed) then owed = u end
+        end
+      end
+      if v and v[3] >= l.cost then
+        v[3] = v[3] - l.cost
+      elseif owed and v and v[2] >= l.cost then
+        v[2] = v[2] - l.cost
+        r[owed][2], r[owed][3] = r[owed][2] + l.cost, r[owed][3] - l.cost
+      else
+        if v and v[2] >= l.cost then v[2] = v[2] - l.cost end
+        local f = l.extra .. '@' .. sec
+        if (tonumber(redis.call('HGET', l.plan, f)) or 0) > 0 then
+          redis.call('HINCRBY', l.plan, f, -l.cost)
+          if sec < l.fill then
+            l.fill = sec
+            redis.call('HSET', l.plan, 'f' .. l.extra, sec)
+          end
+        end
+      end
+      if v then
+        if v[2] <= 0 and v[3] <= 0 then r[s.tenant] = nil end
+        trec_save(l, sec, r)
+      end
+    end
+  end
+  return owes
 end
 
 -- held_at returns the planned instant of a send that holds a place in any
@@ -187,11 +317,9 @@ local function plan_search(s, from, back)
     local moved = false
     for _, l in ipairs(s.limits) do
       if l.algo == 'gcra' and l.fast then
-        if l.fill > sec then sec = l.fill; moved = true; break end
-        l.n = count(l, sec)
-        local r = room(l, sec)
-        -- (an empty second takes a send larger than its share)
-        if r <= 0 or (l.n + l.cost > r and l.n > 0) then sec = sec + 1; moved = true; break end
+        local from = tenant_from(l, s)
+        if from > sec then sec = from; moved = true; break end
+        if not admit(l, s, sec) then sec = sec + 1; moved = true; break end
       end
     end
     if not moved then break end
@@ -206,13 +334,37 @@ local function plan_search(s, from, back)
   return math.ceil(at), sec
 end
 
--- plan_count charges the send to second sec of every fast limit's plan.
-local function plan_count(s, sec)
+-- plan_count charges the send to second sec of every fast limit's plan:
+-- to free room, or, where plan_search found one (displace), to a place
+-- taken from another tenant, who then owes a yield in that second.
+local function plan_count(s, sec, displace)
   for _, l in ipairs(s.limits) do
     if l.algo == 'gcra' and l.fast then
-      local n = redis.call('HINCRBY', l.plan, l.extra .. '@' .. sec, l.cost)
+      local taken = displace and l.victim
       local was = l.active
+      local n
+      if taken then
+        n = count(l, sec)
+      else
+        n = redis.call('HINCRBY', l.plan, l.extra .. '@' .. sec, l.cost)
+      end
+      local r = trec(l, sec)
+      local mine = r[s.tenant] or {s.weight, 0, 0}
+      mine[1], mine[2] = s.weight, mine[2] + l.cost
+      r[s.tenant] = mine
+      if taken then
+        local v = r[taken]
+        v[2], v[3] = v[2] - l.cost, v[3] + l.cost
+      end
+      trec_save(l, sec, r)
       l.active = true
+      -- The tenant's pointer: this second while it may take more here.
+      local tp = sec
+      if n >= room(l, sec) and not victim(r, s.tenant, s.weight, l.cost) then tp = sec + 1 end
+      if tp ~= l.tp then
+        l.tp = tp
+        redis.call('HSET', l.plan, 'g' .. l.extra .. '#' .. s.tenant, tp)
+      end
       if sec == l.fill then
         while n >= room(l, l.fill) do
           l.fill = l.fill + 1
@@ -229,7 +381,7 @@ end
 
 -- plan_commit records a send planned for `at` (second sec).
 local function plan_commit(s, at, sec)
-  plan_count(s, sec)
+  plan_count(s, sec, true)
   local shares_fast = false
   for _, l in ipairs(s.limits) do
     if l.algo == 'gcra' and l.fast then shares_fast = true end
@@ -295,23 +447,21 @@ if mode == 'release' then
   -- A planned send that will never come back (archived, deleted) leaves
   -- its backlogs and gives its room back.
   local released = 0
-  if s.id ~= '' then
+  local held = held_at(s)
+  if held then
+    for _, l in ipairs(s.limits) do
+      if l.algo == 'gcra' then pace(l) end
+    end
+    -- Its fast limits' seconds: the count (or the yield its tenant owes).
+    unplan(s, math.floor(held / SEC), false)
     for _, l in ipairs(s.limits) do
       if l.algo == 'gcra' then
         local score = tonumber(redis.call('ZSCORE', l.backlog, s.id))
         if score then
-          pace(l)
           local last = redis.call('ZREVRANGE', l.backlog, 0, 0)[1]
           redis.call('ZREM', l.backlog, s.id)
           released = 1
-          if l.fast then
-            local sec = math.floor(score / SEC)
-            local f = l.extra .. '@' .. sec
-            if (tonumber(redis.call('HGET', l.plan, f)) or 0) > 0 then
-              redis.call('HINCRBY', l.plan, f, -l.cost)
-              if sec < l.fill then redis.call('HSET', l.plan, 'f' .. l.extra, sec) end
-            end
-          elseif last == s.id then
+          if not l.fast and last == s.id then
             local tail = math.ceil(score)
             if tail > now + l.a then
               redis.call('HSET', l.plan, 't' .. l.extra, us(tail))
@@ -330,9 +480,13 @@ end
 -- firm, at, then 6 per limit.
 local function reserve_one(s)
 -- A send planned earlier takes the firm book's slot, not one behind the plan.
-local back = held_at(s) ~= nil
+local held = held_at(s)
+local back = held ~= nil
 local high = s.prio == 'high'
 pace_all(s)
+-- ... unless another tenant took its place: it pays its tenant's yield and
+-- is planned again.
+local displaced = back and unplan(s, math.floor(held / SEC), true)
 -- A limit paced at under a second a send (fast) must not be taken for an
 -- instant far past its own next slot: the gap would be lost to every other
 -- send on it. When a slower limit (a pair) holds the send that far back,
@@ -363,7 +517,7 @@ end
 -- second: it never overtakes sends planned before it.
 local plan_at, plan_sec
 local firm = 0
-if blocked_wait == 0 and at - now <= hold and not gap then
+if blocked_wait == 0 and at - now <= hold and not gap and not displaced then
   if back or high then
     firm = 1
   else
@@ -391,7 +545,7 @@ if firm == 1 then
     for _, l in ipairs(s.limits) do
       if l.algo == 'gcra' and l.fast and l.active then busy = true end
     end
-    if busy then plan_count(s, math.floor(at / SEC)) end
+    if busy then plan_count(s, math.floor(at / SEC), false) end
   end
 elseif blocked_wait > 0 then
   -- Blocked by a limit that cannot be reserved: come back after its wait
@@ -400,7 +554,7 @@ elseif blocked_wait > 0 then
   for _, l in ipairs(s.limits) do
     if l.d and l.d.ok == 0 and l.d.algo == 'fixed_window' and l.d.wait == blocked_wait then fixed_window_record(l.d) end
   end
-elseif (back or high) and at - now <= hold then
+elseif (back or high) and at - now <= hold and not displaced then
   -- Within the hold, held back by a slower limit (a pair): keep the place
   -- and ask again at that instant, without taking the fast limits' slots
   -- meanwhile.
