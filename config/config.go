@@ -167,6 +167,13 @@ type ChannelConfig struct {
 	// instant. asynq schedules in whole seconds, so it is at least 1s.
 	// Default 2s (throttle.DefaultHold), at most 10s.
 	Hold time.Duration
+	// TenantWeights are tenants' share weights on the channel's paced
+	// limits (YAML mapping tenant: weight, whole numbers 1 to
+	// throttle.MaxTenantWeight). Tenants backlogged on one limit (one
+	// WhatsApp number) split it by weight; a tenant not listed weighs 1.
+	// A send's tenant is its payload's "tenant" (`sluice send` sets the
+	// campaign's name).
+	TenantWeights map[string]int
 	// Limits are the channel's limit rules, checked in order. Defaults: the
 	// provider limits in sluice.example.yaml. Use Rules to read them.
 	Limits []rules.Rule

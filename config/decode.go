@@ -554,7 +554,7 @@ var (
 
 func (d *decoder) channel(n *yaml.Node, path string, c *ChannelConfig) {
 	fields := append([]string{"enabled", "queue", "priority"}, channelFields[c.Name]...)
-	fields = append(fields, "timeout", "throttle_backoff", "max_retry_after", "max_payload_bytes", "headroom", "hold", "limits")
+	fields = append(fields, "timeout", "throttle_backoff", "max_retry_after", "max_payload_bytes", "headroom", "hold", "tenant_weights", "limits")
 	d.mapping(n, path, "field", fields, func(key string, _, v *yaml.Node) {
 		p := join(path, key)
 		switch key {
@@ -629,12 +629,52 @@ func (d *decoder) channel(n *yaml.Node, path string, c *ChannelConfig) {
 				}
 				c.Hold = h
 			}
+		case "tenant_weights":
+			d.tenantWeights(v, p, c)
 		case "limits":
 			if rules, ok := d.limits(v, p, c.Name); ok {
 				c.Limits = rules
 			}
 		}
 	})
+}
+
+// tenantWeights reads a mapping of tenant names to whole-number weights.
+func (d *decoder) tenantWeights(n *yaml.Node, path string, c *ChannelConfig) {
+	n = resolve(n)
+	if isNull(n) {
+		return
+	}
+	if n.Kind != yaml.MappingNode {
+		d.errorf(n, path, "want a mapping of tenant: weight, got %s", describe(n))
+		return
+	}
+	c.TenantWeights = map[string]int{}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := resolve(n.Content[i]), n.Content[i+1]
+		if k.Kind != yaml.ScalarNode || k.ShortTag() == "!!merge" {
+			d.errorf(k, path, "want a tenant name as key, got %s", describe(k))
+			continue
+		}
+		p := join(path, k.Value)
+		if err := tasks.ValidTenant(k.Value); err != nil {
+			d.errorf(k, p, "%v", err)
+			continue
+		}
+		if seen[k.Value] {
+			d.errorf(k, p, "tenant given twice")
+			continue
+		}
+		seen[k.Value] = true
+		if w, ok := d.integer(v, p, 1); ok {
+			if w > throttle.MaxTenantWeight {
+				d.errorf(resolve(v), p, "want a weight of 1 to %d, got %d", throttle.MaxTenantWeight, w)
+				continue
+			}
+			c.TenantWeights[k.Value] = int(w)
+		}
+	}
 }
 
 // limits reads a channel's list of limit rules; ok is false if any is bad.

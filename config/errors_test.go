@@ -52,6 +52,27 @@ func TestParseErrors(t *testing.T) {
 			},
 		},
 		{
+			name: "bad tenant weights",
+			yaml: doc(
+				"channels:",
+				"  whatsapp:",
+				"    tenant_weights:",
+				"      acme: 0",
+				"      globex: 1.5",
+				"      initech: 5000",
+				"      acme: 2",
+				"  sms:",
+				"    tenant_weights: [acme]",
+			),
+			want: []string{
+				`sluice.yaml:4:13: channels.whatsapp.tenant_weights.acme: want >= 1, got 0`,
+				`sluice.yaml:5:15: channels.whatsapp.tenant_weights.globex: want a whole number, got "1.5"`,
+				`sluice.yaml:6:16: channels.whatsapp.tenant_weights.initech: want a weight of 1 to 1000, got 5000`,
+				`sluice.yaml:7:7: channels.whatsapp.tenant_weights.acme: tenant given twice`,
+				`sluice.yaml:9:21: channels.sms.tenant_weights: want a mapping of tenant: weight, got a list`,
+			},
+		},
+		{
 			name: "unknown channel",
 			yaml: doc(
 				"redis:",
@@ -83,7 +104,7 @@ func TestParseErrors(t *testing.T) {
 			want: []string{
 				`sluice.yaml:1:1: reddis: unknown section (want redis, worker, http, cleanup, events, egress or channels)`,
 				`sluice.yaml:4:3: worker.concurency: unknown field (want concurrency, delayed_task_check_interval, task_check_interval, shutdown_timeout or max_retry)`,
-				`sluice.yaml:7:5: channels.sms.token_env: unknown field (want enabled, queue, priority, base_url, account_sid_env, auth_token_env, timeout, throttle_backoff, max_retry_after, max_payload_bytes, headroom, hold or limits)`,
+				`sluice.yaml:7:5: channels.sms.token_env: unknown field (want enabled, queue, priority, base_url, account_sid_env, auth_token_env, timeout, throttle_backoff, max_retry_after, max_payload_bytes, headroom, hold, tenant_weights or limits)`,
 				`sluice.yaml:9:80: channels.sms.limits[0].burts: unknown field (want name, key, algorithm, rate, burst, cost, max, lease, interval or member)`,
 			},
 		},

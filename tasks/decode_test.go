@@ -3,6 +3,7 @@ package tasks
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -68,6 +69,9 @@ func TestDecodeRejects(t *testing.T) {
 		{"sms unknown field", decodeSMS, `{"v":1,"from":"+12025550100","to":"+12025550123","body":"x","media_url":"x"}`, `payload: json: unknown field "media_url"`},
 		{"sms invalid from", decodeSMS, `{"v":1,"from":"+1 202 555","to":"+12025550123","body":"x"}`, `payload: from: "+1 202 555" is not an E.164 phone number`},
 		{"webhook empty payload", decodeHook, `{"v":1,"url":"https://h.example.com","event_type":"e","payload":null}`, "payload: payload: must be a JSON object or array"},
+		{"bad priority", decodeWA, `{"v":1,"phone_number_id":"1","to":"+12025550123","text":"hi","priority":"urgent"}`, `payload: priority: "urgent": want "high" or "bulk"`},
+		{"tenant with a control character", decodeSMS, `{"v":1,"from":"+12025550100","to":"+12025550123","body":"x","tenant":"ac\nme"}`, `payload: tenant: "ac\nme" has a control character`},
+		{"tenant too long", decodeHook, `{"v":1,"url":"https://h.example.com","event_type":"e","payload":{},"tenant":"` + strings.Repeat("t", 129) + `"}`, "payload: tenant: 129 bytes, want at most 128"},
 		{"http bad method", decodeHTTP, `{"v":1,"method":"get","url":"https://h.example.com"}`, `payload: method: "get" is not one of`},
 	}
 	for _, tc := range tests {

@@ -3,6 +3,8 @@ package tasks
 import (
 	"encoding/json"
 	"fmt"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Task type names, as stored in asynq's Redis keys.
@@ -30,7 +32,16 @@ type Delivery struct {
 	// the worker's hold ahead (channels.*.hold, 2s), or "" for bulk ("bulk"
 	// is accepted and means the same).
 	Priority string `json:"priority,omitempty"`
+	// Tenant names who the send is for (a customer; `sluice send` sets the
+	// campaign's name). Tenants backlogged on one limit are served in
+	// weighted turns (channels.*.tenant_weights), not first come, first
+	// served. "" is a tenant of its own. At most MaxTenantBytes bytes of
+	// UTF-8 without control characters.
+	Tenant string `json:"tenant,omitempty"`
 }
+
+// MaxTenantBytes bounds Delivery.Tenant (throttle.MaxTenantBytes).
+const MaxTenantBytes = 128
 
 // High reports whether the send has high priority.
 func (d Delivery) High() bool { return d.Priority == PriorityHigh }
@@ -38,9 +49,27 @@ func (d Delivery) High() bool { return d.Priority == PriorityHigh }
 func (d Delivery) validate() error {
 	switch d.Priority {
 	case PriorityBulk, PriorityHigh, "bulk":
-		return nil
+	default:
+		return fmt.Errorf("priority: %.40q: want \"high\" or \"bulk\" (or none)", d.Priority)
 	}
-	return fmt.Errorf("priority: %.40q: want \"high\" or \"bulk\" (or none)", d.Priority)
+	return ValidTenant(d.Tenant)
+}
+
+// ValidTenant checks a tenant name: at most MaxTenantBytes bytes of UTF-8
+// without control characters.
+func ValidTenant(t string) error {
+	if len(t) > MaxTenantBytes {
+		return fmt.Errorf("tenant: %d bytes, want at most %d", len(t), MaxTenantBytes)
+	}
+	if !utf8.ValidString(t) {
+		return fmt.Errorf("tenant: %.40q is not valid UTF-8", t)
+	}
+	for _, r := range t {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("tenant: %.40q has a control character", t)
+		}
+	}
+	return nil
 }
 
 // WhatsAppSend is the payload of a whatsapp:send task: one message from a

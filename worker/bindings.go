@@ -18,7 +18,7 @@ func WhatsAppChannel(c *channels.WhatsApp, rs []rules.Rule) Channel {
 			if err != nil {
 				return Prepared{}, err
 			}
-			return Prepared{Fields: p.Fields(), Priority: priority(p.Delivery), Send: func(ctx context.Context) (channels.Response, error) { return c.Send(ctx, p) }}, nil
+			return Prepared{Fields: p.Fields(), Priority: priority(p.Delivery), Tenant: p.Tenant, Send: func(ctx context.Context) (channels.Response, error) { return c.Send(ctx, p) }}, nil
 		}}
 }
 
@@ -34,7 +34,7 @@ func SMSChannel(c *channels.Twilio, rs []rules.Rule) Channel {
 			}
 			f := p.Fields()
 			f["account_sid"] = c.AccountSID
-			return Prepared{Fields: f, Priority: priority(p.Delivery), Send: func(ctx context.Context) (channels.Response, error) { return c.Send(ctx, p) }}, nil
+			return Prepared{Fields: f, Priority: priority(p.Delivery), Tenant: p.Tenant, Send: func(ctx context.Context) (channels.Response, error) { return c.Send(ctx, p) }}, nil
 		}}
 }
 
@@ -47,7 +47,7 @@ func WebhookChannel(c *channels.Webhook, rs []rules.Rule) Channel {
 			if err != nil {
 				return Prepared{}, err
 			}
-			return Prepared{Fields: p.Fields(), Priority: priority(p.Delivery), Send: func(ctx context.Context) (channels.Response, error) { return c.Deliver(ctx, p) }}, nil
+			return Prepared{Fields: p.Fields(), Priority: priority(p.Delivery), Tenant: p.Tenant, Send: func(ctx context.Context) (channels.Response, error) { return c.Deliver(ctx, p) }}, nil
 		}}
 }
 
@@ -59,7 +59,7 @@ func HTTPChannel(c *channels.HTTPCaller, rs []rules.Rule) Channel {
 			if err != nil {
 				return Prepared{}, err
 			}
-			return Prepared{Fields: p.Fields(), Priority: priority(p.Delivery), Send: func(ctx context.Context) (channels.Response, error) { return c.Call(ctx, p) }}, nil
+			return Prepared{Fields: p.Fields(), Priority: priority(p.Delivery), Tenant: p.Tenant, Send: func(ctx context.Context) (channels.Response, error) { return c.Call(ctx, p) }}, nil
 		}}
 }
 

@@ -30,9 +30,8 @@ type Enqueuer struct {
 }
 
 type enqueueChannel struct {
-	name     string
-	rules    *rules.Set
-	headroom float64
+	ch    Channel
+	rules *rules.Set
 }
 
 // Enqueued is the outcome of one task of Enqueuer.Enqueue.
@@ -53,9 +52,9 @@ type Enqueued struct {
 	Err error
 }
 
-// NewEnqueuer plans with limiter using chans' Rules and Headroom (the same
-// values the workers use; Name and TaskType are required, Prepare is not
-// used). Channels whose TaskType the tasks package does not know are
+// NewEnqueuer plans with limiter using chans' Rules, Headroom and
+// TenantWeights (the same values the workers use; Name and TaskType are
+// required, Prepare is not used). Channels whose TaskType the tasks package does not know are
 // enqueued to run now.
 func NewEnqueuer(client *asynq.Client, limiter *throttle.Redis, chans []Channel) (*Enqueuer, error) {
 	e := &Enqueuer{client: client, limiter: limiter, chans: map[string]*enqueueChannel{}}
@@ -65,10 +64,13 @@ func NewEnqueuer(client *asynq.Client, limiter *throttle.Redis, chans []Channel)
 			continue
 		}
 		set, err := rules.Compile(ch.Name, fields, ch.Rules)
+		if err == nil {
+			err = ch.checkWeights()
+		}
 		if err != nil {
 			return nil, fmt.Errorf("worker: enqueuer: channels[%d]: %w", i, err)
 		}
-		e.chans[ch.TaskType] = &enqueueChannel{name: ch.Name, rules: set, headroom: ch.headroom()}
+		e.chans[ch.TaskType] = &enqueueChannel{ch: ch, rules: set}
 	}
 	return e, nil
 }
@@ -82,8 +84,9 @@ func NewEnqueuer(client *asynq.Client, limiter *throttle.Redis, chans []Channel)
 func (e *Enqueuer) Enqueue(ctx context.Context, ts []*asynq.Task, opts ...asynq.Option) ([]Enqueued, error) {
 	out := make([]Enqueued, len(ts))
 	type pending struct {
-		i    int
-		reqs []throttle.Request
+		i      int
+		reqs   []throttle.Request
+		tenant string
 	}
 	groups := map[*enqueueChannel][]pending{}
 	var order []*enqueueChannel
@@ -125,7 +128,7 @@ func (e *Enqueuer) Enqueue(ctx context.Context, ts []*asynq.Task, opts ...asynq.
 		if _, ok := groups[ch]; !ok {
 			order = append(order, ch)
 		}
-		groups[ch] = append(groups[ch], pending{i, reqs})
+		groups[ch] = append(groups[ch], pending{i, reqs, f.tenant})
 	}
 	planned := make([]bool, len(ts))
 	var plans []throttle.Planned
@@ -133,9 +136,9 @@ func (e *Enqueuer) Enqueue(ctx context.Context, ts []*asynq.Task, opts ...asynq.
 		g := groups[ch]
 		sends := make([]throttle.Send, len(g))
 		for k, p := range g {
-			sends[k] = throttle.Send{TaskID: out[p.i].ID, Requests: p.reqs}
+			sends[k] = throttle.Send{TaskID: out[p.i].ID, Tenant: p.tenant, Weight: ch.ch.weight(p.tenant), Requests: p.reqs}
 		}
-		ps, err := e.limiter.Plan(ctx, throttle.ReserveOptions{Headroom: ch.headroom}, sends)
+		ps, err := e.limiter.Plan(ctx, throttle.ReserveOptions{Headroom: ch.ch.headroom()}, sends)
 		if err != nil {
 			// Nothing was enqueued: give back the places already taken.
 			for i, t := range ts {
@@ -181,7 +184,8 @@ func (e *Enqueuer) release(ctx context.Context, t *asynq.Task, id string) {
 	if ch == nil || err != nil {
 		return
 	}
-	_, _ = e.limiter.ReleasePlanned(context.WithoutCancel(ctx), id, ch.rules.Requests(f.fields)...)
+	_, _ = e.limiter.ReleasePlanned(context.WithoutCancel(ctx), throttle.Send{TaskID: id, Tenant: f.tenant,
+		Weight: ch.ch.weight(f.tenant), Requests: ch.rules.Requests(f.fields)})
 }
 
 // facts is what planning needs from a payload.
@@ -189,6 +193,7 @@ type facts struct {
 	fields map[string]string
 	high   bool
 	key    string // idempotency key
+	tenant string
 }
 
 // payloadFacts decodes a task of a type the tasks package knows; other
@@ -197,16 +202,16 @@ func payloadFacts(t *asynq.Task) (facts, error) {
 	switch t.Type() {
 	case tasks.TypeWhatsAppSend:
 		p, err := tasks.DecodeWhatsAppSend(t.Payload())
-		return facts{p.Fields(), p.High(), p.IdempotencyKey}, err
+		return facts{p.Fields(), p.High(), p.IdempotencyKey, p.Tenant}, err
 	case tasks.TypeSMSSend:
 		p, err := tasks.DecodeSMSSend(t.Payload())
-		return facts{p.Fields(), p.High(), p.IdempotencyKey}, err
+		return facts{p.Fields(), p.High(), p.IdempotencyKey, p.Tenant}, err
 	case tasks.TypeWebhookDeliver:
 		p, err := tasks.DecodeWebhookDeliver(t.Payload())
-		return facts{p.Fields(), p.High(), p.IdempotencyKey}, err
+		return facts{p.Fields(), p.High(), p.IdempotencyKey, p.Tenant}, err
 	case tasks.TypeHTTPCall:
 		p, err := tasks.DecodeHTTPCall(t.Payload())
-		return facts{p.Fields(), p.High(), p.IdempotencyKey}, err
+		return facts{p.Fields(), p.High(), p.IdempotencyKey, p.Tenant}, err
 	}
 	return facts{}, nil
 }

@@ -27,6 +27,9 @@ type Prepared struct {
 	// Priority is the send's place among sends on the same limits:
 	// throttle.High overtakes planned bulk sends.
 	Priority throttle.Priority
+	// Tenant is who the send is for (tasks.Delivery.Tenant): tenants
+	// backlogged on one limit share it by Channel.TenantWeights.
+	Tenant string
 }
 
 // Reserver is implemented by limiters that pace sends by reservation
@@ -71,6 +74,10 @@ type Channel struct {
 	// worker before its instant. Zero means throttle.DefaultHold (2s:
 	// asynq schedules in whole seconds).
 	Hold time.Duration
+	// TenantWeights are the tenants' share weights on the channel's paced
+	// limits (tenant → weight, 0 < weight <= throttle.MaxTenantWeight); a
+	// tenant not listed weighs 1. Enqueue-time planning must use the same.
+	TenantWeights map[string]float64
 	// MaxPayloadBytes caps a task's payload; a larger task is archived
 	// before it is decoded. Zero means tasks.MaxPayloadBytes(TaskType), or
 	// no cap for a task type the tasks package does not know.
@@ -88,6 +95,23 @@ func (ch Channel) headroom() float64 {
 		return 0
 	}
 	return ch.Headroom
+}
+
+func (ch Channel) checkWeights() error {
+	for t, w := range ch.TenantWeights {
+		if !(w > 0 && w <= throttle.MaxTenantWeight) {
+			return fmt.Errorf("channel %s: tenant %.40q: weight %v, want more than 0 and at most %d", ch.Name, t, w, throttle.MaxTenantWeight)
+		}
+	}
+	return nil
+}
+
+// weight is a tenant's share weight: TenantWeights', else 1.
+func (ch Channel) weight(tenant string) float64 {
+	if w, ok := ch.TenantWeights[tenant]; ok && w > 0 {
+		return w
+	}
+	return 1
 }
 
 // Defaults of Options and Channel, read by config.Default too, so the two
@@ -261,6 +285,9 @@ func (w *Worker) Handler(ch Channel) (asynq.Handler, error) {
 		ch.MaxPayloadBytes = tasks.MaxPayloadBytes(ch.TaskType)
 	}
 	ch.Headroom = ch.headroom()
+	if err := ch.checkWeights(); err != nil {
+		return nil, err
+	}
 	if ch.Hold == 0 {
 		ch.Hold = throttle.DefaultHold
 	}
@@ -452,7 +479,8 @@ func fastLimits(reqs []throttle.Request) []throttle.Request {
 func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []throttle.Request) ([]throttle.Lease, error) {
 	m, name := h.w.opts.Metrics, h.ch.Name
 	id, _ := asynq.GetTaskID(ctx)
-	opts := throttle.ReserveOptions{TaskID: id, Priority: p.Priority, Hold: h.ch.Hold, Headroom: h.ch.Headroom}
+	opts := throttle.ReserveOptions{TaskID: id, Priority: p.Priority, Hold: h.ch.Hold, Headroom: h.ch.Headroom,
+		Tenant: p.Tenant, Weight: h.ch.weight(p.Tenant)}
 	for round := 1; ; round++ {
 		sent := h.now()
 		r, err := res.Reserve(ctx, opts, reqs...)

@@ -213,8 +213,21 @@ func buildChannel(cc *config.ChannelConfig, egress channels.Egress, secrets Secr
 	ch.ThrottleBackoff = cc.ThrottleBackoff
 	ch.MaxRetryAfter = cc.MaxRetryAfter
 	ch.MaxPayloadBytes = cc.MaxPayloadBytes
-	ch.Headroom, ch.Hold = headroom(cc), cc.Hold
+	ch.Headroom, ch.Hold, ch.TenantWeights = headroom(cc), cc.Hold, weights(cc)
 	return ch, nil
+}
+
+// weights is the channel's configured tenant weights as worker.Channel
+// takes them. Workers and the enqueuer must share them.
+func weights(cc *config.ChannelConfig) map[string]float64 {
+	if len(cc.TenantWeights) == 0 {
+		return nil
+	}
+	w := make(map[string]float64, len(cc.TenantWeights))
+	for t, v := range cc.TenantWeights {
+		w[t] = float64(v)
+	}
+	return w
 }
 
 // headroom is the channel's configured headroom as worker.Channel takes it:
@@ -228,7 +241,8 @@ func headroom(cc *config.ChannelConfig) float64 {
 }
 
 // NewEnqueuer returns the enqueuer that plans sends with the configuration's
-// enabled channels (their rules and headroom, as the workers pace them).
+// enabled channels (their rules, headroom and tenant weights, as the
+// workers pace them).
 func NewEnqueuer(cfg *config.Config, rdb redis.UniversalClient, lim *throttle.Redis) (*worker.Enqueuer, error) {
 	var chans []worker.Channel
 	for _, name := range tasks.Channels() {
@@ -237,7 +251,7 @@ func NewEnqueuer(cfg *config.Config, rdb redis.UniversalClient, lim *throttle.Re
 			continue
 		}
 		taskType, _ := tasks.ChannelTaskType(name)
-		chans = append(chans, worker.Channel{Name: name, TaskType: taskType, Rules: cc.Rules(), Headroom: headroom(cc)})
+		chans = append(chans, worker.Channel{Name: name, TaskType: taskType, Rules: cc.Rules(), Headroom: headroom(cc), TenantWeights: weights(cc)})
 	}
 	return worker.NewEnqueuer(asynq.NewClientFromRedisClient(rdb), lim, chans)
 }

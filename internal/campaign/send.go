@@ -41,6 +41,12 @@ type Message struct {
 	// cell keeps this one).
 	Priority string
 
+	// Tenant is every row's tenant (tasks.Delivery.Tenant): tenants
+	// backlogged on one limit share it by weight. "" means Campaign, so
+	// two campaigns on one number take turns instead of the later one
+	// waiting for the earlier to finish.
+	Tenant string
+
 	// MaxRetry is each task's retry budget; 0 keeps tasks.DefaultMaxRetry.
 	MaxRetry int
 	// CheckURL, when set, checks each of URLs once in Validate (a worker's
@@ -66,6 +72,13 @@ func (m *Message) Validate(columns []string) error {
 		if !have[p] {
 			return fmt.Errorf("--params: column %q is not in the file (have: %s)", p, strings.Join(columns, ", "))
 		}
+	}
+	if err := tasks.ValidTenant(m.tenant()); err != nil {
+		flag := "--tenant"
+		if m.Tenant == "" {
+			flag = "--campaign (the default tenant)"
+		}
+		return fmt.Errorf("%s: %w", flag, err)
 	}
 	switch m.Channel {
 	case "whatsapp":
@@ -99,6 +112,14 @@ func (m *Message) Validate(columns []string) error {
 	return nil
 }
 
+// tenant is the rows' tenant: Tenant, else the campaign's name.
+func (m *Message) tenant() string {
+	if m.Tenant != "" {
+		return m.Tenant
+	}
+	return m.Campaign
+}
+
 // Task builds the task for the i-th valid row. Its ID is the row's
 // content-based IdempotencyKey, so enqueuing the same row twice is refused
 // as a duplicate and never sends twice. The error is a template's (Render),
@@ -111,7 +132,7 @@ func (m *Message) Task(row Row, i int, columns []string) (*asynq.Task, error) {
 	}
 	var t *asynq.Task
 	var err error
-	d := tasks.Delivery{Priority: m.Priority}
+	d := tasks.Delivery{Priority: m.Priority, Tenant: m.tenant()}
 	if v := strings.TrimSpace(row.Params[PriorityColumn]); v != "" {
 		d.Priority = strings.ToLower(v)
 	}

@@ -22,7 +22,7 @@ func newEnqueueCmd(g *globals) *cobra.Command {
 idempotency key becomes the task ID: enqueuing the same key again is refused
 and never sends twice (completed tasks keep their ID for 24 h).`,
 	}
-	var key, priority string
+	var key, priority, tenant string
 	var maxRetry int
 	enqueue := func(cmd *cobra.Command, build func() (*asynq.Task, error)) error {
 		t, err := build()
@@ -72,6 +72,7 @@ and never sends twice (completed tasks keep their ID for 24 h).`,
 		c.Flags().StringVar(&key, "key", "", "idempotency key (becomes the task ID)")
 		c.Flags().IntVar(&maxRetry, "max-retry", 0, "retries for failures (throttling never spends one); default 10")
 		c.Flags().StringVar(&priority, "priority", "", "high: overtake planned bulk sends on the same limits (sent within the hold, 2s)")
+		c.Flags().StringVar(&tenant, "tenant", "", "who the send is for: tenants backlogged on one limit share it by channels.*.tenant_weights")
 	}
 
 	var wa tasks.WhatsAppSend
@@ -85,7 +86,7 @@ and never sends twice (completed tasks keep their ID for 24 h).`,
 				if tmpl.Name != "" {
 					wa.Template = &tmpl
 				}
-				wa.IdempotencyKey, wa.Priority = key, priority
+				wa.IdempotencyKey, wa.Priority, wa.Tenant = key, priority, tenant
 				return tasks.NewWhatsAppSendTask(wa)
 			})
 		},
@@ -105,7 +106,7 @@ and never sends twice (completed tasks keep their ID for 24 h).`,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return enqueue(cmd, func() (*asynq.Task, error) {
-				sms.IdempotencyKey, sms.Priority = key, priority
+				sms.IdempotencyKey, sms.Priority, sms.Tenant = key, priority, tenant
 				return tasks.NewSMSSendTask(sms)
 			})
 		},
@@ -124,7 +125,7 @@ and never sends twice (completed tasks keep their ID for 24 h).`,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return enqueue(cmd, func() (*asynq.Task, error) {
-				hook.IdempotencyKey, hook.Priority = key, priority
+				hook.IdempotencyKey, hook.Priority, hook.Tenant = key, priority, tenant
 				hook.Payload = json.RawMessage(hookPayload)
 				return tasks.NewWebhookDeliverTask(hook)
 			})
@@ -144,7 +145,7 @@ and never sends twice (completed tasks keep their ID for 24 h).`,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return enqueue(cmd, func() (*asynq.Task, error) {
-				call.IdempotencyKey, call.Priority = key, priority
+				call.IdempotencyKey, call.Priority, call.Tenant = key, priority, tenant
 				call.Headers = map[string]string{}
 				for _, h := range headers {
 					k, v, ok := strings.Cut(h, ":")

@@ -377,10 +377,32 @@ func TestSendPlansAndLimitsShowsTheBacklog(t *testing.T) {
 	require.NoError(t, err)
 	require.Positive(t, qi.Scheduled, "bulk sends beyond the current second are scheduled for their slot")
 
+	tasks, err := insp.ListScheduledTasks("whatsapp", asynq.PageSize(1))
+	require.NoError(t, err)
+	require.Len(t, tasks, 1)
+	require.Contains(t, string(tasks[0].Payload), `"tenant":"planned"`, "the campaign is the tenant by default")
+
+	// A second campaign on the number, sent after the first, is served in
+	// turns with it (1:1) instead of behind it: its 80 sends end well before
+	// the first campaign's 400.
+	var b2 strings.Builder
+	b2.WriteString("to,name\n")
+	for i := range 80 {
+		fmt.Fprintf(&b2, "+1202556%04d,Bo\n", 1000+i)
+	}
+	r = run(t, "send", "--channel", "whatsapp", "--csv", writeFile(t, "second.csv", b2.String()), "--phone-number-id", "106540352242922",
+		"--template", "order_update", "--params", "name", "--tenant", "shop-2", "--redis", srv.URL())
+	require.Equal(t, 0, r.code, r.stderr)
+	m2 := regexp.MustCompile(`last send expected at (\S+)`).FindStringSubmatch(r.stdout)
+	require.NotNil(t, m2, r.stdout)
+	last2, err := time.Parse(time.RFC3339, m2[1])
+	require.NoError(t, err)
+	require.Less(t, last2.Sub(start).Seconds(), last.Sub(start).Seconds()-1.5, "second tenant's last send at +%v, the first's at +%v", last2.Sub(start), last.Sub(start))
+
 	r = run(t, "limits", "show", "whatsapp:number:106540352242922", "--redis", srv.URL())
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Regexp(t, `paced at\s+78.8/s \(80/s less headroom 1.5%\)`, r.stdout)
-	require.Regexp(t, `backlog\s+400 planned sends`, r.stdout, "the high-priority row holds no place")
+	require.Regexp(t, `backlog\s+480 planned sends`, r.stdout, "the high-priority row holds no place")
 	require.Regexp(t, `drains\s+\S+ \(in `, r.stdout)
 
 	r = run(t, "enqueue", "whatsapp", "--phone-number-id", "106540352242922", "--to", "+12025559998",

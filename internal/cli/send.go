@@ -113,6 +113,7 @@ Examples:
 	f.StringVar(&rejectsPath, "rejects", "", "where rejected rows go (default: FILE.rejects.csv)")
 	f.StringVar(&m.Campaign, "campaign", "", "campaign name, part of each idempotency key (default: the file's base name)")
 	f.StringVar(&m.Priority, "priority", "", "high: every row overtakes planned bulk sends on the same limits (a \"priority\" column sets it per row)")
+	f.StringVar(&m.Tenant, "tenant", "", "who the campaign is for: tenants backlogged on one limit share it by channels.*.tenant_weights (default: the campaign name)")
 	f.StringVar(&m.PhoneNumberID, "phone-number-id", "", "whatsapp: sender's phone number ID")
 	f.StringVar(&m.Template, "template", "", "whatsapp: template name")
 	f.StringVar(&m.Language, "lang", "en_US", "whatsapp: template language code")
