@@ -112,6 +112,10 @@ type ReserveOptions struct {
 	// weights 3 and 1 get 3/4 and 1/4 of the limit. Zero means 1; at most
 	// MaxTenantWeight.
 	Weight float64
+	// Retake marks a High send that takes a new slot for a send already
+	// counted in the plan (it woke up too late for its firm slot): its new
+	// slot is not counted in the plan a second time.
+	Retake bool
 }
 
 // Bounds of ReserveOptions.Tenant and Weight.
@@ -286,7 +290,7 @@ func (l *Redis) Plan(ctx context.Context, opts ReserveOptions, sends []Send) ([]
 			ra := l.newReserveArgs("plan", 0, headroom, len(part))
 			for _, it := range part {
 				s := sends[it.idx]
-				ra.send(s.TaskID, Bulk, "", s.Tenant, s.Weight, it.reqs, it.fields)
+				ra.send(s.TaskID, Bulk, false, "", s.Tenant, s.Weight, it.reqs, it.fields)
 			}
 			raw, err := reserveScripts[0].Run(ctx, l.rdb, ra.keys, ra.args...).Int64Slice() // GCRA only
 			if err != nil {
@@ -330,7 +334,7 @@ func (l *Redis) ReleasePlanned(ctx context.Context, s Send) (bool, error) {
 		return false, err
 	}
 	ra := l.newReserveArgs("release", 0, 0, 1)
-	ra.send(s.TaskID, Bulk, "", s.Tenant, s.Weight, gcra, fields)
+	ra.send(s.TaskID, Bulk, false, "", s.Tenant, s.Weight, gcra, fields)
 	raw, err := reserveScripts[0].Run(ctx, l.rdb, ra.keys, ra.args...).Int64Slice() // GCRA only
 	if err != nil {
 		return false, fmt.Errorf("throttle: release %q: %w", gcra[0].Key, err)
@@ -478,11 +482,15 @@ func (l *Redis) newReserveArgs(mode string, hold time.Duration, headroom float64
 		args: []any{now, mode, "", hold.Microseconds(), strconv.FormatFloat(headroom, 'f', -1, 64), "", nsends}}
 }
 
-// send appends one send: its task ID, priority, call id, tenant and its
+// send appends one send: its task ID, priority (and whether it is a
+// retake), call id, tenant and its
 // weight (zero: 1), and limits.
-func (ra *reserveArgs) send(taskID string, p Priority, callID, tenant string, weight float64, reqs []Request, fields []string) {
+func (ra *reserveArgs) send(taskID string, p Priority, retake bool, callID, tenant string, weight float64, reqs []Request, fields []string) {
 	pr := "bulk"
-	if p == High {
+	switch {
+	case p == High && retake:
+		pr = "retake"
+	case p == High:
 		pr = "high"
 	}
 	if weight == 0 {

@@ -158,7 +158,7 @@ func (b *reserveBatcher) exec(calls []*reserveCall) {
 	ra := l.newReserveArgs("reserve", calls[0].hold, calls[0].headroom, len(calls))
 	for _, c := range calls {
 		all = append(all, c.reqs...)
-		ra.send(c.opts.TaskID, c.opts.Priority, c.callID, c.opts.Tenant, c.opts.Weight, c.reqs, c.fields)
+		ra.send(c.opts.TaskID, c.opts.Priority, c.opts.Retake, c.callID, c.opts.Tenant, c.opts.Weight, c.reqs, c.fields)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), reserveTimeout)
 	raw, err := reserveScriptFor(all).Run(ctx, l.rdb, ra.keys, ra.args...).Int64Slice()

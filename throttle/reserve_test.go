@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -494,7 +495,10 @@ func tenantsShare(t *testing.T, wa, wb float64) {
 	l, clock := reserveLimiter(t)
 	ctx := context.Background()
 	opts := throttle.ReserveOptions{Headroom: 0.01}
-	const each = 2000
+	each := 2000
+	if n, _ := strconv.Atoi(os.Getenv("EACH")); n > 0 {
+		each = n
+	}
 	type send struct {
 		throttle.Send
 		b bool // tenant B's
@@ -728,4 +732,49 @@ func TestTenantPlacesOnBothBackends(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestRetakeIsNotCountedTwice: a late send's re-take of a slot goes first
+// like a High send but, unlike one, adds nothing to its second's plan count
+// (the send was counted when it was planned).
+func TestRetakeIsNotCountedTwice(t *testing.T) {
+	clock := &fakeClock{t: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)}
+	rdb := redistest.Start(t).Client(t)
+	l := throttle.NewRedis(rdb, throttle.Options{Clock: clock.Now, OverrideRefresh: -1})
+	ctx := context.Background()
+	req := throttle.Request{Key: "wa:number:1", Limit: mps80}
+	sends := make([]throttle.Send, 200)
+	for i := range sends {
+		sends[i] = throttle.Send{TaskID: fmt.Sprint("c", i), Requests: []throttle.Request{req}}
+	}
+	if _, err := l.Plan(ctx, throttle.ReserveOptions{}, sends); err != nil {
+		t.Fatal(err)
+	}
+	count := func() string {
+		v, _ := rdb.HGet(ctx, l.Key("wa:number:1")+"|plan", fmt.Sprint("@", clock.Now().Unix())).Result()
+		return v
+	}
+	before := count()
+	r, err := l.Reserve(ctx, throttle.ReserveOptions{Priority: throttle.High, Retake: true}, req)
+	if err != nil || !r.Firm {
+		t.Fatalf("retake: %+v %v, want firm", r, err)
+	}
+	if got := count(); got != before {
+		t.Fatalf("this second's plan count %s after a retake, want %s", got, before)
+	}
+	if r, err = l.Reserve(ctx, throttle.ReserveOptions{Priority: throttle.High}, req); err != nil || !r.Firm {
+		t.Fatalf("high: %+v %v, want firm", r, err)
+	}
+	if got, want := count(), fmt.Sprint(mustAtoi(t, before)+1); got != want {
+		t.Fatalf("this second's plan count %s after a high-priority send, want %s", got, want)
+	}
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -438,7 +438,7 @@ func (h *handler) retakeFast(ctx context.Context, res Reserver, reqs []throttle.
 	if len(fast) == 0 {
 		return nil
 	}
-	r, err := res.Reserve(ctx, throttle.ReserveOptions{Priority: throttle.High, Hold: h.ch.Hold, Headroom: h.ch.Headroom}, fast...)
+	r, err := res.Reserve(ctx, throttle.ReserveOptions{Priority: throttle.High, Retake: true, Hold: h.ch.Hold, Headroom: h.ch.Headroom}, fast...)
 	h.w.opts.Metrics.call(h.ch.Name, "reserve")
 	if err != nil || !r.Firm {
 		return nil

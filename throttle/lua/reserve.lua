@@ -24,7 +24,7 @@
 -- ARGV[3] unused                      ARGV[4] hold us (firm at most this far ahead)
 -- ARGV[5] headroom (fraction)         ARGV[6] unused
 -- ARGV[7] number of sends, then per send: task id ('' = none), priority
---         (high | bulk), call id (names its leases and sliding-log
+--         (high | bulk | retake), call id (names its leases and sliding-log
 --         entries), tenant ('' = none), tenant weight (> 0), number of
 --         limits m, then m times: key index i,
 --         algorithm, limit, period us, burst, cost, extra (as consume.lua)
@@ -482,7 +482,8 @@ local function reserve_one(s)
 -- A send planned earlier takes the firm book's slot, not one behind the plan.
 local held = held_at(s)
 local back = held ~= nil
-local high = s.prio == 'high'
+-- (retake: a high-priority re-take of a send's slot, already counted)
+local high = s.prio == 'high' or s.prio == 'retake'
 pace_all(s)
 -- ... unless another tenant took its place: it pays its tenant's yield and
 -- is planned again.
@@ -545,7 +546,7 @@ if firm == 1 then
     for _, l in ipairs(s.limits) do
       if l.algo == 'gcra' and l.fast and l.active then busy = true end
     end
-    if busy then plan_count(s, math.floor(at / SEC), false) end
+    if busy and s.prio ~= 'retake' then plan_count(s, math.floor(at / SEC), false) end
   end
 elseif blocked_wait > 0 then
   -- Blocked by a limit that cannot be reserved: come back after its wait
