@@ -1,0 +1,199 @@
+//go:build unix
+
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-dev/sluice/internal/emulator"
+	"github.com/sluice-dev/sluice/internal/redistest"
+)
+
+const (
+	numberD = "106540352242955" // tenants 1:1
+	numberE = "106540352242966" // tenants 1:3 (the later one weighs 3)
+	numberF = "106540352242977" // one send while D and E are backlogged
+)
+
+// TestTenantsTakeTurnsOnOneNumber is the issue's fairness run: three
+// `sluice serve` processes, strict emulators, and on each of two numbers
+// one campaign through `sluice send` followed by a second campaign of
+// another tenant. On number D the tenants weigh 1:1; on number E the later
+// one weighs 3 (channels.whatsapp.tenant_weights). While both are
+// backlogged, every 10-second window must give each tenant its weight's
+// share within 5% of it, and a send to a third number must not wait
+// behind either backlog. SLUICE_E2E_SCALE=full runs 4,000 rows a campaign.
+func TestTenantsTakeTurnsOnOneNumber(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: runs three workers for about 25s")
+	}
+	rows := 800
+	if os.Getenv("SLUICE_E2E_SCALE") == "full" {
+		rows = 4000
+	}
+	bin := sluiceBinary(t)
+	rs := redistest.Start(t)
+	rdb := rs.Client(t)
+	emu, err := emulator.Start(emulator.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, emu.Close()) })
+	env := workerEnv(rs)
+	dir := t.TempDir()
+	var workers []*worker
+	var cfgPath string
+	addrs := freeAddrs(t, 3)
+	for i := range 3 {
+		cfg := fmt.Sprintf("http:\n  listen: %q\nworker:\n  shutdown_timeout: 5s\nchannels:\n  whatsapp:\n    base_url: %q\n    tenant_weights:\n      heavy: 3\n  sms:\n    enabled: false\n  webhook:\n    enabled: false\n  http:\n    enabled: false\n",
+			addrs[i], emu.WhatsAppURL())
+		cfgPath = filepath.Join(dir, fmt.Sprintf("sluice-%d.yaml", i))
+		require.NoError(t, os.WriteFile(cfgPath, []byte(cfg), 0o600))
+		workers = append(workers, startWorker(t, bin, fmt.Sprintf("worker %d", i), cfgPath, addrs[i], env))
+	}
+	insp := asynq.NewInspectorFromRedisClient(rdb)
+	waitFor(t, workers, 30*time.Second, "3 asynq servers registered", func() (bool, string) {
+		pids, err := serverPIDs(insp)
+		return err == nil && len(pids) == 3, fmt.Sprint(pids, err)
+	})
+	hc := &http.Client{Transport: &http.Transport{}, Timeout: 5 * time.Second}
+	defer hc.CloseIdleConnections()
+
+	// Each tenant's rows go to their own recipients, so the records tell
+	// the tenants apart.
+	first := filepath.Join(dir, "first.csv")
+	second := filepath.Join(dir, "second.csv")
+	writeCSV(t, first, rows, func(i int) string { return fmt.Sprintf("%s,Ann,%d", recipientN(i), i) })
+	writeCSV(t, second, rows, func(i int) string { return fmt.Sprintf("%s,Bo,%d", recipientN(rows+i), i) })
+	isSecond := func(r emulator.Record) bool {
+		for i := range rows {
+			if r.Recipient == recipientN(rows+i) {
+				return true
+			}
+		}
+		return false
+	}
+	before := snapshot(t, hc, workers, rdb)
+	send := func(number, csv, tenant string) {
+		runCLI(t, bin, env, "--config", cfgPath, "send", "--channel", "whatsapp", "--csv", csv, "--campaign", tenant+"-"+number,
+			"--tenant", tenant, "--phone-number-id", number, "--template", "order_update", "--lang", "en_US", "--params", "name,order_id")
+	}
+	send(numberD, first, "first")
+	send(numberE, first, "first")
+	waitFor(t, workers, 30*time.Second, "the first campaigns under way", func() (bool, string) {
+		n := emu.Stats()[emulator.ChannelWhatsApp].Unique
+		return n >= 80, strconv.Itoa(n)
+	})
+	send(numberD, second, "second")
+	send(numberE, second, "heavy")
+	other := time.Now()
+	runCLI(t, bin, env, "--config", cfgPath, "enqueue", "whatsapp", "--phone-number-id", numberF, "--to", "+14155550199",
+		"--template", "order_update", "--key", "e2e-tenants-other")
+
+	want := 4*rows + 1
+	waitDelivered(t, workers, emu, insp, time.Duration(float64(2*rows)/78.8*float64(time.Second))+60*time.Second, want, 0)
+	after := snapshot(t, hc, workers, rdb)
+	records := emu.Records()
+	st := emu.Stats()[emulator.ChannelWhatsApp]
+	require.Zero(t, st.Throttled, "throttle responses %v", st.ThrottledByCode)
+	require.Zero(t, st.Duplicates)
+	require.Equal(t, want, st.Unique)
+	for sender, n := range emulator.MaxInSpan(records, emulator.ChannelWhatsApp, time.Second) {
+		require.LessOrEqual(t, n, 80, "whatsapp %s: most sends in any 1-second span", sender)
+	}
+	r, ok := recordByKey(records, "e2e-tenants-other")
+	require.True(t, ok)
+	t.Logf("a send to another number while both are backlogged: delivered %v after `sluice enqueue` started", r.At.Sub(other).Round(time.Millisecond))
+	require.Less(t, r.At.Sub(other), 2*time.Second, "the send to another number waited behind the backlogs")
+
+	for _, c := range []struct {
+		number string
+		wb     float64 // the second tenant's share
+	}{{numberD, 0.5}, {numberE, 0.75}} {
+		var times []time.Time
+		var second []bool
+		for _, r := range records {
+			if r.Channel == emulator.ChannelWhatsApp && r.Sender == c.number {
+				times = append(times, r.At)
+				second = append(second, isSecond(r))
+			}
+		}
+		windows, worst := shareWindows(t, times, second, c.wb)
+		t.Logf("whatsapp %s: %d windows of 10s with both tenants backlogged; second tenant's share %.3f to %.3f (want %.3f ±5%%)",
+			c.number, windows, worst[0], worst[1], c.wb)
+		require.GreaterOrEqual(t, windows, 3, "windows with both tenants backlogged")
+	}
+	d := after.minus(before)
+	t.Logf("%d sends: %.3f dequeues/send, %.3f limiter calls/send (tenants' places taken back are planned again)",
+		want, float64(d.dequeues["whatsapp"])/float64(want), float64(d.calls["whatsapp"])/float64(want))
+}
+
+// shareWindows checks every 10s window, in 1s steps, while both tenants are
+// backlogged (from the second after the second tenant's first send until a
+// second before either's last): the second tenant's share must be within
+// 5% of wb, and the first's within 5% of 1-wb. It returns the number of
+// windows and the lowest and highest share seen.
+func shareWindows(t *testing.T, at []time.Time, second []bool, wb float64) (int, [2]float64) {
+	t.Helper()
+	var firstB, lastA, lastB time.Time
+	for i, ts := range at {
+		if second[i] {
+			if firstB.IsZero() || ts.Before(firstB) {
+				firstB = ts
+			}
+			if ts.After(lastB) {
+				lastB = ts
+			}
+		} else if ts.After(lastA) {
+			lastA = ts
+		}
+	}
+	end := lastA
+	if lastB.Before(end) {
+		end = lastB
+	}
+	end = end.Add(-time.Second)
+	n := 0
+	worst := [2]float64{1, 0}
+	for from := firstB.Truncate(time.Second).Add(time.Second); !from.Add(10 * time.Second).After(end); from = from.Add(time.Second) {
+		to := from.Add(10 * time.Second)
+		na, nb := 0, 0
+		for i, ts := range at {
+			if !ts.Before(from) && ts.Before(to) {
+				if second[i] {
+					nb++
+				} else {
+					na++
+				}
+			}
+		}
+		share := float64(nb) / float64(na+nb)
+		worst[0], worst[1] = min(worst[0], share), max(worst[1], share)
+		if d := share - wb; d > 0.05*min(wb, 1-wb) || -d > 0.05*min(wb, 1-wb) {
+			// What each second held, to tell a plan's fault from timing.
+			for sec := firstB.Truncate(time.Second).Add(-2 * time.Second); !sec.After(end.Add(2 * time.Second)); sec = sec.Add(time.Second) {
+				a, b := 0, 0
+				for i, ts := range at {
+					if ts.Truncate(time.Second).Equal(sec) {
+						if second[i] {
+							b++
+						} else {
+							a++
+						}
+					}
+				}
+				t.Logf("%s: first %d, second %d", sec.Format("15:04:05"), a, b)
+			}
+		}
+		require.InDelta(t, wb, share, 0.05*min(wb, 1-wb), "window from %s: first tenant %d, second %d sends", from.Format("15:04:05"), na, nb)
+		n++
+	}
+	return n, worst
+}
