@@ -31,6 +31,10 @@ type ThrottledError struct {
 	// (throttle.Reservation.Planned): it comes back at the whole second of
 	// that slot and is held in the worker until the slot itself.
 	Planned bool
+	// Due, when set, is the local time at which the planned slot's whole
+	// second begins (on the limiter's clock, mapped to this host's): the
+	// task comes back then. Without it the second is found from Wait.
+	Due time.Time
 }
 
 func (e *ThrottledError) Error() string {
@@ -56,6 +60,9 @@ func IsFailure(err error) bool {
 func RetryDelay(n int, err error, t *asynq.Task) time.Duration {
 	var te *ThrottledError
 	if errors.As(err, &te) {
+		if te.Planned && !te.Due.IsZero() {
+			return max(0, time.Until(te.Due))
+		}
 		if te.Planned {
 			return plannedDelay(time.Now(), te.Wait)
 		}

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -56,5 +57,43 @@ func TestLateWakeUpTakesANewSlot(t *testing.T) {
 	}
 	if len(f.reqs[1]) != 1 || f.reqs[1][0].Key != "t:k:1" {
 		t.Fatalf("second reservation's limits %+v: want only the 80/s limit, not the 6s pair", f.reqs[1])
+	}
+}
+
+// plannedReserver plans every call for a slot 4.999s after its Now, late
+// in its whole second, with Redis' clock 3ms ahead of this host's.
+type plannedReserver struct {
+	throttle.Limiter
+	now func() time.Time
+}
+
+func (p plannedReserver) Reserve(context.Context, throttle.ReserveOptions, ...throttle.Request) (throttle.Reservation, error) {
+	redisNow := p.now().Add(3 * time.Millisecond)
+	return throttle.Reservation{Decision: throttle.Decision{Now: redisNow}, Planned: true, At: redisNow.Add(4999 * time.Millisecond)}, nil
+}
+
+// A send planned late in a second comes back at that second's start on
+// the limiter's clock, even when the wait is handed to asynq later: a wait
+// measured from a later local now would cross into the next second and
+// bring the send back a second late.
+func TestPlannedSendComesBackAtItsSlotsSecond(t *testing.T) {
+	base := time.Date(2026, 11, 23, 12, 0, 20, 0, time.UTC)
+	now := func() time.Time { return base }
+	h := &handler{w: &Worker{}, ch: Channel{Name: "t", Hold: 2 * time.Second}, rules: &rules.Set{}, now: now}
+	reqs := []throttle.Request{{Key: "t:k:1", Limit: throttle.Limit{Name: "k", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(80), Burst: 1}}}
+	_, err := h.reserve(context.Background(), plannedReserver{now: now}, Prepared{}, reqs)
+	var te *ThrottledError
+	if !errors.As(err, &te) || !te.Planned {
+		t.Fatalf("err %v, want a planned *ThrottledError", err)
+	}
+	// The slot is at Redis 12:00:25.002, second 25, which this host's
+	// clock reads at 12:00:24.997: the nearest local whole second is 25.
+	if want := base.Add(5 * time.Second); !te.Due.Equal(want) {
+		t.Fatalf("due %v, want %v", te.Due, want)
+	}
+	// When asynq asks, later, the delay still ends at Due.
+	due := time.Now().Add(2 * time.Second).Truncate(time.Second)
+	if d := RetryDelay(0, &ThrottledError{Planned: true, Wait: time.Hour, Due: due}, nil); d > 2*time.Second || d < time.Until(due)-time.Millisecond {
+		t.Fatalf("retry delay %v, want until %v", d, due)
 	}
 }

@@ -522,6 +522,11 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 		blk, _ := r.Blocking()
 		te := &ThrottledError{Channel: name, Limit: r.BlockedBy, Key: blk.Key, RetryAfter: r.RetryAfter, Wait: delay, Planned: r.Planned}
 		if r.Planned {
+			// The slot's whole second is on the limiter's clock: a wait
+			// measured from a later local now would push a slot late in its
+			// second into the next one. asynq releases at local whole
+			// seconds, so come back at the one nearest its start.
+			te.Due = h.clock.local(r.At.Truncate(time.Second)).Round(time.Second)
 			m.outcome(name, OutcomePlanned)
 		} else {
 			m.outcome(name, OutcomeThrottled)
