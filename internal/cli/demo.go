@@ -205,28 +205,25 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 	for _, m := range msgs {
 		withConfig(m, cfg)
 		queue := asynq.Queue(cfg.Channels[m.Channel].Queue)
-		for lo := 0; lo < len(res.Rows); lo += enqueueBatch {
-			var batch []*asynq.Task
-			for i, row := range res.Rows[lo:min(lo+enqueueBatch, len(res.Rows))] {
-				t, err := m.Task(row, lo+i, res.Columns)
+		err := enqueueRows(ctx, enq, m, res.Rows, res.Columns, []asynq.Option{queue},
+			func(row campaign.Row, err error) error { return fmt.Errorf("%s line %d: %w", m.Channel, row.Line, err) },
+			func(rows []campaign.Row, out []worker.Enqueued, err error) error {
 				if err != nil {
-					return fmt.Errorf("%s line %d: %w", m.Channel, row.Line, err)
+					return fmt.Errorf("enqueue %s: %w", m.Channel, err)
 				}
-				batch = append(batch, t)
-			}
-			out, err := enq.Enqueue(ctx, batch, queue)
-			if err != nil {
-				return fmt.Errorf("enqueue %s: %w", m.Channel, err)
-			}
-			for k, r := range out {
-				if r.Err != nil {
-					return fmt.Errorf("enqueue %s line %d: %w", m.Channel, res.Rows[lo+k].Line, r.Err)
+				for k, r := range out {
+					if r.Err != nil {
+						return fmt.Errorf("enqueue %s line %d: %w", m.Channel, rows[k].Line, r.Err)
+					}
+					enqueued[m.Channel]++
+					if r.ETA.After(last) {
+						last = r.ETA
+					}
 				}
-				enqueued[m.Channel]++
-				if r.ETA.After(last) {
-					last = r.ETA
-				}
-			}
+				return nil
+			})
+		if err != nil {
+			return err
 		}
 	}
 	if !o.json {

@@ -147,56 +147,35 @@ func sendFile(ctx context.Context, enq *worker.Enqueuer, m *campaign.Message, pa
 	rep := &sendReport{Rows: len(res.Rows) + len(res.Rejects), Campaign: m.Campaign, Channel: m.Channel, Filename: path, rejectAll: res.Rejects}
 
 	bar, wait := newBar(progress, "enqueue "+m.Channel, int64(len(res.Rows)))
-	var batch []*asynq.Task
-	var lines []int
-	flush := func() error {
-		if len(batch) == 0 {
-			return nil
-		}
-		out, err := enq.Enqueue(ctx, batch)
-		if err != nil {
-			return fmt.Errorf("enqueue lines %d-%d: %w (re-running the file is safe)", lines[0], lines[len(lines)-1], err)
-		}
-		for k, r := range out {
-			switch {
-			case errors.Is(r.Err, asynq.ErrTaskIDConflict) || errors.Is(r.Err, asynq.ErrDuplicateTask):
-				rep.Already++
-			case r.Err != nil:
-				return fmt.Errorf("enqueue line %d: %w (re-running the file is safe)", lines[k], r.Err)
-			default:
-				rep.Enqueued++
-				if r.ETA.After(rep.Last) {
-					rep.Last = r.ETA
-				}
-			}
-		}
-		bar.IncrBy(len(batch))
-		batch, lines = batch[:0], lines[:0]
-		return nil
-	}
-	for i, row := range res.Rows {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		t, err := m.Task(row, i, res.Columns)
-		if err != nil {
+	err = enqueueRows(ctx, enq, m, res.Rows, res.Columns, nil,
+		func(row campaign.Row, err error) error {
 			bar.Increment()
 			rep.rejectAll = append(rep.rejectAll, campaign.Reject{Line: row.Line, Raw: row.Raw, Reason: err.Error()})
-			continue
-		}
-		if enq == nil {
-			bar.Increment()
-			rep.Enqueued++
-			continue
-		}
-		batch, lines = append(batch, t), append(lines, row.Line)
-		if len(batch) == enqueueBatch {
-			if err := flush(); err != nil {
-				return nil, err
+			return nil
+		},
+		func(rows []campaign.Row, out []worker.Enqueued, err error) error {
+			if err != nil {
+				return fmt.Errorf("enqueue lines %d-%d: %w (re-running the file is safe)", rows[0].Line, rows[len(rows)-1].Line, err)
 			}
-		}
-	}
-	if err := flush(); err != nil {
+			for k, r := range out {
+				switch {
+				case errors.Is(r.Err, asynq.ErrTaskIDConflict) || errors.Is(r.Err, asynq.ErrDuplicateTask):
+					rep.Already++
+				case r.Err != nil:
+					return fmt.Errorf("enqueue line %d: %w (re-running the file is safe)", rows[k].Line, r.Err)
+				default:
+					rep.Enqueued++
+					if r.ETA.After(rep.Last) {
+						rep.Last = r.ETA
+					}
+				}
+			}
+			bar.IncrBy(len(rows))
+			return nil
+		})
+	if err != nil {
+		bar.Abort(false)
+		wait()
 		return nil, err
 	}
 	bar.SetTotal(-1, true)
@@ -225,6 +204,52 @@ func sendFile(ctx context.Context, enq *worker.Enqueuer, m *campaign.Message, pa
 
 // enqueueBatch is the rows planned and enqueued together.
 const enqueueBatch = 256
+
+// enqueueRows builds each row's task with m and enqueues the tasks through
+// enq in batches of enqueueBatch, so that their slots are planned in one
+// limiter call per batch; opts apply to every task. A row whose task cannot
+// be built goes to bad; each batch's rows and outcomes (or the batch's
+// error) go to done. With enq nil (a dry run) nothing is enqueued and done
+// sees every task succeed. The first error bad or done returns stops it.
+func enqueueRows(ctx context.Context, enq *worker.Enqueuer, m *campaign.Message, rows []campaign.Row, columns []string, opts []asynq.Option,
+	bad func(campaign.Row, error) error, done func([]campaign.Row, []worker.Enqueued, error) error) error {
+	var batch []*asynq.Task
+	var batchRows []campaign.Row
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		var out []worker.Enqueued
+		var err error
+		if enq != nil {
+			out, err = enq.Enqueue(ctx, batch, opts...)
+		} else {
+			out = make([]worker.Enqueued, len(batch))
+		}
+		err = done(batchRows, out, err)
+		batch, batchRows = batch[:0], batchRows[:0]
+		return err
+	}
+	for i, row := range rows {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		t, err := m.Task(row, i, columns)
+		if err != nil {
+			if err := bad(row, err); err != nil {
+				return err
+			}
+			continue
+		}
+		batch, batchRows = append(batch, t), append(batchRows, row)
+		if len(batch) == enqueueBatch {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
+}
 
 // eta renders the time until t, rounded to what a person reads.
 func eta(t time.Time) string {
