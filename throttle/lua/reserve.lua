@@ -103,25 +103,33 @@ end
 
 -- Tenants share a fast limit in weighted turns. Each second's plan keeps a
 -- record of its tenants (field extra..'@'..sec..'#', JSON {tenant = {weight,
--- count, yields}}). A tenant that plans into a full future second takes a
--- place from the tenant most over its weighted share there, as long as it
--- stays at or under that tenant's share itself: the other tenant's count
--- moves to it and the other tenant owes a yield in that second. The first
--- of that tenant's sends to come back in the second pays the yield: it is
--- planned again, behind the plan (one more dequeue), instead of taking a
--- slot. So each second holds its room exactly, and two backlogged tenants
--- split every second by their weights. A send with no tenant is tenant ''.
+-- count, yields, reserved}}). A tenant that plans into a full future second
+-- takes a place from the tenant most over its weighted share there, as long
+-- as it stays at or under that tenant's share itself. The place's count
+-- moves to it; if the other tenant's place was one of its reservations
+-- (below), the reservation moves on to the first free room; otherwise a
+-- task holds it, so the other tenant owes a yield in that second and gets
+-- a reservation in the first free room instead. The first of that tenant's
+-- sends to come back in the second pays the yield: it is planned again on
+-- its tenant's earliest reservation (one more dequeue) instead of taking a
+-- slot. Reservations hold no task, so moving them costs no dequeue: each
+-- displaced send comes back exactly once more. So each second holds its
+-- room exactly, and two backlogged tenants split every second by their
+-- weights. A send with no tenant is tenant ''.
 -- Each tenant keeps a pointer (field 'g'..extra..'#'..tenant): the first
 -- second where it may still get a place, so planning a long backlog does
--- not scan the seconds before it again.
+-- not scan the seconds before it again; and one to the first second that
+-- may hold its reservations (field 'q'..extra..'#'..tenant).
 local function trec(l, sec)
-  if l.rec_sec == sec then return l.rec end
-  local r = {}
+  l.recs = l.recs or {}
+  local r = l.recs[sec]
+  if r then return r end
+  r = {}
   if l.active then
     local raw = redis.call('HGET', l.plan, l.extra .. '@' .. sec .. '#')
     if raw then r = cjson.decode(raw) end
   end
-  l.rec, l.rec_sec = r, sec
+  l.recs[sec] = r
   return r
 end
 
@@ -173,6 +181,76 @@ local function admit(l, s, sec)
   if r <= 0 or sec <= math.floor(now / SEC) or not l.active then return false end
   l.victim = victim(trec(l, sec), s.tenant, s.weight, l.cost)
   return l.victim ~= nil
+end
+
+-- advance moves fast limit l's fill pointer past the seconds that are full
+-- from sec (the pointer's second) on.
+local function advance(l, sec, n)
+  if sec ~= l.fill then return end
+  while n >= room(l, l.fill) do
+    l.fill = l.fill + 1
+    n = count(l, l.fill)
+  end
+  redis.call('HSET', l.plan, 'f' .. l.extra, l.fill)
+end
+
+-- reserve_room gives tenant u (weight w) a reservation on fast limit l: a
+-- place in the first free room of a second that has not begun.
+local function reserve_room(l, u, w)
+  local sec = math.max(l.fill, math.floor(now / SEC) + 1)
+  for _ = 1, 100000 do
+    local n, r = count(l, sec), room(l, sec)
+    if r > 0 and (n + l.cost <= r or n == 0) then break end
+    sec = sec + 1
+  end
+  local n = redis.call('HINCRBY', l.plan, l.extra .. '@' .. sec, l.cost)
+  local rec = trec(l, sec)
+  local v = rec[u] or {w, 0, 0, 0}
+  v[2], v[4] = v[2] + l.cost, (v[4] or 0) + l.cost
+  rec[u] = v
+  trec_save(l, sec, rec)
+  extend(l.plan, ttl_ms((sec + 2) * SEC - now))
+  local qf = 'q' .. l.extra .. '#' .. u
+  local q = tonumber(redis.call('HGET', l.plan, qf))
+  if not q or sec < q then redis.call('HSET', l.plan, qf, sec) end
+  advance(l, sec, n)
+end
+
+-- first_reserved returns the first second, from now on, where tenant u
+-- holds a reservation on fast limit l, or nil.
+local function first_reserved(l, u)
+  local qf = 'q' .. l.extra .. '#' .. u
+  local q = tonumber(redis.call('HGET', l.plan, qf))
+  if not q then return nil end
+  local sec = math.max(q, math.floor(now / SEC))
+  local last = sec + 3600
+  while sec <= last do
+    local v = trec(l, sec)[u]
+    if v and (v[4] or 0) >= l.cost then
+      if sec ~= q then redis.call('HSET', l.plan, qf, sec) end
+      return sec
+    end
+    sec = sec + 1
+  end
+  redis.call('HDEL', l.plan, qf)
+  return nil
+end
+
+-- unreserve takes one of tenant u's reservations on fast limit l off the
+-- plan (the send it was for will not come): its room is free again.
+local function unreserve(l, u)
+  local sec = first_reserved(l, u)
+  if not sec then return end
+  local rec = trec(l, sec)
+  local v = rec[u]
+  v[2], v[4] = v[2] - l.cost, v[4] - l.cost
+  if v[2] <= 0 and v[3] <= 0 then rec[u] = nil end
+  trec_save(l, sec, rec)
+  redis.call('HINCRBY', l.plan, l.extra .. '@' .. sec, -l.cost)
+  if sec < l.fill then
+    l.fill = sec
+    redis.call('HSET', l.plan, 'f' .. l.extra, sec)
+  end
 end
 
 -- sweep drops the past seconds of a fast limit's plan, from the first not
@@ -255,11 +333,16 @@ local function unplan(s, sec, pay_only)
           if u ~= s.tenant and w[3] >= l.cost and (not owed or u < owed) then owed = u end
         end
       end
+      -- (a released send's yield, or the other tenant's, no longer needs
+      -- the reservation made for it)
+      local drop
       if v and v[3] >= l.cost then
         v[3] = v[3] - l.cost
+        if not pay_only then drop = s.tenant end
       elseif owed and v and v[2] >= l.cost then
         v[2] = v[2] - l.cost
         r[owed][2], r[owed][3] = r[owed][2] + l.cost, r[owed][3] - l.cost
+        drop = owed
       else
         if v and v[2] >= l.cost then v[2] = v[2] - l.cost end
         local f = l.extra .. '@' .. sec
@@ -275,6 +358,7 @@ local function unplan(s, sec, pay_only)
         if v[2] <= 0 and v[3] <= 0 then r[s.tenant] = nil end
         trec_save(l, sec, r)
       end
+      if drop then unreserve(l, drop) end
     end
   end
   return owes
@@ -336,28 +420,41 @@ end
 
 -- plan_count charges the send to second sec of every fast limit's plan:
 -- to free room, or, where plan_search found one (displace), to a place
--- taken from another tenant, who then owes a yield in that second.
-local function plan_count(s, sec, displace)
+-- taken from another tenant, who then owes a yield in that second. With
+-- claim, a limit where the send's tenant holds a reservation in sec gives
+-- the send that place instead.
+local function plan_count(s, sec, displace, claim)
   for _, l in ipairs(s.limits) do
     if l.algo == 'gcra' and l.fast then
       local taken = displace and l.victim
       local was = l.active
+      local r = trec(l, sec)
+      local mine = r[s.tenant] or {s.weight, 0, 0, 0}
+      local claimed = claim and (mine[4] or 0) >= l.cost
       local n
-      if taken then
+      if taken or claimed then
         n = count(l, sec)
       else
         n = redis.call('HINCRBY', l.plan, l.extra .. '@' .. sec, l.cost)
       end
-      local r = trec(l, sec)
-      local mine = r[s.tenant] or {s.weight, 0, 0}
-      mine[1], mine[2] = s.weight, mine[2] + l.cost
+      if claimed then
+        mine[4] = mine[4] - l.cost
+      else
+        mine[1], mine[2] = s.weight, mine[2] + l.cost
+      end
       r[s.tenant] = mine
+      local moved
       if taken then
+        -- A reservation of the other tenant moves on; a task's place
+        -- leaves a yield, and its send a reservation further on.
         local v = r[taken]
-        v[2], v[3] = v[2] - l.cost, v[3] + l.cost
+        v[2] = v[2] - l.cost
+        if (v[4] or 0) >= l.cost then v[4] = v[4] - l.cost else v[3] = v[3] + l.cost end
+        moved = {taken, v[1]}
       end
       trec_save(l, sec, r)
       l.active = true
+      if moved then reserve_room(l, moved[1], moved[2]) end
       -- The tenant's pointer: this second while it may take more here.
       local tp = sec
       if n >= room(l, sec) and not victim(r, s.tenant, s.weight, l.cost) then tp = sec + 1 end
@@ -366,11 +463,7 @@ local function plan_count(s, sec, displace)
         redis.call('HSET', l.plan, 'g' .. l.extra .. '#' .. s.tenant, tp)
       end
       if sec == l.fill then
-        while n >= room(l, l.fill) do
-          l.fill = l.fill + 1
-          n = count(l, l.fill)
-        end
-        redis.call('HSET', l.plan, 'f' .. l.extra, l.fill)
+        advance(l, sec, n)
       elseif not was then
         redis.call('HSET', l.plan, 'f' .. l.extra, l.fill)
       end
@@ -379,9 +472,10 @@ local function plan_count(s, sec, displace)
   end
 end
 
--- plan_commit records a send planned for `at` (second sec).
-local function plan_commit(s, at, sec)
-  plan_count(s, sec, true)
+-- plan_commit records a send planned for `at` (second sec); with claim, on
+-- its tenant's reservations there.
+local function plan_commit(s, at, sec, claim)
+  plan_count(s, sec, not claim, claim)
   local shares_fast = false
   for _, l in ipairs(s.limits) do
     if l.algo == 'gcra' and l.fast then shares_fast = true end
@@ -434,7 +528,7 @@ if mode == 'plan' then
       -- Each send re-reads the books: it shares them with the ones before.
       pace_all(s)
       local at, sec = plan_search(s, now)
-      plan_commit(s, at, sec)
+      plan_commit(s, at, sec, false)
       out[#out + 1] = at
       out[#out + 1] = 1
     end
@@ -568,8 +662,22 @@ else
   -- Planned: a new bulk send behind the plan; a send that fell behind its
   -- place (workers were down) or a high-priority send beyond the hold gets
   -- a new place, so that none of them is polled again before it may go.
-  if not plan_at or back or high then plan_at, plan_sec = plan_search(s, now, back) end
-  plan_commit(s, plan_at, plan_sec)
+  -- A displaced send takes its tenant's first reservation.
+  local claim
+  if displaced then
+    for _, l in ipairs(s.limits) do
+      if not claim and l.algo == 'gcra' and l.fast and l.active then
+        local sec = first_reserved(l, s.tenant)
+        if sec then claim = sec end
+      end
+    end
+  end
+  if claim then
+    plan_at, plan_sec = claim * SEC, claim
+  elseif not plan_at or back or high then
+    plan_at, plan_sec = plan_search(s, now, back)
+  end
+  plan_commit(s, plan_at, plan_sec, claim ~= nil)
   at = plan_at
 end
 
