@@ -35,7 +35,7 @@ bench: redis-server
 # to one number and 2,000 SMS over 20 senders through `sluice send`, then
 # 5,000 more from a plain asynq client. `make test` runs it small.
 e2e-full: redis-server
-	SLUICE_E2E_SCALE=full $(GO) test -count=1 -v -timeout 30m -run TestPacedDeliveryUnderStrictProviders ./internal/e2e/
+	SLUICE_E2E_SCALE=full $(GO) test -count=1 -v -timeout 30m -run 'TestPacedDeliveryUnderStrictProviders|TestTenantsTakeTurnsOnOneNumber' ./internal/e2e/
 
 build:
 	$(GO) build -o bin/sluice ./cmd/sluice

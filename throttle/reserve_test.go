@@ -721,8 +721,10 @@ func TestTenantPlacesOnBothBackends(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Firm || !r.Planned || r.At.Before(start.Add(10*time.Second)) {
-			t.Fatalf("A's displaced send: %+v, want planned again behind the plan (after +10s)", r)
+		// A's 800 fill seconds 0-9; the 80 places B took left A 80
+		// reservations in second 10, and this send takes the first.
+		if r.Firm || !r.Planned || !r.At.Equal(start.Add(10*time.Second)) {
+			t.Fatalf("A's displaced send: %+v, want planned again on A's reservation at +10s", r)
 		}
 		// Releasing B's places gives them back to A, whose next send in
 		// second 1 then takes its slot. A new tenant C gets its share of
@@ -744,6 +746,15 @@ func TestTenantPlacesOnBothBackends(t *testing.T) {
 			if !p.At.Truncate(time.Second).Equal(start.Add(2 * time.Second)) {
 				t.Fatalf("C planned at +%v, want in second +2 (second +1 is full and under way)", p.At.Sub(start))
 			}
+		}
+		// The yields B's release cancelled dropped A's reservations: second
+		// 10 holds only the claimed one, and a new send of A goes there.
+		a2, err := l.Plan(ctx, opts, []throttle.Send{{TaskID: "A-more", Tenant: "A", Requests: req}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !a2[0].At.Truncate(time.Second).Equal(start.Add(10 * time.Second)) {
+			t.Fatalf("A's next send planned at +%v, want in second +10 (its dropped reservations' room)", a2[0].At.Sub(start))
 		}
 	})
 }
