@@ -130,8 +130,7 @@ end
 -- set_tat takes a GCRA limit's slot at `at`: gcra.lua's commit, with the
 -- theoretical arrival time one paced interval after the slot.
 local function set_tat(l, at)
-  gcra_commit({key = l.key, field = l.extra, now = now, replace = l.replace,
-    new_ahead = math.max(l.a, at - now) + l.T * l.cost})
+  gcra_store(l.key, l.extra, now, l.replace, math.max(l.a, at - now) + l.T * l.cost)
 end
 
 -- parse reads a send's limits from ARGV starting at index a; returns the
