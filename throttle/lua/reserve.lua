@@ -325,9 +325,9 @@ if mode == 'release' then
   return {now, released}
 end
 
--- reserve_one decides one send (mode 'reserve') and returns its values:
--- firm, at, then 6 per limit.
-local function reserve_one(s)
+-- reserve_one decides one send (mode 'reserve') and appends its values to
+-- out: firm, at, then 6 per limit.
+local function reserve_one(s, out)
 -- A send planned earlier takes the firm book's slot, not one behind the plan.
 local back = held_at(s) ~= nil
 local high = s.prio == 'high'
@@ -417,7 +417,8 @@ else
   at = plan_at
 end
 
-local out = {firm, math.ceil(at)}
+out[#out + 1] = firm
+out[#out + 1] = math.ceil(at)
 for _, l in ipairs(s.limits) do
   if l.algo == 'gcra' then
     local ok, taken = 0, 0
@@ -441,7 +442,6 @@ for _, l in ipairs(s.limits) do
     emit(out, l.d, firm == 1)
   end
 end
-return out
 end
 
 -- mode == 'reserve': each send in order; a later send sees what the
@@ -451,6 +451,6 @@ local a = 8
 for _ = 1, nsends do
   local s
   s, a = parse(a)
-  for _, v in ipairs(reserve_one(s)) do out[#out + 1] = v end
+  reserve_one(s, out)
 end
 return out
