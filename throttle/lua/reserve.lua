@@ -134,16 +134,17 @@ local function set_tat(l, at)
 end
 
 -- parse reads a send's limits from ARGV starting at index a; returns the
--- send and the next index.
+-- send and the next index. The numbers are converted with "+ 0": tonumber
+-- parses a string twice, and these always hold numbers.
 local function parse(a)
   local s = {id = ARGV[a], prio = ARGV[a + 1], cid = ARGV[a + 2], limits = {}}
-  local m = tonumber(ARGV[a + 3])
+  local m = ARGV[a + 3] + 0
   a = a + 4
   for j = 1, m do
-    local i = tonumber(ARGV[a])
+    local i = ARGV[a] + 0
     s.limits[j] = {i = i, key = KEYS[3 * i - 2], plan = KEYS[3 * i - 1], backlog = KEYS[3 * i],
-      algo = ARGV[a + 1], limit = tonumber(ARGV[a + 2]), period = tonumber(ARGV[a + 3]),
-      burst = tonumber(ARGV[a + 4]), cost = tonumber(ARGV[a + 5]), extra = ARGV[a + 6]}
+      algo = ARGV[a + 1], limit = ARGV[a + 2] + 0, period = ARGV[a + 3] + 0,
+      burst = ARGV[a + 4] + 0, cost = ARGV[a + 5] + 0, extra = ARGV[a + 6]}
     a = a + 7
   end
   return s, a
