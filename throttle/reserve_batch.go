@@ -161,7 +161,7 @@ func (b *reserveBatcher) exec(calls []*reserveCall) {
 		ra.send(c.opts.TaskID, c.opts.Priority, c.opts.Retake, c.callID, c.opts.Tenant, c.opts.Weight, c.reqs, c.fields)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), reserveTimeout)
-	raw, err := reserveScriptFor(all).Run(ctx, l.rdb, ra.keys, ra.args...).Int64Slice()
+	raw, err := runInts(ctx, l.rdb, reserveScriptFor(all), ra.keys, ra.args)
 	cancel()
 	if err != nil {
 		err = fmt.Errorf("throttle: reserve %q: %w", calls[0].reqs[0].Key, err)
@@ -190,11 +190,15 @@ func (b *reserveBatcher) decodeOne(raw []int64, pos *int, c *reserveCall) reserv
 	}
 	v := raw[*pos : *pos+n]
 	*pos += n
-	d, err := b.l.decode(append([]int64{raw[0], v[0]}, v[2:]...), c.reqs, c.callID)
+	// decode reads {now, allowed, limits...}: the send's firm and at are
+	// overwritten in place (raw is this call's own) after being kept.
+	firm, at := v[0], v[1]
+	v[0], v[1] = raw[0], firm
+	d, err := b.l.decode(v, c.reqs, c.callID)
 	if err != nil {
 		return reserveResult{err: err}
 	}
-	r := Reservation{Decision: d, Firm: v[0] == 1, At: time.UnixMicro(v[1])}
+	r := Reservation{Decision: d, Firm: firm == 1, At: time.UnixMicro(at)}
 	d.Allowed = r.Firm
 	r.Decision.Allowed = r.Firm
 	if !r.Firm {

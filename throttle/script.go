@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"context"
 	"embed"
 	"strings"
 
@@ -40,4 +41,36 @@ func joinLua(names ...string) string {
 		}
 	}
 	return b.String()
+}
+
+// runInts runs s with EVALSHA, as Script.Run does (EVAL's fallback is a
+// SCRIPT LOAD and a second EVALSHA), and reads its reply, an array of
+// integers, straight into an []int64: Script.Run's reply boxes every value
+// in an interface first, an allocation each, and Int64Slice then copies
+// them.
+func runInts(ctx context.Context, rdb redis.UniversalClient, s *redis.Script, keys []string, args []any) ([]int64, error) {
+	cmdArgs := make([]any, 3+len(keys), 3+len(keys)+len(args))
+	cmdArgs[0], cmdArgs[1], cmdArgs[2] = "evalsha", s.Hash(), len(keys)
+	for i, k := range keys {
+		cmdArgs[3+i] = k
+	}
+	cmdArgs = append(cmdArgs, args...)
+	cmd := redis.NewIntSliceCmd(ctx, cmdArgs...)
+	if len(keys) > 0 {
+		cmd.SetFirstKeyPos(3) // Cluster routing, as go-redis's own EVALSHA
+	}
+	err := rdb.Process(ctx, cmd)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		if err = s.Load(ctx, rdb).Err(); err == nil {
+			cmd = redis.NewIntSliceCmd(ctx, cmdArgs...)
+			if len(keys) > 0 {
+				cmd.SetFirstKeyPos(3)
+			}
+			err = rdb.Process(ctx, cmd)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return cmd.Val(), nil
 }

@@ -44,15 +44,21 @@ local function gcra_decide(key, field, now, limit, period, burst, cost)
   return d
 end
 
-local function gcra_commit(d)
-  local stored = d.now + math.ceil(d.new_ahead) -- rounding up never over-admits
-  if d.replace then redis.call('DEL', d.key) end
-  if d.field == '' then
-    redis.call('SET', d.key, us(stored), 'PX', ttl_ms(stored - d.now))
+-- gcra_store writes the TAT now + new_ahead (gcra_commit's write, for
+-- callers that have no decision table).
+local function gcra_store(key, field, now, replace, new_ahead)
+  local stored = now + math.ceil(new_ahead) -- rounding up never over-admits
+  if replace then redis.call('DEL', key) end
+  if field == '' then
+    redis.call('SET', key, us(stored), 'PX', ttl_ms(stored - now))
   else
-    redis.call('HSET', d.key, d.field, us(stored))
-    extend(d.key, ttl_ms(stored - d.now))
+    redis.call('HSET', key, field, us(stored))
+    extend(key, ttl_ms(stored - now))
   end
+end
+
+local function gcra_commit(d)
+  gcra_store(d.key, d.field, d.now, d.replace, d.new_ahead)
 end
 
 local function gcra_refund(key, field, now, limit, period, cost)

@@ -285,22 +285,22 @@ end
 -- set_tat takes a GCRA limit's slot at `at`: gcra.lua's commit, with the
 -- theoretical arrival time one paced interval after the slot.
 local function set_tat(l, at)
-  gcra_commit({key = l.key, field = l.extra, now = now, replace = l.replace,
-    new_ahead = math.max(l.a, at - now) + l.T * l.cost})
+  gcra_store(l.key, l.extra, now, l.replace, math.max(l.a, at - now) + l.T * l.cost)
 end
 
 -- parse reads a send's limits from ARGV starting at index a; returns the
--- send and the next index.
+-- send and the next index. The numbers are converted with "+ 0": tonumber
+-- parses a string twice, and these always hold numbers.
 local function parse(a)
   local s = {id = ARGV[a], prio = ARGV[a + 1], cid = ARGV[a + 2], tenant = ARGV[a + 3],
-    weight = tonumber(ARGV[a + 4]), limits = {}}
-  local m = tonumber(ARGV[a + 5])
+    weight = ARGV[a + 4] + 0, limits = {}}
+  local m = ARGV[a + 5] + 0
   a = a + 6
   for j = 1, m do
-    local i = tonumber(ARGV[a])
+    local i = ARGV[a] + 0
     s.limits[j] = {i = i, key = KEYS[3 * i - 2], plan = KEYS[3 * i - 1], backlog = KEYS[3 * i],
-      algo = ARGV[a + 1], limit = tonumber(ARGV[a + 2]), period = tonumber(ARGV[a + 3]),
-      burst = tonumber(ARGV[a + 4]), cost = tonumber(ARGV[a + 5]), extra = ARGV[a + 6]}
+      algo = ARGV[a + 1], limit = ARGV[a + 2] + 0, period = ARGV[a + 3] + 0,
+      burst = ARGV[a + 4] + 0, cost = ARGV[a + 5] + 0, extra = ARGV[a + 6]}
     a = a + 7
   end
   return s, a
@@ -570,9 +570,9 @@ if mode == 'release' then
   return {now, released}
 end
 
--- reserve_one decides one send (mode 'reserve') and returns its values:
--- firm, at, then 6 per limit.
-local function reserve_one(s)
+-- reserve_one decides one send (mode 'reserve') and appends its values to
+-- out: firm, at, then 6 per limit.
+local function reserve_one(s, out)
 -- A send planned earlier takes the firm book's slot, not one behind the plan.
 local held = held_at(s)
 local back = held ~= nil
@@ -681,7 +681,8 @@ else
   at = plan_at
 end
 
-local out = {firm, math.ceil(at)}
+out[#out + 1] = firm
+out[#out + 1] = math.ceil(at)
 for _, l in ipairs(s.limits) do
   if l.algo == 'gcra' then
     local ok, taken = 0, 0
@@ -705,7 +706,6 @@ for _, l in ipairs(s.limits) do
     emit(out, l.d, firm == 1)
   end
 end
-return out
 end
 
 -- mode == 'reserve': each send in order; a later send sees what the
@@ -715,6 +715,6 @@ local a = 8
 for _ = 1, nsends do
   local s
   s, a = parse(a)
-  for _, v in ipairs(reserve_one(s)) do out[#out + 1] = v end
+  reserve_one(s, out)
 end
 return out
