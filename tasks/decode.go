@@ -46,22 +46,26 @@ func DecodeHTTPCall(b []byte) (HTTPCall, error) { return decode[HTTPCall](TypeHT
 
 func decode[T interface {
 	validate(func(field, s string) error) error
+	version() int
 }](taskType string, b []byte) (T, error) {
 	var zero, p T
 	if err := checkSize(taskType, len(b)); err != nil {
 		return zero, &malformedError{err}
 	}
-	err := decodeStrict(b, &p)
-	// A payload from a newer producer may have fields this version does not
-	// know; report its version rather than the first unknown field.
-	var head struct {
-		V int `json:"v"`
-	}
-	if json.Unmarshal(b, &head) == nil && head.V != PayloadVersion {
-		return zero, &malformedError{checkVersion(head.V)}
-	}
-	if err != nil {
+	// The payload is parsed once; only a payload that fails to decode is
+	// read again for its version: one from a newer producer may have fields
+	// this version does not know, and its version is the better error.
+	if err := decodeStrict(b, &p); err != nil {
+		var head struct {
+			V int `json:"v"`
+		}
+		if json.Unmarshal(b, &head) == nil && head.V != PayloadVersion {
+			return zero, &malformedError{checkVersion(head.V)}
+		}
 		return zero, &malformedError{err}
+	}
+	if v := p.version(); v != PayloadVersion {
+		return zero, &malformedError{checkVersion(v)}
 	}
 	if err := p.validate(checkE164Syntax); err != nil {
 		return zero, &malformedError{err}
@@ -83,3 +87,8 @@ func decodeStrict(b []byte, v any) error {
 	}
 	return nil
 }
+
+func (p WhatsAppSend) version() int   { return p.V }
+func (p SMSSend) version() int        { return p.V }
+func (p WebhookDeliver) version() int { return p.V }
+func (p HTTPCall) version() int       { return p.V }
