@@ -112,9 +112,12 @@ type ReserveOptions struct {
 	// weights 3 and 1 get 3/4 and 1/4 of the limit. Zero means 1; at most
 	// MaxTenantWeight.
 	Weight float64
-	// Retake marks a High send that takes a new slot for a send already
-	// counted in the plan (it woke up too late for its firm slot): its new
-	// slot is not counted in the plan a second time.
+	// Retake marks a send that woke up too late for the firm slot it took:
+	// on its limits paced faster than one a second it takes the first free
+	// slot (as High), not counted in the plan a second time; on slower ones
+	// (a pair, a 1/s sender), whose slot it keeps, the next send is spaced
+	// at least one interval from now, so its lateness cannot bring the two
+	// closer than the limit.
 	Retake bool
 }
 

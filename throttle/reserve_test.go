@@ -803,3 +803,35 @@ func mustAtoi(t *testing.T, s string) int {
 	}
 	return n
 }
+
+// TestRetakeRespacesSlowLimits: a send that took its pair slot and then
+// woke up 200ms late retakes; the pair's next send is then spaced one
+// interval from the late send, not from the slot it missed.
+func TestRetakeRespacesSlowLimits(t *testing.T) {
+	l, clock := reserveLimiter(t)
+	ctx := context.Background()
+	opts := throttle.ReserveOptions{Headroom: 0.01}
+	reqs := []throttle.Request{{Key: "wa:number:1", Limit: mps80}, {Key: "wa:pair:1:x", Limit: pair6}}
+	start := clock.Now()
+	r, err := l.Reserve(ctx, opts, reqs...)
+	if err != nil || !r.Firm {
+		t.Fatalf("first send: %+v %v", r, err)
+	}
+	clock.Set(start.Add(200 * time.Millisecond))
+	late := opts
+	late.Priority, late.Retake = throttle.High, true
+	r, err = l.Reserve(ctx, late, reqs...)
+	if err != nil || !r.Firm || r.At.Sub(start) > 250*time.Millisecond {
+		t.Fatalf("retake: %+v %v, want firm at about +200ms (the pair does not hold it back)", r, err)
+	}
+	sent := r.At
+	interval := 6060606 * time.Microsecond // 6s widened by 1%
+	clock.Set(start.Add(interval))
+	r, err = l.Reserve(ctx, throttle.ReserveOptions{Headroom: 0.01, Priority: throttle.High}, reqs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.At.Sub(sent); got < interval-time.Millisecond {
+		t.Fatalf("the pair's next send %v after the late one, want at least %v", got, interval)
+	}
+}

@@ -26,8 +26,8 @@ func (f *fakeReserver) Reserve(_ context.Context, o throttle.ReserveOptions, req
 }
 
 // A held send that wakes up past maxLate gives up its slot and takes the
-// first free one (high priority, not behind the plan) instead of going
-// late; one that wakes on time goes at once.
+// first free one (a retake: high priority, not behind the plan) instead of
+// going late; one that wakes on time goes at once.
 func TestLateWakeUpTakesANewSlot(t *testing.T) {
 	base := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	jump := time.Duration(0)
@@ -52,11 +52,11 @@ func TestLateWakeUpTakesANewSlot(t *testing.T) {
 	if _, err := h.reserve(context.Background(), f, Prepared{}, reqs); err != nil {
 		t.Fatal(err)
 	}
-	if len(f.calls) != 2 || f.calls[0].Priority != throttle.Bulk || f.calls[1].Priority != throttle.High || f.calls[1].TaskID != "" {
-		t.Fatalf("reservations %+v: want a bulk one, then after the late wake-up a high-priority one for the fast limits only", f.calls)
+	if len(f.calls) != 2 || f.calls[0].Priority != throttle.Bulk || f.calls[1].Priority != throttle.High || !f.calls[1].Retake || f.calls[1].TaskID != "" {
+		t.Fatalf("reservations %+v: want a bulk one, then after the late wake-up a high-priority retake", f.calls)
 	}
-	if len(f.reqs[1]) != 1 || f.reqs[1][0].Key != "t:k:1" {
-		t.Fatalf("second reservation's limits %+v: want only the 80/s limit, not the 6s pair", f.reqs[1])
+	if len(f.reqs[1]) != 2 {
+		t.Fatalf("retake's limits %+v: want both paced limits (a new 80/s slot, the 6s pair re-spaced)", f.reqs[1])
 	}
 }
 

@@ -426,19 +426,20 @@ const maxHoldRounds = 3
 // run: 1 in 20,000 over 10ms).
 const maxLate = 5 * time.Millisecond
 
-// retakeFast gives a send that woke up late a new slot on its sub-second
+// retake gives a send that woke up late a new slot on its sub-second
 // limits (the first free one, not a place behind the plan) and waits for
-// it. The send keeps what else it took: a slow limit's slot (a pair's
-// margin is 1.5% of 6s, far more than this lateness), window counts and
-// leases. If no slot comes within the hold the send goes now, late: the
-// headroom is there for that. The error is ctx's, when it ends during the
-// wait.
-func (h *handler) retakeFast(ctx context.Context, res Reserver, reqs []throttle.Request) error {
-	fast := fastLimits(reqs)
-	if len(fast) == 0 {
+// it; on its slower GCRA limits (a pair, a 1/s sender) it keeps its slot
+// and pushes the next send to one interval after its own instant, so its
+// lateness cannot bring two sends closer than the limit (a 1/s sender's
+// margin is only 1.5% of a second). It keeps window counts and leases. If
+// no slot comes within the hold the send goes now, late: the headroom is
+// there for that. The error is ctx's, when it ends during the wait.
+func (h *handler) retake(ctx context.Context, res Reserver, reqs []throttle.Request) error {
+	paced := gcraLimits(reqs)
+	if len(paced) == 0 {
 		return nil
 	}
-	r, err := res.Reserve(ctx, throttle.ReserveOptions{Priority: throttle.High, Retake: true, Hold: h.ch.Hold, Headroom: h.ch.Headroom}, fast...)
+	r, err := res.Reserve(ctx, throttle.ReserveOptions{Priority: throttle.High, Retake: true, Hold: h.ch.Hold, Headroom: h.ch.Headroom}, paced...)
 	h.w.opts.Metrics.call(h.ch.Name, "reserve")
 	if err != nil || !r.Firm {
 		return nil
@@ -461,12 +462,12 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// fastLimits returns the GCRA requests paced faster than one a second: the
-// ones whose spacing a late send would squeeze.
-func fastLimits(reqs []throttle.Request) []throttle.Request {
+// gcraLimits returns the GCRA requests: the paced ones, whose spacing a
+// late send would squeeze.
+func gcraLimits(reqs []throttle.Request) []throttle.Request {
 	var out []throttle.Request
 	for _, r := range reqs {
-		if r.Limit.Algorithm == throttle.GCRA && r.Limit.Rate.Interval() < time.Second {
+		if r.Limit.Algorithm == throttle.GCRA {
 			out = append(out, r)
 		}
 	}
@@ -507,7 +508,7 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 				late := h.now().Sub(deadline)
 				m.woke(name, late.Seconds())
 				if late > maxLate && r.Firm && round < maxHoldRounds {
-					if err := h.retakeFast(ctx, res, reqs); err != nil {
+					if err := h.retake(ctx, res, reqs); err != nil {
 						m.outcome(name, OutcomeTransient)
 						return r.Leases, err
 					}

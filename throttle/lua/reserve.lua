@@ -576,8 +576,11 @@ local function reserve_one(s, out)
 -- A send planned earlier takes the firm book's slot, not one behind the plan.
 local held = held_at(s)
 local back = held ~= nil
--- (retake: a high-priority re-take of a send's slot, already counted)
-local high = s.prio == 'high' or s.prio == 'retake'
+-- (retake: a high-priority re-take of a send's slot, already counted; it
+-- goes at the first free slot of its fast limits, and its slow limits,
+-- whose slot it holds, are only re-spaced from now)
+local retake = s.prio == 'retake'
+local high = s.prio == 'high' or retake
 pace_all(s)
 -- ... unless another tenant took its place: it pays its tenant's yield and
 -- is planned again.
@@ -592,7 +595,7 @@ for _, l in ipairs(s.limits) do
     if l.fast then
       if l.firm > fastmax then fastmax = l.firm end
       if not tmin or l.T < tmin then tmin = l.T end
-    elseif l.firm > slowmax then slowmax = l.firm end
+    elseif not retake and l.firm > slowmax then slowmax = l.firm end
   end
 end
 local at = math.max(fastmax, slowmax)
@@ -625,7 +628,10 @@ end
 
 if firm == 1 then
   for _, l in ipairs(s.limits) do
-    if l.algo == 'gcra' then
+    if l.algo == 'gcra' and retake and not l.fast then
+      -- The next send on it comes at least one interval after this one.
+      gcra_store(l.key, l.extra, now, l.replace, math.max(l.a, at - now + l.T * l.cost))
+    elseif l.algo == 'gcra' then
       set_tat(l, at)
     else
       commit(l.d, s.cid)
