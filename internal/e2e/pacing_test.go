@@ -43,11 +43,18 @@ type pacingScale struct {
 	// package's tests: it measured 0.978-0.981 alone, so it checks 0.95 and
 	// the full run checks the issue's 0.98.
 	minRatio float64
+	// smsHeadroom, when set, is channels.sms.headroom. A 1/s sender's
+	// margin at the default 1.5% is 15ms; the small run shares a 2-core
+	// host with every other package's tests, and on a host with CPU steal
+	// (7-12% here on 2026-11-23) a send now and then reaches the emulator
+	// more than 15ms late: 20429 in 1 of 4 runs. The full run keeps the
+	// default.
+	smsHeadroom string
 }
 
 var (
 	// smallScale runs in `make test` (about 30s).
-	smallScale = pacingScale{name: "small", campaign: 1200, recipients: 600, smsSenders: 20, smsPerSender: 8, plain: 400, plainSMS: 40, deadlineSlack: 30 * time.Second, minRatio: 0.95}
+	smallScale = pacingScale{name: "small", campaign: 1200, recipients: 600, smsSenders: 20, smsPerSender: 8, plain: 400, plainSMS: 40, deadlineSlack: 30 * time.Second, minRatio: 0.95, smsHeadroom: "2.5%"}
 	// fullScale is the issue's run (`make e2e-full`, about 7 minutes): 20,000
 	// WhatsApp sends to one number and 2,000 SMS over 20 senders.
 	fullScale = pacingScale{name: "full", campaign: 20000, recipients: 5000, smsSenders: 20, smsPerSender: 100, plain: 5000, plainSMS: 200, deadlineSlack: 60 * time.Second, minRatio: 0.98}
@@ -94,8 +101,8 @@ func TestPacedDeliveryUnderStrictProviders(t *testing.T) {
 	addrs := freeAddrs(t, 3)
 	for i := range 3 {
 		addr := addrs[i]
-		cfg := fmt.Sprintf("http:\n  listen: %q\nworker:\n  shutdown_timeout: 5s\nchannels:\n  whatsapp:\n    base_url: %q\n  sms:\n    base_url: %q\n  webhook:\n    enabled: false\n  http:\n    enabled: false\n",
-			addr, emu.WhatsAppURL(), emu.TwilioURL())
+		cfg := fmt.Sprintf("http:\n  listen: %q\nworker:\n  shutdown_timeout: 5s\nchannels:\n  whatsapp:\n    base_url: %q\n  sms:\n    base_url: %q\n%s  webhook:\n    enabled: false\n  http:\n    enabled: false\n",
+			addr, emu.WhatsAppURL(), emu.TwilioURL(), smsHeadroom(sc))
 		cfgPath = filepath.Join(dir, fmt.Sprintf("sluice-%d.yaml", i))
 		require.NoError(t, os.WriteFile(cfgPath, []byte(cfg), 0o600))
 		workers = append(workers, startWorker(t, bin, fmt.Sprintf("worker %d", i), cfgPath, addr, env))
@@ -251,6 +258,13 @@ func TestPacedDeliveryUnderStrictProviders(t *testing.T) {
 	require.LessOrEqual(t, calls, 1.1, "limiter calls per WhatsApp send")
 	dq, _ = report("plain asynq client", campaign, plain, sc.plain, sc.plainSMS)
 	require.LessOrEqual(t, dq, 2.05, "dequeues per WhatsApp send from a plain asynq client")
+}
+
+func smsHeadroom(sc pacingScale) string {
+	if sc.smsHeadroom == "" {
+		return ""
+	}
+	return "    headroom: " + sc.smsHeadroom + "\n"
 }
 
 // recipientN is the i-th of 10,000 distinct valid US numbers, none ending

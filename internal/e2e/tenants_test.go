@@ -34,9 +34,9 @@ const (
 // behind either backlog. SLUICE_E2E_SCALE=full runs 4,000 rows a campaign.
 func TestTenantsTakeTurnsOnOneNumber(t *testing.T) {
 	if testing.Short() {
-		t.Skip("end-to-end: runs three workers for about 25s")
+		t.Skip("end-to-end: runs three workers for about 30s")
 	}
-	rows := 800
+	rows := 1000
 	if os.Getenv("SLUICE_E2E_SCALE") == "full" {
 		rows = 4000
 	}
