@@ -87,33 +87,10 @@ func TestPacedDeliveryUnderStrictProviders(t *testing.T) {
 	if os.Getenv("SLUICE_E2E_SCALE") == "full" {
 		sc = fullScale
 	}
-	bin := sluiceBinary(t)
-	rs := redistest.Start(t)
-	rdb := rs.Client(t)
-	emu, err := emulator.Start(emulator.Options{}) // strict by default
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, emu.Close()) })
-
-	env := workerEnv(rs)
-	dir := t.TempDir()
-	var workers []*worker
-	var cfgPath string
-	addrs := freeAddrs(t, 3)
-	for i := range 3 {
-		addr := addrs[i]
-		cfg := fmt.Sprintf("http:\n  listen: %q\nworker:\n  shutdown_timeout: 5s\nchannels:\n  whatsapp:\n    base_url: %q\n  sms:\n    base_url: %q\n%s  webhook:\n    enabled: false\n  http:\n    enabled: false\n",
-			addr, emu.WhatsAppURL(), emu.TwilioURL(), smsHeadroom(sc))
-		cfgPath = filepath.Join(dir, fmt.Sprintf("sluice-%d.yaml", i))
-		require.NoError(t, os.WriteFile(cfgPath, []byte(cfg), 0o600))
-		workers = append(workers, startWorker(t, bin, fmt.Sprintf("worker %d", i), cfgPath, addr, env))
-	}
-	insp := asynq.NewInspectorFromRedisClient(rdb)
-	waitFor(t, workers, 30*time.Second, "3 asynq servers registered", func() (bool, string) {
-		pids, err := serverPIDs(insp)
-		return err == nil && len(pids) == 3, fmt.Sprint(pids, err)
+	c := startCluster(t, func(emu *emulator.Server) string {
+		return fmt.Sprintf("  whatsapp:\n    base_url: %q\n  sms:\n    base_url: %q\n%s", emu.WhatsAppURL(), emu.TwilioURL(), smsHeadroom(sc))
 	})
-	hc := &http.Client{Transport: &http.Transport{}, Timeout: 5 * time.Second}
-	defer hc.CloseIdleConnections()
+	bin, rdb, emu, env, dir, workers, cfgPath, insp, hc := c.bin, c.rdb, c.emu, c.env, c.dir, c.workers, c.cfgPath, c.insp, c.hc
 	ctx := context.Background()
 
 	// Phase 1: the campaign through `sluice send`.
@@ -183,7 +160,7 @@ func TestPacedDeliveryUnderStrictProviders(t *testing.T) {
 	// the channel's FIFO queue until the workers have dequeued (and
 	// planned) the sends before it, a few ms each.
 	plainOther := time.Now()
-	_, err = tasks.EnqueueWhatsAppSend(ctx, client, tasks.WhatsAppSend{PhoneNumberID: numberC, To: "+14155550198",
+	_, err := tasks.EnqueueWhatsAppSend(ctx, client, tasks.WhatsAppSend{PhoneNumberID: numberC, To: "+14155550198",
 		Template: &tasks.Template{Name: "order_update", Language: "en_US"}, IdempotencyKey: "plain-other-number"})
 	require.NoError(t, err)
 	waitDelivered(t, workers, emu, insp, time.Duration(float64(sc.plain)/78.8*float64(time.Second))+sc.deadlineSlack, waWant+sc.plain+1, smsWant+sc.plainSMS)
@@ -265,6 +242,48 @@ func smsHeadroom(sc pacingScale) string {
 		return ""
 	}
 	return "    headroom: " + sc.smsHeadroom + "\n"
+}
+
+// cluster is three `sluice serve` processes on one redis-server, against
+// strict emulators, registered with asynq.
+type cluster struct {
+	bin     string
+	rdb     *redis.Client
+	emu     *emulator.Server
+	env     []string
+	dir     string
+	workers []*worker
+	cfgPath string // the last worker's configuration, for the CLI
+	insp    *asynq.Inspector
+	hc      *http.Client // for the workers' /metrics
+}
+
+// startCluster starts the emulators, a redis-server and three workers whose
+// configuration's channels section is channels(emu) (the webhook and http
+// channels are disabled), and waits until asynq has all three.
+func startCluster(t *testing.T, channels func(*emulator.Server) string) *cluster {
+	t.Helper()
+	rs := redistest.Start(t)
+	emu, err := emulator.Start(emulator.Options{}) // strict by default
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, emu.Close()) })
+	c := &cluster{bin: sluiceBinary(t), rdb: rs.Client(t), emu: emu, env: workerEnv(rs), dir: t.TempDir()}
+	addrs := freeAddrs(t, 3)
+	for i, addr := range addrs {
+		cfg := fmt.Sprintf("http:\n  listen: %q\nworker:\n  shutdown_timeout: 5s\nchannels:\n%s  webhook:\n    enabled: false\n  http:\n    enabled: false\n",
+			addr, channels(emu))
+		c.cfgPath = filepath.Join(c.dir, fmt.Sprintf("sluice-%d.yaml", i))
+		require.NoError(t, os.WriteFile(c.cfgPath, []byte(cfg), 0o600))
+		c.workers = append(c.workers, startWorker(t, c.bin, fmt.Sprintf("worker %d", i), c.cfgPath, addr, c.env))
+	}
+	c.insp = asynq.NewInspectorFromRedisClient(c.rdb)
+	waitFor(t, c.workers, 30*time.Second, "3 asynq servers registered", func() (bool, string) {
+		pids, err := serverPIDs(c.insp)
+		return err == nil && len(pids) == 3, fmt.Sprint(pids, err)
+	})
+	c.hc = &http.Client{Transport: &http.Transport{}, Timeout: 5 * time.Second}
+	t.Cleanup(c.hc.CloseIdleConnections)
+	return c
 }
 
 // recipientN is the i-th of 10,000 distinct valid US numbers, none ending

@@ -4,18 +4,15 @@ package e2e
 
 import (
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-dev/sluice/internal/emulator"
-	"github.com/sluice-dev/sluice/internal/redistest"
 )
 
 const (
@@ -40,31 +37,10 @@ func TestTenantsTakeTurnsOnOneNumber(t *testing.T) {
 	if os.Getenv("SLUICE_E2E_SCALE") == "full" {
 		rows = 4000
 	}
-	bin := sluiceBinary(t)
-	rs := redistest.Start(t)
-	rdb := rs.Client(t)
-	emu, err := emulator.Start(emulator.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, emu.Close()) })
-	env := workerEnv(rs)
-	dir := t.TempDir()
-	var workers []*worker
-	var cfgPath string
-	addrs := freeAddrs(t, 3)
-	for i := range 3 {
-		cfg := fmt.Sprintf("http:\n  listen: %q\nworker:\n  shutdown_timeout: 5s\nchannels:\n  whatsapp:\n    base_url: %q\n    tenant_weights:\n      heavy: 3\n  sms:\n    enabled: false\n  webhook:\n    enabled: false\n  http:\n    enabled: false\n",
-			addrs[i], emu.WhatsAppURL())
-		cfgPath = filepath.Join(dir, fmt.Sprintf("sluice-%d.yaml", i))
-		require.NoError(t, os.WriteFile(cfgPath, []byte(cfg), 0o600))
-		workers = append(workers, startWorker(t, bin, fmt.Sprintf("worker %d", i), cfgPath, addrs[i], env))
-	}
-	insp := asynq.NewInspectorFromRedisClient(rdb)
-	waitFor(t, workers, 30*time.Second, "3 asynq servers registered", func() (bool, string) {
-		pids, err := serverPIDs(insp)
-		return err == nil && len(pids) == 3, fmt.Sprint(pids, err)
+	c := startCluster(t, func(emu *emulator.Server) string {
+		return fmt.Sprintf("  whatsapp:\n    base_url: %q\n    tenant_weights:\n      heavy: 3\n  sms:\n    enabled: false\n", emu.WhatsAppURL())
 	})
-	hc := &http.Client{Transport: &http.Transport{}, Timeout: 5 * time.Second}
-	defer hc.CloseIdleConnections()
+	bin, rdb, emu, env, dir, workers, cfgPath, insp, hc := c.bin, c.rdb, c.emu, c.env, c.dir, c.workers, c.cfgPath, c.insp, c.hc
 
 	// Each tenant's rows go to their own recipients, so the records tell
 	// the tenants apart.
