@@ -24,6 +24,9 @@ type fakeClock struct {
 func (c *fakeClock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 func (c *fakeClock) Set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
 
+// Advance moves the clock d forward.
+func (c *fakeClock) Advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
 // t0 is a UTC midnight, so fixed windows of every length start there.
 var t0 = time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC)
 

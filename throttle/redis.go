@@ -51,6 +51,13 @@ type Options struct {
 	// honoured within 1s.
 	// Negative disables overrides.
 	OverrideRefresh time.Duration
+	// PrefetchSpan: a bulk Reserve that is firm now on limits so fast that
+	// this span holds at least two more of its sends takes up to
+	// MaxPrefetch more slots in the same call and hands them to the next
+	// sends with the same limits from memory (see DefaultPrefetchSpan's
+	// file, prefetch.go). At most this span of a limit's rate is ever
+	// prefetched. Zero means DefaultPrefetchSpan (1ms); negative disables.
+	PrefetchSpan time.Duration
 	// Logger receives the errors the limiter absorbs instead of returning
 	// (event writes, override refreshes, ignored overrides, failed refunds),
 	// at WARN with the limiter key under "key" and the error under "err";
@@ -85,6 +92,8 @@ type Redis struct {
 	warn             redisWarnings
 	batchOnce        sync.Once
 	batch            *reserveBatcher
+	prefetchSpan     time.Duration
+	prefetch         prefetchCache
 }
 
 var _ Limiter = (*Redis)(nil)
@@ -102,6 +111,10 @@ func NewRedis(rdb redis.UniversalClient, opts Options) *Redis {
 	}
 	if l.concurrencyRetry <= 0 {
 		l.concurrencyRetry = DefaultConcurrencyRetry
+	}
+	l.prefetchSpan = opts.PrefetchSpan
+	if l.prefetchSpan == 0 {
+		l.prefetchSpan = DefaultPrefetchSpan
 	}
 	l.events = newEventSink(l, opts.Events)
 	if opts.OverrideRefresh >= 0 {

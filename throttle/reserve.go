@@ -144,6 +144,13 @@ type Reservation struct {
 	// False when a limit that cannot be reserved blocked it: At is then
 	// that limit's wait (a place it held before is kept).
 	Planned bool
+	// Local reports a Firm reservation served from slots an earlier call
+	// prefetched (Options.PrefetchSpan), without asking Redis: Now and At
+	// are then this host's clock, and the limits' Remaining is what the
+	// prefetching call left, plus the slots still in memory.
+	Local bool
+
+	prefetched int64 // slots the call prefetched for its set of limits
 }
 
 // Delay is how long from the decision until At.
@@ -185,12 +192,25 @@ func (l *Redis) Reserve(ctx context.Context, opts ReserveOptions, reqs ...Reques
 	if needsCallID(reqs) {
 		callID = newCallID()
 	}
+	var pk string
+	if l.prefetchSpan > 0 && opts.Priority == Bulk && !opts.Retake {
+		if pk = l.prefetchKey(reqs, fields); pk != "" {
+			now := l.localNow()
+			if d, ok := l.prefetch.take(pk, now); ok {
+				return Reservation{Decision: d, Firm: true, At: now, Local: true}, nil
+			}
+		}
+	}
 	c := &reserveCall{opts: opts, hold: hold, headroom: headroom, reqs: reqs, fields: fields, callID: callID, done: make(chan reserveResult, 1)}
 	res, err := l.batcher().do(ctx, c)
 	if err != nil {
 		return Reservation{}, err
 	}
 	r := res.r
+	if r.prefetched > 0 && pk != "" {
+		now := l.localNow()
+		l.prefetch.put(pk, r.prefetched, prefetchUntil(r.Decision, reqs, now), r.Decision, now)
+	}
 	if r.Firm {
 		l.events.observe(ctx, reqs, r.Decision)
 	}
@@ -481,8 +501,12 @@ func (l *Redis) newReserveArgs(mode string, hold time.Duration, headroom float64
 	if l.clock != nil {
 		now = l.clock().UnixMicro()
 	}
+	prefetch, span := 0, int64(0)
+	if mode == "reserve" && l.prefetchSpan > 0 {
+		prefetch, span = MaxPrefetch, l.prefetchSpan.Microseconds()
+	}
 	return &reserveArgs{l: l, index: map[string]int{},
-		args: []any{now, mode, "", hold.Microseconds(), strconv.FormatFloat(headroom, 'f', -1, 64), "", nsends}}
+		args: []any{now, mode, prefetch, hold.Microseconds(), strconv.FormatFloat(headroom, 'f', -1, 64), span, nsends}}
 }
 
 // send appends one send: its task ID, priority (and whether it is a
@@ -530,6 +554,14 @@ func appendReserveLimit(args []any, keyIndex int, r Request, field string) []any
 		return append(args, keyIndex, "distinct", lim.Rate.Limit, lim.Rate.Period.Microseconds(), 0, cost, r.Member)
 	}
 	return append(args, keyIndex, string(lim.Algorithm), lim.Rate.Limit, lim.Rate.Period.Microseconds(), 0, cost, "")
+}
+
+// localNow is Options.Clock, else this host's clock.
+func (l *Redis) localNow() time.Time {
+	if l.clock != nil {
+		return l.clock()
+	}
+	return time.Now()
 }
 
 // now is the limiter's clock: Options.Clock, else Redis TIME.

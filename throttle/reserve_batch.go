@@ -198,7 +198,7 @@ func (b *reserveBatcher) decodeOne(raw []int64, pos *int, c *reserveCall) reserv
 	if err != nil {
 		return reserveResult{err: err}
 	}
-	r := Reservation{Decision: d, Firm: firm == 1, At: time.UnixMicro(at)}
+	r := Reservation{Decision: d, Firm: firm >= 1, At: time.UnixMicro(at), prefetched: max(0, firm-1)}
 	d.Allowed = r.Firm
 	r.Decision.Allowed = r.Firm
 	if !r.Firm {

@@ -485,11 +485,15 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 	for round := 1; ; round++ {
 		sent := h.now()
 		r, err := res.Reserve(ctx, opts, reqs...)
-		m.call(name, "reserve")
 		if err != nil {
+			m.call(name, "reserve")
 			m.outcome(name, OutcomeLimiterError)
 			return nil, fmt.Errorf("%s: limiter: %w", name, err)
 		}
+		if r.Local {
+			return nil, nil // a slot an earlier call prefetched: firm now, no round trip
+		}
+		m.call(name, "reserve")
 		h.clock.observe(sent, h.now(), r.Now)
 		// The instant is on the limiter's clock (Redis TIME): hold until
 		// this host's clock reads it (redisClock), so neither clock skew

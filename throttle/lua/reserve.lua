@@ -21,8 +21,8 @@
 --
 -- KEYS: per limit i: KEYS[3i-2] state, KEYS[3i-1] plan hash, KEYS[3i] backlog
 -- ARGV[1] now us ("0" = Redis TIME)   ARGV[2] mode: reserve | plan | release
--- ARGV[3] unused                      ARGV[4] hold us (firm at most this far ahead)
--- ARGV[5] headroom (fraction)         ARGV[6] unused
+-- ARGV[3] prefetch: most extra slots  ARGV[4] hold us (firm at most this far ahead)
+-- ARGV[5] headroom (fraction)         ARGV[6] prefetch span us (0: none)
 -- ARGV[7] number of sends, then per send: task id ('' = none), priority
 --         (high | bulk | retake), call id (names its leases and sliding-log
 --         entries), tenant ('' = none), tenant weight (> 0), number of
@@ -33,8 +33,9 @@
 -- "release" skip them).
 --
 -- Returns, "reserve": {now, then per send: firm (1|0), at us, then per limit
---   the 6 values of consume.lua (ok, remaining, reset, retry, wait, taken)}. firm = 1:
---   every limit was taken for `at` (<= now + hold). firm = 0: nothing was
+--   the 6 values of consume.lua (ok, remaining, reset, retry, wait, taken)}. firm >= 1:
+--   every limit was taken for `at` (<= now + hold), and firm - 1 more
+--   slots were prefetched for the same limits (see prefetch). firm = 0: nothing was
 --   taken; `at` is when to come back (a planned slot when the send was
 --   planned, else the blocked limits' wait).
 -- "plan": {now, then per send: planned us, new (1, or 0 when the task ID
@@ -42,6 +43,7 @@
 local now = clock(ARGV[1])
 local mode = ARGV[2]
 local hold, headroom = tonumber(ARGV[4]), tonumber(ARGV[5])
+local prefetch_max, prefetch_span = tonumber(ARGV[3]) or 0, tonumber(ARGV[6]) or 0
 local nsends = tonumber(ARGV[7])
 
 -- Plan books. A limit paced slower than one send a second (a pair limit,
@@ -280,12 +282,6 @@ local function sweep(l)
     l.fill = cur
     redis.call('HSET', l.plan, 'f' .. l.extra, cur)
   end
-end
-
--- set_tat takes a GCRA limit's slot at `at`: gcra.lua's commit, with the
--- theoretical arrival time one paced interval after the slot.
-local function set_tat(l, at)
-  gcra_store(l.key, l.extra, now, l.replace, math.max(l.a, at - now) + l.T * l.cost)
 end
 
 -- parse reads a send's limits from ARGV starting at index a; returns the
@@ -570,6 +566,31 @@ if mode == 'release' then
   return {now, released}
 end
 
+-- prefetch returns how many more slots a new bulk send, firm now, may take
+-- for its caller to hand out without asking again (0 or >= 2): on every
+-- limit, as many as fit in prefetch_span at its rate (so the most a
+-- prefetch can leave unused is that span's worth) and in what is left of
+-- its burst or window now, and no plan in progress. Only GCRA and fixed
+-- window limits prefetch; any other limit makes it 0.
+local function prefetch(s, at)
+  if prefetch_span <= 0 or prefetch_max < 2 or at ~= now or s.prio ~= 'bulk' then return 0 end
+  local k = prefetch_max
+  for _, l in ipairs(s.limits) do
+    local n = 0
+    if l.algo == 'gcra' then
+      local unit = l.T * l.cost
+      if l.fast and not l.active then
+        n = math.min(math.floor(prefetch_span / unit), floor_units(l.tol - l.a - unit, unit))
+      end
+    elseif l.algo == 'fixed_window' then
+      n = math.min(math.floor(prefetch_span * l.limit / (l.period * l.cost)), math.floor(l.d.rem_after / l.cost))
+    end
+    if n < k then k = n end
+  end
+  if k < 2 then return 0 end
+  return k
+end
+
 -- reserve_one decides one send (mode 'reserve') and appends its values to
 -- out: firm, at, then 6 per limit.
 local function reserve_one(s, out)
@@ -626,14 +647,21 @@ if blocked_wait == 0 and at - now <= hold and not gap and not displaced then
   end
 end
 
+local extra = 0
 if firm == 1 then
+  if not back then extra = prefetch(s, at) end
   for _, l in ipairs(s.limits) do
+    if l.algo == 'gcra' then l.ahead_after = math.max(l.a, at - now) + l.T * l.cost * (1 + extra) end
     if l.algo == 'gcra' and retake and not l.fast then
       -- The next send on it comes at least one interval after this one.
       gcra_store(l.key, l.extra, now, l.replace, math.max(l.a, at - now + l.T * l.cost))
     elseif l.algo == 'gcra' then
-      set_tat(l, at)
+      gcra_store(l.key, l.extra, now, l.replace, l.ahead_after)
     else
+      if extra > 0 then
+        l.d.cost = l.cost * (1 + extra)
+        l.d.rem_after = l.d.rem_after - l.cost * extra
+      end
       commit(l.d, s.cid)
     end
   end
@@ -687,7 +715,7 @@ else
   at = plan_at
 end
 
-out[#out + 1] = firm
+out[#out + 1] = firm + extra
 out[#out + 1] = math.ceil(at)
 for _, l in ipairs(s.limits) do
   if l.algo == 'gcra' then
@@ -696,7 +724,7 @@ for _, l in ipairs(s.limits) do
     local reset = now + l.a
     if firm == 1 then
       ok, taken = 1, l.cost
-      local new_ahead = math.max(l.a, at - now) + l.T * l.cost
+      local new_ahead = l.ahead_after
       rem = math.max(0, floor_units(l.tol - new_ahead, l.T))
       reset = now + math.ceil(new_ahead)
     elseif blocked_wait > 0 and l.firm - now <= hold then
