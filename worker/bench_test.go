@@ -24,13 +24,16 @@ import (
 )
 
 // BenchmarkThrottleMiddleware measures tasks/s through Sluice's throttle
-// middleware (paced by reservation: one Reserve call per task), with
-// WhatsApp's three default limits (GCRA throughput and pair, fixed-window
-// daily) set so high they never block,
-// next to a plain asynq server with a no-op handler, in the same run
-// against the same redis-server, and reports their ratio. b.N tasks go
-// through each server per round; rounds alternate plain, throttled, three
-// times, and the medians are reported. Run with `make bench`.
+// middleware (paced by reservation), with WhatsApp's three default limits
+// (GCRA throughput and pair, fixed-window daily) set so high they never
+// block, next to a plain asynq server with a no-op handler, in the same run
+// against the same redis-server, and reports their ratio. Such limits
+// prefetch (throttle.Options.PrefetchSpan): one Reserve round trip serves
+// up to 1+MaxPrefetch sends of a recipient. The same middleware with
+// prefetching off (one round trip per task) is reported beside it
+// (ratio_round_trip). b.N tasks go through each server per round; rounds
+// alternate plain, throttled, throttled without prefetch, three times, and
+// the medians are reported. Run with `make bench`.
 func BenchmarkThrottleMiddleware(b *testing.B) {
 	srv := redistest.Start(b)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 100})
@@ -61,6 +64,11 @@ func BenchmarkThrottleMiddleware(b *testing.B) {
 			}}, nil
 		}}
 	w, err := worker.New(worker.Options{Redis: rdb, Limiter: lim, Channels: []worker.Channel{ch}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	noPrefetch := throttle.NewRedis(rdb, throttle.Options{Prefix: "bench", PrefetchSpan: -1})
+	wrt, err := worker.New(worker.Options{Redis: rdb, Limiter: noPrefetch, Channels: []worker.Channel{ch}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -105,26 +113,31 @@ func BenchmarkThrottleMiddleware(b *testing.B) {
 	}
 
 	b.ResetTimer()
-	var plainRates, throttledRates []float64
-	var plainCPU, throttledCPU cpuPerTask
+	var plainRates, throttledRates, rtRates []float64
+	var plainCPU, throttledCPU, rtCPU cpuPerTask
 	for range 3 {
 		r, c := run(plain)
 		plainRates, plainCPU = append(plainRates, r), plainCPU.add(c)
 		r, c = run(w.Mux())
 		throttledRates, throttledCPU = append(throttledRates, r), throttledCPU.add(c)
+		r, c = run(wrt.Mux())
+		rtRates, rtCPU = append(rtRates, r), rtCPU.add(c)
 	}
 	b.StopTimer()
-	p, t := median(plainRates), median(throttledRates)
+	p, t, rt := median(plainRates), median(throttledRates), median(rtRates)
 	b.ReportMetric(p, "plain_tasks/s")
 	b.ReportMetric(t, "throttled_tasks/s")
 	b.ReportMetric(t/p, "ratio")
+	b.ReportMetric(rt/p, "ratio_round_trip")
 	// CPU per task, mean of the rounds: this process (asynq and the
 	// handler) and redis-server, so a gap can be traced to its side.
 	b.ReportMetric(plainCPU.goUS/3, "plain_go_µs/task")
 	b.ReportMetric(plainCPU.redisUS/3, "plain_redis_µs/task")
 	b.ReportMetric(throttledCPU.goUS/3, "throttled_go_µs/task")
 	b.ReportMetric(throttledCPU.redisUS/3, "throttled_redis_µs/task")
-	b.Logf("tasks=%d plain=%.0f throttled=%.0f tasks/s", b.N, plainRates, throttledRates)
+	b.ReportMetric(rtCPU.goUS/3, "round_trip_go_µs/task")
+	b.ReportMetric(rtCPU.redisUS/3, "round_trip_redis_µs/task")
+	b.Logf("tasks=%d plain=%.0f throttled=%.0f round_trip=%.0f tasks/s", b.N, plainRates, throttledRates, rtRates)
 }
 
 func median(xs []float64) float64 {
