@@ -98,6 +98,12 @@ type Error struct {
 	// documented default for daily and quality limits (see WhatsApp.Send and
 	// Twilio.Send). 0 means not given: the caller uses its own backoff.
 	RetryAfter time.Duration
+	// Growth is how a repeated throttle of this kind on the same scope
+	// grows its pause: each pause in a row multiplies the wait (4 for
+	// WhatsApp's pair limit, whose documented backoff is 4^n s; 2 for
+	// Twilio 20429, exponential backoff). 0 or 1 means a fixed wait, for
+	// waits the provider or its documentation gives exactly.
+	Growth float64
 	// Message is the provider's message (plus details) or the start of the
 	// response body (at most 512 bytes of it), for archive reasons. It never
 	// contains tokens, secrets or URL queries.
@@ -161,6 +167,8 @@ type codeRule struct {
 	meaning string
 	// retry gives the RetryAfter to use when the provider gave none; nil = 0.
 	retry func(now time.Time) time.Duration
+	// growth is Error.Growth for a throttle with no RetryAfter of its own.
+	growth float64
 }
 
 func fixed(d time.Duration) func(time.Time) time.Duration {

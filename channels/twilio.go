@@ -152,17 +152,19 @@ func twilioForm(p tasks.SMSSend) (url.Values, error) {
 // twilioCodes is PROVIDERS.md's Twilio table (source: Twilio error dictionary,
 // API concurrency and messaging throughput docs).
 var twilioCodes = map[int]codeRule{
-	20429: {Throttled, ScopeAccount, "too many concurrent requests", nil},
-	30022: {Throttled, ScopeSender, "carrier throughput exceeded", nil},
-	21611: {Throttled, ScopeSender, "sender queue full", nil},
-	30001: {Throttled, ScopeSender, "queue overflow", nil},
-	63017: {Throttled, ScopeAccount, "account MPS cap", nil},
-	30023: {Throttled, ScopeAccount, "daily cap reached", untilPacificMidnight},
-	63038: {Throttled, ScopeAccount, "account daily limit", fixed(24 * time.Hour)},
-	14107: {Throttled, ScopePair, "pair reply rate limit", fixed(30 * time.Second)},
-	21211: {Permanent, "", "invalid To number", nil},
-	21610: {Permanent, "", "recipient unsubscribed", nil},
-	63016: {Permanent, "", "outside 24 h window", nil},
+	20429: {Throttled, ScopeAccount, "too many concurrent requests", nil, 2},
+	30022: {Throttled, ScopeSender, "carrier throughput exceeded", nil, 2},
+	// Twilio queues up to 10 h of a sender's messages before 21611: the
+	// queue drains at the sender's rate, so wait minutes, not seconds.
+	21611: {Throttled, ScopeSender, "sender queue full", fixed(time.Minute), 2},
+	30001: {Throttled, ScopeSender, "queue overflow", fixed(time.Minute), 2},
+	63017: {Throttled, ScopeAccount, "account MPS cap", nil, 2},
+	30023: {Throttled, ScopeSender, "daily cap reached", untilPacificMidnight, 0},
+	63038: {Throttled, ScopeAccount, "account daily limit", fixed(24 * time.Hour), 0},
+	14107: {Throttled, ScopePair, "pair reply rate limit", fixed(30 * time.Second), 0},
+	21211: {Permanent, "", "invalid To number", nil, 0},
+	21610: {Permanent, "", "recipient unsubscribed", nil, 0},
+	63016: {Permanent, "", "outside 24 h window", nil, 0},
 }
 
 // pacific is America/Los_Angeles, or a fixed UTC-8 when the zone database is
@@ -218,14 +220,20 @@ func twilioResult(r *reply, now time.Time, secrets ...string) (Response, error) 
 	}
 	if rule, ok := twilioCodes[e.Code]; ok {
 		e.Class, e.Scope = rule.class, rule.scope
-		if e.RetryAfter == 0 && rule.retry != nil {
-			e.RetryAfter = rule.retry(now)
+		if e.RetryAfter == 0 && rule.class == Throttled {
+			e.Growth = rule.growth
+			if rule.retry != nil {
+				e.RetryAfter = rule.retry(now)
+			}
 		}
 		return resp, e
 	}
 	e.Class = statusClass(r.status)
 	if e.Class == Throttled {
 		e.Scope = ScopeAccount // HTTP 429: the account's API concurrency limit
+		if e.RetryAfter == 0 {
+			e.Growth = 2
+		}
 	}
 	return resp, e
 }

@@ -209,19 +209,19 @@ func whatsappBody(p tasks.WhatsAppSend) ([]byte, error) {
 // whatsappCodes is PROVIDERS.md's WhatsApp table (source: Meta, Cloud API error
 // codes and throughput docs).
 var whatsappCodes = map[int]codeRule{
-	4:      {Throttled, ScopeAccount, "app rate limit", nil},
-	80007:  {Throttled, ScopeAccount, "WABA rate limit", nil},
-	130429: {Throttled, ScopeSender, "throughput limit", nil},
-	131056: {Throttled, ScopePair, "pair rate limit", nil},
-	131057: {Throttled, ScopeSender, "throughput upgrade in progress", nil},
-	131048: {Throttled, ScopeSender, "spam rate limit", fixed(time.Hour)},
-	131049: {Throttled, ScopePair, "per-user marketing limit", fixed(24 * time.Hour)},
-	1:      {Transient, "", "unknown error", nil},
-	2:      {Transient, "", "service unavailable", nil},
-	131000: {Transient, "", "something went wrong", nil},
-	368:    {Permanent, "", "blocked for policy violation", nil},
-	131026: {Permanent, "", "undeliverable", nil},
-	131047: {Permanent, "", "outside 24 h window", nil},
+	4:      {Throttled, ScopeAccount, "app rate limit", nil, 2},
+	80007:  {Throttled, ScopeAccount, "WABA rate limit", nil, 2},
+	130429: {Throttled, ScopeSender, "throughput limit", nil, 2},
+	131056: {Throttled, ScopePair, "pair rate limit", nil, 4},
+	131057: {Throttled, ScopeSender, "throughput upgrade in progress", fixed(time.Minute), 0},
+	131048: {Throttled, ScopeSender, "spam rate limit", fixed(time.Hour), 0},
+	131049: {Throttled, ScopePair, "per-user marketing limit", fixed(24 * time.Hour), 0},
+	1:      {Transient, "", "unknown error", nil, 0},
+	2:      {Transient, "", "service unavailable", nil, 0},
+	131000: {Transient, "", "something went wrong", nil, 0},
+	368:    {Permanent, "", "blocked for policy violation", nil, 0},
+	131026: {Permanent, "", "undeliverable", nil, 0},
+	131047: {Permanent, "", "outside 24 h window", nil, 0},
 }
 
 // whatsappResponse holds the fields of the 200 body (MessageResponsePayload)
@@ -276,8 +276,11 @@ func whatsappResult(r *reply, now time.Time, secrets ...string) (Response, error
 	switch {
 	case known && rule.class == Throttled:
 		e.Class, e.Scope = Throttled, rule.scope
-		if e.RetryAfter == 0 && rule.retry != nil {
-			e.RetryAfter = rule.retry(now)
+		if e.RetryAfter == 0 {
+			e.Growth = rule.growth
+			if rule.retry != nil {
+				e.RetryAfter = rule.retry(now)
+			}
 		}
 	case body.Error.IsTransient:
 		e.Class = Transient

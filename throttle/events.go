@@ -18,6 +18,17 @@ const (
 	// EventWarning: a Consume left fewer than the threshold units on Key.
 	// Fields: key, name, remaining, threshold, limit.
 	EventWarning = "limits.warning"
+	// EventProviderThrottled: a provider answered a send with a throttle
+	// (WhatsApp 130429, Twilio 20429...). Fields: key (the scope's pause
+	// key), code, reason, until (Unix ms, the pause's end). At most one per
+	// key a second.
+	EventProviderThrottled = "provider.throttled"
+	// EventProviderPaused: a scope was paused (it was not before). Fields
+	// as EventProviderThrottled, plus in_a_row.
+	EventProviderPaused = "provider.paused"
+	// EventProviderResumed: a paused scope was resumed before its end (an
+	// operator, `sluice channels resume`). Fields: key.
+	EventProviderResumed = "provider.resumed"
 )
 
 // EventOptions configures the events stream of a Redis limiter. Events are
@@ -44,7 +55,12 @@ type Event struct {
 	Reset     time.Time     `json:"-"`
 	Remaining int64         `json:"remaining,omitempty"`
 	Threshold int64         `json:"threshold,omitempty"`
-	At        time.Time     `json:"-"`
+	// Code, Reason, Until and InARow are the provider.* events' (a pause).
+	Code   int64     `json:"code,omitempty"`
+	Reason string    `json:"reason,omitempty"`
+	Until  time.Time `json:"-"`
+	InARow int64     `json:"in_a_row,omitempty"`
+	At     time.Time `json:"-"`
 }
 
 var eventsScript = redis.NewScript(joinLua("events.lua"))
@@ -128,6 +144,16 @@ func (s *eventSink) emit(ctx context.Context, typ, key string, window time.Durat
 	}
 }
 
+// Emit writes a provider.* event for key at most once per key and type in
+// each aligned span of once (at least 1ms); fields are name/value pairs.
+// Events are best-effort: a failed write is logged, never returned.
+func (l *Redis) Emit(ctx context.Context, typ, key string, once time.Duration, fields ...any) {
+	if l.events == nil || l.events.opts.Disabled {
+		return
+	}
+	l.events.emit(ctx, typ, key, once, l.localNow(), append([]any{"key", key}, fields...)...)
+}
+
 // formatWindow renders a window with its count, "1s", "1m", "1d", where
 // FormatPeriod writes the bare unit of a rate ("80/s").
 func formatWindow(d time.Duration) string {
@@ -172,6 +198,10 @@ func parseEvent(m redis.XMessage) Event {
 	}
 	if r := num("reset"); r > 0 {
 		e.Reset = time.UnixMilli(r)
+	}
+	e.Code, e.Reason, e.InARow = num("code"), str("reason"), num("in_a_row")
+	if u := num("until"); u > 0 {
+		e.Until = time.UnixMilli(u)
 	}
 	e.At = time.UnixMilli(num("at"))
 	return e

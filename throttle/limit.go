@@ -53,6 +53,13 @@ const (
 	// WhatsApp's messaging tiers work: 250, 2,000, 10,000 or 100,000 unique
 	// users per rolling 24 h per business (PROVIDERS.md). Windows: Windows.
 	Distinct Algorithm = "distinct"
+	// Pause is not configured: it is the limit of a scope a provider's
+	// answer paused (Redis.Pause; WhatsApp 131048 pauses a number, Twilio
+	// 20429 an account). It admits everything until the scope is paused,
+	// then nothing until the pause ends, and takes nothing itself. Requests
+	// with it are made by PauseRequest. State: a small hash, written only
+	// by Pause and Resume.
+	Pause Algorithm = "pause"
 )
 
 // Algorithms lists every algorithm, in documentation order.
@@ -140,6 +147,8 @@ func (l Limit) Validate() error {
 		if l.Interval < time.Millisecond {
 			return fieldErr(l, FieldInterval, "want >= 1ms, got %v", l.Interval)
 		}
+	case l.Algorithm == Pause:
+		return nil
 	case l.Algorithm == Concurrency:
 		if l.Max <= 0 {
 			return fieldErr(l, FieldMax, "want > 0, got %d", l.Max)
@@ -163,7 +172,7 @@ func (l Limit) Capacity() int64 {
 		return max(l.Burst, 1)
 	case l.Algorithm.Windowed():
 		return l.Rate.Limit
-	case l.Algorithm == MinInterval:
+	case l.Algorithm == MinInterval, l.Algorithm == Pause:
 		return 1
 	default:
 		return l.Max
@@ -195,6 +204,8 @@ func (l Limit) String() string {
 		return fmt.Sprintf("%s: min_interval %v", l.Name, l.Interval)
 	case Concurrency:
 		return fmt.Sprintf("%s: concurrency max %d", l.Name, l.Max)
+	case Pause:
+		return l.Name + ": pause"
 	}
 	return fmt.Sprintf("%s: %s %v", l.Name, l.Algorithm, l.Rate)
 }

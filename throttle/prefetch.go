@@ -20,7 +20,9 @@ import (
 // PrefetchSpan's worth of its rate (1ms of a 100,000/s limit is 100 sends),
 // only out of the burst or window room it has now, and only while no send
 // is planned on it, so a limit near its cap never prefetches. Only GCRA and
-// FixedWindow limits prefetch; a send with any other limit always asks.
+// FixedWindow limits prefetch (beside Pause, which takes nothing); a send
+// with any other limit always asks. A pause set after the prefetch reaches
+// the slots in memory within PrefetchTTL.
 // Prefetched slots are used within PrefetchTTL, and a fixed window's only
 // within its window. A `limits reset` or `set` therefore reaches sends
 // served from memory within PrefetchTTL.
@@ -56,7 +58,7 @@ func (l *Redis) prefetchKey(reqs []Request, fields []string) string {
 	var b []byte
 	for i, r := range reqs {
 		lim := r.Limit
-		if lim.Algorithm != GCRA && lim.Algorithm != FixedWindow {
+		if lim.Algorithm != GCRA && lim.Algorithm != FixedWindow && lim.Algorithm != Pause {
 			return ""
 		}
 		b = append(b, l.Key(r.Key)...)

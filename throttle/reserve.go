@@ -16,7 +16,7 @@ import (
 // each. Redis runs a script's whole chunk on every call, so each set of
 // algorithms other than GCRA (which reserve.lua paces itself) gets a script
 // with only their files; index = bit set of nonGCRA's positions.
-var reserveScripts [1 << 6]*redis.Script
+var reserveScripts [1 << 7]*redis.Script
 
 // nonGCRA lists the algorithms reserve.lua decides with their own files.
 var nonGCRA = []struct {
@@ -25,7 +25,7 @@ var nonGCRA = []struct {
 }{
 	{FixedWindow, "fixed_window.lua"}, {SlidingWindowLog, "sliding_window_log.lua"},
 	{SlidingWindowCounter, "sliding_window_counter.lua"}, {MinInterval, "min_interval.lua"},
-	{Concurrency, "concurrency.lua"}, {Distinct, "distinct.lua"},
+	{Concurrency, "concurrency.lua"}, {Distinct, "distinct.lua"}, {Pause, "pause.lua"},
 }
 
 func init() {

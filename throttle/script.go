@@ -15,7 +15,7 @@ var luaFiles embed.FS
 // one script, so any mix of limits is decided in one EVALSHA.
 var consumeScript = redis.NewScript(joinLua("prelude.lua", "gcra.lua", "fixed_window.lua",
 	"sliding_window_log.lua", "sliding_window_counter.lua", "min_interval.lua",
-	"concurrency.lua", "distinct.lua", "dispatch.lua", "consume.lua"))
+	"concurrency.lua", "distinct.lua", "pause.lua", "dispatch.lua", "consume.lua"))
 
 // gcraOneScript is the fast path for a call of one GCRA limit on its own key.
 var gcraOneScript = redis.NewScript(joinLua("gcra_one.lua"))

@@ -9,10 +9,25 @@ import (
 	"github.com/sluice-dev/sluice/throttle"
 )
 
+// Pause scopes of the bundled channels (Channel.PauseScopes; docs/providers.md).
+var (
+	// WhatsAppPauseScopes: 130429 and 131048 pause the business phone
+	// number, 131056 the pair, 4 and 80007 the app (the whole channel).
+	WhatsAppPauseScopes = map[string]string{channels.ScopeSender: "{phone_number_id}",
+		channels.ScopePair: "{phone_number_id}:{to}", channels.ScopeAccount: ""}
+	// SMSPauseScopes: 30022, 21611 and 30023 pause the sender (From or
+	// Messaging Service), 14107 the pair, 20429 and 63038 the account.
+	SMSPauseScopes = map[string]string{channels.ScopeSender: "{sender}",
+		channels.ScopePair: "{sender}:{to}", channels.ScopeAccount: "{account_sid}"}
+	// HostPauseScopes: a 429 or 503 of a webhook or HTTP endpoint pauses
+	// its host.
+	HostPauseScopes = map[string]string{channels.ScopeSender: "{host}"}
+)
+
 // WhatsAppChannel sends whatsapp:send tasks through the WhatsApp Cloud API.
 // Key fields: phone_number_id, to.
 func WhatsAppChannel(c *channels.WhatsApp, rs []rules.Rule) Channel {
-	return Channel{Name: "whatsapp", TaskType: tasks.TypeWhatsAppSend, Rules: rs,
+	return Channel{Name: "whatsapp", TaskType: tasks.TypeWhatsAppSend, Rules: rs, PauseScopes: WhatsAppPauseScopes,
 		Prepare: func(b []byte) (Prepared, error) {
 			p, err := tasks.DecodeWhatsAppSend(b)
 			if err != nil {
@@ -26,7 +41,7 @@ func WhatsAppChannel(c *channels.WhatsApp, rs []rules.Rule) Channel {
 // Key fields: from, messaging_service_sid, sender (from, else the service),
 // to, and account_sid (the client's account).
 func SMSChannel(c *channels.Twilio, rs []rules.Rule) Channel {
-	return Channel{Name: "sms", TaskType: tasks.TypeSMSSend, Rules: rs,
+	return Channel{Name: "sms", TaskType: tasks.TypeSMSSend, Rules: rs, PauseScopes: SMSPauseScopes,
 		Prepare: func(b []byte) (Prepared, error) {
 			p, err := tasks.DecodeSMSSend(b)
 			if err != nil {
@@ -41,7 +56,7 @@ func SMSChannel(c *channels.Twilio, rs []rules.Rule) Channel {
 // WebhookChannel delivers webhook:deliver tasks, signed per Standard Webhooks.
 // Key fields: url, host, endpoint, event_type.
 func WebhookChannel(c *channels.Webhook, rs []rules.Rule) Channel {
-	return Channel{Name: "webhook", TaskType: tasks.TypeWebhookDeliver, Rules: rs,
+	return Channel{Name: "webhook", TaskType: tasks.TypeWebhookDeliver, Rules: rs, PauseScopes: HostPauseScopes,
 		Prepare: func(b []byte) (Prepared, error) {
 			p, err := tasks.DecodeWebhookDeliver(b)
 			if err != nil {
@@ -53,7 +68,7 @@ func WebhookChannel(c *channels.Webhook, rs []rules.Rule) Channel {
 
 // HTTPChannel makes http:call tasks' requests. Key fields: method, url, host.
 func HTTPChannel(c *channels.HTTPCaller, rs []rules.Rule) Channel {
-	return Channel{Name: "http", TaskType: tasks.TypeHTTPCall, Rules: rs,
+	return Channel{Name: "http", TaskType: tasks.TypeHTTPCall, Rules: rs, PauseScopes: HostPauseScopes,
 		Prepare: func(b []byte) (Prepared, error) {
 			p, err := tasks.DecodeHTTPCall(b)
 			if err != nil {

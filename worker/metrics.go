@@ -1,6 +1,10 @@
 package worker
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Metrics are the worker's Prometheus series. Register them with
 // NewMetrics(reg); a nil *Metrics records nothing.
@@ -12,6 +16,7 @@ type Metrics struct {
 	calls    *prometheus.CounterVec
 	hold     *prometheus.HistogramVec
 	late     *prometheus.HistogramVec
+	provider *prometheus.CounterVec
 }
 
 // unknownChannel is the channel label of tasks whose type no channel handles.
@@ -66,8 +71,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.05, 0.1},
 		}, []string{"channel"}),
 	}
+	m.provider = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_provider_throttles_total",
+		Help: "Provider throttle responses by channel, the provider's error code (0: none, HTTP 429) and the scope it names (sender, pair, account, or empty).",
+	}, []string{"channel", "code", "scope"})
 	if reg != nil {
-		reg.MustRegister(m.tasks, m.throttle, m.wait, m.send, m.calls, m.hold, m.late)
+		reg.MustRegister(m.tasks, m.throttle, m.wait, m.send, m.calls, m.hold, m.late, m.provider)
 	}
 	return m
 }
@@ -82,6 +91,12 @@ func (m *Metrics) throttled(channel, limit string, waitSeconds float64) {
 	if m != nil {
 		m.throttle.WithLabelValues(channel, limit).Inc()
 		m.wait.WithLabelValues(channel).Observe(waitSeconds)
+	}
+}
+
+func (m *Metrics) providerThrottle(channel string, code int, scope string) {
+	if m != nil {
+		m.provider.WithLabelValues(channel, strconv.Itoa(code), scope).Inc()
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -43,6 +45,15 @@ type Reserver interface {
 	Reserve(ctx context.Context, opts throttle.ReserveOptions, reqs ...throttle.Request) (throttle.Reservation, error)
 }
 
+// Pauser is implemented by limiters that pause a scope in every worker
+// (*throttle.Redis): with one, a provider throttle pauses the scope it names
+// (Channel.PauseScopes), every send of that scope is blocked until the
+// pause ends, and the pause is reported as events.
+type Pauser interface {
+	Pause(ctx context.Context, key string, o throttle.PauseOptions) (throttle.Paused, error)
+	Emit(ctx context.Context, typ, key string, once time.Duration, fields ...any)
+}
+
 // Channel binds a task type to its limits and its provider client.
 type Channel struct {
 	Name     string // "whatsapp"; the limiter scope and the metrics label
@@ -78,6 +89,13 @@ type Channel struct {
 	// limits (tenant → weight, 0 < weight <= throttle.MaxTenantWeight); a
 	// tenant not listed weighs 1. Enqueue-time planning must use the same.
 	TenantWeights map[string]float64
+	// PauseScopes maps a provider throttle's scope (channels.ScopeSender,
+	// ScopePair, ScopeAccount) to the fields that name it, as a key
+	// template's tail: "{phone_number_id}" pauses
+	// "whatsapp:paused:sender:{phone_number_id}" (throttle.PauseKey); ""
+	// pauses the whole channel. A throttle whose scope is not listed, or
+	// whose fields are empty, pauses nothing and only requeues its task.
+	PauseScopes map[string]string
 	// MaxPayloadBytes caps a task's payload; a larger task is archived
 	// before it is decoded. Zero means tasks.MaxPayloadBytes(TaskType), or
 	// no cap for a task type the tasks package does not know.
@@ -297,6 +315,17 @@ func (w *Worker) Handler(ch Channel) (asynq.Handler, error) {
 		return nil, err
 	}
 	h := &handler{w: w, ch: ch, rules: set, now: time.Now}
+	if p, ok := w.opts.Limiter.(Pauser); ok && len(ch.PauseScopes) > 0 {
+		h.pauser = p
+		scopes := slices.Sorted(maps.Keys(ch.PauseScopes))
+		for _, s := range scopes {
+			t, err := rules.ParseKey(ch.Name, throttle.PauseKey(ch.Name, s, ch.PauseScopes[s]), fields)
+			if err != nil {
+				return nil, fmt.Errorf("channel %s: pause scope %q: %w", ch.Name, s, err)
+			}
+			h.pauses = append(h.pauses, pauseScope{s, t})
+		}
+	}
 	return asynq.HandlerFunc(h.process), nil
 }
 
@@ -323,11 +352,31 @@ func (w *Worker) exactTypes(known map[string]string) asynq.MiddlewareFunc {
 }
 
 type handler struct {
-	w     *Worker
-	ch    Channel
-	rules *rules.Set
-	clock redisClock
-	now   func() time.Time // time.Now; tests stand in a clock that jumps
+	w      *Worker
+	ch     Channel
+	rules  *rules.Set
+	clock  redisClock
+	now    func() time.Time // time.Now; tests stand in a clock that jumps
+	pauser Pauser           // nil: provider throttles pause nothing
+	pauses []pauseScope
+}
+
+// pauseScope is a Channel.PauseScopes entry, its key compiled.
+type pauseScope struct {
+	scope string
+	key   rules.Template
+}
+
+// pauseKey renders the pause key of scope for a send's fields; "" when
+// the channel does not pause that scope or a field is empty.
+func (h *handler) pauseKey(scope string, fields map[string]string) string {
+	for _, p := range h.pauses {
+		if p.scope == scope {
+			k, _ := p.key.Render(fields)
+			return k
+		}
+	}
+	return ""
 }
 
 func (h *handler) process(ctx context.Context, t *asynq.Task) error {
@@ -342,6 +391,11 @@ func (h *handler) process(ctx context.Context, t *asynq.Task) error {
 		return permanent(fmt.Errorf("%s: malformed payload: %w", t.Type(), err))
 	}
 	reqs := h.rules.Requests(p.Fields)
+	for _, ps := range h.pauses {
+		if k, ok := ps.key.Render(p.Fields); ok {
+			reqs = append(reqs, throttle.PauseRequest(k))
+		}
+	}
 	if res, ok := h.w.opts.Limiter.(Reserver); ok && throttle.Reservable(reqs) {
 		leases, err := h.reserve(ctx, res, p, reqs)
 		if err != nil {
@@ -401,8 +455,12 @@ func (h *handler) process(ctx context.Context, t *asynq.Task) error {
 				"channel", name, "code", ce.Code, "asked", ce.RetryAfter, "cap", h.ch.MaxRetryAfter)
 			wait = h.ch.MaxRetryAfter
 		}
+		if key := h.pauseKey(ce.Scope, p.Fields); key != "" {
+			wait = h.pause(ctx, key, ce, wait)
+		}
 		m.outcome(name, OutcomeProviderThrottle)
 		m.throttled(name, "provider", wait.Seconds())
+		m.providerThrottle(name, ce.Code, ce.Scope)
 		return &ThrottledError{Channel: name, Limit: "provider", RetryAfter: ce.RetryAfter, Wait: wait, Err: ce}
 	case channels.Permanent:
 		m.outcome(name, OutcomePermanent)
@@ -411,6 +469,38 @@ func (h *handler) process(ctx context.Context, t *asynq.Task) error {
 		m.outcome(name, OutcomeTransient)
 		return ce
 	}
+}
+
+// pause pauses the scope a provider throttle named (key) in every worker,
+// for wait or, when the throttle grows (ce.Growth) and repeats, longer;
+// it returns the time left of the pause, the task's wait. A scope already
+// paused is only extended. The first pause of a scope is logged at WARN
+// and raises provider.paused; every throttle raises provider.throttled
+// (once a second per scope). If the pause cannot be written the task
+// still waits wait.
+func (h *handler) pause(ctx context.Context, key string, ce *channels.Error, wait time.Duration) time.Duration {
+	growth := ce.Growth
+	if growth > 1 {
+		// Exponential backoff with jitter (up to +20%), so workers that
+		// were throttled together do not come back together.
+		wait += time.Duration(rand.Int64N(int64(wait)/5 + 1))
+	}
+	pz, err := h.pauser.Pause(ctx, key, throttle.PauseOptions{Wait: wait, Growth: growth, Max: h.ch.MaxRetryAfter, Code: ce.Code, Reason: ce.Message})
+	if err != nil {
+		h.w.logger.Warn("pause scope after a provider throttle", "channel", h.ch.Name, "key", key, "code", ce.Code, "err", err)
+		return wait
+	}
+	left := pz.Until.Sub(pz.Since)
+	fields := []any{"code", ce.Code, "reason", pz.Reason, "until", pz.Until.UnixMilli()}
+	h.pauser.Emit(ctx, throttle.EventProviderThrottled, key, time.Second, fields...)
+	if pz.New {
+		h.pauser.Emit(ctx, throttle.EventProviderPaused, key, max(left, time.Millisecond), append(fields, "in_a_row", pz.InARow)...)
+		h.w.logger.Warn("provider throttle: scope paused in every worker", "channel", h.ch.Name, "key", key,
+			"code", ce.Code, "scope", ce.Scope, "for", left.Round(time.Millisecond), "until", pz.Until.UTC(), "in_a_row", pz.InARow, "reason", pz.Reason)
+	} else {
+		h.w.logger.Debug("provider throttle: scope already paused", "channel", h.ch.Name, "key", key, "code", ce.Code, "until", pz.Until.UTC())
+	}
+	return left
 }
 
 // maxHoldRounds bounds how often one dequeue asks again after a hold: a

@@ -289,3 +289,80 @@ func TestHandlerRejectsBadRules(t *testing.T) {
 	_, err = w.Handler(Channel{Name: "sms", TaskType: "sms:send", Prepare: prep, Rules: []rules.Rule{{Key: "sms:x}{to}", Limit: g}}})
 	require.ErrorContains(t, err, `key "sms:x}{to}": "}" without "{"`)
 }
+
+// TestProviderThrottlePausesItsScopeInEveryWorker: a 131048 for one number
+// pauses it in both workers: no other send to that number reaches the
+// provider until the pause ends, sends to another number go on, and every
+// task is delivered once after it.
+func TestProviderThrottlePausesItsScopeInEveryWorker(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	client := asynq.NewClientFromRedisClient(rdb)
+	lim := throttle.NewRedis(rdb, throttle.Options{Prefix: "wp"})
+	const pauseFor = 2 * time.Second
+	var mu sync.Mutex
+	var calls []sendRecord // every provider call, in order
+	delivered := make(chan string, 100)
+	ch := Channel{Name: "test", TaskType: "test:send", PauseScopes: map[string]string{channels.ScopeSender: "{to}"},
+		Rules: []rules.Rule{{Key: "test:number:{to}", Limit: throttle.Limit{Name: "throughput", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(100), Burst: 1}}},
+		Prepare: func(b []byte) (Prepared, error) {
+			var p testPayload
+			if err := json.Unmarshal(b, &p); err != nil {
+				return Prepared{}, err
+			}
+			return Prepared{Fields: map[string]string{"id": p.ID, "to": p.To}, Send: func(ctx context.Context) (channels.Response, error) {
+				mu.Lock()
+				first := len(calls) == 0
+				calls = append(calls, sendRecord{id: p.ID, at: time.Now()})
+				mu.Unlock()
+				if first {
+					return channels.Response{}, &channels.Error{Class: channels.Throttled, Provider: "test", Code: 131048,
+						Scope: channels.ScopeSender, RetryAfter: pauseFor, Message: "spam rate limit"}
+				}
+				delivered <- p.ID
+				return channels.Response{Status: 200}, nil
+			}}, nil
+		}}
+	for range 2 {
+		w, err := New(Options{Redis: rdb, Limiter: lim, Channels: []Channel{ch}, Concurrency: 8,
+			Logger: slog.New(slog.DiscardHandler), ShutdownTimeout: time.Second})
+		require.NoError(t, err)
+		require.NoError(t, w.Start())
+		t.Cleanup(w.Shutdown)
+	}
+	enqueue := func(id, to string) {
+		_, err := client.Enqueue(asynq.NewTask("test:send", []byte(fmt.Sprintf(`{"id":%q,"to":%q}`, id, to))),
+			asynq.Queue("test"), asynq.TaskID(id), asynq.MaxRetry(1))
+		require.NoError(t, err)
+	}
+	enqueue("first", "n1")
+	// Once the first call was throttled, 20 more for n1 and one for n2.
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(calls) == 1 }, 5*time.Second, 10*time.Millisecond)
+	for i := range 20 {
+		enqueue(fmt.Sprint("n1-", i), "n1")
+	}
+	enqueue("other", "n2")
+	require.Equal(t, "other", <-delivered, "a send to another number goes on during the pause")
+	got := map[string]bool{"other": true}
+	for len(got) < 22 {
+		select {
+		case id := <-delivered:
+			require.False(t, got[id], "%s delivered twice", id)
+			got[id] = true
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of 22 delivered", len(got))
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	start := calls[0].at
+	for _, c := range calls[1:] {
+		if c.id != "other" && c.at.Sub(start) < pauseFor-50*time.Millisecond {
+			t.Fatalf("%s reached the provider %v after the throttle, within the %v pause", c.id, c.at.Sub(start), pauseFor)
+		}
+	}
+	require.Len(t, calls, 23, "one call per task, plus the throttled one")
+	p, err := lim.Pauses(context.Background(), "test:")
+	require.NoError(t, err)
+	require.Empty(t, p, "the pause has ended")
+}

@@ -29,15 +29,22 @@ type eventJSON struct {
 	Reset     int64  `json:"reset,omitempty"`
 	Remaining *int64 `json:"remaining,omitempty"`
 	Threshold int64  `json:"threshold,omitempty"`
+	Code      int64  `json:"code,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+	Until     int64  `json:"until,omitempty"`
+	InARow    int64  `json:"in_a_row,omitempty"`
 }
 
 func newEventsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "events",
-		Short: "Read the limiter's events (limits.exceeded, limits.warning)",
+		Short: "Read the limiter's events (limits.*, provider.*)",
 		Long: `Workers write an event to a capped Redis stream when a limit blocks a send
 (limits.exceeded) and when a send leaves less than events.warn_at of a limit
-(limits.warning), at most once per key, type and window.`,
+(limits.warning), at most once per key, type and window; when a provider
+answers with a throttle (provider.throttled, at most once a second per scope),
+when that pauses a scope (provider.paused) and when an operator resumes one
+(provider.resumed), with the provider's code.`,
 	}
 	var typ string
 	var fromStart, asJSON bool
@@ -112,7 +119,7 @@ object per line instead, with at and reset in Unix ms.`,
 		},
 	}
 	fl := tail.Flags()
-	fl.StringVar(&typ, "type", "", "only this type: limits.exceeded or limits.warning")
+	fl.StringVar(&typ, "type", "", "only this type: limits.exceeded, limits.warning, provider.throttled, provider.paused or provider.resumed")
 	fl.BoolVar(&fromStart, "from-start", false, "begin with the oldest event kept, not the next new one")
 	fl.IntVar(&count, "count", 0, "stop after this many events (0: follow until interrupted)")
 	fl.BoolVar(&asJSON, "json", false, "print one JSON object per event")
@@ -122,7 +129,11 @@ object per line instead, with at and reset in Unix ms.`,
 
 func printEvent(w io.Writer, e throttle.Event, asJSON bool) error {
 	if asJSON {
-		j := eventJSON{ID: e.ID, Type: e.Type, At: e.At.UnixMilli(), Key: e.Key, Name: e.Name, Limit: e.Limit, Threshold: e.Threshold}
+		j := eventJSON{ID: e.ID, Type: e.Type, At: e.At.UnixMilli(), Key: e.Key, Name: e.Name, Limit: e.Limit, Threshold: e.Threshold,
+			Code: e.Code, Reason: e.Reason, InARow: e.InARow}
+		if !e.Until.IsZero() {
+			j.Until = e.Until.UnixMilli()
+		}
 		if e.Window > 0 {
 			j.Window = window(e.Window)
 		}
@@ -140,7 +151,25 @@ func printEvent(w io.Writer, e throttle.Event, asJSON bool) error {
 		return err
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s %s name=%s", e.At.UTC().Format("2006-01-02T15:04:05.000Z"), e.Type, e.Key, e.Name)
+	fmt.Fprintf(&b, "%s %s %s", e.At.UTC().Format("2006-01-02T15:04:05.000Z"), e.Type, e.Key)
+	if strings.HasPrefix(e.Type, "provider.") {
+		if e.Code != 0 {
+			fmt.Fprintf(&b, " code=%d", e.Code)
+		}
+		if !e.Until.IsZero() {
+			fmt.Fprintf(&b, " until=%s", e.Until.UTC().Format(time.RFC3339))
+		}
+		if e.InARow > 0 {
+			fmt.Fprintf(&b, " in_a_row=%d", e.InARow)
+		}
+		if e.Reason != "" {
+			fmt.Fprintf(&b, " reason=%q", e.Reason)
+		}
+		b.WriteByte('\n')
+		_, err := io.WriteString(w, b.String())
+		return err
+	}
+	fmt.Fprintf(&b, " name=%s", e.Name)
 	switch e.Type {
 	case throttle.EventWarning:
 		fmt.Fprintf(&b, " remaining=%d threshold=%d limit=%d", e.Remaining, e.Threshold, e.Limit)

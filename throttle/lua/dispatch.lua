@@ -13,6 +13,7 @@ local function decide(algo, key, now, limit, period, burst, cost, extra)
   elseif algo == 'min_interval' then return min_interval_decide(key, now, period)
   elseif algo == 'concurrency' then return concurrency_decide(key, now, limit, period, cost)
   elseif algo == 'distinct' then return distinct_decide(key, now, limit, period, extra)
+  elseif algo == 'pause' then return pause_decide(key, now)
   end
   return nil
 end

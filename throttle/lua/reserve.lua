@@ -571,7 +571,7 @@ end
 -- limit, as many as fit in prefetch_span at its rate (so the most a
 -- prefetch can leave unused is that span's worth) and in what is left of
 -- its burst or window now, and no plan in progress. Only GCRA and fixed
--- window limits prefetch; any other limit makes it 0.
+-- window limits prefetch, beside pauses; any other limit makes it 0.
 local function prefetch(s, at)
   if prefetch_span <= 0 or prefetch_max < 2 or at ~= now or s.prio ~= 'bulk' then return 0 end
   local k = prefetch_max
@@ -584,6 +584,8 @@ local function prefetch(s, at)
       end
     elseif l.algo == 'fixed_window' then
       n = math.min(math.floor(prefetch_span * l.limit / (l.period * l.cost)), math.floor(l.d.rem_after / l.cost))
+    elseif l.algo == 'pause' then
+      n = k -- not paused now (the send is firm); a pause set later reaches memory within PrefetchTTL
     end
     if n < k then k = n end
   end

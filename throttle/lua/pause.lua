@@ -1,0 +1,22 @@
+-- pause.lua: a scope paused by a provider's answer (Redis.Pause): a
+-- WhatsApp number after 131048, a pair after 131056, a Twilio account after
+-- 20429. It is a limit with no capacity until the pause ends.
+--
+-- KEYS: key        hash {u = us the pause ends, n = pauses in a row, code,
+--                  reason, at = us it was set}; see pause_set.lua
+-- ARGV (per limit): nothing of its own (limit, period, burst are 0)
+-- State: the hash, written only by pause_set.lua; deciding never writes.
+-- Returns: see prelude.lua. Paused: ok 0, retry = wait = the rest of the
+-- pause, reset = its end. Else ok 1, remaining 1. It takes nothing.
+local function pause_decide(key, now)
+  local raw = read('HGET', key, 'u')
+  local u = tonumber(raw) or 0
+  local d = {algo = 'pause', key = key, now = now, taken = 0}
+  if u > now then
+    d.ok, d.rem_now, d.rem_after, d.retry, d.reset = 0, 0, 0, u - now, u
+  else
+    d.ok, d.rem_now, d.rem_after, d.retry, d.reset = 1, 1, 1, 0, now
+  end
+  d.wait = d.retry
+  return d
+end

@@ -1,0 +1,197 @@
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Pauses: a provider's throttle names a scope (a WhatsApp number, a pair, a
+// Twilio account), and the caller pauses it with Pause. Every send whose
+// requests include PauseRequest(key) is then blocked, in every process,
+// until the pause ends: Reserve and Consume decide the pause in the same
+// script as the send's limits, so a pause set by one worker stops the next
+// send of every other at once. A paused send is not planned: it comes back
+// once, when the pause ends (Decision.RetryAfter).
+
+// PauseName is the Limit.Name of PauseRequest's limit.
+const PauseName = "paused"
+
+// PauseRequest is the request that blocks a send while key is paused.
+func PauseRequest(key string) Request {
+	return Request{Key: key, Limit: Limit{Name: PauseName, Algorithm: Pause}}
+}
+
+// PauseOptions says how long Pause pauses.
+type PauseOptions struct {
+	// Wait is the first pause's length (> 0).
+	Wait time.Duration
+	// Growth multiplies the wait of each pause in a row (a pause set within
+	// Memory after the previous one ended): 4 gives 6s, 24s, 96s... for a
+	// pair that keeps being throttled. Zero or 1 means a fixed wait.
+	Growth float64
+	// Max caps a grown wait; zero means Wait × 4^5.
+	Max time.Duration
+	// Memory is how long after a pause ends another counts as in a row;
+	// zero means 10 minutes.
+	Memory time.Duration
+	// Code and Reason are the provider's error code and message, for
+	// `sluice channels status` and `limits show` (at most 256 bytes kept).
+	Code   int
+	Reason string
+}
+
+// Paused is a scope's pause.
+type Paused struct {
+	Key    string    // the limiter key (unprefixed)
+	Until  time.Time // when it ends (Redis clock)
+	Since  time.Time // when it was last set or extended
+	InARow int       // pauses in a row, this one included
+	Code   int
+	Reason string
+	// New reports, from Pause, that the scope was not paused before.
+	New bool
+}
+
+var pauseSetScript = redis.NewScript(joinLua("prelude.lua", "pause_set.lua"))
+
+// maxPauseReason bounds the reason kept with a pause.
+const maxPauseReason = 256
+
+// Pause pauses key (a PauseRequest's key) for o.Wait, grown by o.Growth
+// for each pause in a row, and returns the pause. A key already paused
+// stays paused at least until its end: answers to sends that were already
+// in flight extend a pause, they do not count as a new one. Errors:
+// ErrBadRequest for a bad key or options, else Redis'.
+func (l *Redis) Pause(ctx context.Context, key string, o PauseOptions) (Paused, error) {
+	if err := checkPauseKey(key); err != nil {
+		return Paused{}, err
+	}
+	if o.Wait <= 0 {
+		return Paused{}, fmt.Errorf("%w: pause %q: wait %v, want > 0", ErrBadRequest, key, o.Wait)
+	}
+	growth := o.Growth
+	if growth < 1 || growth != growth {
+		growth = 1
+	}
+	most := o.Max
+	if most <= 0 {
+		most = o.Wait * 1024
+	}
+	memory := o.Memory
+	if memory <= 0 {
+		memory = 10 * time.Minute
+	}
+	reason := o.Reason
+	if len(reason) > maxPauseReason {
+		reason = strings.ToValidUTF8(reason[:maxPauseReason], "")
+	}
+	var now int64
+	if l.clock != nil {
+		now = l.clock().UnixMicro()
+	}
+	raw, err := pauseSetScript.Run(ctx, l.rdb, []string{l.Key(key)}, now, o.Wait.Microseconds(),
+		strconv.FormatFloat(growth, 'g', -1, 64), max(most, o.Wait).Microseconds(), memory.Microseconds(), o.Code, reason).Int64Slice()
+	if err != nil {
+		return Paused{}, fmt.Errorf("throttle: pause %q: %w", key, err)
+	}
+	if len(raw) != 4 {
+		return Paused{}, fmt.Errorf("%w: %d values from pause", ErrMalformedReply, len(raw))
+	}
+	return Paused{Key: key, Since: time.UnixMicro(raw[0]), Until: time.UnixMicro(raw[1]), InARow: int(raw[2]),
+		Code: o.Code, Reason: reason, New: raw[3] == 1}, nil
+}
+
+// Resume ends key's pause now; it reports whether key was paused.
+func (l *Redis) Resume(ctx context.Context, key string) (bool, error) {
+	if err := checkPauseKey(key); err != nil {
+		return false, err
+	}
+	p, err := l.pauseOf(ctx, l.Key(key), key)
+	if err != nil {
+		return false, err
+	}
+	if err := l.rdb.Del(ctx, l.Key(key)).Err(); err != nil {
+		return false, fmt.Errorf("throttle: resume %q: %w", key, err)
+	}
+	return p != nil && p.Until.After(l.now(ctx)), nil
+}
+
+// PauseOf returns key's pause, or nil when key is not paused now.
+func (l *Redis) PauseOf(ctx context.Context, key string) (*Paused, error) {
+	if err := checkPauseKey(key); err != nil {
+		return nil, err
+	}
+	p, err := l.pauseOf(ctx, l.Key(key), key)
+	if err != nil || p == nil || !p.Until.After(l.now(ctx)) {
+		return nil, err
+	}
+	return p, nil
+}
+
+// pauseOf reads the pause hash at full key k; nil when there is none.
+func (l *Redis) pauseOf(ctx context.Context, k, key string) (*Paused, error) {
+	v, err := l.rdb.HGetAll(ctx, k).Result()
+	if err != nil {
+		return nil, fmt.Errorf("throttle: pause %q: %w", key, err)
+	}
+	u, ok := v["u"]
+	if !ok {
+		return nil, nil
+	}
+	p := &Paused{Key: key, Reason: v["reason"]}
+	us, _ := strconv.ParseInt(u, 10, 64)
+	at, _ := strconv.ParseInt(v["at"], 10, 64)
+	p.Until, p.Since = time.UnixMicro(us), time.UnixMicro(at)
+	p.InARow, _ = strconv.Atoi(v["n"])
+	p.Code, _ = strconv.Atoi(v["code"])
+	return p, nil
+}
+
+// Pauses returns the scopes paused now whose keys start with prefix
+// (unprefixed, such as "whatsapp:"), sorted by key. keyPrefix "" lists all.
+func (l *Redis) Pauses(ctx context.Context, keyPrefix string) ([]Paused, error) {
+	var out []Paused
+	now := l.now(ctx)
+	err := l.Each(ctx, keyPrefix, func(key string) error {
+		if !IsPauseKey(key) {
+			return nil
+		}
+		p, err := l.pauseOf(ctx, l.Key(key), key)
+		if err == nil && p != nil && p.Until.After(now) {
+			out = append(out, *p)
+		}
+		return err
+	})
+	return out, err
+}
+
+// IsPauseKey reports whether an (unprefixed) key is a pause: its second
+// segment is "paused", as PauseKey makes them.
+func IsPauseKey(key string) bool {
+	_, rest, _ := strings.Cut(key, ":")
+	return rest == PauseName || strings.HasPrefix(rest, PauseName+":")
+}
+
+// PauseKey is the key of a scope's pause: "<channel>:paused:<scope>[:<id>]"
+// ("whatsapp:paused:sender:106540352242922"); id "" for a scope that covers
+// the whole channel.
+func PauseKey(channel, scope, id string) string {
+	k := channel + ":" + PauseName + ":" + scope
+	if id != "" {
+		k += ":" + id
+	}
+	return k
+}
+
+// checkPauseKey accepts what validate accepts as a request's key.
+func checkPauseKey(key string) error {
+	if s := scope(key); s == "" || strings.ContainsAny(key, "{}") || s[0] == '_' {
+		return fmt.Errorf("%w: pause key %q: want scope:resource:id, with a scope not starting with '_' and no braces", ErrBadRequest, key)
+	}
+	return nil
+}

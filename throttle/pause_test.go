@@ -1,0 +1,117 @@
+package throttle_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/throttle"
+)
+
+func TestPauseBlocksEveryProcessUntilItEnds(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		clock := &fakeClock{t: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)}
+		a := throttle.NewRedis(rdb, throttle.Options{Clock: clock.Now, OverrideRefresh: -1})
+		b := throttle.NewRedis(rdb, throttle.Options{Clock: clock.Now, OverrideRefresh: -1})
+		ctx := context.Background()
+		pause := throttle.PauseKey("wa", "sender", "1")
+		reqs := []throttle.Request{{Key: "wa:number:1", Limit: mps80}, throttle.PauseRequest(pause)}
+		if r, err := a.Reserve(ctx, throttle.ReserveOptions{TaskID: "t0"}, reqs...); err != nil || !r.Firm {
+			t.Fatalf("before the pause: firm %v, err %v", r.Firm, err)
+		}
+		// Process a got 131048 for number 1.
+		p, err := a.Pause(ctx, pause, throttle.PauseOptions{Wait: time.Hour, Code: 131048, Reason: "spam rate limit"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !p.New || p.InARow != 1 || !p.Until.Equal(clock.Now().Add(time.Hour)) {
+			t.Fatalf("pause %+v, want new, 1 in a row, until +1h", p)
+		}
+		clock.Advance(time.Second)
+		// Process b's next send is blocked until the pause ends, not planned.
+		r, err := b.Reserve(ctx, throttle.ReserveOptions{TaskID: "t1"}, reqs...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Firm || r.Planned || r.BlockedBy != throttle.PauseName || !r.At.Equal(p.Until) {
+			t.Fatalf("paused: firm %v planned %v blocked by %q at %v; want blocked by %q until %v", r.Firm, r.Planned, r.BlockedBy, r.At, throttle.PauseName, p.Until)
+		}
+		d, err := b.Consume(ctx, throttle.PauseRequest(pause))
+		if err != nil || d.Allowed || d.RetryAfter != time.Hour-time.Second {
+			t.Fatalf("consume while paused: allowed %v retry %v err %v; want blocked for 59m59s", d.Allowed, d.RetryAfter, err)
+		}
+		// Another number is not paused.
+		other := []throttle.Request{{Key: "wa:number:2", Limit: mps80}, throttle.PauseRequest(throttle.PauseKey("wa", "sender", "2"))}
+		if r, err := b.Reserve(ctx, throttle.ReserveOptions{TaskID: "o"}, other...); err != nil || !r.Firm {
+			t.Fatalf("another number: firm %v, err %v", r.Firm, err)
+		}
+		got, err := b.Pauses(ctx, "wa:")
+		if err != nil || len(got) != 1 || got[0].Key != pause || got[0].Code != 131048 || got[0].Reason != "spam rate limit" {
+			t.Fatalf("pauses %+v, err %v; want the one of number 1", got, err)
+		}
+		clock.Set(p.Until)
+		if r, err := b.Reserve(ctx, throttle.ReserveOptions{TaskID: "t1"}, reqs...); err != nil || !r.Firm {
+			t.Fatalf("at the pause's end: firm %v, err %v", r.Firm, err)
+		}
+		if got, _ := b.Pauses(ctx, "wa:"); len(got) != 0 {
+			t.Fatalf("pauses after the end: %+v", got)
+		}
+	})
+}
+
+func TestPausesInARowGrow(t *testing.T) {
+	l, clock := reserveLimiter(t)
+	ctx := context.Background()
+	key := throttle.PauseKey("wa", "pair", "1:+12025550100")
+	o := throttle.PauseOptions{Wait: 6 * time.Second, Growth: 4, Code: 131056}
+	var waits []time.Duration
+	for i := range 4 {
+		p, err := l.Pause(ctx, key, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.InARow != i+1 || !p.New {
+			t.Fatalf("pause %d: %+v, want new and %d in a row", i, p, i+1)
+		}
+		waits = append(waits, p.Until.Sub(clock.Now()))
+		// An answer to a send already in flight: extends, does not repeat.
+		again, err := l.Pause(ctx, key, o)
+		if err != nil || again.New || again.InARow != i+1 || !again.Until.Equal(p.Until) {
+			t.Fatalf("pause %d again while paused: %+v, err %v; want the same pause", i, again, err)
+		}
+		clock.Set(p.Until.Add(time.Second))
+	}
+	want := []time.Duration{6 * time.Second, 24 * time.Second, 96 * time.Second, 384 * time.Second}
+	for i := range want {
+		if waits[i] != want[i] {
+			t.Fatalf("waits %v, want %v", waits, want)
+		}
+	}
+	// Quiet for longer than the memory: the next pause starts over.
+	clock.Advance(11 * time.Minute)
+	p, err := l.Pause(ctx, key, o)
+	if err != nil || p.InARow != 1 || p.Until.Sub(clock.Now()) != 6*time.Second {
+		t.Fatalf("after a quiet 11m: %+v, err %v; want 1 in a row, 6s", p, err)
+	}
+	if ok, err := l.Resume(ctx, key); err != nil || !ok {
+		t.Fatalf("resume: %v, %v; want true", ok, err)
+	}
+	if p, err := l.PauseOf(ctx, key); err != nil || p != nil {
+		t.Fatalf("after resume: %+v, %v; want no pause", p, err)
+	}
+}
+
+func TestPauseErrors(t *testing.T) {
+	l, _ := reserveLimiter(t)
+	ctx := context.Background()
+	for _, k := range []string{"", "wa:{x}", "_sys:paused:1"} {
+		if _, err := l.Pause(ctx, k, throttle.PauseOptions{Wait: time.Second}); err == nil {
+			t.Fatalf("key %q was paused", k)
+		}
+	}
+	if _, err := l.Pause(ctx, "wa:paused:sender:1", throttle.PauseOptions{}); err == nil {
+		t.Fatal("a pause without a wait was set")
+	}
+}
