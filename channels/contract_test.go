@@ -281,7 +281,7 @@ func (c captured) asSpecRequest(s *spec) *http.Request {
 	return req
 }
 
-// Sample bodies from PROVIDERS.md (the shapes the emulator answers with).
+// Sample bodies from docs/providers.md (the shapes the emulator answers with).
 const (
 	whatsappOK  = `{"messaging_product":"whatsapp","contacts":[{"input":"+12025550123","wa_id":"12025550123"}],"messages":[{"id":"wamid.HBgLMTIwMjU1NTAxMjMVAgARGBI5QTNDQTVCM0Q0Q0Q2RTY3RTcA","message_status":"accepted"}]}`
 	whatsappErr = `{"error":{"message":"(#130429) Rate limit hit","type":"OAuthException","code":130429,"error_data":{"messaging_product":"whatsapp","details":"Cloud API message throughput has been reached."},"fbtrace_id":"AazvJk1Y9fXq3bWf8nU2rTx"}}`

@@ -14,7 +14,7 @@
 // (archive). The one exception is a cancelled context: then the error wraps
 // context.Canceled, so a shutdown is not recorded as a failure.
 //
-// Classification follows the tables in PROVIDERS.md (Meta's and Twilio's error
+// Classification follows the tables in docs/providers.md (Meta's and Twilio's error
 // code documentation, RFC 9110 and Standard Webhooks for plain HTTP); each
 // client's method documents its table. Request shapes follow the providers'
 // official OpenAPI specs (Meta's whatsapp-business-messaging-api_v23.0.yaml,

@@ -144,7 +144,7 @@ func (e *Error) Error() string {
 // Unwrap returns Err.
 func (e *Error) Unwrap() error { return e.Err }
 
-// codeMeaning names the known codes of PROVIDERS.md's tables.
+// codeMeaning names the known codes of docs/providers.md's tables.
 func codeMeaning(provider string, code int) string {
 	var r codeRule
 	var ok bool

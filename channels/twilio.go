@@ -75,7 +75,7 @@ func CheckAccountSID(sid string) error {
 // and the emulator).
 //
 // Errors are *Error, classified on the JSON body's code, then on the HTTP status
-// (PROVIDERS.md, Twilio table; Twilio error dictionary):
+// (docs/providers.md, Twilio table; Twilio error dictionary):
 //
 //   - 20429 or HTTP 429 (too many concurrent requests), 63017 (account MPS cap):
 //     Throttled, ScopeAccount;
@@ -149,7 +149,7 @@ func twilioForm(p tasks.SMSSend) (url.Values, error) {
 	return f, nil
 }
 
-// twilioCodes is PROVIDERS.md's Twilio table (source: Twilio error dictionary,
+// twilioCodes is docs/providers.md's Twilio table (source: Twilio error dictionary,
 // API concurrency and messaging throughput docs).
 var twilioCodes = map[int]codeRule{
 	20429: {Throttled, ScopeAccount, "too many concurrent requests", nil, 2},
@@ -177,7 +177,7 @@ var pacific = sync.OnceValue(func() *time.Location {
 })
 
 // untilPacificMidnight is the time from now to the next midnight in
-// America/Los_Angeles, when Twilio's daily caps reset (PROVIDERS.md, T-Mobile
+// America/Los_Angeles, when Twilio's daily caps reset (docs/providers.md, T-Mobile
 // 10DLC caps).
 func untilPacificMidnight(now time.Time) time.Duration {
 	t := now.In(pacific())

@@ -21,7 +21,7 @@ const (
 	DefaultWhatsAppVersion = "v23.0"
 )
 
-// whatsappVersion is the Graph API version pattern (PROVIDERS.md).
+// whatsappVersion is the Graph API version pattern (docs/providers.md).
 var whatsappVersion = regexp.MustCompile(`^v[0-9]+\.[0-9]+$`)
 
 // WhatsApp sends messages through the WhatsApp Business Cloud API
@@ -82,7 +82,7 @@ func (c *WhatsApp) Validate() error {
 // the spec defines only for calls, not on message bodies.
 //
 // Errors are *Error, classified on the JSON error.code, not on the HTTP
-// status (PROVIDERS.md, WhatsApp table; Meta's error codes page):
+// status (docs/providers.md, WhatsApp table; Meta's error codes page):
 //
 //   - 4 (app rate limit), 80007 (WABA rate limit): Throttled, ScopeAccount;
 //   - 130429 (throughput), 131057 (throughput upgrade): Throttled, ScopeSender;
@@ -206,7 +206,7 @@ func whatsappBody(p tasks.WhatsAppSend) ([]byte, error) {
 	return json.Marshal(m)
 }
 
-// whatsappCodes is PROVIDERS.md's WhatsApp table (source: Meta, Cloud API error
+// whatsappCodes is docs/providers.md's WhatsApp table (source: Meta, Cloud API error
 // codes and throughput docs).
 var whatsappCodes = map[int]codeRule{
 	4:      {Throttled, ScopeAccount, "app rate limit", nil, 2},

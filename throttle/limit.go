@@ -51,7 +51,7 @@ const (
 	// e.g. recipients) in any span of Rate.Period; a member already counted
 	// in that span passes free and its time is refreshed. This is how
 	// WhatsApp's messaging tiers work: 250, 2,000, 10,000 or 100,000 unique
-	// users per rolling 24 h per business (PROVIDERS.md). Windows: Windows.
+	// users per rolling 24 h per business (docs/providers.md). Windows: Windows.
 	Distinct Algorithm = "distinct"
 	// Pause is not configured: it is the limit of a scope a provider's
 	// answer paused (Redis.Pause; WhatsApp 131048 pauses a number, Twilio
