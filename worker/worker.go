@@ -45,6 +45,11 @@ type Reserver interface {
 	Reserve(ctx context.Context, opts throttle.ReserveOptions, reqs ...throttle.Request) (throttle.Reservation, error)
 }
 
+// ScopeChannel is the pause scope of a whole channel, the one `sluice
+// channels pause` sets (key "<channel>:paused:channel"). Every channel of a
+// worker with a Pauser has it, beside its PauseScopes.
+const ScopeChannel = "channel"
+
 // Pauser is implemented by limiters that pause a scope in every worker
 // (*throttle.Redis): with one, a provider throttle pauses the scope it names
 // (Channel.PauseScopes), every send of that scope is blocked until the
@@ -315,11 +320,15 @@ func (w *Worker) Handler(ch Channel) (asynq.Handler, error) {
 		return nil, err
 	}
 	h := &handler{w: w, ch: ch, rules: set, now: time.Now}
-	if p, ok := w.opts.Limiter.(Pauser); ok && len(ch.PauseScopes) > 0 {
+	if p, ok := w.opts.Limiter.(Pauser); ok {
 		h.pauser = p
-		scopes := slices.Sorted(maps.Keys(ch.PauseScopes))
-		for _, s := range scopes {
-			t, err := rules.ParseKey(ch.Name, throttle.PauseKey(ch.Name, s, ch.PauseScopes[s]), fields)
+		scopes := maps.Clone(ch.PauseScopes)
+		if scopes == nil {
+			scopes = map[string]string{}
+		}
+		scopes[ScopeChannel] = "" // `sluice channels pause`
+		for _, s := range slices.Sorted(maps.Keys(scopes)) {
+			t, err := rules.ParseKey(ch.Name, throttle.PauseKey(ch.Name, s, scopes[s]), fields)
 			if err != nil {
 				return nil, fmt.Errorf("channel %s: pause scope %q: %w", ch.Name, s, err)
 			}

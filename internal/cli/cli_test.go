@@ -30,7 +30,12 @@ import (
 
 // TestMain fails the package if a test leaves goroutines behind (the asynq
 // server, the emulators, progress bars).
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain fails the package on leaked goroutines, except the limiter's
+// reserve batcher, which exits by itself after a second idle
+// (throttle/reserve_batch.go).
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/sluice-dev/sluice/throttle.(*reserveBatcher).run"))
+}
 
 // result is what one Execute call did.
 type result struct {

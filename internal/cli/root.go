@@ -61,7 +61,7 @@ as long as the limit requires, without spending a retry.`,
 	pf.StringVar(&g.logLevel, "log-level", "info", "debug, info, warn or error")
 	root.AddCommand(
 		newServeCmd(g), newDemoCmd(g), newEmulateCmd(g), newEnqueueCmd(g),
-		newSendCmd(g), newLimitsCmd(g), newEventsCmd(g), newConfigCmd(g),
+		newSendCmd(g), newLimitsCmd(g), newChannelsCmd(g), newEventsCmd(g), newConfigCmd(g),
 	)
 	return root
 }

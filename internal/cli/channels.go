@@ -1,0 +1,319 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+
+	"github.com/sluice-dev/sluice/config"
+	"github.com/sluice-dev/sluice/throttle"
+	"github.com/sluice-dev/sluice/worker"
+)
+
+// indefinitely is the length of a pause with no --for: until resumed.
+const indefinitely = 100 * 365 * 24 * time.Hour
+
+func newChannelsCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "channels",
+		Short: "Pause, resume and show channels and the scopes providers paused",
+		Long: `A paused channel's queue is not dequeued at all (asynq's queue pause), and its
+sends in other queues are blocked by the pause key <channel>:paused:channel in
+every worker. Scopes paused by provider throttles (a number, a pair, an account,
+a host) are listed by status and ended early by resume --key.`,
+	}
+	var forDur time.Duration
+	var reason string
+	pause := &cobra.Command{
+		Use:   "pause CHANNEL",
+		Short: "Pause a channel in every worker until resumed (or --for)",
+		Args:  usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := g.channelsEnv(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			cc, err := c.channel(args[0])
+			if err != nil {
+				return err
+			}
+			wait := forDur
+			if wait <= 0 {
+				wait = indefinitely
+			}
+			if reason == "" {
+				reason = "paused by an operator"
+			}
+			p, err := c.lim.Pause(ctx, throttle.PauseKey(cc.Name, worker.ScopeChannel, ""), throttle.PauseOptions{Wait: wait, Reason: reason})
+			if err != nil {
+				return err
+			}
+			// Until resumed: the queue is not dequeued at all. A pause with
+			// an end leaves the queue running: its tasks are dequeued once
+			// and come back at the end (asynq cannot unpause by itself).
+			if forDur <= 0 {
+				if err := c.insp.PauseQueue(cc.Queue); err != nil && !strings.Contains(err.Error(), "already paused") {
+					return fmt.Errorf("pause queue %q: %w", cc.Queue, err)
+				}
+			}
+			c.lim.Emit(ctx, throttle.EventProviderPaused, p.Key, time.Millisecond, "reason", p.Reason, "until", p.Until.UnixMilli())
+			until := "until resumed"
+			if forDur > 0 {
+				until = "until " + p.Until.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(g.stdout, "channel %s paused %s; resume with `sluice channels resume %s`\n", cc.Name, until, cc.Name)
+			return nil
+		},
+	}
+	pause.Flags().DurationVar(&forDur, "for", 0, "end the pause by itself after this long (default: until resumed)")
+	pause.Flags().StringVar(&reason, "reason", "", "why, shown by status and in the provider.paused event")
+
+	var keys []string
+	resume := &cobra.Command{
+		Use:   "resume CHANNEL",
+		Short: "Resume a paused channel (or, with --key, one scope a provider paused)",
+		Long: `Resume ends the channel's pause (its queue is dequeued again, its pause key is
+deleted) and every scope of the channel a provider paused, unless --key names
+the pause keys to end (as status lists them). Tasks that were waiting for an
+ended pause run now.`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := g.channelsEnv(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			cc, err := c.channel(args[0])
+			if err != nil {
+				return err
+			}
+			ended := keys
+			if len(ended) == 0 {
+				ps, err := c.lim.Pauses(ctx, cc.Name+":")
+				if err != nil {
+					return err
+				}
+				for _, p := range ps {
+					ended = append(ended, p.Key)
+				}
+				ended = append(ended, throttle.PauseKey(cc.Name, worker.ScopeChannel, ""))
+				if err := c.insp.UnpauseQueue(cc.Queue); err != nil && !strings.Contains(err.Error(), "not paused") {
+					return fmt.Errorf("resume queue %q: %w", cc.Queue, err)
+				}
+			}
+			resumed := 0
+			for _, k := range slices.Compact(slices.Sorted(slices.Values(ended))) {
+				if !throttle.IsPauseKey(k) || !strings.HasPrefix(k, cc.Name+":") {
+					return usageErr("channels resume: %q is not a pause key of channel %s (see `sluice channels status %s`)", k, cc.Name, cc.Name)
+				}
+				ok, err := c.lim.Resume(ctx, k)
+				if err != nil {
+					return err
+				}
+				if ok {
+					resumed++
+					c.lim.Emit(ctx, throttle.EventProviderResumed, k, time.Millisecond)
+				}
+			}
+			ran, err := runWaiting(c.insp, cc.Queue, ended)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(g.stdout, "channel %s resumed: %d pause(s) ended, %d waiting task(s) run now\n", cc.Name, resumed, ran)
+			return nil
+		},
+	}
+	resume.Flags().StringSliceVar(&keys, "key", nil, "end only this pause key (repeatable)")
+
+	var asJSON bool
+	status := &cobra.Command{
+		Use:   "status [CHANNEL]",
+		Short: "Show each channel's queue and pauses",
+		Args:  usageArgs(cobra.MaximumNArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := g.channelsEnv(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			names := slices.Sorted(func(yield func(string) bool) {
+				for n, cc := range c.cfg.Channels {
+					if cc.Enabled && !yield(n) {
+						return
+					}
+				}
+			})
+			if len(args) == 1 {
+				cc, err := c.channel(args[0])
+				if err != nil {
+					return err
+				}
+				names = []string{cc.Name}
+			}
+			var out []channelStatus
+			for _, n := range names {
+				st, err := c.status(ctx, c.cfg.Channels[n])
+				if err != nil {
+					return err
+				}
+				out = append(out, st)
+			}
+			if asJSON {
+				return json.NewEncoder(g.stdout).Encode(out)
+			}
+			printChannels(g.stdout, out)
+			return nil
+		},
+	}
+	status.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.AddCommand(pause, resume, status)
+	return cmd
+}
+
+type channelsEnv struct {
+	cfg  *config.Config
+	rdb  redis.UniversalClient
+	lim  *throttle.Redis
+	insp *asynq.Inspector
+}
+
+func (g *globals) channelsEnv(ctx context.Context) (*channelsEnv, error) {
+	lim, cfg, rdb, err := g.limiterFor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &channelsEnv{cfg: cfg, rdb: rdb, lim: lim, insp: asynq.NewInspectorFromRedisClient(rdb)}, nil
+}
+
+func (c *channelsEnv) close() { _ = c.rdb.Close() }
+
+func (c *channelsEnv) channel(name string) (*config.ChannelConfig, error) {
+	cc := c.cfg.Channels[name]
+	if cc == nil {
+		names := slices.Sorted(func(yield func(string) bool) {
+			for n := range c.cfg.Channels {
+				if !yield(n) {
+					return
+				}
+			}
+		})
+		return nil, usageErr("channel %q: not configured (channels: %s)", name, strings.Join(names, ", "))
+	}
+	return cc, nil
+}
+
+type channelStatus struct {
+	Channel     string         `json:"channel"`
+	Queue       string         `json:"queue"`
+	QueuePaused bool           `json:"queue_paused"`
+	Pending     int            `json:"pending"`
+	Scheduled   int            `json:"scheduled"`
+	Retry       int            `json:"retry"`
+	Archived    int            `json:"archived"`
+	Pauses      []pauseJSON `json:"pauses"`
+}
+
+type pauseJSON struct {
+	Key    string `json:"key"`
+	Until  int64  `json:"until"` // Unix ms
+	Code   int    `json:"code,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	InARow int    `json:"in_a_row"`
+}
+
+func (c *channelsEnv) status(ctx context.Context, cc *config.ChannelConfig) (channelStatus, error) {
+	st := channelStatus{Channel: cc.Name, Queue: cc.Queue, Pauses: []pauseJSON{}}
+	qs, err := c.insp.Queues()
+	if err != nil {
+		return st, fmt.Errorf("queues: %w", err)
+	}
+	if slices.Contains(qs, cc.Queue) { // (a queue that never held a task does not exist)
+		qi, err := c.insp.GetQueueInfo(cc.Queue)
+		if err != nil {
+			return st, fmt.Errorf("queue %q: %w", cc.Queue, err)
+		}
+		st.QueuePaused, st.Pending, st.Scheduled, st.Retry, st.Archived = qi.Paused, qi.Pending, qi.Scheduled, qi.Retry, qi.Archived
+	}
+	ps, err := c.lim.Pauses(ctx, cc.Name+":")
+	if err != nil {
+		return st, err
+	}
+	for _, p := range ps {
+		st.Pauses = append(st.Pauses, pauseJSON{Key: p.Key, Until: p.Until.UnixMilli(), Code: p.Code, Reason: p.Reason, InARow: p.InARow})
+	}
+	return st, nil
+}
+
+func printChannels(w io.Writer, sts []channelStatus) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "channel\tqueue\tstate\tpending\tscheduled\tretry\tarchived\tpaused scopes")
+	for _, st := range sts {
+		state := "running"
+		if st.QueuePaused {
+			state = "paused"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", st.Channel, st.Queue, state, st.Pending, st.Scheduled, st.Retry, st.Archived, len(st.Pauses))
+	}
+	_ = tw.Flush()
+	for _, st := range sts {
+		for _, p := range st.Pauses {
+			until := time.UnixMilli(p.Until).UTC()
+			end := "until " + until.Format(time.RFC3339) + " (in " + time.Until(until).Round(time.Second).String() + ")"
+			if time.Until(until) > indefinitely/2 {
+				end = "until resumed"
+			}
+			code := ""
+			if p.Code != 0 {
+				code = fmt.Sprintf(" code %d", p.Code)
+			}
+			fmt.Fprintf(w, "  %s paused %s%s, %d in a row: %s\n", p.Key, end, code, p.InARow, p.Reason)
+		}
+	}
+}
+
+// runWaiting runs now the queue's retry tasks that were waiting for one of
+// the ended pause keys (their last error names it) and returns how many.
+func runWaiting(insp *asynq.Inspector, queue string, ended []string) (int, error) {
+	if qs, err := insp.Queues(); err != nil || !slices.Contains(qs, queue) {
+		return 0, err
+	}
+	var ids []string
+	for page := 1; ; page++ {
+		ts, err := insp.ListRetryTasks(queue, asynq.Page(page), asynq.PageSize(500))
+		if err != nil {
+			return 0, fmt.Errorf("list waiting tasks of %q: %w", queue, err)
+		}
+		for _, t := range ts {
+			for _, k := range ended {
+				// (worker.ThrottledError: `limit "paused" on KEY: retry in …`)
+				if strings.Contains(t.LastErr, " on "+k+": ") {
+					ids = append(ids, t.ID)
+					break
+				}
+			}
+		}
+		if len(ts) < 500 {
+			break
+		}
+	}
+	ran := 0
+	for _, id := range ids {
+		if err := insp.RunTask(queue, id); err == nil {
+			ran++ // (a task that ran meanwhile is not an error)
+		}
+	}
+	return ran, nil
+}

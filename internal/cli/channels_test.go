@@ -1,0 +1,110 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-dev/sluice/channels"
+	"github.com/sluice-dev/sluice/config"
+	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/tasks"
+	"github.com/sluice-dev/sluice/worker"
+)
+
+// TestChannelsPauseStatusResume: an operator pauses the WhatsApp channel; a
+// worker's send waits for the pause without reaching the provider; status
+// shows the pause and the waiting task; resume ends it and runs the task.
+func TestChannelsPauseStatusResume(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	sent := make(chan string, 4)
+	cfg := config.Default()
+	ch := worker.Channel{Name: "whatsapp", TaskType: tasks.TypeWhatsAppSend, Rules: cfg.Channels["whatsapp"].Rules(),
+		PauseScopes: worker.WhatsAppPauseScopes,
+		Prepare: func(b []byte) (worker.Prepared, error) {
+			p, err := tasks.DecodeWhatsAppSend(b)
+			if err != nil {
+				return worker.Prepared{}, err
+			}
+			return worker.Prepared{Fields: p.Fields(), Send: func(context.Context) (channels.Response, error) {
+				sent <- p.To
+				return channels.Response{Status: 200, ProviderID: "wamid.1"}, nil
+			}}, nil
+		}}
+	w, err := worker.New(worker.Options{Redis: rdb, Limiter: app.NewLimiter(cfg, rdb, nil), Channels: []worker.Channel{ch},
+		Concurrency: 2, Logger: slog.New(slog.DiscardHandler), ShutdownTimeout: time.Second})
+	require.NoError(t, err)
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Shutdown)
+
+	r := run(t, "--redis", srv.URL(), "channels", "pause", "whatsapp", "--for", "1h", "--reason", "token rotation")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "channel whatsapp paused until ")
+
+	task, err := tasks.NewWhatsAppSendTask(tasks.WhatsAppSend{PhoneNumberID: "106540352242922", To: "+12025550100", Text: "hi"}, asynq.Queue("whatsapp"))
+	require.NoError(t, err)
+	client := asynq.NewClientFromRedisClient(rdb)
+	_, err = client.Enqueue(task)
+	require.NoError(t, err)
+
+	// The send waits for the pause: it is dequeued once and waits in the
+	// retry set, and the provider is not called.
+	var st []channelStatus
+	require.Eventually(t, func() bool {
+		r = run(t, "--redis", srv.URL(), "channels", "status", "whatsapp", "--json")
+		st = nil
+		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &st) == nil && len(st) == 1 && st[0].Retry == 1
+	}, 10*time.Second, 50*time.Millisecond)
+	require.Len(t, st[0].Pauses, 1)
+	require.Equal(t, "whatsapp:paused:channel", st[0].Pauses[0].Key)
+	require.Equal(t, "token rotation", st[0].Pauses[0].Reason)
+	require.Greater(t, time.UnixMilli(st[0].Pauses[0].Until), time.Now().Add(59*time.Minute))
+	require.Empty(t, sent, "a paused channel's send reached the provider")
+
+	r = run(t, "--redis", srv.URL(), "channels", "resume", "whatsapp")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "channel whatsapp resumed: 1 pause(s) ended, 1 waiting task(s) run now")
+	select {
+	case to := <-sent:
+		require.Equal(t, "+12025550100", to)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting task was not sent after resume")
+	}
+	r = run(t, "--redis", srv.URL(), "channels", "status")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Regexp(t, `(?m)^whatsapp\s+whatsapp\s+running\s`, r.stdout)
+}
+
+func TestChannelsPauseUntilResumedStopsTheQueue(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	task, err := tasks.NewSMSSendTask(tasks.SMSSend{From: "+12025550100", To: "+12025550101", Body: "hi"}, asynq.Queue("sms"))
+	require.NoError(t, err)
+	_, err = asynq.NewClientFromRedisClient(rdb).Enqueue(task)
+	require.NoError(t, err)
+	r := run(t, "--redis", srv.URL(), "channels", "pause", "sms")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "channel sms paused until resumed")
+	insp := asynq.NewInspectorFromRedisClient(rdb)
+	qi, err := insp.GetQueueInfo("sms")
+	require.NoError(t, err)
+	require.True(t, qi.Paused, "asynq does not dequeue the channel's queue")
+	r = run(t, "--redis", srv.URL(), "channels", "status", "sms")
+	require.Regexp(t, `(?m)^sms\s+sms\s+paused\s`, r.stdout)
+	require.Contains(t, r.stdout, "sms:paused:channel paused until resumed")
+	r = run(t, "--redis", srv.URL(), "channels", "resume", "sms")
+	require.Equal(t, 0, r.code, r.stderr)
+	qi, err = insp.GetQueueInfo("sms")
+	require.NoError(t, err)
+	require.False(t, qi.Paused)
+	r = run(t, "--redis", srv.URL(), "channels", "pause", "fax")
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, `channel "fax": not configured`)
+}
