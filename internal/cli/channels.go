@@ -216,13 +216,13 @@ func (c *channelsEnv) channel(name string) (*config.ChannelConfig, error) {
 }
 
 type channelStatus struct {
-	Channel     string         `json:"channel"`
-	Queue       string         `json:"queue"`
-	QueuePaused bool           `json:"queue_paused"`
-	Pending     int            `json:"pending"`
-	Scheduled   int            `json:"scheduled"`
-	Retry       int            `json:"retry"`
-	Archived    int            `json:"archived"`
+	Channel     string      `json:"channel"`
+	Queue       string      `json:"queue"`
+	QueuePaused bool        `json:"queue_paused"`
+	Pending     int         `json:"pending"`
+	Scheduled   int         `json:"scheduled"`
+	Retry       int         `json:"retry"`
+	Archived    int         `json:"archived"`
 	Pauses      []pauseJSON `json:"pauses"`
 }
 
