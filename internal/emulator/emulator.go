@@ -210,6 +210,7 @@ type Server struct {
 	stats    map[string]*ChannelStats
 	seen     map[string]map[string]struct{}
 	inflight map[string]int
+	faults   map[string]*fault // channel|sender; see Fault
 }
 
 var twilioSIDPattern = regexp.MustCompile(`^AC[0-9a-fA-F]{32}$`)
@@ -560,6 +561,7 @@ func (s *Server) introspection(mux *http.ServeMux) {
 		s.Reset()
 		w.WriteHeader(http.StatusNoContent)
 	})
+	s.faultsHandler(mux)
 }
 
 // Run starts the emulators, writes their URLs and settings to w, serves until

@@ -155,6 +155,10 @@ func (s *Server) handleTwilio(w http.ResponseWriter, r *http.Request) {
 	if sender == "" {
 		sender = f.service
 	}
+	if code, ok := s.takeFault(ch, sender); ok {
+		writeTwilioFault(w, code)
+		return
+	}
 	key := r.Header.Get("Idempotency-Key")
 	if key == "" {
 		key = r.Header.Get("I-Twilio-Idempotency-Token")

@@ -223,6 +223,10 @@ func (s *Server) handleWhatsApp(w http.ResponseWriter, r *http.Request) {
 	}
 
 	phoneID := r.PathValue("phoneID")
+	if code, ok := s.takeFault(ch, phoneID); ok {
+		writeWhatsAppFault(w, code)
+		return
+	}
 	key := r.Header.Get("Idempotency-Key")
 	if key == "" {
 		key = req.BizOpaqueCallbackData
