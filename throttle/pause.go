@@ -102,8 +102,53 @@ func (l *Redis) Pause(ctx context.Context, key string, o PauseOptions) (Paused, 
 	if len(raw) != 4 {
 		return Paused{}, fmt.Errorf("%w: %d values from pause", ErrMalformedReply, len(raw))
 	}
-	return Paused{Key: key, Since: time.UnixMicro(raw[0]), Until: time.UnixMicro(raw[1]), InARow: int(raw[2]),
-		Code: o.Code, Reason: reason, New: raw[3] == 1}, nil
+	p := Paused{Key: key, Since: time.UnixMicro(raw[0]), Until: time.UnixMicro(raw[1]), InARow: int(raw[2]),
+		Code: o.Code, Reason: reason, New: raw[3] == 1}
+	l.announce(ctx, key, p.Until.Sub(p.Since))
+	return p, nil
+}
+
+// PausesChannel is the pub/sub channel on which Pause and Resume announce
+// a pause: "KEY REMAINING_US" (0: ended). WatchPauses reads it.
+func (l *Redis) PausesChannel() string { return l.prefix + ":{_pauses}" }
+
+// announce tells WatchPauses in every process that key is paused for
+// left (0: no longer). Best effort: the scripts decide pauses anyway.
+func (l *Redis) announce(ctx context.Context, key string, left time.Duration) {
+	msg := key + " " + strconv.FormatInt(left.Microseconds(), 10)
+	if err := l.rdb.Publish(context.WithoutCancel(ctx), l.PausesChannel(), msg).Err(); err != nil {
+		l.warn.eventWrite.warn(ctx, l.logger(), "throttle: pause announcement dropped", "key", key, "err", err)
+	}
+}
+
+// WatchPauses calls fn for every pause set or extended (left > 0) or ended
+// (left 0) by any process, from its subscription on until ctx ends; left
+// is counted from the announcement. Workers use it to stop sends they hold
+// for a slot taken before the pause (a firm reservation), without a round
+// trip. It returns ctx's error, or the subscription's.
+func (l *Redis) WatchPauses(ctx context.Context, fn func(key string, left time.Duration)) error {
+	sub := l.rdb.Subscribe(ctx, l.PausesChannel())
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		return fmt.Errorf("throttle: watch pauses: %w", err)
+	}
+	ch := sub.Channel()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case m, ok := <-ch:
+			if !ok {
+				return nil
+			}
+			key, v, found := strings.Cut(m.Payload, " ")
+			us, err := strconv.ParseInt(v, 10, 64)
+			if !found || err != nil || us < 0 {
+				continue
+			}
+			fn(key, time.Duration(us)*time.Microsecond)
+		}
+	}
 }
 
 // Resume ends key's pause now; it reports whether key was paused.
@@ -118,6 +163,7 @@ func (l *Redis) Resume(ctx context.Context, key string) (bool, error) {
 	if err := l.rdb.Del(ctx, l.Key(key)).Err(); err != nil {
 		return false, fmt.Errorf("throttle: resume %q: %w", key, err)
 	}
+	l.announce(ctx, key, 0)
 	return p != nil && p.Until.After(l.now(ctx)), nil
 }
 

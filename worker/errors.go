@@ -17,7 +17,8 @@ type ThrottledError struct {
 	// Limit names what blocked: a configured limit ("throughput", "pair") or,
 	// for provider throttles, "provider".
 	Limit string
-	// Key is the limiter key that blocked (without prefix); "" for provider throttles.
+	// Key is the limiter key that blocked (without prefix); for a provider
+	// throttle the scope it paused, or "" when it paused none.
 	Key string
 	// RetryAfter is the exact earliest moment the send could be allowed.
 	RetryAfter time.Duration
@@ -38,6 +39,9 @@ type ThrottledError struct {
 }
 
 func (e *ThrottledError) Error() string {
+	if e.Err != nil && e.Key != "" {
+		return fmt.Sprintf("%s: throttled by provider, paused on %s: retry in %v: %v", e.Channel, e.Key, e.Wait, e.Err)
+	}
 	if e.Err != nil {
 		return fmt.Sprintf("%s: throttled by provider, retry in %v: %v", e.Channel, e.Wait, e.Err)
 	}

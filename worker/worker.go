@@ -201,6 +201,15 @@ type Worker struct {
 	srv    *asynq.Server
 	mux    *asynq.ServeMux
 	logger *slog.Logger
+	pauses pauseBook
+	stop   context.CancelFunc // ends the pause watch
+	done   chan struct{}
+}
+
+// pauseWatcher is implemented by limiters that announce pauses
+// (*throttle.Redis).
+type pauseWatcher interface {
+	WatchPauses(ctx context.Context, fn func(key string, left time.Duration)) error
 }
 
 // New validates opts and builds the worker.
@@ -270,11 +279,35 @@ func New(opts Options) (*Worker, error) {
 func (w *Worker) Mux() *asynq.ServeMux { return w.mux }
 
 // Start begins processing in the background.
-func (w *Worker) Start() error { return w.srv.Start(w.mux) }
+func (w *Worker) Start() error {
+	if pw, ok := w.opts.Limiter.(pauseWatcher); ok && w.stop == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		w.stop, w.done = cancel, make(chan struct{})
+		go func() {
+			defer close(w.done)
+			for ctx.Err() == nil {
+				err := pw.WatchPauses(ctx, func(key string, left time.Duration) { w.pauses.set(key, left, time.Now()) })
+				if ctx.Err() == nil {
+					w.logger.Warn("pause announcements: subscription ended; the limiter still decides pauses", "err", err)
+					if !sleep(ctx, time.Second) {
+						return
+					}
+				}
+			}
+		}()
+	}
+	return w.srv.Start(w.mux)
+}
 
 // Shutdown stops fetching tasks, waits up to ShutdownTimeout for in-flight
 // sends, pushes the rest back to their queues, and returns.
-func (w *Worker) Shutdown() { w.srv.Shutdown() }
+func (w *Worker) Shutdown() {
+	w.srv.Shutdown()
+	if w.stop != nil {
+		w.stop()
+		<-w.done
+	}
+}
 
 // Run processes tasks until ctx is done, then shuts down gracefully.
 func (w *Worker) Run(ctx context.Context) error {
@@ -464,13 +497,14 @@ func (h *handler) process(ctx context.Context, t *asynq.Task) error {
 				"channel", name, "code", ce.Code, "asked", ce.RetryAfter, "cap", h.ch.MaxRetryAfter)
 			wait = h.ch.MaxRetryAfter
 		}
-		if key := h.pauseKey(ce.Scope, p.Fields); key != "" {
+		key := h.pauseKey(ce.Scope, p.Fields)
+		if key != "" {
 			wait = h.pause(ctx, key, ce, wait)
 		}
 		m.outcome(name, OutcomeProviderThrottle)
 		m.throttled(name, "provider", wait.Seconds())
 		m.providerThrottle(name, ce.Code, ce.Scope)
-		return &ThrottledError{Channel: name, Limit: "provider", RetryAfter: ce.RetryAfter, Wait: wait, Err: ce}
+		return &ThrottledError{Channel: name, Limit: "provider", Key: key, RetryAfter: ce.RetryAfter, Wait: wait, Err: ce}
 	case channels.Permanent:
 		m.outcome(name, OutcomePermanent)
 		return permanent(ce)
@@ -500,6 +534,7 @@ func (h *handler) pause(ctx context.Context, key string, ce *channels.Error, wai
 		return wait
 	}
 	left := pz.Until.Sub(pz.Since)
+	h.w.pauses.set(key, left, h.now())
 	fields := []any{"code", ce.Code, "reason", pz.Reason, "until", pz.Until.UnixMilli()}
 	h.pauser.Emit(ctx, throttle.EventProviderThrottled, key, time.Second, fields...)
 	if pz.New {
@@ -619,6 +654,14 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 			}
 			if r.Firm {
 				m.held(name, delay.Seconds())
+				// A scope paused while the send was held (another worker's
+				// provider throttle): the slot goes unused.
+				if key, until := h.w.pauses.blocked(reqs, h.now()); key != "" {
+					wait := until.Sub(h.now())
+					m.outcome(name, OutcomeThrottled)
+					m.throttled(name, throttle.PauseName, wait.Seconds())
+					return r.Leases, &ThrottledError{Channel: name, Limit: throttle.PauseName, Key: key, RetryAfter: wait, Wait: wait}
+				}
 				return r.Leases, nil
 			}
 			continue // held back by a slower limit: ask again at the instant

@@ -1,0 +1,73 @@
+//go:build unix
+
+package e2e
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-dev/sluice/internal/emulator"
+)
+
+// numberSpam is the business number the emulator answers with 131048.
+const numberSpam = "106540352242977"
+
+// TestSpamLimitPausesTheNumberInEveryWorker: three workers, the strict
+// emulator, 100 messages queued for one number whose first send draws
+// WhatsApp's 131048 (spam rate limit). The number is paused in every
+// worker: no other of its messages reaches the provider while the pause
+// lasts (an hour, Meta's documented backoff), a message for another number
+// goes on, and when an operator resumes the channel all 100 are delivered
+// once.
+func TestSpamLimitPausesTheNumberInEveryWorker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: runs three workers")
+	}
+	c := startCluster(t, func(emu *emulator.Server) string {
+		return fmt.Sprintf("  whatsapp:\n    base_url: %q\n  sms:\n    enabled: false\n", emu.WhatsAppURL())
+	})
+	c.emu.Fault(emulator.ChannelWhatsApp, numberSpam, 131048, 1)
+	csv := filepath.Join(c.dir, "spam.csv")
+	const rows = 100
+	writeCSV(t, csv, rows, func(i int) string { return fmt.Sprintf("%s,Ann,%d", recipientN(i), i) })
+	runCLI(t, c.bin, c.env, "--config", c.cfgPath, "send", "--channel", "whatsapp", "--csv", csv,
+		"--phone-number-id", numberSpam, "--template", "order_update", "--lang", "en_US", "--params", "name,order_id")
+
+	// Every one of the 100 is dequeued once and waits for the pause.
+	waitFor(t, c.workers, 30*time.Second, "all 100 waiting for the pause", func() (bool, string) {
+		qi, err := c.insp.GetQueueInfo("whatsapp")
+		if err != nil {
+			return false, err.Error()
+		}
+		return qi.Retry == rows, fmt.Sprintf("retry %d, scheduled %d, pending %d, active %d, archived %d, completed %d; emulator %+v",
+			qi.Retry, qi.Scheduled, qi.Pending, qi.Active, qi.Archived, qi.Completed, c.emu.Stats()[emulator.ChannelWhatsApp])
+	})
+	st := c.emu.Stats()[emulator.ChannelWhatsApp]
+	require.Equal(t, map[string]int{"131048": 1}, st.ThrottledByCode, "the one throttled call")
+	require.Zero(t, st.Accepted, "a message of the paused number reached the provider")
+	out := runCLI(t, c.bin, c.env, "--config", c.cfgPath, "channels", "status", "whatsapp")
+	require.Contains(t, out, "whatsapp:paused:sender:"+numberSpam+" paused until ")
+	require.Contains(t, out, "code 131048")
+	t.Logf("during the pause: 1 provider call (131048), 0 accepted, %d tasks waiting\n%s", rows, strings.TrimSpace(out))
+
+	// Another number is not paused.
+	runCLI(t, c.bin, c.env, "--config", c.cfgPath, "enqueue", "whatsapp", "--phone-number-id", numberC, "--to", "+14155550199",
+		"--template", "order_update", "--key", "e2e-other-number")
+	waitFor(t, c.workers, 10*time.Second, "the other number's send", func() (bool, string) {
+		_, ok := recordByKey(c.emu.Records(), "e2e-other-number")
+		return ok, ""
+	})
+
+	out = runCLI(t, c.bin, c.env, "--config", c.cfgPath, "channels", "resume", "whatsapp")
+	require.Contains(t, out, fmt.Sprintf("1 pause(s) ended, %d waiting task(s) run now", rows))
+	waitDelivered(t, c.workers, c.emu, c.insp, 30*time.Second, rows+1, 0)
+	st = c.emu.Stats()[emulator.ChannelWhatsApp]
+	require.Equal(t, rows+1, st.Unique)
+	require.Zero(t, st.Duplicates)
+	require.Equal(t, 1, st.Throttled, "provider throttle responses in the whole run")
+}
