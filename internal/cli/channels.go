@@ -37,17 +37,7 @@ a host) are listed by status and ended early by resume --key.`,
 		Use:   "pause CHANNEL",
 		Short: "Pause a channel in every worker until resumed (or --for)",
 		Args:  usageArgs(cobra.ExactArgs(1)),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			c, err := g.channelsEnv(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.close()
-			cc, err := c.channel(args[0])
-			if err != nil {
-				return err
-			}
+		RunE: g.onChannel(func(ctx context.Context, c *channelsEnv, cc *config.ChannelConfig) error {
 			wait := forDur
 			if wait <= 0 {
 				wait = indefinitely
@@ -74,7 +64,7 @@ a host) are listed by status and ended early by resume --key.`,
 			}
 			fmt.Fprintf(g.stdout, "channel %s paused %s; resume with `sluice channels resume %s`\n", cc.Name, until, cc.Name)
 			return nil
-		},
+		}),
 	}
 	pause.Flags().DurationVar(&forDur, "for", 0, "end the pause by itself after this long (default: until resumed)")
 	pause.Flags().StringVar(&reason, "reason", "", "why, shown by status and in the provider.paused event")
@@ -88,17 +78,7 @@ deleted) and every scope of the channel a provider paused, unless --key names
 the pause keys to end (as status lists them). Tasks that were waiting for an
 ended pause run now.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			c, err := g.channelsEnv(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.close()
-			cc, err := c.channel(args[0])
-			if err != nil {
-				return err
-			}
+		RunE: g.onChannel(func(ctx context.Context, c *channelsEnv, cc *config.ChannelConfig) error {
 			ended := keys
 			if len(ended) == 0 {
 				ps, err := c.lim.Pauses(ctx, cc.Name+":")
@@ -133,7 +113,7 @@ ended pause run now.`,
 			}
 			fmt.Fprintf(g.stdout, "channel %s resumed: %d pause(s) ended, %d waiting task(s) run now\n", cc.Name, resumed, ran)
 			return nil
-		},
+		}),
 	}
 	resume.Flags().StringSliceVar(&keys, "key", nil, "end only this pause key (repeatable)")
 
@@ -199,6 +179,23 @@ func (g *globals) channelsEnv(ctx context.Context) (*channelsEnv, error) {
 }
 
 func (c *channelsEnv) close() { _ = c.rdb.Close() }
+
+// onChannel runs fn for the channel named by the command's argument.
+func (g *globals) onChannel(fn func(ctx context.Context, c *channelsEnv, cc *config.ChannelConfig) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		ctx := cmd.Context()
+		c, err := g.channelsEnv(ctx)
+		if err != nil {
+			return err
+		}
+		defer c.close()
+		cc, err := c.channel(args[0])
+		if err != nil {
+			return err
+		}
+		return fn(ctx, c, cc)
+	}
+}
 
 func (c *channelsEnv) channel(name string) (*config.ChannelConfig, error) {
 	cc := c.cfg.Channels[name]
