@@ -104,6 +104,7 @@ func (l *Redis) Pause(ctx context.Context, key string, o PauseOptions) (Paused, 
 	}
 	p := Paused{Key: key, Since: time.UnixMicro(raw[0]), Until: time.UnixMicro(raw[1]), InARow: int(raw[2]),
 		Code: o.Code, Reason: reason, New: raw[3] == 1}
+	l.prefetch.dropKey(l.Key(key))
 	l.announce(ctx, key, p.Until.Sub(p.Since))
 	return p, nil
 }
@@ -145,6 +146,9 @@ func (l *Redis) WatchPauses(ctx context.Context, fn func(key string, left time.D
 			us, err := strconv.ParseInt(v, 10, 64)
 			if !found || err != nil || us < 0 {
 				continue
+			}
+			if us > 0 {
+				l.prefetch.dropKey(l.Key(key))
 			}
 			fn(key, time.Duration(us)*time.Microsecond)
 		}

@@ -115,3 +115,24 @@ func TestPauseErrors(t *testing.T) {
 		t.Fatal("a pause without a wait was set")
 	}
 }
+
+func TestPauseDropsPrefetchedSlots(t *testing.T) {
+	l, _, clock, _ := prefetchLimiter(t, 0)
+	ctx := context.Background()
+	pause := throttle.PauseKey("api", "sender", "1")
+	reqs := []throttle.Request{{Key: "api:global", Limit: huge}, throttle.PauseRequest(pause)}
+	if _, err := l.Reserve(ctx, throttle.ReserveOptions{}, reqs...); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := l.Reserve(ctx, throttle.ReserveOptions{}, reqs...); err != nil || !r.Local {
+		t.Fatalf("before the pause: local %v, err %v; want a prefetched slot", r.Local, err)
+	}
+	if _, err := l.Pause(ctx, pause, throttle.PauseOptions{Wait: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Millisecond)
+	r, err := l.Reserve(ctx, throttle.ReserveOptions{}, reqs...)
+	if err != nil || r.Local || r.Firm {
+		t.Fatalf("after the pause: local %v firm %v, err %v; want blocked by Redis", r.Local, r.Firm, err)
+	}
+}

@@ -207,6 +207,9 @@ func (l *Redis) Reserve(ctx context.Context, opts ReserveOptions, reqs ...Reques
 		return Reservation{}, err
 	}
 	r := res.r
+	if !r.Firm && pk != "" {
+		l.prefetch.drop(pk) // the set is blocked or planned now: ask Redis
+	}
 	if r.prefetched > 0 && pk != "" {
 		now := l.localNow()
 		l.prefetch.put(pk, r.prefetched, prefetchUntil(r.Decision, reqs, now), r.Decision, now)

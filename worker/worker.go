@@ -296,7 +296,15 @@ func (w *Worker) Start() error {
 			}
 		}()
 	}
-	return w.srv.Start(w.mux)
+	if err := w.srv.Start(w.mux); err != nil {
+		if w.stop != nil {
+			w.stop()
+			<-w.done
+			w.stop = nil
+		}
+		return err
+	}
+	return nil
 }
 
 // Shutdown stops fetching tasks, waits up to ShutdownTimeout for in-flight
@@ -524,9 +532,10 @@ func (h *handler) process(ctx context.Context, t *asynq.Task) error {
 func (h *handler) pause(ctx context.Context, key string, ce *channels.Error, wait time.Duration) time.Duration {
 	growth := ce.Growth
 	if growth > 1 {
-		// Exponential backoff with jitter (up to +20%), so workers that
-		// were throttled together do not come back together.
-		wait += time.Duration(rand.Int64N(int64(wait)/5 + 1))
+		// Exponential backoff with jitter (up to +20%, within the cap), so
+		// scopes throttled together (the senders of one account) do not
+		// all end their pauses at once.
+		wait = min(wait+time.Duration(rand.Int64N(int64(wait)/5+1)), h.ch.MaxRetryAfter)
 	}
 	pz, err := h.pauser.Pause(ctx, key, throttle.PauseOptions{Wait: wait, Growth: growth, Max: h.ch.MaxRetryAfter, Code: ce.Code, Reason: ce.Message})
 	if err != nil {
@@ -625,7 +634,15 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 			return nil, fmt.Errorf("%s: limiter: %w", name, err)
 		}
 		if r.Local {
-			return nil, nil // a slot an earlier call prefetched: firm now, no round trip
+			// A slot an earlier call prefetched: firm now, no round trip,
+			// unless a pause this worker knows of came since.
+			if key, until := h.w.pauses.blocked(reqs, h.now()); key != "" {
+				wait := until.Sub(h.now())
+				m.outcome(name, OutcomeThrottled)
+				m.throttled(name, throttle.PauseName, wait.Seconds())
+				return nil, &ThrottledError{Channel: name, Limit: throttle.PauseName, Key: key, RetryAfter: wait, Wait: wait}
+			}
+			return nil, nil
 		}
 		m.call(name, "reserve")
 		h.clock.observe(sent, h.now(), r.Now)

@@ -660,7 +660,7 @@ if firm == 1 then
     elseif l.algo == 'gcra' then
       gcra_store(l.key, l.extra, now, l.replace, l.ahead_after)
     else
-      if extra > 0 then
+      if extra > 0 and l.algo == 'fixed_window' then
         l.d.cost = l.cost * (1 + extra)
         l.d.rem_after = l.d.rem_after - l.cost * extra
       end
