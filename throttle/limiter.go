@@ -272,6 +272,16 @@ func scope(key string) string {
 	return s
 }
 
+// validKey reports whether key is a limiter key: a scope (not starting with
+// '_', which Sluice keeps for itself) and no braces (the cluster hash tag is
+// Sluice's to add). keyShape says so in errors.
+func validKey(key string) bool {
+	s := scope(key)
+	return s != "" && !strings.ContainsAny(key, "{}") && s[0] != '_'
+}
+
+const keyShape = "want scope:resource:id, with a scope not starting with '_' and no braces"
+
 // validate checks a call's requests the same way for every backend. It
 // returns, per request, the field name under which a GCRA limit shares its
 // key with other GCRA limits of the call ("" when the key is its own), or
@@ -288,8 +298,8 @@ func validate(reqs []Request) (fields []string, err error) {
 		if err := r.Limit.Validate(); err != nil {
 			return nil, fmt.Errorf("throttle: requests[%d]: %w", i, err)
 		}
-		if s := scope(r.Key); s == "" || strings.ContainsAny(r.Key, "{}") || s[0] == '_' {
-			return nil, fmt.Errorf("%w: requests[%d] key %q: want scope:resource:id, with a scope not starting with '_' and no braces", ErrBadRequest, i, r.Key)
+		if !validKey(r.Key) {
+			return nil, fmt.Errorf("%w: requests[%d] key %q: %s", ErrBadRequest, i, r.Key, keyShape)
 		}
 		if r.Cost < 0 {
 			return nil, fmt.Errorf("%w: requests[%d] %q: cost %d is negative", ErrBadRequest, i, r.Limit.Name, r.Cost)

@@ -240,8 +240,8 @@ func PauseKey(channel, scope, id string) string {
 
 // checkPauseKey accepts what validate accepts as a request's key.
 func checkPauseKey(key string) error {
-	if s := scope(key); s == "" || strings.ContainsAny(key, "{}") || s[0] == '_' {
-		return fmt.Errorf("%w: pause key %q: want scope:resource:id, with a scope not starting with '_' and no braces", ErrBadRequest, key)
+	if !validKey(key) {
+		return fmt.Errorf("%w: pause key %q: %s", ErrBadRequest, key, keyShape)
 	}
 	return nil
 }
