@@ -636,13 +636,7 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 		if r.Local {
 			// A slot an earlier call prefetched: firm now, no round trip,
 			// unless a pause this worker knows of came since.
-			if key, until := h.w.pauses.blocked(reqs, h.now()); key != "" {
-				wait := until.Sub(h.now())
-				m.outcome(name, OutcomeThrottled)
-				m.throttled(name, throttle.PauseName, wait.Seconds())
-				return nil, &ThrottledError{Channel: name, Limit: throttle.PauseName, Key: key, RetryAfter: wait, Wait: wait}
-			}
-			return nil, nil
+			return nil, h.pausedMeanwhile(reqs)
 		}
 		m.call(name, "reserve")
 		h.clock.observe(sent, h.now(), r.Now)
@@ -673,13 +667,7 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 				m.held(name, delay.Seconds())
 				// A scope paused while the send was held (another worker's
 				// provider throttle): the slot goes unused.
-				if key, until := h.w.pauses.blocked(reqs, h.now()); key != "" {
-					wait := until.Sub(h.now())
-					m.outcome(name, OutcomeThrottled)
-					m.throttled(name, throttle.PauseName, wait.Seconds())
-					return r.Leases, &ThrottledError{Channel: name, Limit: throttle.PauseName, Key: key, RetryAfter: wait, Wait: wait}
-				}
-				return r.Leases, nil
+				return r.Leases, h.pausedMeanwhile(reqs)
 			}
 			continue // held back by a slower limit: ask again at the instant
 		}
@@ -698,6 +686,20 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 		m.throttled(name, r.BlockedBy, delay.Seconds())
 		return nil, te
 	}
+}
+
+// pausedMeanwhile returns the *ThrottledError of a send whose firm slot
+// was taken before one of its scopes was paused (the worker's pause book),
+// or nil: the send goes.
+func (h *handler) pausedMeanwhile(reqs []throttle.Request) error {
+	key, until := h.w.pauses.blocked(reqs, h.now())
+	if key == "" {
+		return nil
+	}
+	wait := until.Sub(h.now())
+	h.w.opts.Metrics.outcome(h.ch.Name, OutcomeThrottled)
+	h.w.opts.Metrics.throttled(h.ch.Name, throttle.PauseName, wait.Seconds())
+	return &ThrottledError{Channel: h.ch.Name, Limit: throttle.PauseName, Key: key, RetryAfter: wait, Wait: wait}
 }
 
 func (h *handler) release(ctx context.Context, leases []throttle.Lease) {
