@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -160,7 +161,7 @@ func (l *Redis) Resume(ctx context.Context, key string) (bool, error) {
 	if err := checkPauseKey(key); err != nil {
 		return false, err
 	}
-	p, err := l.pauseOf(ctx, l.Key(key), key)
+	p, err := l.pauseOf(ctx, key)
 	if err != nil {
 		return false, err
 	}
@@ -176,16 +177,16 @@ func (l *Redis) PauseOf(ctx context.Context, key string) (*Paused, error) {
 	if err := checkPauseKey(key); err != nil {
 		return nil, err
 	}
-	p, err := l.pauseOf(ctx, l.Key(key), key)
+	p, err := l.pauseOf(ctx, key)
 	if err != nil || p == nil || !p.Until.After(l.now(ctx)) {
 		return nil, err
 	}
 	return p, nil
 }
 
-// pauseOf reads the pause hash at full key k; nil when there is none.
-func (l *Redis) pauseOf(ctx context.Context, k, key string) (*Paused, error) {
-	v, err := l.rdb.HGetAll(ctx, k).Result()
+// pauseOf reads key's pause hash; nil when there is none.
+func (l *Redis) pauseOf(ctx context.Context, key string) (*Paused, error) {
+	v, err := l.rdb.HGetAll(ctx, l.Key(key)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("throttle: pause %q: %w", key, err)
 	}
@@ -211,12 +212,13 @@ func (l *Redis) Pauses(ctx context.Context, keyPrefix string) ([]Paused, error) 
 		if !IsPauseKey(key) {
 			return nil
 		}
-		p, err := l.pauseOf(ctx, l.Key(key), key)
+		p, err := l.pauseOf(ctx, key)
 		if err == nil && p != nil && p.Until.After(now) {
 			out = append(out, *p)
 		}
 		return err
 	})
+	slices.SortFunc(out, func(a, b Paused) int { return strings.Compare(a.Key, b.Key) })
 	return out, err
 }
 
