@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -200,13 +201,7 @@ func (g *globals) onChannel(fn func(ctx context.Context, c *channelsEnv, cc *con
 func (c *channelsEnv) channel(name string) (*config.ChannelConfig, error) {
 	cc := c.cfg.Channels[name]
 	if cc == nil {
-		names := slices.Sorted(func(yield func(string) bool) {
-			for n := range c.cfg.Channels {
-				if !yield(n) {
-					return
-				}
-			}
-		})
+		names := slices.Sorted(maps.Keys(c.cfg.Channels))
 		return nil, usageErr("channel %q: not configured (channels: %s)", name, strings.Join(names, ", "))
 	}
 	return cc, nil
