@@ -101,7 +101,7 @@ func TestTwilioClassification(t *testing.T) {
 		want   *Error
 	}{
 		{"20429", 429, nil, body(20429, 429), &Error{Class: Throttled, Code: 20429, Scope: ScopeAccount, Growth: 2}},
-		{"HTTP 429 unknown code", 429, nil, body(20003, 429), &Error{Class: Throttled, Code: 20003, Scope: ScopeAccount, Growth: 2}},
+		{"HTTP 429 unknown code", 429, nil, body(29999, 429), &Error{Class: Throttled, Code: 29999, Scope: ScopeAccount, Growth: 2}},
 		{"HTTP 429 no body", 429, http.Header{"Retry-After": {"2"}}, "", &Error{Class: Throttled, Scope: ScopeAccount, RetryAfter: 2 * time.Second, Message: "Too Many Requests"}},
 		{"30022", 400, nil, body(30022, 400), &Error{Class: Throttled, Code: 30022, Scope: ScopeSender, Growth: 2}},
 		{"21611", 400, nil, body(21611, 400), &Error{Class: Throttled, Code: 21611, Scope: ScopeSender, RetryAfter: time.Minute, Growth: 2}},
@@ -114,7 +114,9 @@ func TestTwilioClassification(t *testing.T) {
 		{"21211", 400, nil, body(21211, 400), &Error{Class: Permanent, Code: 21211}},
 		{"21610", 400, nil, body(21610, 400), &Error{Class: Permanent, Code: 21610}},
 		{"63016", 400, nil, body(63016, 400), &Error{Class: Permanent, Code: 63016}},
-		{"other 4xx", 401, nil, body(20003, 401), &Error{Class: Permanent, Code: 20003}},
+		{"other 4xx", 400, nil, body(21408, 400), &Error{Class: Permanent, Code: 21408}},
+		{"20003 bad credentials", 401, nil, body(20003, 401), &Error{Class: Unauthorized, Code: 20003, Scope: ScopeChannel}},
+		{"HTTP 403 unknown code", 403, nil, body(20099, 403), &Error{Class: Unauthorized, Code: 20099, Scope: ScopeChannel}},
 		{"5xx", 500, nil, body(20500, 500), &Error{Class: Transient, Code: 20500}},
 		{"5xx no body", 503, nil, "", &Error{Class: Transient, Message: "Service Unavailable"}},
 	}

@@ -23,10 +23,16 @@ const (
 	// Permanent: retrying the same request cannot succeed (bad number, policy
 	// block, 4xx, invalid payload or client configuration). Archive it.
 	Permanent
+	// Unauthorized: the provider refused the channel's credentials (WhatsApp
+	// 190 expired or invalid access token, Twilio 20003, HTTP 401 or 403
+	// from WhatsApp or Twilio). No send of the channel can succeed until
+	// they are fixed: pause the channel (Scope is ScopeChannel), keep the
+	// task, and resume when a probe succeeds or an operator resumes it.
+	Unauthorized
 )
 
-// String returns "success", "throttled", "transient" or "permanent"
-// ("Class(n)" for other values).
+// String returns "success", "throttled", "transient", "permanent" or
+// "unauthorized" ("Class(n)" for other values).
 func (c Class) String() string {
 	switch c {
 	case Success:
@@ -37,6 +43,8 @@ func (c Class) String() string {
 		return "transient"
 	case Permanent:
 		return "permanent"
+	case Unauthorized:
+		return "unauthorized"
 	}
 	return "Class(" + strconv.Itoa(int(c)) + ")"
 }
@@ -52,6 +60,9 @@ const (
 	// ScopeAccount: the whole provider account, app or business (WhatsApp 4 and
 	// 80007, Twilio 20429, 63017, 63038, 30023).
 	ScopeAccount = "account"
+	// ScopeChannel: every send of the channel, whatever its sender
+	// (Unauthorized: the credentials all sends use were refused).
+	ScopeChannel = "channel"
 )
 
 // Provider names used in Error.Provider.

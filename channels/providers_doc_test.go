@@ -78,8 +78,11 @@ func TestProvidersDocMatchesClassification(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%d", provider, r.code), func(t *testing.T) {
 				where := fmt.Sprintf("docs/providers.md:%d", r.line)
 				status := 400
-				if r.code == 4 || r.code == 20429 {
+				switch r.code {
+				case 4, 20429:
 					status = 429
+				case 190, 20003:
+					status = 401
 				}
 				var err error
 				switch provider {

@@ -81,12 +81,14 @@ func CheckAccountSID(sid string) error {
 //     Throttled, ScopeAccount;
 //   - 30022 (carrier throughput), 21611 and 30001 (sender queue full): Throttled,
 //     ScopeSender;
-//   - 30023 (10DLC daily cap): Throttled, ScopeAccount, RetryAfter until the next
+//   - 30023 (10DLC daily cap): Throttled, ScopeSender, RetryAfter until the next
 //     midnight in America/Los_Angeles (UTC-8 if the zone database is missing),
 //     when the daily caps reset;
 //   - 63038 (account daily limit): Throttled, ScopeAccount, RetryAfter 24 h;
 //   - 14107 (>30 replies between the same pair in 30 s): Throttled, ScopePair,
 //     RetryAfter 30 s;
+//   - 20003 (authentication failed) or HTTP 401 or 403: Unauthorized,
+//     ScopeChannel (the account's credentials: pause the channel, probe);
 //   - 21211, 21610, 63016 and any other code or 4xx: Permanent;
 //   - 5xx: Transient.
 //
@@ -165,6 +167,7 @@ var twilioCodes = map[int]codeRule{
 	21211: {Permanent, "", "invalid To number", nil, 0},
 	21610: {Permanent, "", "recipient unsubscribed", nil, 0},
 	63016: {Permanent, "", "outside 24 h window", nil, 0},
+	20003: {Unauthorized, ScopeChannel, "authentication failed", nil, 0},
 }
 
 // pacific is America/Los_Angeles, or a fixed UTC-8 when the zone database is
@@ -229,11 +232,14 @@ func twilioResult(r *reply, now time.Time, secrets ...string) (Response, error) 
 		return resp, e
 	}
 	e.Class = statusClass(r.status)
-	if e.Class == Throttled {
+	switch e.Class {
+	case Throttled:
 		e.Scope = ScopeAccount // HTTP 429: the account's API concurrency limit
 		if e.RetryAfter == 0 {
 			e.Growth = 2
 		}
+	case Unauthorized:
+		e.Scope = ScopeChannel // HTTP 401/403: the account's credentials
 	}
 	return resp, e
 }

@@ -91,10 +91,12 @@ func (c *WhatsApp) Validate() error {
 //     provider gave none — a quality limit, so no fast retries;
 //   - 131049 (per-user marketing limit): Throttled, ScopePair, RetryAfter 24 h if
 //     none given — Meta says not to retry soon, and its window is a day;
+//   - 190 (access token expired or invalid): Unauthorized, ScopeChannel — the
+//     channel's token: pause the channel, probe, never archive;
 //   - 1, 2, 131000: Transient; is_transient:true makes any other code Transient;
-//   - 368, 131026, 131047 and any other code: Permanent, unless the HTTP status is
-//     5xx (Transient) or 429 (Throttled);
-//   - no parsable error body: 429 Throttled, 5xx Transient, else Permanent.
+//   - 368, 131026, 131047: Permanent; any other code by its HTTP status: 5xx
+//     Transient, 429 Throttled, 401 and 403 Unauthorized, else Permanent;
+//   - no parsable error body: the same by HTTP status.
 //
 // RetryAfter comes from the x-business-use-case-usage header
 // (estimated_time_to_regain_access, minutes) or a Retry-After header, whichever
@@ -222,6 +224,7 @@ var whatsappCodes = map[int]codeRule{
 	368:    {Permanent, "", "blocked for policy violation", nil, 0},
 	131026: {Permanent, "", "undeliverable", nil, 0},
 	131047: {Permanent, "", "outside 24 h window", nil, 0},
+	190:    {Unauthorized, ScopeChannel, "access token expired or invalid", nil, 0},
 }
 
 // whatsappResponse holds the fields of the 200 body (MessageResponsePayload)
@@ -263,6 +266,9 @@ func whatsappResult(r *reply, now time.Time, secrets ...string) (Response, error
 	e.RetryAfter = max(parseBusinessUseCaseUsage(r.header), ParseRetryAfter(r.header, now))
 	if jsonErr != nil || body.Error == nil {
 		e.Class = statusClass(r.status)
+		if e.Class == Unauthorized {
+			e.Scope = ScopeChannel
+		}
 		e.Message = bodyMessage(r, secrets)
 		return resp, e
 	}
@@ -282,6 +288,8 @@ func whatsappResult(r *reply, now time.Time, secrets ...string) (Response, error
 				e.RetryAfter = rule.retry(now)
 			}
 		}
+	case known && rule.class == Unauthorized:
+		e.Class, e.Scope = Unauthorized, rule.scope
 	case body.Error.IsTransient:
 		e.Class = Transient
 	case known:
@@ -289,15 +297,21 @@ func whatsappResult(r *reply, now time.Time, secrets ...string) (Response, error
 	default:
 		e.Class = statusClass(r.status)
 	}
+	if e.Class == Unauthorized {
+		e.Scope = ScopeChannel
+	}
 	return resp, e
 }
 
 // statusClass classifies a non-2xx response the provider gave no known code
-// for: 429 Throttled, 5xx Transient, anything else Permanent.
+// for: 429 Throttled, 401 and 403 Unauthorized (the channel's credentials),
+// 5xx Transient, anything else Permanent.
 func statusClass(status int) Class {
 	switch {
 	case status == http.StatusTooManyRequests:
 		return Throttled
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		return Unauthorized
 	case status >= 500:
 		return Transient
 	}
