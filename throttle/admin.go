@@ -200,7 +200,9 @@ func (l *Redis) match(prefix string) string {
 // overrides), not to a limit: its scope starts with '_'.
 // reserved reports keys that are not limiter state: "_"-scoped keys and
 // the plan and backlog keys beside a GCRA limit's state (Reserve).
-func reserved(key string) bool { return strings.HasPrefix(key, "_") || isBookKey(key) }
+func reserved(key string) bool {
+	return strings.HasPrefix(key, "_") || isBookKey(key) || isProbeKey(key)
+}
 
 // strip turns a full key back into "scope:rest".
 func (l *Redis) strip(full string) string {

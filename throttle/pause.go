@@ -156,7 +156,8 @@ func (l *Redis) WatchPauses(ctx context.Context, fn func(key string, left time.D
 	}
 }
 
-// Resume ends key's pause now; it reports whether key was paused.
+// Resume ends key's pause now, and its probe record (SetProbe); it
+// reports whether key was paused.
 func (l *Redis) Resume(ctx context.Context, key string) (bool, error) {
 	if err := checkPauseKey(key); err != nil {
 		return false, err
@@ -165,7 +166,9 @@ func (l *Redis) Resume(ctx context.Context, key string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if err := l.rdb.Del(ctx, l.Key(key)).Err(); err != nil {
+	// A probe record (SetProbe) ends with its pause.
+	k := l.Key(key)
+	if err := l.rdb.Del(ctx, k, k+probeSuffix, k+probeLockSuffix).Err(); err != nil {
 		return false, fmt.Errorf("throttle: resume %q: %w", key, err)
 	}
 	l.announce(ctx, key, 0)
