@@ -176,6 +176,10 @@ type ChannelStats struct {
 	// ThrottledByCode splits Throttled by provider code ("130429", "131056",
 	// "20429", "429").
 	ThrottledByCode map[string]int `json:"throttled_by_code"`
+	// Probes counts credential checks (GET of the phone number or the
+	// account: probes.go), which send nothing and are not in the counts
+	// above.
+	Probes int `json:"probes,omitempty"`
 }
 
 // statsJSON is one channel of GET /_emulator/stats: the counters and the

@@ -63,6 +63,7 @@ type twilioMessage struct {
 func (s *Server) twilioHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /2010-04-01/Accounts/{AccountSid}/Messages.json", s.handleTwilio)
+	mux.HandleFunc("GET /2010-04-01/Accounts/{Sid}", s.handleTwilioProbe)
 	return mux
 }
 

@@ -101,6 +101,7 @@ func newWamid(digits string) string {
 func (s *Server) whatsAppHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /{version}/{phoneID}/messages", s.handleWhatsApp)
+	mux.HandleFunc("GET /{version}/{phoneID}", s.handleWhatsAppProbe)
 	s.introspection(mux)
 	return mux
 }
