@@ -144,6 +144,12 @@ type ChannelConfig struct {
 	// ThrottleBackoff is the delay after a provider's throttle response that
 	// carries no Retry-After. Default 1s.
 	ThrottleBackoff time.Duration
+	// ProbeEvery is how soon after the provider refused the channel's
+	// credentials (WhatsApp 190, Twilio 20003, HTTP 401/403) a worker first
+	// checks them again with a request that sends nothing; the interval then
+	// doubles up to 10m (whatsapp, sms). The channel stays paused, its tasks
+	// kept, until a check succeeds or `sluice channels resume`. Default 30s.
+	ProbeEvery time.Duration
 	// MaxRetryAfter caps the wait a provider may ask for (Retry-After, Meta's
 	// estimated_time_to_regain_access, or a documented default such as
 	// Twilio 30023's wait until midnight): a longer one is treated as this

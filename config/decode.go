@@ -541,8 +541,8 @@ func (d *decoder) egress(n *yaml.Node, path string, e *EgressConfig) {
 
 // channelFields lists the fields each channel accepts besides the common ones.
 var channelFields = map[string][]string{
-	"whatsapp": {"base_url", "api_version", "token_env"},
-	"sms":      {"base_url", "account_sid_env", "auth_token_env"},
+	"whatsapp": {"base_url", "api_version", "token_env", "probe_every"},
+	"sms":      {"base_url", "account_sid_env", "auth_token_env", "probe_every"},
 	"webhook":  {"signing_secret_env"},
 	"http":     {},
 }
@@ -599,6 +599,8 @@ func (d *decoder) channel(n *yaml.Node, path string, c *ChannelConfig) {
 			d.setDuration(v, p, &c.Timeout)
 		case "throttle_backoff":
 			d.setDuration(v, p, &c.ThrottleBackoff)
+		case "probe_every":
+			d.setDuration(v, p, &c.ProbeEvery)
 		case "max_retry_after":
 			if w, ok := d.duration(v, p); ok {
 				if w > maxRetryAfterCap {

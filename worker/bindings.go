@@ -34,7 +34,8 @@ func WhatsAppChannel(c *channels.WhatsApp, rs []rules.Rule) Channel {
 				return Prepared{}, err
 			}
 			return Prepared{Fields: p.Fields(), Priority: priority(p.Delivery), Tenant: p.Tenant, Send: func(ctx context.Context) (channels.Response, error) { return c.Send(ctx, p) }}, nil
-		}}
+		},
+		Probe: func(ctx context.Context, f map[string]string) error { return c.Probe(ctx, f["phone_number_id"]) }}
 }
 
 // SMSChannel sends sms:send tasks through Twilio Programmable Messaging.
@@ -50,7 +51,8 @@ func SMSChannel(c *channels.Twilio, rs []rules.Rule) Channel {
 			f := p.Fields()
 			f["account_sid"] = c.AccountSID
 			return Prepared{Fields: f, Priority: priority(p.Delivery), Tenant: p.Tenant, Send: func(ctx context.Context) (channels.Response, error) { return c.Send(ctx, p) }}, nil
-		}}
+		},
+		Probe: func(ctx context.Context, _ map[string]string) error { return c.Probe(ctx) }}
 }
 
 // WebhookChannel delivers webhook:deliver tasks, signed per Standard Webhooks.

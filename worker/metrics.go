@@ -17,6 +17,7 @@ type Metrics struct {
 	hold     *prometheus.HistogramVec
 	late     *prometheus.HistogramVec
 	provider *prometheus.CounterVec
+	probes   *prometheus.CounterVec
 }
 
 // unknownChannel is the channel label of tasks whose type no channel handles.
@@ -33,6 +34,7 @@ const (
 	OutcomeMalformed        = "malformed"          // bad payload; archived
 	OutcomeLimiterError     = "limiter_error"      // Redis failed; retried with backoff
 	OutcomeUnknownType      = "unknown_type"       // no handler for the task type; archived
+	OutcomeUnauthorized     = "unauthorized"       // credentials refused; channel paused, task waits
 )
 
 // NewMetrics creates and registers the series on reg.
@@ -40,7 +42,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		tasks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_tasks_total",
-			Help: "Task attempts (dequeues) by channel and outcome (sent, planned, throttled, provider_throttled, transient, permanent, malformed, limiter_error, unknown_type).",
+			Help: "Task attempts (dequeues) by channel and outcome (sent, planned, throttled, provider_throttled, transient, permanent, malformed, limiter_error, unknown_type, unauthorized).",
 		}, []string{"channel", "outcome"}),
 		throttle: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_throttled_total",
@@ -73,10 +75,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.provider = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_provider_throttles_total",
-		Help: "Provider throttle responses by channel, the provider's error code (0: none, HTTP 429) and the scope it names (sender, pair, account, or empty).",
+		Help: "Provider throttle responses by channel, the provider's error code (0: none, HTTP 429) and the scope it names (sender, pair, account, channel for refused credentials, or empty).",
 	}, []string{"channel", "code", "scope"})
+	m.probes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_credential_probes_total",
+		Help: "Probes of a channel paused because the provider refused its credentials, by result (accepted: the channel resumed; refused; error).",
+	}, []string{"channel", "result"})
 	if reg != nil {
-		reg.MustRegister(m.tasks, m.throttle, m.wait, m.send, m.calls, m.hold, m.late, m.provider)
+		reg.MustRegister(m.tasks, m.throttle, m.wait, m.send, m.calls, m.hold, m.late, m.provider, m.probes)
 	}
 	return m
 }
@@ -97,6 +103,12 @@ func (m *Metrics) throttled(channel, limit string, waitSeconds float64) {
 func (m *Metrics) providerThrottle(channel string, code int, scope string) {
 	if m != nil {
 		m.provider.WithLabelValues(channel, strconv.Itoa(code), scope).Inc()
+	}
+}
+
+func (m *Metrics) probe(channel, result string) {
+	if m != nil {
+		m.probes.WithLabelValues(channel, result).Inc()
 	}
 }
 

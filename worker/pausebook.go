@@ -55,3 +55,11 @@ func (b *pauseBook) blocked(reqs []throttle.Request, now time.Time) (key string,
 	}
 	return key, until
 }
+
+// paused reports whether key is paused at now, as far as this worker knows.
+func (b *pauseBook) paused(key string, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	u, ok := b.m[key]
+	return ok && u.After(now)
+}

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -101,6 +102,24 @@ type Channel struct {
 	// pauses the whole channel. A throttle whose scope is not listed, or
 	// whose fields are empty, pauses nothing and only requeues its task.
 	PauseScopes map[string]string
+	// Probe asks the provider, sending nothing, whether the channel's
+	// credentials work (channels.WhatsApp.Probe, channels.Twilio.Probe);
+	// fields are the Prepared.Fields of the send that was refused. After an
+	// Unauthorized answer (WhatsApp 190, Twilio 20003, HTTP 401/403) the
+	// channel is paused in every worker and one worker at a time probes,
+	// ProbeEvery apart and doubling up to ProbeMax; the first probe that
+	// succeeds resumes the channel and runs the tasks that waited. nil: the
+	// channel stays paused until `sluice channels resume` or AuthPause ends.
+	Probe func(ctx context.Context, fields map[string]string) error
+	// ProbeEvery is the first interval between probes; zero means
+	// DefaultProbeEvery (30s). ProbeMax caps the doubling interval; zero
+	// means DefaultProbeMax (10m).
+	ProbeEvery, ProbeMax time.Duration
+	// AuthPause is the longest an Unauthorized answer pauses the channel
+	// when neither a probe nor an operator resumes it sooner; zero means
+	// MaxRetryAfter (24h). The waiting tasks come back then, and the first
+	// one refused pauses the channel again.
+	AuthPause time.Duration
 	// MaxPayloadBytes caps a task's payload; a larger task is archived
 	// before it is decoded. Zero means tasks.MaxPayloadBytes(TaskType), or
 	// no cap for a task type the tasks package does not know.
@@ -202,8 +221,11 @@ type Worker struct {
 	mux    *asynq.ServeMux
 	logger *slog.Logger
 	pauses pauseBook
-	stop   context.CancelFunc // ends the pause watch
+	stop   context.CancelFunc // ends the pause watch and the probe loop
 	done   chan struct{}
+	// probeTick is the probe loop's tick; zero means probeTick (tests
+	// shorten it).
+	probeTick time.Duration
 }
 
 // pauseWatcher is implemented by limiters that announce pauses
@@ -278,23 +300,12 @@ func New(opts Options) (*Worker, error) {
 // another asynq.Server.
 func (w *Worker) Mux() *asynq.ServeMux { return w.mux }
 
-// Start begins processing in the background.
+// Start begins processing in the background: asynq's server, and with a
+// limiter that pauses (*throttle.Redis) the watch of pause announcements
+// and the probe loop of channels paused for their credentials.
 func (w *Worker) Start() error {
-	if pw, ok := w.opts.Limiter.(pauseWatcher); ok && w.stop == nil {
-		ctx, cancel := context.WithCancel(context.Background())
-		w.stop, w.done = cancel, make(chan struct{})
-		go func() {
-			defer close(w.done)
-			for ctx.Err() == nil {
-				err := pw.WatchPauses(ctx, func(key string, left time.Duration) { w.pauses.set(key, left, time.Now()) })
-				if ctx.Err() == nil {
-					w.logger.Warn("pause announcements: subscription ended; the limiter still decides pauses", "err", err)
-					if !sleep(ctx, time.Second) {
-						return
-					}
-				}
-			}
-		}()
+	if w.stop == nil {
+		w.startBackground()
 	}
 	if err := w.srv.Start(w.mux); err != nil {
 		if w.stop != nil {
@@ -305,6 +316,47 @@ func (w *Worker) Start() error {
 		return err
 	}
 	return nil
+}
+
+// startBackground starts the pause watch and the probe loop, when the
+// limiter has them; w.stop ends them and w.done is closed when both have.
+func (w *Worker) startBackground() {
+	pw, watch := w.opts.Limiter.(pauseWatcher)
+	pr, probe := w.opts.Limiter.(prober)
+	var probed []Channel
+	for _, ch := range w.opts.Channels {
+		if ch.Probe != nil {
+			probed = append(probed, ch.credentialTimes())
+		}
+	}
+	probe = probe && len(probed) > 0
+	if !watch && !probe {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	if watch {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				err := pw.WatchPauses(ctx, func(key string, left time.Duration) { w.pauses.set(key, left, time.Now()) })
+				if ctx.Err() == nil {
+					w.logger.Warn("pause announcements: subscription ended; the limiter still decides pauses", "err", err)
+					if !sleep(ctx, time.Second) {
+						return
+					}
+				}
+			}
+		})
+	}
+	if probe {
+		tick := w.probeTick
+		if tick <= 0 {
+			tick = probeTick
+		}
+		wg.Go(func() { w.probeLoop(ctx, pr, probed, tick) })
+	}
+	w.stop, w.done = cancel, make(chan struct{})
+	go func() { wg.Wait(); close(w.done) }()
 }
 
 // Shutdown stops fetching tasks, waits up to ShutdownTimeout for in-flight
@@ -349,6 +401,7 @@ func (w *Worker) Handler(ch Channel) (asynq.Handler, error) {
 		ch.MaxPayloadBytes = tasks.MaxPayloadBytes(ch.TaskType)
 	}
 	ch.Headroom = ch.headroom()
+	ch = ch.credentialTimes()
 	if err := ch.checkWeights(); err != nil {
 		return nil, err
 	}
@@ -513,6 +566,8 @@ func (h *handler) process(ctx context.Context, t *asynq.Task) error {
 		m.throttled(name, "provider", wait.Seconds())
 		m.providerThrottle(name, ce.Code, ce.Scope)
 		return &ThrottledError{Channel: name, Limit: "provider", Key: key, RetryAfter: ce.RetryAfter, Wait: wait, Err: ce}
+	case channels.Unauthorized:
+		return h.unauthorized(ctx, ce, p.Fields)
 	case channels.Permanent:
 		m.outcome(name, OutcomePermanent)
 		return permanent(ce)

@@ -211,6 +211,7 @@ func buildChannel(cc *config.ChannelConfig, egress channels.Egress, secrets Secr
 		return ch, fmt.Errorf("unknown channel %q", cc.Name)
 	}
 	ch.ThrottleBackoff = cc.ThrottleBackoff
+	ch.ProbeEvery = cc.ProbeEvery
 	ch.MaxRetryAfter = cc.MaxRetryAfter
 	ch.MaxPayloadBytes = cc.MaxPayloadBytes
 	ch.Headroom, ch.Hold, ch.TenantWeights = headroom(cc), cc.Hold, weights(cc)

@@ -108,7 +108,7 @@ ended pause run now.`,
 					c.lim.Emit(ctx, throttle.EventProviderResumed, k, time.Millisecond)
 				}
 			}
-			ran, err := runWaiting(c.insp, cc.Queue, ended)
+			ran, err := worker.RunWaiting(c.insp, []string{cc.Queue}, ended)
 			if err != nil {
 				return err
 			}
@@ -274,38 +274,4 @@ func printChannels(w io.Writer, sts []channelStatus) {
 			fmt.Fprintf(w, "  %s paused %s%s, %d in a row: %s\n", p.Key, end, code, p.InARow, p.Reason)
 		}
 	}
-}
-
-// runWaiting runs now the queue's retry tasks that were waiting for one of
-// the ended pause keys (their last error names it) and returns how many.
-func runWaiting(insp *asynq.Inspector, queue string, ended []string) (int, error) {
-	if qs, err := insp.Queues(); err != nil || !slices.Contains(qs, queue) {
-		return 0, err
-	}
-	var ids []string
-	for page := 1; ; page++ {
-		ts, err := insp.ListRetryTasks(queue, asynq.Page(page), asynq.PageSize(500))
-		if err != nil {
-			return 0, fmt.Errorf("list waiting tasks of %q: %w", queue, err)
-		}
-		for _, t := range ts {
-			for _, k := range ended {
-				// (worker.ThrottledError: `limit "paused" on KEY: retry in …`)
-				if strings.Contains(t.LastErr, " on "+k+": ") {
-					ids = append(ids, t.ID)
-					break
-				}
-			}
-		}
-		if len(ts) < 500 {
-			break
-		}
-	}
-	ran := 0
-	for _, id := range ids {
-		if err := insp.RunTask(queue, id); err == nil {
-			ran++ // (a task that ran meanwhile is not an error)
-		}
-	}
-	return ran, nil
 }
