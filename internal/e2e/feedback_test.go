@@ -71,3 +71,65 @@ func TestSpamLimitPausesTheNumberInEveryWorker(t *testing.T) {
 	require.Zero(t, st.Duplicates)
 	require.Equal(t, 1, st.Throttled, "provider throttle responses in the whole run")
 }
+
+// numberExpired is the business number whose token the emulator treats as
+// expired (190) until the test clears the fault.
+const numberExpired = "106540352242988"
+
+// TestExpiredTokenPausesTheChannelUntilAProbeSucceeds: three workers, the
+// strict emulator, 1,000 messages queued while the provider answers every
+// request with 190 (access token expired). One send reaches the provider;
+// the channel is paused in every worker, nothing is archived, and probes
+// (which send nothing) are refused. Once the token works again the next
+// probe resumes the channel and all 1,000 are delivered once.
+func TestExpiredTokenPausesTheChannelUntilAProbeSucceeds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: runs three workers")
+	}
+	c := startCluster(t, func(emu *emulator.Server) string {
+		return fmt.Sprintf("  whatsapp:\n    base_url: %q\n    probe_every: 1s\n  sms:\n    enabled: false\n", emu.WhatsAppURL())
+	})
+	c.emu.Fault(emulator.ChannelWhatsApp, numberExpired, 190, -1)
+	csv := filepath.Join(c.dir, "expired.csv")
+	const rows = 1000
+	writeCSV(t, csv, rows, func(i int) string { return fmt.Sprintf("%s,Ann,%d", recipientN(i), i) })
+	runCLI(t, c.bin, c.env, "--config", c.cfgPath, "send", "--channel", "whatsapp", "--csv", csv,
+		"--phone-number-id", numberExpired, "--template", "order_update", "--lang", "en_US", "--params", "name,order_id")
+
+	// Every one of the 1,000 waits for the channel's pause; probes are refused.
+	waitFor(t, c.workers, 60*time.Second, "all 1,000 waiting and two probes refused", func() (bool, string) {
+		qi, err := c.insp.GetQueueInfo("whatsapp")
+		if err != nil {
+			return false, err.Error()
+		}
+		st := c.emu.Stats()[emulator.ChannelWhatsApp]
+		return qi.Retry == rows && st.Probes >= 2, fmt.Sprintf("retry %d, pending %d, active %d, archived %d; emulator %+v",
+			qi.Retry, qi.Pending, qi.Active, qi.Archived, st)
+	})
+	st := c.emu.Stats()[emulator.ChannelWhatsApp]
+	require.Equal(t, 1, st.Rejected, "provider calls with the expired token: only the first send")
+	require.Zero(t, st.Accepted)
+	qi, err := c.insp.GetQueueInfo("whatsapp")
+	require.NoError(t, err)
+	require.Zero(t, qi.Archived, "a refused credential archives nothing")
+	out := runCLI(t, c.bin, c.env, "--config", c.cfgPath, "channels", "status", "whatsapp")
+	require.Contains(t, out, "whatsapp:paused:channel paused until ")
+	require.Contains(t, out, "code 190")
+	probesWhileExpired := st.Probes
+	t.Logf("token expired: 1 send refused, %d probes refused, 0 accepted, 0 archived, %d tasks waiting\n%s",
+		probesWhileExpired, rows, strings.TrimSpace(out))
+
+	c.emu.ClearFaults() // the token works again
+	fixed := time.Now()
+	waitDelivered(t, c.workers, c.emu, c.insp, 90*time.Second, rows, 0)
+	st = c.emu.Stats()[emulator.ChannelWhatsApp]
+	require.Equal(t, rows, st.Unique)
+	require.Zero(t, st.Duplicates)
+	require.Equal(t, 1, st.Rejected, "no further refused sends")
+	require.Zero(t, st.Throttled, "the resumed backlog is paced within the provider's limits")
+	qi, err = c.insp.GetQueueInfo("whatsapp")
+	require.NoError(t, err)
+	require.Zero(t, qi.Archived)
+	t.Logf("after the fix: %d delivered once in %v, %d probes in all (%d while expired), 1 refused send in the whole run",
+		rows, time.Since(fixed).Round(100*time.Millisecond), st.Probes, probesWhileExpired)
+}
