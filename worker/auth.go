@@ -42,6 +42,7 @@ const (
 type prober interface {
 	SetProbe(ctx context.Context, pauseKey string, fields map[string]string, code int, ttl time.Duration) error
 	ClaimProbe(ctx context.Context, pauseKey string, first, most time.Duration) (throttle.Probe, bool, error)
+	PauseOf(ctx context.Context, key string) (*throttle.Paused, error)
 	Resume(ctx context.Context, key string) (bool, error)
 }
 
@@ -167,6 +168,13 @@ func (w *Worker) probeOnce(ctx context.Context, pr prober, ch Channel, key strin
 		return
 	}
 	w.opts.Metrics.probe(ch.Name, "accepted")
+	// An operator may have paused the channel since (`sluice channels
+	// pause`, code 0): that pause is the operator's to end.
+	if pz, err := pr.PauseOf(ctx, key); err != nil || (pz != nil && pz.Code != p.Code) {
+		w.logger.Info("probe succeeded, but the channel's pause is no longer the provider's; it stays paused",
+			"channel", ch.Name, "key", key, "err", err)
+		return
+	}
 	resumed, err := pr.Resume(ctx, key)
 	if err != nil {
 		w.logger.Warn("probe succeeded, but resuming the channel failed; it resumes at the next probe", "channel", ch.Name, "err", err)
