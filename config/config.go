@@ -64,8 +64,12 @@ type WorkerConfig struct {
 	// ShutdownTimeout is how long in-flight tasks get to finish on shutdown.
 	// Default 30s.
 	ShutdownTimeout time.Duration
-	// MaxRetry is how many times a failing task is retried before it is
-	// archived. Throttled tasks do not use up retries. Default 10.
+	// MaxRetry is the asynq MaxRetry `sluice send` and `sluice enqueue`
+	// give tasks: the most failed attempts (provider throttles, transient
+	// failures) a task may have whatever its channel's retry budget allows;
+	// Sluice's own limits never use it up. Default 100
+	// (tasks.DefaultMaxRetry): the channels' budgets (channels.<name>.retry)
+	// end a failing task first.
 	MaxRetry int
 }
 
@@ -183,6 +187,16 @@ type ChannelConfig struct {
 	// Limits are the channel's limit rules, checked in order. Defaults: the
 	// provider limits in sluice.example.yaml. Use Rules to read them.
 	Limits []rules.Rule
+	// Retry is the channel's retry budget (YAML mapping with schedule, a
+	// list of waits; max_attempts; max_age): how much failing, provider
+	// throttles and transient failures, a task may do before it is
+	// archived with the reason. Sluice's own limits never use it up. When
+	// given it replaces the default as a whole. Defaults
+	// worker.DefaultProviderRetry for whatsapp and sms (max_age 24h),
+	// worker.DefaultWebhookRetry for webhook and http (schedule 5s, 5m, 30m,
+	// 2h, 5h, 10h, 10h: 8 attempts; such a task also raises
+	// endpoint.failing).
+	Retry worker.RetryBudget
 }
 
 // MatchRule returns the configured rule whose key template renders to key
@@ -262,12 +276,16 @@ func Default() *Config {
 		{Limit: throttle.Limit{Name: "concurrency", Algorithm: throttle.Concurrency, Max: 100, Lease: throttle.DefaultLease}, Key: "sms:account:{account_sid}", Cost: 1},
 	}
 
+	wa.Retry, sms.Retry = providerRetry(), providerRetry()
+
 	webhook := channel("webhook")
 	webhook.SigningSecretEnv = "WEBHOOK_SECRET"
+	webhook.Retry = webhookRetry()
 	webhook.Limits = []rules.Rule{perSecond("host", "webhook:host:{host}", 10)}
 
 	http := channel("http")
 	http.Limits = []rules.Rule{perSecond("host", "http:host:{host}", 10)}
+	http.Retry = webhookRetry()
 
 	return &Config{
 		Redis: RedisConfig{URLEnv: "REDIS_URL", Addr: "127.0.0.1:6379", DB: 0, KeyPrefix: "sluice"},
@@ -283,6 +301,20 @@ func Default() *Config {
 		Events:   EventsConfig{Enabled: true, MaxLen: 10000, WarnAt: 0.1},
 		Channels: map[string]*ChannelConfig{"whatsapp": wa, "sms": sms, "webhook": webhook, "http": http},
 	}
+}
+
+// providerRetry and webhookRetry copy the worker's default budgets, so a
+// Config never shares a schedule's array with another.
+func providerRetry() worker.RetryBudget {
+	b := worker.DefaultProviderRetry
+	b.Schedule = slices.Clone(b.Schedule)
+	return b
+}
+
+func webhookRetry() worker.RetryBudget {
+	b := worker.DefaultWebhookRetry
+	b.Schedule = slices.Clone(b.Schedule)
+	return b
 }
 
 // MaxFileBytes bounds a configuration file (1 MiB): a real one is a few KiB.

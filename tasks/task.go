@@ -12,9 +12,14 @@ import (
 
 // Defaults the task constructors apply; caller options override them.
 const (
-	// DefaultMaxRetry is how many times a failed task is retried before asynq
-	// archives it.
-	DefaultMaxRetry = 10
+	// DefaultMaxRetry is the asynq MaxRetry the constructors give a task: a
+	// ceiling, not the retry policy. Under Sluice a task's MaxRetry(n) allows
+	// n failed attempts (provider throttles, transient failures; Sluice's own
+	// limits never count), and each channel's retry budget
+	// (worker.RetryBudget, channels.<name>.retry) normally archives a failing
+	// task well before: webhooks after 8 attempts, WhatsApp and SMS after a
+	// day.
+	DefaultMaxRetry = 100
 	// DefaultRetention is how long a completed task stays in Redis. While it
 	// does, its ID (the idempotency key) stays reserved, so enqueuing the same
 	// key again fails with ErrDuplicate instead of sending twice.
@@ -31,7 +36,8 @@ var ErrDuplicate = errors.New("duplicate task")
 // NewWhatsAppSendTask normalizes p (sets V, rewrites To as E.164), validates
 // it and returns a whatsapp:send task. Options, in order: Queue("whatsapp"),
 // MaxRetry(DefaultMaxRetry), Retention(DefaultRetention), TaskID(key) when
-// p.IdempotencyKey is set, then opts, which override any of them.
+// p.IdempotencyKey is set, then opts, which override any of them, except
+// that a MaxRetry below 1 is raised to 1 (see MinMaxRetry).
 //
 // The error is Validate's (it names the field), or a payload over
 // MaxPayloadBytes; p is not modified.
@@ -80,7 +86,34 @@ func newTask(typ string, p interface{ Validate() error }, key string, opts []asy
 	if key != "" {
 		all = append(all, asynq.TaskID(key))
 	}
-	return asynq.NewTask(typ, b, append(all, opts...)...), nil
+	return asynq.NewTask(typ, b, FloorMaxRetry(append(all, opts...))...), nil
+}
+
+// MinMaxRetry is the lowest asynq MaxRetry Sluice's enqueuers give a task.
+// asynq archives a task whose retry count has reached its MaxRetry on any
+// error, and a block by Sluice's own limits is an error to asynq (one that
+// does not move the count): with MaxRetry(0) the first such block would
+// archive the task. With MaxRetry(1) the worker archives the task at its
+// first failed attempt, which is what MaxRetry(0) asks for, and Sluice's
+// blocks stay free.
+const MinMaxRetry = 1
+
+// FloorMaxRetry returns opts with asynq.MaxRetry(MinMaxRetry) appended when
+// the last MaxRetry among them is below MinMaxRetry (worker.Enqueuer and the
+// New…Task constructors apply it). The result's capacity is its length, so
+// appending to it copies.
+func FloorMaxRetry(opts []asynq.Option) []asynq.Option {
+	n := MinMaxRetry
+	for _, o := range opts {
+		if o.Type() == asynq.MaxRetryOpt {
+			n, _ = o.Value().(int)
+		}
+	}
+	opts = opts[:len(opts):len(opts)] // appending never writes into the caller's array
+	if n < MinMaxRetry {
+		return append(opts, asynq.MaxRetry(MinMaxRetry))
+	}
+	return opts
 }
 
 // EnqueueWhatsAppSend builds the task with NewWhatsAppSendTask(p, opts...) and

@@ -80,27 +80,34 @@ func TestConstructorOptions(t *testing.T) {
 			p := validWhatsApp()
 			p.IdempotencyKey = "wa-1"
 			return EnqueueWhatsAppSend(ctx, client, p)
-		}, want{"whatsapp", "wa-1", 10, 24 * time.Hour}},
+		}, want{"whatsapp", "wa-1", DefaultMaxRetry, 24 * time.Hour}},
 		{"sms", func() (*asynq.TaskInfo, error) {
 			p := validSMS()
 			p.IdempotencyKey = "sms-1"
 			return EnqueueSMSSend(ctx, client, p)
-		}, want{"sms", "sms-1", 10, 24 * time.Hour}},
+		}, want{"sms", "sms-1", DefaultMaxRetry, 24 * time.Hour}},
 		{"webhook", func() (*asynq.TaskInfo, error) {
 			p := validWebhook()
 			p.IdempotencyKey = "evt_1"
 			return EnqueueWebhookDeliver(ctx, client, p)
-		}, want{"webhook", "evt_1", 10, 24 * time.Hour}},
+		}, want{"webhook", "evt_1", DefaultMaxRetry, 24 * time.Hour}},
 		{"http", func() (*asynq.TaskInfo, error) {
 			p := validHTTP()
 			p.IdempotencyKey = "call:1"
 			return EnqueueHTTPCall(ctx, client, p)
-		}, want{"http", "call:1", 10, 24 * time.Hour}},
+		}, want{"http", "call:1", DefaultMaxRetry, 24 * time.Hour}},
 		{"caller options override", func() (*asynq.TaskInfo, error) {
 			p := validWhatsApp()
 			p.IdempotencyKey = "wa-2"
 			return EnqueueWhatsAppSend(ctx, client, p, asynq.Queue("bulk"), asynq.MaxRetry(3), asynq.Retention(time.Hour), asynq.TaskID("custom"))
 		}, want{"bulk", "custom", 3, time.Hour}},
+		// MaxRetry(0) would let asynq archive the task at its first block by
+		// Sluice's own limits: it is raised to one failed attempt.
+		{"MaxRetry(0) is raised to 1", func() (*asynq.TaskInfo, error) {
+			p := validSMS()
+			p.IdempotencyKey = "sms-0"
+			return EnqueueSMSSend(ctx, client, p, asynq.MaxRetry(0))
+		}, want{"sms", "sms-0", MinMaxRetry, 24 * time.Hour}},
 	}
 	for _, tc := range tests {
 		info, err := tc.enqueue()

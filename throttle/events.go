@@ -29,6 +29,15 @@ const (
 	// EventProviderResumed: a paused scope was resumed before its end (an
 	// operator, `sluice channels resume`). Fields: key.
 	EventProviderResumed = "provider.resumed"
+	// EventEndpointFailing: a webhook or HTTP call task spent its retry
+	// budget (worker.RetryBudget) and was archived: its endpoint has been
+	// failing for the whole budget. Fields: key (the endpoint,
+	// "webhook:endpoint:<host>"), code (the last answer's provider code or
+	// HTTP status, 0 for a network error), reason (the archive reason,
+	// "budget spent: 8 attempts over 1d3h35m5s, ...", at most 500 bytes),
+	// task_id, attempts, age_ms (first to last failed attempt). At most one
+	// per key a minute.
+	EventEndpointFailing = "endpoint.failing"
 )
 
 // EventOptions configures the events stream of a Redis limiter. Events are

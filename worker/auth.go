@@ -76,7 +76,7 @@ func (h *handler) unauthorized(ctx context.Context, ce *channels.Error, fields m
 	if h.pauser == nil {
 		h.w.logger.Warn("provider refused the channel's credentials; the task waits (no shared limiter: the channel is not paused)",
 			"channel", name, "code", ce.Code, "status", ce.HTTPStatus, "reason", ce.Message)
-		return &ThrottledError{Channel: name, Limit: "provider", RetryAfter: h.ch.ProbeEvery, Wait: h.ch.ProbeEvery, Err: ce}
+		return &ThrottledError{Channel: name, Limit: ProviderLimit, RetryAfter: h.ch.ProbeEvery, Wait: h.ch.ProbeEvery, Err: ce}
 	}
 	key := throttle.PauseKey(name, ScopeChannel, "")
 	reason := "credentials refused"
@@ -86,7 +86,7 @@ func (h *handler) unauthorized(ctx context.Context, ce *channels.Error, fields m
 	pz, err := h.pauser.Pause(ctx, key, throttle.PauseOptions{Wait: h.ch.AuthPause, Max: h.ch.AuthPause, Code: ce.Code, Reason: reason})
 	if err != nil {
 		h.w.logger.Warn("pause channel after refused credentials", "channel", name, "code", ce.Code, "err", err)
-		return &ThrottledError{Channel: name, Limit: "provider", RetryAfter: h.ch.ProbeEvery, Wait: h.ch.ProbeEvery, Err: ce}
+		return &ThrottledError{Channel: name, Limit: ProviderLimit, RetryAfter: h.ch.ProbeEvery, Wait: h.ch.ProbeEvery, Err: ce}
 	}
 	left := pz.Until.Sub(pz.Since)
 	h.w.pauses.set(key, left, h.now())
@@ -106,7 +106,7 @@ func (h *handler) unauthorized(ctx context.Context, ce *channels.Error, fields m
 		h.w.logger.Warn("provider refused the channel's credentials: channel paused in every worker "+until+"; no task is archived",
 			"channel", name, "key", key, "code", ce.Code, "status", ce.HTTPStatus, "at_most", left.Round(time.Second), "reason", pz.Reason)
 	}
-	return &ThrottledError{Channel: name, Limit: "provider", Key: key, RetryAfter: left, Wait: left, Err: ce}
+	return &ThrottledError{Channel: name, Limit: ProviderLimit, Key: key, RetryAfter: left, Wait: left, Err: ce}
 }
 
 // probeTick is how often the probe loop looks at the channels it probes.

@@ -27,7 +27,7 @@ var (
 // WhatsAppChannel sends whatsapp:send tasks through the WhatsApp Cloud API.
 // Key fields: phone_number_id, to.
 func WhatsAppChannel(c *channels.WhatsApp, rs []rules.Rule) Channel {
-	return Channel{Name: "whatsapp", TaskType: tasks.TypeWhatsAppSend, Rules: rs, PauseScopes: WhatsAppPauseScopes,
+	return Channel{Name: "whatsapp", TaskType: tasks.TypeWhatsAppSend, Rules: rs, PauseScopes: WhatsAppPauseScopes, Retry: DefaultProviderRetry,
 		Prepare: func(b []byte) (Prepared, error) {
 			p, err := tasks.DecodeWhatsAppSend(b)
 			if err != nil {
@@ -42,7 +42,7 @@ func WhatsAppChannel(c *channels.WhatsApp, rs []rules.Rule) Channel {
 // Key fields: from, messaging_service_sid, sender (from, else the service),
 // to, and account_sid (the client's account).
 func SMSChannel(c *channels.Twilio, rs []rules.Rule) Channel {
-	return Channel{Name: "sms", TaskType: tasks.TypeSMSSend, Rules: rs, PauseScopes: SMSPauseScopes,
+	return Channel{Name: "sms", TaskType: tasks.TypeSMSSend, Rules: rs, PauseScopes: SMSPauseScopes, Retry: DefaultProviderRetry,
 		Prepare: func(b []byte) (Prepared, error) {
 			p, err := tasks.DecodeSMSSend(b)
 			if err != nil {
@@ -59,6 +59,7 @@ func SMSChannel(c *channels.Twilio, rs []rules.Rule) Channel {
 // Key fields: url, host, endpoint, event_type.
 func WebhookChannel(c *channels.Webhook, rs []rules.Rule) Channel {
 	return Channel{Name: "webhook", TaskType: tasks.TypeWebhookDeliver, Rules: rs, PauseScopes: HostPauseScopes,
+		Retry: DefaultWebhookRetry, Endpoint: "webhook:endpoint:{host}",
 		Prepare: func(b []byte) (Prepared, error) {
 			p, err := tasks.DecodeWebhookDeliver(b)
 			if err != nil {
@@ -71,6 +72,7 @@ func WebhookChannel(c *channels.Webhook, rs []rules.Rule) Channel {
 // HTTPChannel makes http:call tasks' requests. Key fields: method, url, host.
 func HTTPChannel(c *channels.HTTPCaller, rs []rules.Rule) Channel {
 	return Channel{Name: "http", TaskType: tasks.TypeHTTPCall, Rules: rs, PauseScopes: HostPauseScopes,
+		Retry: DefaultWebhookRetry, Endpoint: "http:endpoint:{host}",
 		Prepare: func(b []byte) (Prepared, error) {
 			p, err := tasks.DecodeHTTPCall(b)
 			if err != nil {

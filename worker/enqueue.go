@@ -76,7 +76,8 @@ func NewEnqueuer(client *asynq.Client, limiter *throttle.Redis, chans []Channel)
 }
 
 // Enqueue plans and enqueues ts, in order; opts apply to every task (after
-// the task's own options). With asynq.ProcessAt or ProcessIn among opts the
+// the task's own options), a MaxRetry below 1 among them raised to 1
+// (tasks.MinMaxRetry). With asynq.ProcessAt or ProcessIn among opts the
 // caller's schedule is kept and nothing is planned now. The error is for a
 // failed plan (Redis): then nothing is enqueued and no place is kept. Each
 // task's own outcome is in its Enqueued; a task whose enqueue fails gives
@@ -158,7 +159,7 @@ func (e *Enqueuer) Enqueue(ctx context.Context, ts []*asynq.Task, opts ...asynq.
 		if out[i].Err != nil {
 			continue
 		}
-		o := append(opts[:len(opts):len(opts)], asynq.TaskID(out[i].ID))
+		o := append(tasks.FloorMaxRetry(opts), asynq.TaskID(out[i].ID))
 		if due := out[i].ETA.Truncate(time.Second); due.After(time.Now()) && !scheduled {
 			o = append(o, asynq.ProcessAt(due))
 		}

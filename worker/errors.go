@@ -6,12 +6,17 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+
+	"github.com/sluice-dev/sluice/channels"
 )
 
 // ThrottledError means "not now": a limit, Sluice's own or the provider's,
-// blocked the send. It is not a failure: IsFailure returns false for it, so
-// asynq keeps the task's retry count, and RetryDelay schedules the task back
-// after Wait. The worker is free meanwhile; the task waits in Redis.
+// blocked the send. RetryDelay schedules the task back after Wait; the
+// worker is free meanwhile, the task waits in Redis. A block by Sluice's own
+// limits or pauses is not a failure: IsFailure returns false, so asynq keeps
+// the task's retry count. A provider throttle (Limit ProviderLimit, Err the
+// provider's answer) is a failed attempt: it spends one of the channel's
+// RetryBudget.
 type ThrottledError struct {
 	Channel string // "whatsapp"
 	// Limit names what blocked: a configured limit ("throughput", "pair") or,
@@ -53,16 +58,38 @@ func (e *ThrottledError) Error() string {
 
 func (e *ThrottledError) Unwrap() error { return e.Err }
 
-// IsFailure is asynq's Config.IsFailure: throttling is not a failure.
+// ProviderLimit is ThrottledError.Limit for a provider's throttle response.
+const ProviderLimit = "provider"
+
+// IsFailure is asynq's Config.IsFailure: a block by Sluice's own limits is
+// not a failure, so it never moves the task's retry count; a provider
+// throttle and every other error are (RetryBudget counts them). A provider
+// throttle is told by its Err (the provider's answer), never by its Limit,
+// which a configured limit could share. A refused credential
+// (channels.Unauthorized) is not a failure either: it pauses the whole
+// channel until a probe or an operator resumes it, and the task that met
+// it waits with the rest, spending nothing.
 func IsFailure(err error) bool {
 	var te *ThrottledError
-	return !errors.As(err, &te)
+	if errors.As(err, &te) {
+		var ce *channels.Error
+		if errors.As(te.Err, &ce) && ce.Class == channels.Unauthorized {
+			return false
+		}
+		return te.Err != nil
+	}
+	return true
 }
 
 // RetryDelay is asynq's Config.RetryDelayFunc. A throttled task comes back
-// after its Wait; anything else uses asynq's default exponential backoff.
+// after its Wait, a failure its budget retries (*RetryError) after its
+// Wait; anything else uses asynq's default exponential backoff.
 func RetryDelay(n int, err error, t *asynq.Task) time.Duration {
 	var te *ThrottledError
+	var re *RetryError
+	if errors.As(err, &re) {
+		return scheduleDelay(time.Now(), re.Wait)
+	}
 	if errors.As(err, &te) {
 		if te.Planned && !te.Due.IsZero() {
 			return max(0, time.Until(te.Due))

@@ -51,7 +51,8 @@ func TestOversizedPayloadIsArchivedUnread(t *testing.T) {
 
 // TestProviderWaitIsCapped: `Retry-After: 9000000000` asked for 285 years;
 // the channel's MaxRetryAfter cuts it (issue 7: a task was parked until
-// 2312). The task comes back after the cap, with its retry count intact.
+// 2312). The task comes back after the cap, having spent one attempt of
+// its retry budget.
 func TestProviderWaitIsCapped(t *testing.T) {
 	t.Parallel()
 	const asked = 9000000000 * time.Second
@@ -66,5 +67,5 @@ func TestProviderWaitIsCapped(t *testing.T) {
 	require.WithinDuration(t, time.Now(), info.NextProcessAt, 3*time.Second, "due after the cap, not in %v", asked)
 	r := h.waitSent(10 * time.Second)
 	require.Equal(t, "parked", r.id)
-	require.Equal(t, 0, r.retried, "a provider throttle does not spend a retry")
+	require.Equal(t, 1, r.retried, "a provider throttle spends one attempt of the budget")
 }

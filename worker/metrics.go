@@ -35,6 +35,10 @@ const (
 	OutcomeLimiterError     = "limiter_error"      // Redis failed; retried with backoff
 	OutcomeUnknownType      = "unknown_type"       // no handler for the task type; archived
 	OutcomeUnauthorized     = "unauthorized"       // credentials refused; channel paused, task waits
+	// OutcomeBudgetSpent: a failed attempt (counted under its own outcome,
+	// transient or provider_throttled) was the last its channel's
+	// RetryBudget allows; the task is archived with the reason.
+	OutcomeBudgetSpent = "budget_spent"
 )
 
 // NewMetrics creates and registers the series on reg.
@@ -42,7 +46,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		tasks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_tasks_total",
-			Help: "Task attempts (dequeues) by channel and outcome (sent, planned, throttled, provider_throttled, transient, permanent, malformed, limiter_error, unknown_type, unauthorized).",
+			Help: "Task attempts (dequeues) by channel and outcome (sent, planned, throttled, provider_throttled, transient, permanent, malformed, limiter_error, unknown_type, unauthorized), and budget_spent: archives by the retry budget, whose last attempt is also counted under its own outcome.",
 		}, []string{"channel", "outcome"}),
 		throttle: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_throttled_total",

@@ -124,6 +124,16 @@ type Channel struct {
 	// before it is decoded. Zero means tasks.MaxPayloadBytes(TaskType), or
 	// no cap for a task type the tasks package does not know.
 	MaxPayloadBytes int
+	// Retry is how much failing (provider throttles, transient failures) a
+	// task may do before it is archived with the reason; Sluice's own
+	// blocks never count. A task's own asynq MaxRetry(n) caps it too, at n
+	// failed attempts: asynq archives a task whose retries are spent on
+	// any error, Sluice's blocks included. Zero means DefaultProviderRetry.
+	Retry RetryBudget
+	// Endpoint is a key template naming the endpoint of a send
+	// ("webhook:endpoint:{host}"): a task that spends its Retry budget
+	// raises throttle.EventEndpointFailing for it. "" raises none.
+	Endpoint string
 }
 
 // headroom is Headroom with its defaults: zero means
@@ -383,8 +393,18 @@ func (w *Worker) Run(ctx context.Context) error {
 // ch's limit keys from the payload, consumes them in one atomic call, and
 // sends only if every limit allowed. A blocked send returns a
 // *ThrottledError, which the Worker's asynq configuration turns into a
-// requeue after the exact wait without spending a retry.
+// requeue after the exact wait without spending a retry. A provider
+// throttle or a transient failure spends an attempt of ch.Retry: retried
+// after the budget's wait, or archived with a *BudgetSpentError.
 func (w *Worker) Handler(ch Channel) (asynq.Handler, error) {
+	h, err := w.handler(ch)
+	if err != nil {
+		return nil, err
+	}
+	return asynq.HandlerFunc(h.serve), nil
+}
+
+func (w *Worker) handler(ch Channel) (*handler, error) {
 	if ch.Name == "" || ch.TaskType == "" || ch.Prepare == nil {
 		return nil, errors.New("channel needs Name, TaskType and Prepare")
 	}
@@ -414,6 +434,9 @@ func (w *Worker) Handler(ch Channel) (asynq.Handler, error) {
 		return nil, err
 	}
 	h := &handler{w: w, ch: ch, rules: set, now: time.Now}
+	if err := h.initBudget(fields); err != nil {
+		return nil, err
+	}
 	if p, ok := w.opts.Limiter.(Pauser); ok {
 		h.pauser = p
 		scopes := maps.Clone(ch.PauseScopes)
@@ -429,7 +452,7 @@ func (w *Worker) Handler(ch Channel) (asynq.Handler, error) {
 			h.pauses = append(h.pauses, pauseScope{s, t})
 		}
 	}
-	return asynq.HandlerFunc(h.process), nil
+	return h, nil
 }
 
 // exactTypes is mux middleware that archives a task whose type no channel
@@ -462,6 +485,11 @@ type handler struct {
 	now    func() time.Time // time.Now; tests stand in a clock that jumps
 	pauser Pauser           // nil: provider throttles pause nothing
 	pauses []pauseScope
+	// The retry budget (budget.go).
+	failures firstFailures
+	endpoint *rules.Template                // Channel.Endpoint compiled; nil: none
+	jitter   func(n int64) int64            // [0, n): the schedule's jitter
+	meta     func(context.Context) taskMeta // the task's ID and retry counts
 }
 
 // pauseScope is a Channel.PauseScopes entry, its key compiled.
@@ -770,7 +798,11 @@ func (h *handler) release(ctx context.Context, leases []throttle.Lease) {
 func (w *Worker) logError(ctx context.Context, t *asynq.Task, err error) {
 	id, _ := asynq.GetTaskID(ctx)
 	var te *ThrottledError
+	var be *BudgetSpentError
 	switch {
+	case errors.As(err, &be):
+		w.logger.Warn("retry budget spent; archived", "task_id", id, "channel", be.Channel, "attempts", be.Attempts,
+			"age", formatAge(be.Age), "why", be.Why, "endpoint", be.Endpoint, "last", be.Err.Error())
 	case errors.As(err, &te):
 		w.logger.Debug("throttled", "task_id", id, "channel", te.Channel, "limit", te.Limit, "key", te.Key, "wait", te.Wait)
 	case errors.Is(err, asynq.SkipRetry):

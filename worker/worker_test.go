@@ -43,7 +43,13 @@ func TestScheduleDelayNeverReturnsEarly(t *testing.T) {
 }
 
 func TestIsFailure(t *testing.T) {
-	require.False(t, IsFailure(fmt.Errorf("wrapped: %w", &ThrottledError{Channel: "sms"})))
+	require.False(t, IsFailure(fmt.Errorf("wrapped: %w", &ThrottledError{Channel: "sms", Limit: "sender"})), "Sluice's own limit: free")
+	require.False(t, IsFailure(&ThrottledError{Channel: "sms", Limit: throttle.PauseName}), "a pause the task met: free")
+	ce := &channels.Error{Class: channels.Throttled, Provider: "twilio", Code: 20429}
+	require.True(t, IsFailure(&ThrottledError{Channel: "sms", Limit: ProviderLimit, Err: ce}), "a provider throttle spends an attempt")
+	require.False(t, IsFailure(&ThrottledError{Channel: "sms", Limit: "provider"}), "a configured limit named provider: free")
+	refused := &channels.Error{Class: channels.Unauthorized, Provider: "twilio", Code: 20003, Scope: channels.ScopeChannel}
+	require.False(t, IsFailure(&ThrottledError{Channel: "sms", Limit: ProviderLimit, Err: refused}), "refused credentials pause the channel: free")
 	require.True(t, IsFailure(errors.New("boom")))
 }
 
@@ -203,7 +209,7 @@ func TestProviderOutcomes(t *testing.T) {
 
 	r := h.waitSent(10 * time.Second)
 	require.Equal(t, "throttled-once", r.id)
-	require.Equal(t, 0, r.retried, "a provider throttle does not spend a retry")
+	require.Equal(t, 1, r.retried, "a provider throttle spends one attempt of the budget")
 
 	info := h.waitState("permanent", asynq.TaskStateArchived, 10*time.Second)
 	require.Contains(t, info.LastErr, "131026")
@@ -332,7 +338,7 @@ func TestProviderThrottlePausesItsScopeInEveryWorker(t *testing.T) {
 	}
 	enqueue := func(id, to string) {
 		_, err := client.Enqueue(asynq.NewTask("test:send", []byte(fmt.Sprintf(`{"id":%q,"to":%q}`, id, to))),
-			asynq.Queue("test"), asynq.TaskID(id), asynq.MaxRetry(1))
+			asynq.Queue("test"), asynq.TaskID(id), asynq.MaxRetry(3))
 		require.NoError(t, err)
 	}
 	enqueue("first", "n1")

@@ -38,13 +38,15 @@ type eventJSON struct {
 func newEventsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "events",
-		Short: "Read the limiter's events (limits.*, provider.*)",
+		Short: "Read the limiter's events (limits.*, provider.*, endpoint.failing)",
 		Long: `Workers write an event to a capped Redis stream when a limit blocks a send
 (limits.exceeded) and when a send leaves less than events.warn_at of a limit
 (limits.warning), at most once per key, type and window; when a provider
 answers with a throttle (provider.throttled, at most once a second per scope),
 when that pauses a scope (provider.paused) and when an operator resumes one
-(provider.resumed), with the provider's code.`,
+(provider.resumed), with the provider's code; and when a webhook or HTTP call
+task spends its retry budget and is archived (endpoint.failing, at most once a
+minute per endpoint).`,
 	}
 	var typ string
 	var fromStart, asJSON bool
@@ -119,7 +121,7 @@ object per line instead, with at and reset in Unix ms.`,
 		},
 	}
 	fl := tail.Flags()
-	fl.StringVar(&typ, "type", "", "only this type: limits.exceeded, limits.warning, provider.throttled, provider.paused or provider.resumed")
+	fl.StringVar(&typ, "type", "", "only this type: limits.exceeded, limits.warning, provider.throttled, provider.paused, provider.resumed or endpoint.failing")
 	fl.BoolVar(&fromStart, "from-start", false, "begin with the oldest event kept, not the next new one")
 	fl.IntVar(&count, "count", 0, "stop after this many events (0: follow until interrupted)")
 	fl.BoolVar(&asJSON, "json", false, "print one JSON object per event")
@@ -152,7 +154,7 @@ func printEvent(w io.Writer, e throttle.Event, asJSON bool) error {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s %s", e.At.UTC().Format("2006-01-02T15:04:05.000Z"), e.Type, e.Key)
-	if strings.HasPrefix(e.Type, "provider.") {
+	if strings.HasPrefix(e.Type, "provider.") || e.Type == throttle.EventEndpointFailing {
 		if e.Code != 0 {
 			fmt.Fprintf(&b, " code=%d", e.Code)
 		}
