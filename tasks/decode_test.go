@@ -72,6 +72,12 @@ func TestDecodeRejects(t *testing.T) {
 		{"bad priority", decodeWA, `{"v":1,"phone_number_id":"1","to":"+12025550123","text":"hi","priority":"urgent"}`, `payload: priority: "urgent": want "high" or "bulk"`},
 		{"tenant with a control character", decodeSMS, `{"v":1,"from":"+12025550100","to":"+12025550123","body":"x","tenant":"ac\nme"}`, `payload: tenant: "ac\nme" has a control character`},
 		{"tenant too long", decodeHook, `{"v":1,"url":"https://h.example.com","event_type":"e","payload":{},"tenant":"` + strings.Repeat("t", 129) + `"}`, "payload: tenant: 129 bytes, want at most 128"},
+		// What a producer that bypasses the constructors sends is archived
+		// by the worker with the same reason the constructor gives.
+		{"webhook without key", decodeHook, `{"v":1,"url":"https://h.example.com","event_type":"e","payload":{}}`, "payload: idempotency_key: required for webhooks"},
+		{"webhook latin-1 payload", decodeHook, "{\"v\":1,\"url\":\"https://h.example.com\",\"event_type\":\"e\",\"payload\":{\"n\":\"caf\xe9\"},\"idempotency_key\":\"k\"}", "payload: payload: not valid UTF-8"},
+		{"template parameter newline", decodeWA, `{"v":1,"phone_number_id":"1","to":"+12025550123","template":{"name":"t","language":"en","parameters":["a\nb"]}}`, "payload: template.parameters[0] ({{1}}): has a newline"},
+		{"sms bad sender", decodeSMS, `{"v":1,"from":"Acme-Shop","to":"+12025550123","body":"x"}`, `payload: from: "Acme-Shop" is not a Twilio sender`},
 		{"http bad method", decodeHTTP, `{"v":1,"method":"get","url":"https://h.example.com"}`, `payload: method: "get" is not one of`},
 	}
 	for _, tc := range tests {
