@@ -17,12 +17,25 @@ import (
 var channels = []struct {
 	name, taskType string
 	fields         []string
-	maxPayload     int // bytes of encoded JSON; see MaxPayloadBytes
+	maxPayload     int      // bytes of encoded JSON; see MaxPayloadBytes
+	costFields     []string // fields holding a whole number; see CostFieldNames
 }{
-	{"whatsapp", TypeWhatsAppSend, []string{"phone_number_id", "to"}, 64 << 10},
-	{"sms", TypeSMSSend, []string{"from", "messaging_service_sid", "to", "sender", "account_sid", "segments"}, 16 << 10},
-	{"webhook", TypeWebhookDeliver, []string{"url", "host", "endpoint", "event_type"}, 1 << 20},
-	{"http", TypeHTTPCall, []string{"method", "url", "host"}, 1 << 20},
+	{"whatsapp", TypeWhatsAppSend, []string{"phone_number_id", "to"}, 64 << 10, nil},
+	{"sms", TypeSMSSend, []string{"from", "messaging_service_sid", "to", "sender", "account_sid", "segments"}, 16 << 10, []string{"segments"}},
+	{"webhook", TypeWebhookDeliver, []string{"url", "host", "endpoint", "event_type"}, 1 << 20, nil},
+	{"http", TypeHTTPCall, []string{"method", "url", "host"}, 1 << 20, nil},
+}
+
+// CostFieldNames returns the fields of a task type whose value is a whole
+// number a limit may charge as the task's cost (rules.Rule.CostField):
+// "segments" for sms:send, none for the others or an unknown type.
+func CostFieldNames(taskType string) []string {
+	for _, c := range channels {
+		if c.taskType == taskType {
+			return slices.Clone(c.costFields)
+		}
+	}
+	return nil
 }
 
 // MaxPayloadBytes returns the largest encoded payload, in bytes of JSON, that
