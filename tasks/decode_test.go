@@ -30,6 +30,25 @@ func TestDecodeRoundTrip(t *testing.T) {
 		t.Errorf("sms (-want +got):\n%s", diff)
 	}
 
+	// Every kind of Twilio sender survives the worker's decoder.
+	for _, p := range []SMSSend{
+		{V: 1, From: "898211", To: "+12025550123", Body: "hi"},
+		{V: 1, From: "Acme Shop", To: "+442079460958", Body: "hi"},
+		{V: 1, From: "whatsapp:+12025550100", To: "whatsapp:+12025550123", Body: "hi"},
+		{V: 1, MessagingServiceSID: testServiceSID, To: "whatsapp:+12025550123", Body: "hi"},
+	} {
+		task, err = NewSMSSendTask(p)
+		require.NoError(t, err, p.From)
+		got, err := DecodeSMSSend(task.Payload())
+		require.NoError(t, err, p.From)
+		require.Equal(t, p, got)
+	}
+	// A Messaging Service SID as From, from a producer that bypassed the
+	// constructor, is accepted too (the Twilio client sends it as
+	// MessagingServiceSid).
+	_, err = DecodeSMSSend([]byte(`{"v":1,"from":"` + testServiceSID + `","to":"+12025550123","body":"hi"}`))
+	require.NoError(t, err)
+
 	task, err = NewWebhookDeliverTask(validWebhook())
 	require.NoError(t, err)
 	gotHook, err := DecodeWebhookDeliver(task.Payload())
