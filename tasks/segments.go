@@ -63,23 +63,19 @@ func CountSegments(body string) Segments {
 		septets += n
 	}
 	if gsm {
-		return Segments{GSM7, septets, split(body, GSM7Single, GSM7Concat, gsm7Septets)}
+		return Segments{GSM7, septets, split(body, septets, GSM7Single, GSM7Concat, gsm7Septets)}
 	}
 	units := 0
 	for _, r := range body {
 		units += utf16Units(r)
 	}
-	return Segments{UCS2, units, split(body, UCS2Single, UCS2Concat, utf16Units)}
+	return Segments{UCS2, units, split(body, units, UCS2Single, UCS2Concat, utf16Units)}
 }
 
-// split counts the segments of body whose characters take size(r) units
-// each: one segment of up to single units, else segments of up to concat
-// units, no character split across two.
-func split(body string, single, concat int, size func(rune) int) int {
-	total := 0
-	for _, r := range body {
-		total += size(r)
-	}
+// split counts the segments of body, total units whose characters take
+// size(r) units each: one segment of up to single units, else segments of
+// up to concat units, no character split across two.
+func split(body string, total, single, concat int, size func(rune) int) int {
 	if total <= single {
 		return 1
 	}
