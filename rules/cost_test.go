@@ -125,3 +125,30 @@ func TestSegmentCostPaces(t *testing.T) {
 		require.True(t, t0.Add(step.at).Equal(r.At), "at %v, want t0+%v", r.At, step.at)
 	}
 }
+
+// TestSegmentCostPlans: the enqueue-time plan spaces a sender's sends by
+// their segments too (3, 1, 2 segments on 1/s burst 1: at 0, 3 s, 4 s), and
+// the first comes back firm for its slot.
+func TestSegmentCostPlans(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	now := t0
+	l := throttle.NewRedis(srv.Client(t), throttle.Options{Prefix: "rp", Clock: func() time.Time { return now }})
+	one := throttle.Limit{Name: "sender", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(1), Burst: 1}
+	set, err := Compile("sms", smsFields, []Rule{{Limit: one, Key: "sms:sender:{sender}", CostField: "segments"}})
+	require.NoError(t, err)
+	var sends []throttle.Send
+	for i, seg := range []string{"3", "1", "2"} {
+		sends = append(sends, throttle.Send{TaskID: string(rune('a' + i)),
+			Requests: set.Requests(map[string]string{"sender": "+12025550100", "segments": seg})})
+	}
+	plans, err := l.Plan(context.Background(), throttle.ReserveOptions{}, sends)
+	require.NoError(t, err)
+	for i, want := range []time.Duration{0, 3 * time.Second, 4 * time.Second} {
+		require.True(t, t0.Add(want).Equal(plans[i].At), "send %d planned at %v, want t0+%v", i, plans[i].At, want)
+	}
+	r, err := l.Reserve(context.Background(), throttle.ReserveOptions{TaskID: "a"}, sends[0].Requests...)
+	require.NoError(t, err)
+	require.True(t, r.Firm, "%+v", r)
+}
