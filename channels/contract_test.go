@@ -410,6 +410,26 @@ func TestTwilioRequestsMatchSpec(t *testing.T) {
 			p:    tasks.SMSSend{V: 1, MessagingServiceSID: testServiceSID, To: "+12025550123", Body: "Hi & bye"},
 			want: "Body=Hi+%26+bye&MessagingServiceSid=" + testServiceSID + "&To=%2B12025550123",
 		},
+		{
+			name: "messaging service given as from",
+			p:    tasks.SMSSend{V: 1, From: testServiceSID, To: "+12025550123", Body: "hi"},
+			want: "Body=hi&MessagingServiceSid=" + testServiceSID + "&To=%2B12025550123",
+		},
+		{
+			name: "short code",
+			p:    tasks.SMSSend{V: 1, From: "898211", To: "+12025550123", Body: "hi"},
+			want: "Body=hi&From=898211&To=%2B12025550123",
+		},
+		{
+			name: "alphanumeric sender id",
+			p:    tasks.SMSSend{V: 1, From: "Acme Shop", To: "+447700900123", Body: "hi"},
+			want: "Body=hi&From=Acme+Shop&To=%2B447700900123",
+		},
+		{
+			name: "whatsapp sender",
+			p:    tasks.SMSSend{V: 1, From: "whatsapp:+14155238886", To: "whatsapp:+12025550123", Body: "Your code is 123456"},
+			want: "Body=Your+code+is+123456&From=whatsapp%3A%2B14155238886&To=whatsapp%3A%2B12025550123",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

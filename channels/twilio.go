@@ -70,7 +70,9 @@ func CheckAccountSID(sid string) error {
 //
 // The form-encoded body has To, From and/or MessagingServiceSid (at least one;
 // both are sent when both are set) and Body, as the spec's CreateMessageRequest
-// defines them. p.IdempotencyKey is sent as Idempotency-Key (IETF httpapi draft)
+// defines them. From is sent as the payload gives it (an E.164 number, a
+// short code, an alphanumeric sender ID or whatsapp:+E.164), except a
+// Messaging Service SID ("MG…"), which is sent as MessagingServiceSid. p.IdempotencyKey is sent as Idempotency-Key (IETF httpapi draft)
 // and I-Twilio-Idempotency-Token (Twilio's own header, honoured by its webhooks
 // and the emulator).
 //
@@ -141,12 +143,19 @@ func twilioForm(p tasks.SMSSend) (url.Values, error) {
 	if p.Body == "" {
 		return nil, errors.New("body: required")
 	}
-	f := url.Values{"To": {p.To}, "Body": {p.Body}}
-	if p.From != "" {
-		f.Set("From", p.From)
+	from, service := p.From, p.MessagingServiceSID
+	if service == "" && twilioServiceSID.MatchString(from) {
+		// A Messaging Service SID given as From (a payload built without
+		// tasks.NewSMSSendTask): the spec's field for it is
+		// MessagingServiceSid; From would be refused (21212).
+		from, service = "", from
 	}
-	if p.MessagingServiceSID != "" {
-		f.Set("MessagingServiceSid", p.MessagingServiceSID)
+	f := url.Values{"To": {p.To}, "Body": {p.Body}}
+	if from != "" {
+		f.Set("From", from)
+	}
+	if service != "" {
+		f.Set("MessagingServiceSid", service)
 	}
 	return f, nil
 }

@@ -271,8 +271,10 @@ func Default() *Config {
 	sms.AccountSIDEnv = "TWILIO_ACCOUNT_SID"
 	sms.AuthTokenEnv = "TWILIO_AUTH_TOKEN"
 	sms.MaxRetryAfter = worker.DefaultMaxRetryAfter
+	sender := perSecond("sender", "sms:sender:{sender}", 1)
+	sender.CostField = "segments" // Twilio's MPS is in message segments
 	sms.Limits = []rules.Rule{
-		perSecond("sender", "sms:sender:{sender}", 1),
+		sender,
 		{Limit: throttle.Limit{Name: "concurrency", Algorithm: throttle.Concurrency, Max: 100, Lease: throttle.DefaultLease}, Key: "sms:account:{account_sid}", Cost: 1},
 	}
 

@@ -180,6 +180,20 @@ func TestParseMergesWithDefaults(t *testing.T) {
 			},
 		},
 		{
+			name: "sms cost in segments",
+			yaml: doc(
+				"channels:",
+				"  sms:",
+				"    limits:",
+				"      - {name: sender, key: 'sms:sender:{sender}', algorithm: gcra, rate: 10/s, burst: 2, cost: segments}",
+			),
+			want: func(c *Config) {
+				c.Channels["sms"].Limits = []rules.Rule{
+					{Limit: throttle.Limit{Name: "sender", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(10), Burst: 2}, Key: "sms:sender:{sender}", Cost: 1, CostField: "segments", Line: 4},
+				}
+			},
+		},
+		{
 			name: "events section",
 			yaml: doc("events:", "  max_len: 500", "  warn_at: 0.25"),
 			want: func(c *Config) { c.Events.MaxLen, c.Events.WarnAt = 500, 0.25 },

@@ -793,7 +793,15 @@ func (d *decoder) rule(n *yaml.Node, path, channel string) (r rules.Rule, nameNo
 	}
 	r.Cost = 1
 	if v := nodes["cost"]; v != nil {
-		r.Cost, _ = d.integer(v, field("cost"), 1)
+		if names := costFieldNames(channel); v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" && len(names) > 0 {
+			if s, ok := d.scalar(v, field("cost")); ok && slices.Contains(names, s) {
+				r.CostField = s
+			} else if ok {
+				d.errorf(v, field("cost"), "want a whole number or %s, got %q", orList(names), s)
+			}
+		} else {
+			r.Cost, _ = d.integer(v, field("cost"), 1)
+		}
 	}
 	if v := nodes["max"]; v != nil {
 		l.Max, _ = d.integer(v, field("max"), 1)

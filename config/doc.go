@@ -19,7 +19,8 @@
 // A limit rule becomes a rules.Rule: a throttle.Limit, the key template
 // ("whatsapp:pair:{phone_number_id}:{to}": ':'-separated segments, the first
 // the channel name, {field} placeholders naming task fields) and the cost of
-// one task. Every algorithm of throttle.Algorithms is accepted, by name or
+// one task: a whole number, or for sms "segments", the body's message
+// segments (rules.Rule.CostField; tasks.CostFieldNames). Every algorithm of throttle.Algorithms is accepted, by name or
 // alias (throttle.ParseAlgorithm), each with its own fields: rate (gcra and
 // the windowed algorithms, whose window must be one of throttle.Windows:
 // 1s, 30s, 1m, 5m, 1h, 1d), burst (gcra), interval (min_interval), max and

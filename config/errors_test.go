@@ -279,6 +279,24 @@ func TestParseErrors(t *testing.T) {
 			},
 		},
 		{
+			name: "cost names a whole-number field",
+			yaml: doc(
+				"channels:",
+				"  sms:",
+				"    limits:",
+				"      - {name: a, key: 'sms:sender:{sender}', algorithm: gcra, rate: 1/s, cost: pages}",
+				"      - {name: b, key: 'sms:to:{to}', algorithm: distinct, rate: 10/1d, member: '{to}', cost: segments}",
+				"  whatsapp:",
+				"    limits:",
+				"      - {name: c, key: 'whatsapp:number:{phone_number_id}', algorithm: gcra, rate: 80/s, cost: segments}",
+			),
+			want: []string{
+				`sluice.yaml:4:81: channels.sms.limits[0].cost: want a whole number or segments, got "pages"`,
+				`sluice.yaml:5:95: channels.sms.limits[1].cost: limit "b": cost segments: a distinct limit counts a new member 1 (omit cost)`,
+				`sluice.yaml:8:96: channels.whatsapp.limits[0].cost: want a whole number, got "segments"`,
+			},
+		},
+		{
 			name: "missing required rule fields",
 			yaml: doc(
 				"channels:",

@@ -12,3 +12,13 @@ func fieldNames(channel string) []string {
 	f, _ := tasks.FieldNames(taskType)
 	return f
 }
+
+// costFieldNames returns the fields a rule of channel may name as its cost
+// (`cost: segments`), or nil.
+func costFieldNames(channel string) []string {
+	taskType, ok := tasks.ChannelTaskType(channel)
+	if !ok {
+		return nil
+	}
+	return tasks.CostFieldNames(taskType)
+}

@@ -3,6 +3,8 @@ package rules
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/sluice-dev/sluice/throttle"
@@ -23,6 +25,23 @@ type Rule struct {
 	// Cost is the units one task takes; zero means 1. At most the limit's
 	// capacity; Distinct counts a new member 1 whatever the cost.
 	Cost int64
+	// CostField, when set, names the task field whose whole-number value is
+	// the task's cost instead of Cost: "segments" makes an SMS take one unit
+	// per message segment (tasks.CountSegments), as Twilio counts a
+	// sender's MPS. A value that is not a whole number >= 1 costs 1.
+	//
+	// A cost over the limit's capacity is a message longer than the limit
+	// admits at once (3 segments on a 1/s limit of burst 1). On a GCRA
+	// limit such a task is admitted only when the limit is idle (its
+	// bucket full) and then takes its whole cost, so the next task waits
+	// until every unit has been paced out: its request carries Burst =
+	// cost, which the limiter applies to that request alone (the TAT is
+	// the limit's). That is how a provider that queues over-rate segments
+	// (Twilio) spends them, and it never admits more than rate × span +
+	// cost over any span. On other algorithms the cost is cut to the
+	// capacity. Not for Distinct limits. Configuration files spell it
+	// `cost: segments`.
+	CostField string
 	// Line is the rule's line in its configuration file; 0 when the rule
 	// does not come from a file (a built-in default).
 	Line int
@@ -79,6 +98,16 @@ func (r Rule) compile(channel string, fields []string) (key, member Template, er
 	if r.Cost < 0 {
 		return key, member, &FieldError{FieldCost, fmt.Errorf("limit %q: cost: want >= 1, got %d", r.Limit.Name, r.Cost)}
 	}
+	if r.CostField != "" {
+		switch {
+		case r.Limit.Algorithm == throttle.Distinct:
+			return key, member, &FieldError{FieldCost, fmt.Errorf("limit %q: cost %s: a distinct limit counts a new member 1 (omit cost)", r.Limit.Name, r.CostField)}
+		case fields != nil && !slices.Contains(fields, r.CostField):
+			return key, member, &FieldError{FieldCost, fmt.Errorf("limit %q: cost %q is not a field of %s tasks (want a whole number or one of %s)",
+				r.Limit.Name, r.CostField, channel, strings.Join(fields, ", "))}
+		}
+		return key, member, nil
+	}
 	if c := max(r.Cost, 1); r.Limit.Algorithm != throttle.Distinct && c > r.Limit.Capacity() {
 		return key, member, &FieldError{FieldCost, fmt.Errorf("%d is more than the limit admits at once (%d, %s): no task could ever pass",
 			c, r.Limit.Capacity(), r.Limit.Algorithm.CapacityName())}
@@ -104,7 +133,38 @@ func (r Rule) Describe() string {
 	if r.Member != "" {
 		s += " of " + r.Member
 	}
+	if r.CostField != "" {
+		s += " per " + strings.TrimSuffix(r.CostField, "s")
+	}
 	return s
+}
+
+// maxFieldCost bounds a CostField's value: more than any task field
+// holds (an SMS has at most 48 segments), so a hostile value cannot set a
+// GCRA request's burst to years of the limit.
+const maxFieldCost = 1000
+
+// request is the throttle.Request of a task with fields on key: the
+// limit's and Cost, or with CostField that field's value, over capacity
+// as Rule.CostField says.
+func (r Rule) request(key string, fields map[string]string) throttle.Request {
+	req := throttle.Request{Key: key, Limit: r.Limit, Cost: r.Cost}
+	if r.CostField == "" {
+		return req
+	}
+	n, err := strconv.ParseInt(fields[r.CostField], 10, 64)
+	if err != nil || n < 1 {
+		n = 1
+	}
+	req.Cost = min(n, maxFieldCost)
+	if req.Cost > r.Limit.Capacity() {
+		if r.Limit.Algorithm == throttle.GCRA {
+			req.Limit.Burst = req.Cost
+		} else {
+			req.Cost = r.Limit.Capacity()
+		}
+	}
+	return req
 }
 
 // CheckKey checks a limiter key given by a person (a CLI argument, an API

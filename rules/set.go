@@ -36,8 +36,10 @@ func Compile(channel string, fields []string, rs []Rule) (*Set, error) {
 }
 
 // Requests renders the set's rules for a task: one throttle.Request per
-// rule whose key (and member, for Distinct) renders from fields; a rule
-// whose template names an empty field does not apply to the task.
+// rule whose key (and member, for Distinct) renders from fields, costing
+// Rule.Cost or, with Rule.CostField, that field's value (see there for a
+// cost over the limit's capacity); a rule whose template names an empty
+// field does not apply to the task.
 func (s *Set) Requests(fields map[string]string) []throttle.Request {
 	reqs := make([]throttle.Request, 0, len(s.rules))
 	for _, r := range s.rules {
@@ -45,7 +47,7 @@ func (s *Set) Requests(fields map[string]string) []throttle.Request {
 		if !ok {
 			continue
 		}
-		req := throttle.Request{Key: key, Limit: r.Limit, Cost: r.Cost}
+		req := r.request(key, fields)
 		if r.Limit.Algorithm == throttle.Distinct {
 			if req.Member, ok = r.member.Render(fields); !ok {
 				continue

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -16,12 +17,25 @@ import (
 var channels = []struct {
 	name, taskType string
 	fields         []string
-	maxPayload     int // bytes of encoded JSON; see MaxPayloadBytes
+	maxPayload     int      // bytes of encoded JSON; see MaxPayloadBytes
+	costFields     []string // fields holding a whole number; see CostFieldNames
 }{
-	{"whatsapp", TypeWhatsAppSend, []string{"phone_number_id", "to"}, 64 << 10},
-	{"sms", TypeSMSSend, []string{"from", "messaging_service_sid", "to", "sender", "account_sid"}, 16 << 10},
-	{"webhook", TypeWebhookDeliver, []string{"url", "host", "endpoint", "event_type"}, 1 << 20},
-	{"http", TypeHTTPCall, []string{"method", "url", "host"}, 1 << 20},
+	{"whatsapp", TypeWhatsAppSend, []string{"phone_number_id", "to"}, 64 << 10, nil},
+	{"sms", TypeSMSSend, []string{"from", "messaging_service_sid", "to", "sender", "account_sid", "segments"}, 16 << 10, []string{"segments"}},
+	{"webhook", TypeWebhookDeliver, []string{"url", "host", "endpoint", "event_type"}, 1 << 20, nil},
+	{"http", TypeHTTPCall, []string{"method", "url", "host"}, 1 << 20, nil},
+}
+
+// CostFieldNames returns the fields of a task type whose value is a whole
+// number a limit may charge as the task's cost (rules.Rule.CostField):
+// "segments" for sms:send, none for the others or an unknown type.
+func CostFieldNames(taskType string) []string {
+	for _, c := range channels {
+		if c.taskType == taskType {
+			return slices.Clone(c.costFields)
+		}
+	}
+	return nil
 }
 
 // MaxPayloadBytes returns the largest encoded payload, in bytes of JSON, that
@@ -111,23 +125,34 @@ func (p WhatsAppSend) Fields() map[string]string {
 }
 
 // Fields returns the values limit-key templates may use: "from",
-// "messaging_service_sid", "to", "sender" (From if set, else
-// MessagingServiceSID) and "account_sid", which the payload does not carry:
-// it is "" here and the worker fills it with its Twilio client's account
-// (the 20429 concurrency cap is per account). Unset fields map to "".
+// "messaging_service_sid" (also when the payload gives the SID as From),
+// "to", "sender" (From if set, else MessagingServiceSID), "account_sid",
+// which the payload does not carry: it is "" here and the worker fills it
+// with its Twilio client's account (the 20429 concurrency cap is per
+// account), and "segments", the body's SMS segment count in decimal
+// (CountSegments), the cost of a rule with `cost: segments`. Unset fields
+// map to "".
 func (p SMSSend) Fields() map[string]string {
-	sender := p.From
+	sender, service := p.From, p.MessagingServiceSID
 	if sender == "" {
-		sender = p.MessagingServiceSID
+		sender = service
+	}
+	if service == "" && serviceSIDRE.MatchString(p.From) {
+		service = p.From
 	}
 	return map[string]string{
 		"from":                  p.From,
-		"messaging_service_sid": p.MessagingServiceSID,
+		"messaging_service_sid": service,
 		"to":                    p.To,
 		"sender":                sender,
 		"account_sid":           "",
+		"segments":              strconv.Itoa(p.Segments()),
 	}
 }
+
+// Segments is the number of SMS segments of the body (CountSegments): what
+// the message costs against a sender's MPS, which Twilio counts in segments.
+func (p SMSSend) Segments() int { return CountSegments(p.Body).Count }
 
 // Fields returns the values limit-key templates may use: "url", "host" (the
 // URL's host with its port if it has one, lower-cased: "api.example.com:8443"),

@@ -2,6 +2,7 @@ package tasks
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -34,10 +35,14 @@ func TestFields(t *testing.T) {
 			"phone_number_id": "106540352242922", "to": "+12025550123",
 		}},
 		{TypeSMSSend, validSMS().Fields(), map[string]string{
-			"from": "+12025550100", "messaging_service_sid": "", "to": "+12025550123", "sender": "+12025550100", "account_sid": "",
+			"from": "+12025550100", "messaging_service_sid": "", "to": "+12025550123", "sender": "+12025550100", "account_sid": "", "segments": "1",
 		}},
-		{TypeSMSSend, SMSSend{MessagingServiceSID: "MG1", To: "+12025550123"}.Fields(), map[string]string{
-			"from": "", "messaging_service_sid": "MG1", "to": "+12025550123", "sender": "MG1", "account_sid": "",
+		{TypeSMSSend, SMSSend{MessagingServiceSID: "MG1", To: "+12025550123", Body: strings.Repeat("x", 300)}.Fields(), map[string]string{
+			"from": "", "messaging_service_sid": "MG1", "to": "+12025550123", "sender": "MG1", "account_sid": "", "segments": "2",
+		}},
+		// A raw payload with the SID as From: the service field names it too.
+		{TypeSMSSend, SMSSend{From: testServiceSID, To: "+12025550123", Body: "😀"}.Fields(), map[string]string{
+			"from": testServiceSID, "messaging_service_sid": testServiceSID, "to": "+12025550123", "sender": testServiceSID, "account_sid": "", "segments": "1",
 		}},
 		{TypeWebhookDeliver, WebhookDeliver{URL: "https://Hooks.Example.COM:8443/x?a=1", EventType: "order.updated", Endpoint: "acme"}.Fields(), map[string]string{
 			"url": "https://Hooks.Example.COM:8443/x?a=1", "host": "hooks.example.com:8443", "endpoint": "acme", "event_type": "order.updated",
@@ -81,3 +86,5 @@ func TestFieldNamesReturnsCopy(t *testing.T) {
 	b, _ := FieldNames(TypeHTTPCall)
 	require.Equal(t, "method", b[0])
 }
+
+const testServiceSID = "MG0123456789abcdef0123456789abcdef"

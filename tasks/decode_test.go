@@ -30,6 +30,25 @@ func TestDecodeRoundTrip(t *testing.T) {
 		t.Errorf("sms (-want +got):\n%s", diff)
 	}
 
+	// Every kind of Twilio sender survives the worker's decoder.
+	for _, p := range []SMSSend{
+		{V: 1, From: "898211", To: "+12025550123", Body: "hi"},
+		{V: 1, From: "Acme Shop", To: "+442079460958", Body: "hi"},
+		{V: 1, From: "whatsapp:+12025550100", To: "whatsapp:+12025550123", Body: "hi"},
+		{V: 1, MessagingServiceSID: testServiceSID, To: "whatsapp:+12025550123", Body: "hi"},
+	} {
+		task, err = NewSMSSendTask(p)
+		require.NoError(t, err, p.From)
+		got, err := DecodeSMSSend(task.Payload())
+		require.NoError(t, err, p.From)
+		require.Equal(t, p, got)
+	}
+	// A Messaging Service SID as From, from a producer that bypassed the
+	// constructor, is accepted too (the Twilio client sends it as
+	// MessagingServiceSid).
+	_, err = DecodeSMSSend([]byte(`{"v":1,"from":"` + testServiceSID + `","to":"+12025550123","body":"hi"}`))
+	require.NoError(t, err)
+
 	task, err = NewWebhookDeliverTask(validWebhook())
 	require.NoError(t, err)
 	gotHook, err := DecodeWebhookDeliver(task.Payload())
@@ -72,6 +91,12 @@ func TestDecodeRejects(t *testing.T) {
 		{"bad priority", decodeWA, `{"v":1,"phone_number_id":"1","to":"+12025550123","text":"hi","priority":"urgent"}`, `payload: priority: "urgent": want "high" or "bulk"`},
 		{"tenant with a control character", decodeSMS, `{"v":1,"from":"+12025550100","to":"+12025550123","body":"x","tenant":"ac\nme"}`, `payload: tenant: "ac\nme" has a control character`},
 		{"tenant too long", decodeHook, `{"v":1,"url":"https://h.example.com","event_type":"e","payload":{},"tenant":"` + strings.Repeat("t", 129) + `"}`, "payload: tenant: 129 bytes, want at most 128"},
+		// What a producer that bypasses the constructors sends is archived
+		// by the worker with the same reason the constructor gives.
+		{"webhook without key", decodeHook, `{"v":1,"url":"https://h.example.com","event_type":"e","payload":{}}`, "payload: idempotency_key: required for webhooks"},
+		{"webhook latin-1 payload", decodeHook, "{\"v\":1,\"url\":\"https://h.example.com\",\"event_type\":\"e\",\"payload\":{\"n\":\"caf\xe9\"},\"idempotency_key\":\"k\"}", "payload: payload: not valid UTF-8"},
+		{"template parameter newline", decodeWA, `{"v":1,"phone_number_id":"1","to":"+12025550123","template":{"name":"t","language":"en","parameters":["a\nb"]}}`, "payload: template.parameters[0] ({{1}}): has a newline"},
+		{"sms bad sender", decodeSMS, `{"v":1,"from":"Acme-Shop","to":"+12025550123","body":"x"}`, `payload: from: "Acme-Shop" is not a Twilio sender`},
 		{"http bad method", decodeHTTP, `{"v":1,"method":"get","url":"https://h.example.com"}`, `payload: method: "get" is not one of`},
 	}
 	for _, tc := range tests {

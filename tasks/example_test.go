@@ -50,11 +50,14 @@ func ExampleDecodeWhatsAppSend() {
 }
 
 func ExampleSMSSend_Fields() {
-	p := tasks.SMSSend{MessagingServiceSID: "MG0123456789abcdef0123456789abcdef", To: "+12025550123"}
+	p := tasks.SMSSend{MessagingServiceSID: "MG0123456789abcdef0123456789abcdef", To: "+12025550123",
+		Body: "Your order has shipped and will arrive on Tuesday between 9 and 12. Reply STOP to opt out of delivery updates, or HELP for help. Track it at https://example.com/t/123"}
 	fmt.Println(p.Fields()["sender"])
+	fmt.Println(p.Fields()["segments"]) // 170 GSM-7 characters: 2 segments
 	names, _ := tasks.FieldNames(tasks.TypeSMSSend)
 	fmt.Println(names)
 	// Output:
 	// MG0123456789abcdef0123456789abcdef
-	// [from messaging_service_sid to sender account_sid]
+	// 2
+	// [from messaging_service_sid to sender account_sid segments]
 }

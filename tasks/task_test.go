@@ -42,9 +42,24 @@ func TestConstructorsNormalize(t *testing.T) {
 	require.JSONEq(t, `{"v":1,"method":"PATCH","url":"https://api.example.com/x"}`, string(task.Payload()))
 
 	// V is always set to PayloadVersion, whatever the caller put there.
-	task, err = NewWebhookDeliverTask(WebhookDeliver{V: 7, URL: "https://h.example.com", EventType: "e", Payload: json.RawMessage(`[]`)})
+	task, err = NewWebhookDeliverTask(WebhookDeliver{V: 7, URL: "https://h.example.com", EventType: "e", Payload: json.RawMessage(`[]`), IdempotencyKey: "evt-1"})
 	require.NoError(t, err)
-	require.JSONEq(t, `{"v":1,"url":"https://h.example.com","event_type":"e","payload":[]}`, string(task.Payload()))
+	require.JSONEq(t, `{"v":1,"url":"https://h.example.com","event_type":"e","payload":[],"idempotency_key":"evt-1"}`, string(task.Payload()))
+
+	// SMS senders: a Messaging Service SID given as From moves to its own
+	// field; a whatsapp: sender gives a plain number recipient its prefix.
+	task, err = NewSMSSendTask(SMSSend{From: " MG0123456789abcdef0123456789abcdef ", To: "+1 202 555 0123", Body: "hi"})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"v":1,"messaging_service_sid":"MG0123456789abcdef0123456789abcdef","to":"+12025550123","body":"hi"}`, string(task.Payload()))
+	task, err = NewSMSSendTask(SMSSend{From: "whatsapp:+1 202 555 0100", To: "+1 202 555 0123", Body: "hi"})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"v":1,"from":"whatsapp:+12025550100","to":"whatsapp:+12025550123","body":"hi"}`, string(task.Payload()))
+	task, err = NewSMSSendTask(SMSSend{From: " Acme Shop ", To: "+12025550123", Body: "hi"})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"v":1,"from":"Acme Shop","to":"+12025550123","body":"hi"}`, string(task.Payload()))
+	task, err = NewSMSSendTask(SMSSend{From: "12345", To: "+12025550123", Body: "hi"})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"v":1,"from":"12345","to":"+12025550123","body":"hi"}`, string(task.Payload()))
 }
 
 func TestConstructorsReject(t *testing.T) {

@@ -136,17 +136,48 @@ func (t *Template) validate() error {
 		return errors.New("template.language: required")
 	}
 	for i, v := range t.Parameters {
-		if err := checkText(fmt.Sprintf("template.parameters[%d]", i), v, maxWhatsAppText); err != nil {
+		field := fmt.Sprintf("template.parameters[%d]", i)
+		if err := checkText(field, v, maxWhatsAppText); err != nil {
 			return err
 		}
+		if err := checkTemplateParam(v); err != nil {
+			return fmt.Errorf("%s ({{%d}}): %w", field, i+1, err)
+		}
+	}
+	return nil
+}
+
+// maxParamSpaces is the longest run of spaces a template parameter may hold.
+const maxParamSpaces = 4
+
+// checkTemplateParam rejects what Meta rejects in a template parameter's
+// text with error 132018, "There was an issue with the parameters in your
+// template", details "Param text cannot have new-line/tab characters or more
+// than 4 consecutive spaces" (WhatsApp Cloud API error codes;
+// docs/providers.md): a line feed, carriage return or tab, or a run of five
+// or more spaces. The provider would refuse the send for good, so it is
+// refused at enqueue.
+func checkTemplateParam(v string) error {
+	if i := strings.IndexAny(v, "\n\r\t"); i >= 0 {
+		name := map[byte]string{'\n': "a newline", '\r': "a carriage return", '\t': "a tab"}[v[i]]
+		return fmt.Errorf("has %s at byte %d; WhatsApp rejects new-line and tab characters in parameters (error 132018)", name, i)
+	}
+	if i := strings.Index(v, strings.Repeat(" ", maxParamSpaces+1)); i >= 0 {
+		return fmt.Errorf("has more than %d consecutive spaces at byte %d; WhatsApp rejects them in parameters (error 132018)", maxParamSpaces, i)
 	}
 	return nil
 }
 
 // Validate reports whether p is a well-formed version-1 payload in canonical
 // form; the error names the first offending field by its JSON name. Exactly
-// one of From (E.164) and MessagingServiceSID ("MG" + 32 hex digits) must be
-// set; Body must be non-blank and at most 1600 characters.
+// one of From and MessagingServiceSID ("MG" + 32 hex digits) must be set.
+// From is a sender Twilio accepts (see CheckSender): an E.164 number, a
+// short code, an alphanumeric sender ID or whatsapp:+E.164; a Messaging
+// Service SID given as From is accepted too and sent as
+// MessagingServiceSid (NewSMSSendTask moves it there). To is E.164, or
+// whatsapp:+E.164 when From is a whatsapp: sender or a Messaging Service
+// sends (Twilio requires From and To on the same channel, error 21910).
+// Body must be non-blank and at most 1600 characters.
 func (p SMSSend) Validate() error { return p.validate(checkPhone) }
 
 func (p SMSSend) validate(checkPhone func(field, s string) error) error {
@@ -162,13 +193,20 @@ func (p SMSSend) validate(checkPhone func(field, s string) error) error {
 	case p.From == "" && p.MessagingServiceSID == "":
 		return errors.New("from, messaging_service_sid: set exactly one (got neither)")
 	case p.From != "":
-		if err := checkPhone("from", p.From); err != nil {
+		if err := checkSender("from", p.From, checkPhone); err != nil {
 			return err
 		}
 	case !serviceSIDRE.MatchString(p.MessagingServiceSID):
 		return fmt.Errorf("messaging_service_sid: %q must be \"MG\" followed by 32 hex digits", p.MessagingServiceSID)
 	}
-	if err := checkPhone("to", p.To); err != nil {
+	to, waTo := strings.CutPrefix(p.To, whatsAppPrefix)
+	switch _, waFrom := strings.CutPrefix(p.From, whatsAppPrefix); {
+	case waFrom && !waTo:
+		return fmt.Errorf("to: %q must be whatsapp:+E.164 like from %q (Twilio requires both on one channel, error 21910)", p.To, p.From)
+	case waTo && p.From != "" && !waFrom && !serviceSIDRE.MatchString(p.From):
+		return fmt.Errorf("to: %q is a WhatsApp address but from %q is not a whatsapp: sender (Twilio error 21910)", p.To, p.From)
+	}
+	if err := checkPhone("to", to); err != nil {
 		return err
 	}
 	if err := checkText("body", p.Body, maxSMSBody); err != nil {
@@ -177,10 +215,49 @@ func (p SMSSend) validate(checkPhone func(field, s string) error) error {
 	return checkIdempotencyKey(p.IdempotencyKey)
 }
 
+// whatsAppPrefix starts a Twilio WhatsApp channel address ("whatsapp:+14155238886").
+const whatsAppPrefix = "whatsapp:"
+
+var (
+	shortCodeRE = regexp.MustCompile(`^[0-9]{5,6}$`)
+	alphaIDRE   = regexp.MustCompile(`^[A-Za-z0-9 ]{1,11}$`)
+)
+
+// checkSender requires from to be a sender Twilio's Messages API accepts as
+// From (twilio_api_v2010.json CreateMessageRequest.From; Twilio's sender
+// docs): a valid number in E.164 form (+12025550100); a short code, 5 or 6
+// digits (US and CA short codes); an alphanumeric sender ID, 1 to 11 ASCII
+// letters, digits and spaces with at least one letter, not starting or
+// ending with a space; whatsapp:+E.164 (a WhatsApp sender through Twilio);
+// or a Messaging Service SID ("MG" + 32 hex digits), which the Twilio
+// client sends as MessagingServiceSid.
+func checkSender(field, from string, checkPhone func(field, s string) error) error {
+	switch {
+	case strings.HasPrefix(from, "+"):
+		return checkPhone(field, from)
+	case strings.HasPrefix(from, whatsAppPrefix):
+		return checkPhone(field+" (after whatsapp:)", strings.TrimPrefix(from, whatsAppPrefix))
+	case serviceSIDRE.MatchString(from), shortCodeRE.MatchString(from):
+		return nil
+	case alphaIDRE.MatchString(from) && strings.ContainsFunc(from, isASCIILetter) &&
+		from[0] != ' ' && from[len(from)-1] != ' ':
+		return nil
+	}
+	return fmt.Errorf("%s: %.40q is not a Twilio sender: want an E.164 number (+12025550100), a short code (5 or 6 digits), "+
+		"an alphanumeric sender ID (1 to 11 letters, digits and spaces, at least one letter), whatsapp:+E.164 "+
+		"or a Messaging Service SID (MG + 32 hex digits)", field, from)
+}
+
+func isASCIILetter(r rune) bool { return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' }
+
 // Validate reports whether p is a well-formed version-1 payload; the error
 // names the first offending field by its JSON name. URL must be an absolute
 // http(s) URL with a host and no userinfo; Payload must be a JSON object or
-// array (an empty payload is an error, not "{}").
+// array in valid UTF-8 (RFC 8259 §8.1: receivers' Standard Webhooks
+// libraries parse the body as UTF-8 and reject other bytes; an empty payload
+// is an error, not "{}"); IdempotencyKey is required: it is the
+// webhook-id, the id receivers deduplicate by, and the worker cannot sign a
+// delivery without it (CLI: --key).
 func (p WebhookDeliver) Validate() error { return p.validate(checkPhone) }
 
 func (p WebhookDeliver) validate(checkPhone func(field, s string) error) error {
@@ -198,6 +275,9 @@ func (p WebhookDeliver) validate(checkPhone func(field, s string) error) error {
 	}
 	if err := checkJSONPayload(p.Payload); err != nil {
 		return err
+	}
+	if p.IdempotencyKey == "" {
+		return errors.New("idempotency_key: required for webhooks: it is the webhook-id receivers deduplicate by (CLI: --key)")
 	}
 	return checkIdempotencyKey(p.IdempotencyKey)
 }
@@ -244,11 +324,33 @@ func (p *WhatsAppSend) normalize() {
 	p.To = normPhone(p.To)
 }
 
+// normalize trims the senders, writes numbers in E.164 (also after
+// whatsapp:), moves a Messaging Service SID given as From to
+// MessagingServiceSID, and gives To the whatsapp: prefix when From has it.
 func (p *SMSSend) normalize() {
 	p.V = PayloadVersion
-	p.From = normPhone(p.From)
+	p.From = normAddress(p.From)
 	p.MessagingServiceSID = strings.TrimSpace(p.MessagingServiceSID)
-	p.To = normPhone(p.To)
+	if p.MessagingServiceSID == "" && serviceSIDRE.MatchString(p.From) {
+		p.From, p.MessagingServiceSID = "", p.From
+	}
+	p.To = normAddress(p.To)
+	if strings.HasPrefix(p.From, whatsAppPrefix) && strings.HasPrefix(p.To, "+") {
+		p.To = whatsAppPrefix + p.To
+	}
+}
+
+// normAddress is normPhone for a number, also after "whatsapp:"; other
+// senders (short codes, alphanumeric IDs) are only trimmed.
+func normAddress(s string) string {
+	t := strings.TrimSpace(s)
+	if rest, ok := strings.CutPrefix(t, whatsAppPrefix); ok {
+		return whatsAppPrefix + normPhone(rest)
+	}
+	if strings.HasPrefix(t, "+") {
+		return normPhone(s)
+	}
+	return t
 }
 
 func (p *WebhookDeliver) normalize() {
@@ -348,12 +450,27 @@ func checkJSONPayload(b json.RawMessage) error {
 	switch {
 	case len(t) == 0:
 		return errors.New("payload: required (a JSON object or array)")
+	case !utf8.Valid(t):
+		return fmt.Errorf("payload: not valid UTF-8 at byte %d; JSON must be UTF-8 (RFC 8259), and receivers verify the signature over the body as UTF-8", invalidUTF8At(b))
 	case !json.Valid(t):
 		return errors.New("payload: not valid JSON")
 	case t[0] != '{' && t[0] != '[':
 		return fmt.Errorf("payload: must be a JSON object or array, got %.20s", t)
 	}
 	return nil
+}
+
+// invalidUTF8At is the offset of the first byte of b that is not valid
+// UTF-8, or -1.
+func invalidUTF8At(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return -1
 }
 
 // checkIdempotencyKey allows an empty key (no deduplication) or 1 to

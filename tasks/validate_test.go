@@ -44,7 +44,7 @@ func validSMS() SMSSend {
 }
 
 func validWebhook() WebhookDeliver {
-	return WebhookDeliver{V: 1, URL: "https://hooks.example.com/sluice", EventType: "order.updated", Payload: json.RawMessage(`{"id":1}`)}
+	return WebhookDeliver{V: 1, URL: "https://hooks.example.com/sluice", EventType: "order.updated", Payload: json.RawMessage(`{"id":1}`), IdempotencyKey: "evt-1"}
 }
 
 func validHTTP() HTTPCall {
@@ -103,6 +103,16 @@ func TestWhatsAppSendValidate(t *testing.T) {
 		{"template name empty", func(p *WhatsAppSend) { tmpl(p); p.Template.Name = "" }, "template.name: required"},
 		{"template language empty", func(p *WhatsAppSend) { tmpl(p); p.Template.Language = "" }, "template.language: required"},
 		{"template empty parameter", func(p *WhatsAppSend) { tmpl(p); p.Template.Parameters = []string{"Ava", ""} }, "template.parameters[1]: required"},
+		// Meta error 132018: no new-line or tab, at most 4 consecutive spaces.
+		{"template parameter 4 spaces", func(p *WhatsAppSend) { tmpl(p); p.Template.Parameters = []string{"a    b", "ok"} }, ""},
+		{"template parameter unicode", func(p *WhatsAppSend) { tmpl(p); p.Template.Parameters = []string{"您好 😀", "مرحبا"} }, ""},
+		{"template parameter newline", func(p *WhatsAppSend) { tmpl(p); p.Template.Parameters = []string{"ok", "line1\nline2"} },
+			"template.parameters[1] ({{2}}): has a newline at byte 5; WhatsApp rejects new-line and tab characters in parameters (error 132018)"},
+		{"template parameter crlf", func(p *WhatsAppSend) { tmpl(p); p.Template.Parameters = []string{"a\r\nb"} }, "template.parameters[0] ({{1}}): has a carriage return at byte 1"},
+		{"template parameter tab", func(p *WhatsAppSend) { tmpl(p); p.Template.Parameters = []string{"a", "b", "c\td"} }, "template.parameters[2] ({{3}}): has a tab at byte 1"},
+		{"template parameter 5 spaces", func(p *WhatsAppSend) { tmpl(p); p.Template.Parameters = []string{"a     b"} },
+			"template.parameters[0] ({{1}}): has more than 4 consecutive spaces at byte 1; WhatsApp rejects them in parameters (error 132018)"},
+		{"text may hold newlines", func(p *WhatsAppSend) { p.Text = "line1\n\tline2     x" }, ""},
 		{"idempotency key space", func(p *WhatsAppSend) { p.IdempotencyKey = "a b" }, `idempotency_key: "a b" may only contain`},
 		{"idempotency key slash", func(p *WhatsAppSend) { p.IdempotencyKey = "a/b" }, "idempotency_key:"},
 		{"idempotency key too long", func(p *WhatsAppSend) { p.IdempotencyKey = strings.Repeat("k", 201) }, "idempotency_key: 201 characters, want at most 200"},
@@ -120,6 +130,26 @@ func TestSMSSendValidate(t *testing.T) {
 		{"both senders", func(p *SMSSend) { p.MessagingServiceSID = sid }, "from, messaging_service_sid: set exactly one (got both)"},
 		{"no sender", func(p *SMSSend) { p.From = "" }, "from, messaging_service_sid: set exactly one (got neither)"},
 		{"bad from", func(p *SMSSend) { p.From = "+1555" }, `from: "+1555" is not a valid E.164 phone number`},
+		{"short code 5", func(p *SMSSend) { p.From = "12345" }, ""},
+		{"short code 6", func(p *SMSSend) { p.From = "898211" }, ""},
+		{"short code 4", func(p *SMSSend) { p.From = "1234" }, `from: "1234" is not a Twilio sender: want an E.164 number`},
+		{"short code 7", func(p *SMSSend) { p.From = "1234567" }, `from: "1234567" is not a Twilio sender`},
+		{"alphanumeric", func(p *SMSSend) { p.From = "Acme" }, ""},
+		{"alphanumeric 11 with space and digits", func(p *SMSSend) { p.From = "Acme Shop 1" }, ""},
+		{"alphanumeric 12", func(p *SMSSend) { p.From = "AcmeShopping" }, `from: "AcmeShopping" is not a Twilio sender`},
+		{"alphanumeric punctuation", func(p *SMSSend) { p.From = "Acme!" }, `from: "Acme!" is not a Twilio sender`},
+		{"alphanumeric non-ascii", func(p *SMSSend) { p.From = "Café" }, `from: "Café" is not a Twilio sender`},
+		{"alphanumeric leading space", func(p *SMSSend) { p.From = " Acme" }, `from: " Acme" is not a Twilio sender`},
+		{"digits only, not a short code", func(p *SMSSend) { p.From = "12345678" }, `from: "12345678" is not a Twilio sender`},
+		{"whatsapp sender", func(p *SMSSend) { p.From = "whatsapp:+12025550100"; p.To = "whatsapp:+12025550123" }, ""},
+		{"whatsapp sender, sms recipient", func(p *SMSSend) { p.From = "whatsapp:+12025550100" },
+			`to: "+12025550123" must be whatsapp:+E.164 like from "whatsapp:+12025550100" (Twilio requires both on one channel, error 21910)`},
+		{"sms sender, whatsapp recipient", func(p *SMSSend) { p.To = "whatsapp:+12025550123" }, `to: "whatsapp:+12025550123" is a WhatsApp address but from "+12025550100" is not a whatsapp: sender`},
+		{"service, whatsapp recipient", func(p *SMSSend) { p.From = ""; p.MessagingServiceSID = sid; p.To = "whatsapp:+12025550123" }, ""},
+		{"whatsapp sender bad number", func(p *SMSSend) { p.From = "whatsapp:+1555"; p.To = "whatsapp:+12025550123" }, `from (after whatsapp:): "+1555" is not a valid E.164 phone number`},
+		{"whatsapp recipient bad number", func(p *SMSSend) { p.From = "whatsapp:+12025550100"; p.To = "whatsapp:+1555" }, `to: "+1555" is not a valid E.164 phone number`},
+		{"service sid as from", func(p *SMSSend) { p.From = sid }, ""},
+		{"service sid as from and service", func(p *SMSSend) { p.From = sid; p.MessagingServiceSID = sid }, "from, messaging_service_sid: set exactly one (got both)"},
 		{"sid short", func(p *SMSSend) { p.From = ""; p.MessagingServiceSID = "MG123" }, `messaging_service_sid: "MG123" must be "MG" followed by 32 hex digits`},
 		{"sid prefix", func(p *SMSSend) { p.From = ""; p.MessagingServiceSID = "PN" + sid[2:] }, "messaging_service_sid:"},
 		{"sid not hex", func(p *SMSSend) { p.From = ""; p.MessagingServiceSID = "MG0123456789abcdef0123456789abcdeg" }, "messaging_service_sid:"},
@@ -150,6 +180,12 @@ func TestWebhookDeliverValidate(t *testing.T) {
 		{"invalid payload", func(p *WebhookDeliver) { p.Payload = json.RawMessage(`{"a":`) }, "payload: not valid JSON"},
 		{"string payload", func(p *WebhookDeliver) { p.Payload = json.RawMessage(`"hi"`) }, "payload: must be a JSON object or array"},
 		{"null payload", func(p *WebhookDeliver) { p.Payload = json.RawMessage(`null`) }, "payload: must be a JSON object or array, got null"},
+		{"unicode payload", func(p *WebhookDeliver) { p.Payload = json.RawMessage(`{"n":"您好 😀 \u00e9"}`) }, ""},
+		{"invalid utf-8 payload", func(p *WebhookDeliver) { p.Payload = json.RawMessage(" {\"n\":\"a\xffb\"}") },
+			"payload: not valid UTF-8 at byte 8; JSON must be UTF-8 (RFC 8259)"},
+		{"latin-1 payload", func(p *WebhookDeliver) { p.Payload = json.RawMessage("{\"n\":\"caf\xe9\"}") }, "payload: not valid UTF-8 at byte 9"},
+		{"no idempotency key", func(p *WebhookDeliver) { p.IdempotencyKey = "" },
+			"idempotency_key: required for webhooks: it is the webhook-id receivers deduplicate by (CLI: --key)"},
 	})
 }
 

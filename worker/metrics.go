@@ -25,7 +25,12 @@ const unknownChannel = "unknown"
 
 // Outcomes counted in sluice_tasks_total{outcome}.
 const (
-	OutcomeSent             = "sent"
+	OutcomeSent = "sent"
+	// OutcomeUnconfirmed: the provider answered 2xx but its reply was cut
+	// off or had no message id (WhatsApp messages[0].id, Twilio sid). The
+	// send counts as made and is never retried (a retry would send twice);
+	// sent + sent_unconfirmed are the sends the provider accepted.
+	OutcomeUnconfirmed      = "sent_unconfirmed"
 	OutcomeThrottled        = "throttled"          // a Sluice limit blocked; requeued
 	OutcomePlanned          = "planned"            // given a planned slot; comes back for it
 	OutcomeProviderThrottle = "provider_throttled" // the provider said slow down; requeued
@@ -46,7 +51,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		tasks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_tasks_total",
-			Help: "Task attempts (dequeues) by channel and outcome (sent, planned, throttled, provider_throttled, transient, permanent, malformed, limiter_error, unknown_type, unauthorized), and budget_spent: archives by the retry budget, whose last attempt is also counted under its own outcome.",
+			Help: "Task attempts (dequeues) by channel and outcome (sent, sent_unconfirmed, planned, throttled, provider_throttled, transient, permanent, malformed, limiter_error, unknown_type, unauthorized), and budget_spent: archives by the retry budget, whose last attempt is also counted under its own outcome.",
 		}, []string{"channel", "outcome"}),
 		throttle: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_throttled_total",

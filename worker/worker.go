@@ -559,12 +559,14 @@ func (h *handler) process(ctx context.Context, t *asynq.Task) error {
 	resp, err := p.Send(ctx)
 	m.sent(name, time.Since(start).Seconds())
 	if err == nil {
-		m.outcome(name, OutcomeSent)
 		if resp.Incomplete {
+			m.outcome(name, OutcomeUnconfirmed)
 			id, _ := asynq.GetTaskID(ctx)
-			h.w.logger.Warn("delivered, but the response body was cut off or had no message id; not retried, a retry would send twice",
-				"task_id", id, "channel", name, "status", resp.Status)
+			h.w.logger.Warn("sent, unconfirmed: the provider accepted the request but its reply was cut off or had no message id; not retried, a retry would send twice",
+				"task_id", id, "channel", name, "status", resp.Status, "provider_id", resp.ProviderID)
+			return nil
 		}
+		m.outcome(name, OutcomeSent)
 		return nil
 	}
 	var ce *channels.Error

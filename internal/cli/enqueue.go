@@ -69,7 +69,11 @@ and never sends twice (completed tasks keep their ID for 24 h).`,
 		return nil
 	}
 	addCommon := func(c *cobra.Command) {
-		c.Flags().StringVar(&key, "key", "", "idempotency key (becomes the task ID)")
+		help := "idempotency key (becomes the task ID)"
+		if c.Name() == "webhook" {
+			help = "idempotency key (becomes the task ID); required: it is the webhook-id receivers deduplicate by"
+		}
+		c.Flags().StringVar(&key, "key", "", help)
 		c.Flags().IntVar(&maxRetry, "max-retry", 0, "retries for failures (throttling never spends one); default 10")
 		c.Flags().StringVar(&priority, "priority", "", "high: overtake planned bulk sends on the same limits (sent within the hold, 2s)")
 		c.Flags().StringVar(&tenant, "tenant", "", "who the send is for: tenants backlogged on one limit share it by channels.*.tenant_weights")
@@ -101,7 +105,7 @@ and never sends twice (completed tasks keep their ID for 24 h).`,
 
 	var sms tasks.SMSSend
 	smsCmd := &cobra.Command{
-		Use:   "sms (--from E164 | --messaging-service MG…) --to E164 --body TEXT",
+		Use:   "sms (--from SENDER | --messaging-service MG…) --to E164 --body TEXT",
 		Short: "A Twilio SMS",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -111,9 +115,9 @@ and never sends twice (completed tasks keep their ID for 24 h).`,
 			})
 		},
 	}
-	smsCmd.Flags().StringVar(&sms.From, "from", "", "sending number, E.164")
+	smsCmd.Flags().StringVar(&sms.From, "from", "", "sender: E.164 number, short code, alphanumeric sender ID, whatsapp:+E164 or a Messaging Service SID (MG…)")
 	smsCmd.Flags().StringVar(&sms.MessagingServiceSID, "messaging-service", "", "Messaging Service SID")
-	smsCmd.Flags().StringVar(&sms.To, "to", "", "recipient, E.164")
+	smsCmd.Flags().StringVar(&sms.To, "to", "", "recipient, E.164 (whatsapp:+E164 for a whatsapp: sender)")
 	smsCmd.Flags().StringVar(&sms.Body, "body", "", "message text")
 	addCommon(smsCmd)
 

@@ -63,7 +63,7 @@ func TestPrivateTargetsRefusedAtEnqueue(t *testing.T) {
 	for _, target := range []string{"http://10.0.0.1/h?sig=Secret4sig", "http://169.254.169.254/", "http://192.168.1.1/",
 		"http://[fd00::1]/", "http://[::ffff:169.254.169.254]/", "http://127.0.0.1/", "http://localhost/", "http://0.0.0.0/"} {
 		for _, args := range [][]string{
-			{"enqueue", "webhook", "--url", target, "--event", "e", "--payload", "{}"},
+			{"enqueue", "webhook", "--url", target, "--event", "e", "--payload", "{}", "--key", "evt-1"},
 			{"enqueue", "call", "--method", "GET", "--url", target},
 			{"send", "--dry-run", "--channel", "webhook", "--csv", csvPath, "--url", target, "--event", "e"},
 		} {

@@ -79,10 +79,13 @@ type Options struct {
 	// match ^AC[0-9a-fA-F]{32}$.
 	TwilioAccountSID string
 	TwilioAuthToken  string
-	// TwilioMPS is the number of messages accepted per From (or
+	// TwilioMPS is the number of message segments accepted per From (or
 	// MessagingServiceSid) in any 1-second span (in each calendar second with
-	// CalendarSeconds) [1, a US long code]. Over it: HTTP 429, code 20429.
-	// The count is exact: Tolerance does not apply.
+	// CalendarSeconds) [1, a US long code]; Twilio's MPS is in segments
+	// (GSM-7 160 characters alone, 153 a segment; UCS-2 70 and 67). A message
+	// of more segments than this is accepted only when the span is empty,
+	// and its segments count this many a second from then on. Over it: HTTP
+	// 429, code 20429. The count is exact: Tolerance does not apply.
 	TwilioMPS int
 	// TwilioConcurrency is the number of requests per account that may be in
 	// flight at once, Latency included [100]. Over it: HTTP 429, code 20429.

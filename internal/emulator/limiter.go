@@ -14,11 +14,23 @@ import (
 // "N messages per second" caps (WhatsApp MPS, Twilio MPS per From, webhook
 // RPS) use the per-second count. Intervals measured in seconds (WhatsApp's
 // ~6 s pair limit) use GCRA.
+//
+// cost is the units a request takes (0 means 1): Twilio counts a sender's
+// MPS in message segments. A request of cost c fits a per-second cap n
+// when the span holds at most n-c units; a request larger than the cap
+// itself (a long message on a 1 MPS sender) fits only an empty span, and
+// its units are then counted n to a second from now on (Twilio's queue
+// sends them at the sender's rate), so the next request waits until they
+// are out. An interval limit takes cost intervals.
 type limit struct {
 	key       string
 	interval  time.Duration
 	perSecond int
+	cost      int
 }
+
+// units is l.cost, at least 1.
+func (l limit) units() int { return max(l.cost, 1) }
 
 // limiter enforces limits in memory.
 //
@@ -64,35 +76,37 @@ type window struct {
 	at []time.Time
 }
 
-// check reports whether one more request fits at now under a cap of n, and
-// otherwise how long until the earliest counted request leaves the window.
-func (w *window) check(now time.Time, n int) (ok bool, wait time.Duration) {
-	if len(w.at) < n {
+// check reports whether c more units fit at now under a cap of n, and
+// otherwise how long until enough counted units leave the window: for c
+// <= n, until at most n-c are left in it; for c > n, until it is empty.
+func (w *window) check(now time.Time, n, c int) (ok bool, wait time.Duration) {
+	// Kept times after now-1s are the window's units; they are the last
+	// ones, the times being in ascending order.
+	from := now.Add(-time.Second)
+	first := sort.Search(len(w.at), func(i int) bool { return w.at[i].After(from) })
+	in := len(w.at) - first
+	room := n - c
+	if c > n {
+		room = 0
+	}
+	if in <= room {
 		return true, 0
 	}
-	leaves := w.at[len(w.at)-n].Add(time.Second)
-	if leaves.After(now) {
-		return false, leaves.Sub(now)
-	}
-	return true, 0
+	// The (in-room)-th unit of the window must leave.
+	return false, w.at[first+in-room-1].Add(time.Second).Sub(now)
 }
 
-// add counts an accepted request at now, keeping the latest n times.
-func (w *window) add(now time.Time, n int) {
-	// i is where now goes: after every time at or before it.
-	i := sort.Search(len(w.at), func(i int) bool { return w.at[i].After(now) })
-	if len(w.at) < n {
-		w.at = append(w.at, time.Time{})
-		copy(w.at[i+1:], w.at[i:])
-		w.at[i] = now
-		return
+// add counts c units accepted at now, keeping the latest n times: unit k
+// (from 0) at now + k/n seconds, so that more than n units go out over
+// the following seconds.
+func (w *window) add(now time.Time, n, c int) {
+	for k := range c {
+		w.at = append(w.at, now.Add(time.Duration(k/n)*time.Second))
 	}
-	if i == 0 {
-		return // earlier than all n kept: not among the latest n (check refuses this)
+	sort.Slice(w.at, func(i, j int) bool { return w.at[i].Before(w.at[j]) })
+	if len(w.at) > n {
+		w.at = append(w.at[:0], w.at[len(w.at)-n:]...)
 	}
-	// Drop the earliest, which check found at or before now-1s.
-	copy(w.at[:i-1], w.at[1:i])
-	w.at[i-1] = now
 }
 
 func newLimiter(calendarSeconds bool) *limiter {
@@ -113,14 +127,23 @@ func (g *limiter) allow(now time.Time, tolerance time.Duration, limits ...limit)
 	for i, l := range limits {
 		switch {
 		case l.perSecond > 0 && g.calendar:
-			c := g.second[l.key]
-			if c.second == now.Unix() && c.n >= l.perSecond {
-				next := time.Unix(now.Unix()+1, 0)
+			// The state is the last second holding units: an earlier one
+			// is full when a long request spilled over.
+			c, sec := g.second[l.key], now.Unix()
+			used := 0
+			switch {
+			case c.second > sec:
+				return false, i, time.Unix(c.second, 0).Sub(now)
+			case c.second == sec:
+				used = c.n
+			}
+			if used+l.units() > l.perSecond && (used > 0 || l.units() <= l.perSecond) {
+				next := time.Unix(sec+1, 0)
 				return false, i, next.Sub(now)
 			}
 		case l.perSecond > 0:
 			if w := g.window[l.key]; w != nil {
-				if ok, wait := w.check(now, l.perSecond); !ok {
+				if ok, wait := w.check(now, l.perSecond, l.units()); !ok {
 					return false, i, wait
 				}
 			}
@@ -137,11 +160,17 @@ func (g *limiter) allow(now time.Time, tolerance time.Duration, limits ...limit)
 	for _, l := range limits {
 		switch {
 		case l.perSecond > 0 && g.calendar:
-			c := g.second[l.key]
+			c, u := g.second[l.key], l.units()
 			if c.second != now.Unix() {
 				c = secondCount{second: now.Unix()}
 			}
-			c.n++
+			if c.n+u <= l.perSecond {
+				c.n += u
+			} else {
+				// Only into an empty second (checked): n to a second.
+				spill := (u - 1) / l.perSecond
+				c = secondCount{second: now.Unix() + int64(spill), n: u - spill*l.perSecond}
+			}
 			g.second[l.key] = c
 		case l.perSecond > 0:
 			w := g.window[l.key]
@@ -149,13 +178,13 @@ func (g *limiter) allow(now time.Time, tolerance time.Duration, limits ...limit)
 				w = &window{}
 				g.window[l.key] = w
 			}
-			w.add(now, l.perSecond)
+			w.add(now, l.perSecond, l.units())
 		default:
 			tat := g.tat[l.key]
 			if tat.Before(now) {
 				tat = now
 			}
-			g.tat[l.key] = tat.Add(l.interval)
+			g.tat[l.key] = tat.Add(l.interval * time.Duration(l.units()))
 		}
 	}
 	return true, -1, 0

@@ -188,9 +188,9 @@ func TestWindowKeepsLatestN(t *testing.T) {
 	var w window
 	for i := range 1000 {
 		now := t0.Add(time.Duration(i) * ms(12.5))
-		ok, _ := w.check(now, 80)
+		ok, _ := w.check(now, 80, 1)
 		require.True(t, ok, "arrival %d", i)
-		w.add(now, 80)
+		w.add(now, 80, 1)
 		require.LessOrEqual(t, len(w.at), 80)
 	}
 	assert.Len(t, w.at, 80)
@@ -290,5 +290,71 @@ func FuzzPerSecondSliding(f *testing.F) {
 			arrivals = append(arrivals, at)
 		}
 		checkSlidingBound(t, arrivals, int(n))
+	})
+}
+
+// costStep is an allowStep with the request's cost (Twilio's segments).
+type costStep struct {
+	at   time.Duration
+	cost int
+	ok   bool
+	wait time.Duration
+}
+
+func runCostSteps(t *testing.T, g *limiter, perSecond int, steps []costStep) {
+	t.Helper()
+	for i, st := range steps {
+		ok, _, wait := g.allow(t0.Add(st.at), time.Hour, limit{key: "k", perSecond: perSecond, cost: st.cost})
+		assert.Equal(t, st.ok, ok, "step %d at %s cost %d", i, st.at, st.cost)
+		if !st.ok {
+			assert.Equal(t, st.wait, wait, "step %d at %s cost %d: wait", i, st.at, st.cost)
+		}
+	}
+}
+
+// TestPerSecondCostSliding: a per-second cap counts units (segments); a
+// request over the cap fits only an empty span and its units go out n a
+// second, so the next request waits for them.
+func TestPerSecondCostSliding(t *testing.T) {
+	t.Parallel()
+	runCostSteps(t, newLimiter(false), 3, []costStep{
+		{at: 0, cost: 2, ok: true},
+		{at: ms(100), cost: 2, ok: false, wait: ms(900)}, // 2 + 2 > 3
+		{at: ms(100), cost: 1, ok: true},                 // 2 + 1 = 3
+		{at: ms(1000), cost: 1, ok: true},                // both at 0 have left: 100 and 1000
+		{at: ms(1000), cost: 2, ok: false, wait: ms(100)},
+		{at: ms(1100), cost: 2, ok: true}, // 1000, 1100, 1100
+		// 7 units on a cap of 3: only into an empty span, then 3 a second.
+		{at: ms(2099), cost: 7, ok: false, wait: ms(1)},
+		{at: ms(2100), cost: 7, ok: true}, // units at 2100 ×3, 3100 ×3, 4100
+		{at: ms(4000), cost: 1, ok: false, wait: ms(100)},
+		{at: ms(4099), cost: 1, ok: false, wait: ms(1)},
+		{at: ms(4100), cost: 1, ok: true}, // (3100, 4100] holds 4100 and this one
+		{at: ms(4100), cost: 2, ok: false, wait: ms(1000)},
+	})
+	// One MPS: a 3-segment message takes 3 seconds of the sender.
+	runCostSteps(t, newLimiter(false), 1, []costStep{
+		{at: 0, cost: 3, ok: true},
+		{at: ms(2999), cost: 1, ok: false, wait: ms(1)},
+		{at: ms(3000), cost: 1, ok: true},
+	})
+}
+
+func TestPerSecondCostCalendar(t *testing.T) {
+	t.Parallel()
+	runCostSteps(t, newLimiter(true), 3, []costStep{
+		{at: 0, cost: 2, ok: true},
+		{at: ms(100), cost: 2, ok: false, wait: ms(900)},
+		{at: ms(100), cost: 1, ok: true},
+		{at: ms(1000), cost: 3, ok: true},
+		{at: ms(1500), cost: 4, ok: false, wait: ms(500)}, // over the cap: only into an empty second
+		{at: ms(2500), cost: 4, ok: true},                 // second 2 full, 1 in second 3
+		{at: ms(2999), cost: 1, ok: false, wait: ms(1)},
+		{at: ms(3000), cost: 2, ok: true},
+		{at: ms(3000), cost: 1, ok: false, wait: time.Second},
+		{at: ms(4000), cost: 7, ok: true}, // seconds 4 and 5 full, 1 in second 6
+		{at: ms(5999), cost: 1, ok: false, wait: ms(1)},
+		{at: ms(6000), cost: 2, ok: true},
+		{at: ms(6000), cost: 1, ok: false, wait: time.Second},
 	})
 }

@@ -12,6 +12,7 @@ import (
 
 var (
 	e164Pattern         = regexp.MustCompile(`^\+[0-9]{8,15}$`)
+	whatsAppPattern     = regexp.MustCompile(`^whatsapp:\+[0-9]{8,15}$`)
 	shortCodePattern    = regexp.MustCompile(`^[0-9]{5,6}$`)
 	alphaSenderPattern  = regexp.MustCompile(`^[A-Za-z0-9 ]{1,11}$`)
 	hasLetterPattern    = regexp.MustCompile(`[A-Za-z]`)
@@ -83,6 +84,7 @@ func (s *Server) twilioAuthorized(r *http.Request) bool {
 type twilioForm struct {
 	to, from, service, body string
 	numMedia                int
+	segments                int // of the body (smsSegments): the units of the sender's MPS
 }
 
 // parseTwilio validates the form; on failure it returns the error code and
@@ -100,12 +102,14 @@ func parseTwilio(r *http.Request) (f twilioForm, code int, msg string) {
 	switch {
 	case f.to == "":
 		return f, 21604, "A 'To' phone number is required."
-	case !e164Pattern.MatchString(f.to):
+	case !e164Pattern.MatchString(f.to) && !whatsAppPattern.MatchString(f.to):
 		return f, 21211, fmt.Sprintf("The 'To' number %s is not a valid phone number.", f.to)
 	case f.from == "" && f.service == "":
 		return f, 21603, "A 'From' phone number is required."
 	case f.from != "" && !validFrom(f.from):
 		return f, 21212, fmt.Sprintf("The 'From' number %s is not a valid phone number, shortcode, or alphanumeric sender ID.", f.from)
+	case f.from != "" && whatsAppPattern.MatchString(f.from) != whatsAppPattern.MatchString(f.to):
+		return f, 21910, "Invalid From and To pair. From and To should be of the same channel."
 	case f.service != "" && !messagingSIDPattern.MatchString(f.service):
 		return f, 21705, "The Messaging Service is invalid."
 	case f.body == "" && f.numMedia == 0 && p.Get("ContentSid") == "":
@@ -113,13 +117,15 @@ func parseTwilio(r *http.Request) (f twilioForm, code int, msg string) {
 	case utf8.RuneCountInString(f.body) > 1600:
 		return f, 21617, "The concatenated message body exceeds the 1600 character limit."
 	}
+	f.segments = smsSegments(f.body)
 	return f, 0, ""
 }
 
-// validFrom accepts an E.164 number, a short code or an alphanumeric sender
-// ID (1 to 11 letters, digits or spaces, at least one letter).
+// validFrom accepts an E.164 number, whatsapp:+E.164, a short code or an
+// alphanumeric sender ID (1 to 11 letters, digits or spaces, at least one
+// letter).
 func validFrom(from string) bool {
-	return e164Pattern.MatchString(from) || shortCodePattern.MatchString(from) ||
+	return e164Pattern.MatchString(from) || whatsAppPattern.MatchString(from) || shortCodePattern.MatchString(from) ||
 		(alphaSenderPattern.MatchString(from) && hasLetterPattern.MatchString(from))
 }
 
@@ -178,9 +184,9 @@ func (s *Server) handleTwilio(w http.ResponseWriter, r *http.Request) {
 		writeTwilioError(w, http.StatusTooManyRequests, 20429, "Too Many Requests")
 		return
 	}
-	// A per-second count (sliding window or calendar second): exact, the
-	// tolerance does not apply.
-	if ok, _, _ := s.limiter.allow(now, s.tolerance, limit{key: "sms|" + sender, perSecond: s.opts.TwilioMPS}); !ok {
+	// A per-second count (sliding window or calendar second) of message
+	// segments, as Twilio's MPS is: exact, the tolerance does not apply.
+	if ok, _, _ := s.limiter.allow(now, s.tolerance, limit{key: "sms|" + sender, perSecond: s.opts.TwilioMPS, cost: f.segments}); !ok {
 		s.throttledLocked(ch, "20429")
 		s.mu.Unlock()
 		writeTwilioError(w, http.StatusTooManyRequests, 20429, "Too Many Requests")
@@ -217,7 +223,7 @@ func newTwilioMessage(account, sid string, f twilioForm, now time.Time) twilioMe
 		DateUpdated:     date,
 		Direction:       "outbound-api",
 		NumMedia:        fmt.Sprint(f.numMedia),
-		NumSegments:     "1",
+		NumSegments:     fmt.Sprint(max(f.segments, 1)),
 		SID:             sid,
 		Status:          "queued",
 		SubresourceURIs: map[string]string{"media": uri + "/Media.json"},

@@ -270,7 +270,9 @@ func TestTwilioValidation(t *testing.T) {
 		{name: "To without +", form: smsForm(fromA, "14155552345"), code: 21211},
 		{name: "To too short", form: smsForm(fromA, "+1415555"), code: 21211},
 		{name: "To too long", form: smsForm(fromA, "+1234567890123456"), code: 21211},
-		{name: "To channel address", form: smsForm(fromA, "whatsapp:"+toSMS), code: 21211},
+		{name: "To channel address, From a number", form: smsForm(fromA, "whatsapp:"+toSMS), code: 21910},
+		{name: "From channel address, To a number", form: smsForm("whatsapp:"+fromA, toSMS), code: 21910},
+		{name: "To bad channel address", form: smsForm("whatsapp:"+fromA, "whatsapp:"+"+1415"), code: 21211},
 		{name: "no From", form: url.Values{"To": {toSMS}, "Body": {"x"}}, code: 21603},
 		{name: "bad From", form: smsForm("+1", toSMS), code: 21212},
 		{name: "alphanumeric From too long", form: smsForm("SluiceSenderX", toSMS), code: 21212},
@@ -291,7 +293,7 @@ func TestTwilioValidation(t *testing.T) {
 	assert.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
 
 	st := h.s.Stats()[ChannelSMS]
-	assert.Equal(t, 11, st.Rejected)
+	assert.Equal(t, 13, st.Rejected)
 	assert.Equal(t, 1, st.Accepted)
 }
 
@@ -335,4 +337,75 @@ func TestTwilioDuplicates(t *testing.T) {
 	}
 	st := h.s.Stats()[ChannelSMS]
 	assert.Equal(t, [3]int{4, 3, 1}, [3]int{st.Accepted, st.Unique, st.Duplicates})
+}
+
+// TestTwilioSenders: besides E.164 numbers, From may be a short code, an
+// alphanumeric sender ID or whatsapp:+E.164 (with a whatsapp: To).
+func TestTwilioSenders(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{})
+	for _, form := range []url.Values{
+		smsForm("898211", toSMS),
+		smsForm("Sluice 1", toSMS),
+		smsForm("whatsapp:"+fromA, "whatsapp:"+toSMS),
+	} {
+		r := h.sms(form, nil)
+		require.Equal(t, http.StatusCreated, r.status, "From %s: %s", form.Get("From"), r.body)
+	}
+}
+
+// TestTwilioSegments: num_segments is the body's, and the per-sender MPS
+// counts segments: a 3-segment message on a 1 MPS sender holds it for 3 s.
+func TestTwilioSegments(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		body string
+		want string
+	}{
+		{"hello", "1"},
+		{strings.Repeat("a", 160), "1"},
+		{strings.Repeat("a", 161), "2"},
+		{strings.Repeat("a", 300), "2"},
+		{strings.Repeat("a", 307), "3"},
+		{strings.Repeat("€", 80), "1"},
+		{strings.Repeat("€", 81), "2"},
+		{strings.Repeat("ж", 70), "1"},
+		{strings.Repeat("ж", 71), "2"},
+		{strings.Repeat("😀", 35), "1"},
+		{strings.Repeat("😀", 36), "2"},
+		{strings.Repeat("ж", 66) + "😀" + strings.Repeat("ж", 66), "3"},
+	} {
+		h := newHarness(t, Options{})
+		form := smsForm(fromA, toSMS)
+		form.Set("Body", tc.body)
+		r := h.sms(form, nil)
+		require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+		var got struct {
+			NumSegments string `json:"num_segments"`
+		}
+		require.NoError(t, json.Unmarshal(r.body, &got))
+		assert.Equal(t, tc.want, got.NumSegments, "%.20q… (%d characters)", tc.body, len([]rune(tc.body)))
+	}
+
+	for _, calendar := range []bool{false, true} {
+		h := newHarness(t, Options{CalendarSeconds: calendar})
+		long := smsForm(fromA, toSMS)
+		long.Set("Body", strings.Repeat("x", 307)) // 3 segments
+		for i, st := range []struct {
+			at   time.Duration
+			form url.Values
+			want int
+		}{
+			{0, long, http.StatusCreated},
+			{2999 * time.Millisecond, smsForm(fromA, toSMS), http.StatusTooManyRequests},
+			{3 * time.Second, smsForm(fromA, toSMS), http.StatusCreated},
+			{4 * time.Second, long, http.StatusCreated},
+			{6999 * time.Millisecond, long, http.StatusTooManyRequests},
+			{7 * time.Second, long, http.StatusCreated},
+		} {
+			h.clock.Set(t0.Add(st.at))
+			r := h.sms(st.form, nil)
+			require.Equal(t, st.want, r.status, "calendar %v, step %d: %s", calendar, i, r.body)
+		}
+	}
 }

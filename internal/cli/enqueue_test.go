@@ -1,0 +1,83 @@
+package cli
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/hibiken/asynq"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-dev/sluice/internal/redistest"
+)
+
+// TestEnqueueRefusesWhatProvidersReject: what a worker would archive (a
+// webhook without its webhook-id, a payload that is not UTF-8) or the
+// provider would refuse for good (Meta 132018, a From Twilio does not
+// know) is refused at enqueue with the field named, before Redis is
+// reached (the --redis URL points at a closed port).
+func TestEnqueueRefusesWhatProvidersReject(t *testing.T) {
+	t.Parallel()
+	hook := []string{"enqueue", "webhook", "--url", "https://hooks.example.com/h", "--event", "order.updated"}
+	wa := []string{"enqueue", "whatsapp", "--phone-number-id", "106540352242922", "--to", "+12025550123", "--template", "order_update"}
+	sms := []string{"enqueue", "sms", "--to", "+12025550123", "--body", "hi"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{append(hook, "--payload", `{"id":1}`), "idempotency_key: required for webhooks: it is the webhook-id receivers deduplicate by (CLI: --key)"},
+		{append(hook, "--payload", "{\"n\":\"caf\xe9\"}", "--key", "evt-1"), "payload: not valid UTF-8 at byte 9"},
+		{append(wa, "--param", "Ann", "--param", "line 1\nline 2"), "template.parameters[1] ({{2}}): has a newline at byte 6; WhatsApp rejects new-line and tab characters in parameters (error 132018)"},
+		{append(wa, "--param", "a\tb"), "template.parameters[0] ({{1}}): has a tab"},
+		{append(wa, "--param", "a     b"), "template.parameters[0] ({{1}}): has more than 4 consecutive spaces"},
+		{append(sms, "--from", "Acme-Shop"), `from: "Acme-Shop" is not a Twilio sender`},
+		{append(sms, "--from", "whatsapp:+12025550100", "--to", "+1555"), `to: "+1555" is not a valid E.164 phone number`},
+	} {
+		r := run(t, append(tc.args, "--redis", "redis://127.0.0.1:1")...)
+		if r.code != 2 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%q: exit %d, want 2 and %q:\n%s", tc.args, r.code, tc.want, r.stderr)
+		}
+	}
+}
+
+// TestEnqueueSMSSenders: short codes, alphanumeric sender IDs, whatsapp:
+// senders and a Messaging Service SID given as --from are enqueued, in
+// canonical form.
+func TestEnqueueSMSSenders(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	insp := asynq.NewInspectorFromRedisClient(srv.Client(t))
+	const sid = "MG0123456789abcdef0123456789abcdef"
+	want := map[string]string{
+		"sc":    `{"v":1,"from":"898211","to":"+12025550123","body":"hi","idempotency_key":"sc"}`,
+		"alpha": `{"v":1,"from":"Acme Shop","to":"+12025550123","body":"hi","idempotency_key":"alpha"}`,
+		"wa":    `{"v":1,"from":"whatsapp:+12025550100","to":"whatsapp:+12025550123","body":"hi","idempotency_key":"wa"}`,
+		"mg":    `{"v":1,"messaging_service_sid":"` + sid + `","to":"+12025550123","body":"hi","idempotency_key":"mg"}`,
+	}
+	for key, from := range map[string]string{"sc": "898211", "alpha": "Acme Shop", "wa": "whatsapp:+1 202 555 0100", "mg": sid} {
+		r := run(t, "enqueue", "sms", "--from", from, "--to", "+12025550123", "--body", "hi", "--key", key, "--redis", srv.URL())
+		require.Equal(t, 0, r.code, "--from %q: %s", from, r.stderr)
+	}
+	for key, payload := range want {
+		info, err := insp.GetTaskInfo("sms", key)
+		require.NoError(t, err, key)
+		var got, exp any
+		require.NoError(t, json.Unmarshal(info.Payload, &got))
+		require.NoError(t, json.Unmarshal([]byte(payload), &exp))
+		require.Equal(t, exp, got, key)
+	}
+}
+
+// TestSendRejectsTemplateParameterRows: a CSV cell with a line break (valid
+// CSV, quoted) cannot fill a template parameter (Meta 132018): its row is
+// rejected with its line, the others are built.
+func TestSendRejectsTemplateParameterRows(t *testing.T) {
+	t.Parallel()
+	path := writeFile(t, "params.csv", "to,name\n+12025550101,Ann\n+12025550102,\"Bob\nSmith\"\n+12025550103,Cy     Five\n")
+	r := run(t, "send", "--dry-run", "--channel", "whatsapp", "--csv", path, "--phone-number-id", "106540352242922",
+		"--template", "order_update", "--params", "name", "--redis", "redis://127.0.0.1:1")
+	require.Equal(t, 3, r.code, "some rows rejected:\n%s\n%s", r.stdout, r.stderr)
+	require.Contains(t, r.stderr, path+":3: template.parameters[0] ({{1}}): has a newline")
+	require.Contains(t, r.stderr, path+":5: template.parameters[0] ({{1}}): has more than 4 consecutive spaces")
+	require.Contains(t, r.stdout, "3 rows: 1 enqueued, 0 already enqueued, 2 rejected")
+}
