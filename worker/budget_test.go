@@ -97,7 +97,7 @@ type sim struct {
 	h    *handler
 	w    *Worker
 	meta taskMeta // of the attempt being made
-	logs *lockedBuffer
+	logs *syncBuffer
 	lim  *throttle.Redis
 }
 
@@ -112,29 +112,12 @@ type simTask struct {
 	done  bool
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // newSim builds ch's handler on a real Redis limiter; with may change ch.
 func newSim(t *testing.T, ch Channel) *sim {
 	t.Helper()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	s := &sim{t: t, now: time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC), logs: &lockedBuffer{}}
+	s := &sim{t: t, now: time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC), logs: &syncBuffer{}}
 	s.lim = throttle.NewRedis(rdb, throttle.Options{Prefix: "bt"})
 	w, err := New(Options{Redis: rdb, Limiter: s.lim, Channels: []Channel{ch},
 		Logger: slog.New(slog.NewTextHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
