@@ -17,6 +17,7 @@ type Metrics struct {
 	hold     *prometheus.HistogramVec
 	late     *prometheus.HistogramVec
 	provider *prometheus.CounterVec
+	adaptive *adaptiveCollector // sluice_limit_effective_rate and _configured_rate (adapt.go)
 }
 
 // unknownChannel is the channel label of tasks whose type no channel handles.
@@ -75,8 +76,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "sluice_provider_throttles_total",
 		Help: "Provider throttle responses by channel, the provider's error code (0: none, HTTP 429) and the scope it names (sender, pair, account, or empty).",
 	}, []string{"channel", "code", "scope"})
+	m.adaptive = newAdaptiveCollector()
 	if reg != nil {
-		reg.MustRegister(m.tasks, m.throttle, m.wait, m.send, m.calls, m.hold, m.late, m.provider)
+		reg.MustRegister(m.tasks, m.throttle, m.wait, m.send, m.calls, m.hold, m.late, m.provider, m.adaptive)
 	}
 	return m
 }

@@ -105,6 +105,12 @@ type Channel struct {
 	// before it is decoded. Zero means tasks.MaxPayloadBytes(TaskType), or
 	// no cap for a task type the tasks package does not know.
 	MaxPayloadBytes int
+	// Adaptive tunes adaptive limits (worker/adapt.go, docs/adaptive.md):
+	// with a limiter that has them (Adapter), a provider's rate throttle
+	// lowers the rate of the limits its scope concerns and quiet periods
+	// raise it back. Zero fields mean the throttle.DefaultAdapt* values;
+	// Disabled turns it off.
+	Adaptive throttle.AdaptOptions
 }
 
 // headroom is Headroom with its defaults: zero means
@@ -242,6 +248,7 @@ func New(opts Options) (*Worker, error) {
 		opts.Logger = slog.Default()
 	}
 	w := &Worker{opts: opts, mux: asynq.NewServeMux(), logger: opts.Logger}
+	opts.Metrics.watchAdaptive(opts.Limiter)
 	queues := opts.Queues
 	if len(queues) == 0 {
 		queues = map[string]int{}
@@ -376,6 +383,9 @@ func (w *Worker) Handler(ch Channel) (asynq.Handler, error) {
 			h.pauses = append(h.pauses, pauseScope{s, t})
 		}
 	}
+	if h.adapt, err = newAdaptBinding(ch, w.opts.Limiter, set, fields, h.pauses); err != nil {
+		return nil, err
+	}
 	return asynq.HandlerFunc(h.process), nil
 }
 
@@ -409,6 +419,7 @@ type handler struct {
 	now    func() time.Time // time.Now; tests stand in a clock that jumps
 	pauser Pauser           // nil: provider throttles pause nothing
 	pauses []pauseScope
+	adapt  *adaptBinding // nil: no adaptive limits
 }
 
 // pauseScope is a Channel.PauseScopes entry, its key compiled.
@@ -479,6 +490,7 @@ func (h *handler) process(ctx context.Context, t *asynq.Task) error {
 	m.sent(name, time.Since(start).Seconds())
 	if err == nil {
 		m.outcome(name, OutcomeSent)
+		h.adaptUp(ctx, reqs)
 		if resp.Incomplete {
 			id, _ := asynq.GetTaskID(ctx)
 			h.w.logger.Warn("delivered, but the response body was cut off or had no message id; not retried, a retry would send twice",
@@ -512,6 +524,7 @@ func (h *handler) process(ctx context.Context, t *asynq.Task) error {
 		m.outcome(name, OutcomeProviderThrottle)
 		m.throttled(name, "provider", wait.Seconds())
 		m.providerThrottle(name, ce.Code, ce.Scope)
+		h.adaptDown(ctx, ce, p.Fields, reqs, start)
 		return &ThrottledError{Channel: name, Limit: "provider", Key: key, RetryAfter: ce.RetryAfter, Wait: wait, Err: ce}
 	case channels.Permanent:
 		m.outcome(name, OutcomePermanent)

@@ -214,6 +214,7 @@ func buildChannel(cc *config.ChannelConfig, egress channels.Egress, secrets Secr
 	ch.MaxRetryAfter = cc.MaxRetryAfter
 	ch.MaxPayloadBytes = cc.MaxPayloadBytes
 	ch.Headroom, ch.Hold, ch.TenantWeights = headroom(cc), cc.Hold, weights(cc)
+	ch.Adaptive = cc.Adaptive
 	return ch, nil
 }
 
