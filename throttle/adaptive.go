@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -184,6 +183,18 @@ const (
 // Effective is the effective rate for a configured rate cfg (units/s).
 func (a Adaptation) Effective(cfg float64) float64 { return min(a.Rate, cfg) }
 
+// Apply returns l (configured, overrides applied) at its effective rate,
+// as the limiter applies it to a request of the given cost. Limits
+// adaptation does not lower are returned as they are.
+func (a Adaptation) Apply(l Limit, cost int64) Limit {
+	cfg := PerSecondOf(l.Rate)
+	eff := a.Effective(cfg)
+	if !adaptable(l.Algorithm) || !(eff > 0 && eff < cfg) {
+		return l
+	}
+	return adaptLimit(l, eff, cost)
+}
+
 // ceilingExpired reports whether the ceiling's memory has run out at now.
 func (a Adaptation) ceilingExpired(now time.Time) bool {
 	return !a.Throttled.IsZero() && now.Sub(a.Throttled) >= a.TTL
@@ -226,6 +237,9 @@ func (o AdaptOptions) down(a Adaptation, cfg float64, now, sent time.Time, code 
 	n = min(max(n, o.Floor*cfg), cfg)
 	a.Previous, a.Rate, a.Configured = r, n, cfg
 	a.Throttled, a.Decreased, a.Changed = now, now, now
+	if len(reason) > maxPauseReason {
+		reason = strings.ToValidUTF8(reason[:maxPauseReason], "")
+	}
 	a.TTL, a.Code, a.Reason = o.CeilingTTL, code, reason
 	if a.Reason == "" {
 		a.Reason = ReasonThrottled
@@ -291,8 +305,8 @@ func adaptable(a Algorithm) bool {
 	return a == GCRA || a == FixedWindow || a == SlidingWindowLog || a == SlidingWindowCounter
 }
 
-// perSecond is a rate in units per second.
-func perSecond(r Rate) float64 {
+// PerSecondOf is a rate in units per second: 80/s is 80, 1/6s 0.1667.
+func PerSecondOf(r Rate) float64 {
 	if r.Limit <= 0 || r.Period <= 0 {
 		return 0
 	}
@@ -525,7 +539,7 @@ func (l *Redis) adaptKey(ctx context.Context, o AdaptOptions, key string, reqs [
 		var changes []AdaptChange
 		write := false
 		for _, r := range reqs {
-			cfg := perSecond(r.Limit.Rate)
+			cfg := PerSecondOf(r.Limit.Rate)
 			if cfg <= 0 {
 				continue
 			}
@@ -865,15 +879,14 @@ func (c *adaptiveCache) apply(ctx context.Context, reqs []Request) []Request {
 		if !ok {
 			continue
 		}
-		cfg := perSecond(r.Limit.Rate)
-		eff := a.Effective(cfg)
-		if !(eff > 0 && eff < cfg) || math.IsInf(eff, 0) {
+		lim := a.Apply(r.Limit, r.cost())
+		if lim == r.Limit {
 			continue
 		}
 		if out == nil {
 			out = append([]Request(nil), reqs...)
 		}
-		out[i].Limit = adaptLimit(r.Limit, eff, r.cost())
+		out[i].Limit = lim
 	}
 	if out == nil {
 		return reqs
