@@ -158,10 +158,14 @@ type Adaptation struct {
 	// ceiling (0: none yet).
 	Good float64 `json:"good,omitempty"`
 	// Throttled is when the last counted throttle came, Decreased when it
-	// lowered the rate, Changed when the state last changed.
+	// lowered the rate, Changed when the state last changed, OK when a
+	// worker first saw a send go through at the rate set then (zero: none
+	// yet): the quiet period counts from it, so a rate is raised only after
+	// sends went through at it for Quiet, not merely after a pause.
 	Throttled time.Time `json:"thr"`
 	Decreased time.Time `json:"dec"`
 	Changed   time.Time `json:"chg"`
+	OK        time.Time `json:"ok,omitzero"`
 	// TTL is the ceiling's lifetime after Throttled (AdaptOptions.CeilingTTL).
 	TTL time.Duration `json:"ttl"`
 	// Code and Reason are the last change's: the provider's error code for
@@ -254,7 +258,7 @@ func (o AdaptOptions) up(a Adaptation, cfg float64, now time.Time) (next Adaptat
 	if a.Rate <= 0 {
 		return a, false, false
 	}
-	if now.Sub(laterOf(a.Changed, a.Throttled)) < o.Quiet {
+	if !a.okSince() || now.Sub(a.OK) < o.Quiet {
 		return a, false, false
 	}
 	r := a.Effective(cfg)
@@ -281,6 +285,20 @@ func (o AdaptOptions) up(a Adaptation, cfg float64, now time.Time) (next Adaptat
 	a.Previous, a.Rate, a.Good, a.Configured = r, n, g, cfg
 	a.Changed, a.Code, a.Reason = now, 0, ReasonQuiet
 	return a, true, false
+}
+
+// okSince reports whether a send went through at the current rate.
+func (a Adaptation) okSince() bool {
+	return !a.OK.IsZero() && !a.OK.Before(a.Changed) && !a.OK.Before(a.Throttled)
+}
+
+// markOK records the first send that went through at the current rate.
+func markOK(a Adaptation, now time.Time) (Adaptation, bool) {
+	if a.Rate <= 0 || a.okSince() {
+		return a, false
+	}
+	a.OK = now
+	return a, true
 }
 
 func laterOf(a, b time.Time) time.Time {
@@ -459,11 +477,12 @@ func (l *Redis) AdaptDown(ctx context.Context, o AdaptOptions, sig AdaptSignal, 
 	})
 }
 
-// AdaptUp raises the effective rate of the requests' adapted limits when a
-// quiet period has passed since their last change, and this process has
-// seen sends go through for that long; callers call it after each send
-// that went through. It costs no Redis call unless a step is due. It
-// returns the changes made, as AdaptDown.
+// AdaptUp raises the effective rate of the requests' adapted limits when
+// sends have gone through at it for a quiet period since its last change;
+// callers call it after each send that went through. The first such send
+// after a change is recorded (one write per change); otherwise it costs no
+// Redis call unless a step is due. It returns the changes made, as
+// AdaptDown.
 func (l *Redis) AdaptUp(ctx context.Context, o AdaptOptions, reqs ...Request) ([]AdaptChange, error) {
 	if o.Disabled || l.adaptive == nil {
 		return nil, nil
@@ -474,14 +493,27 @@ func (l *Redis) AdaptUp(ctx context.Context, o AdaptOptions, reqs ...Request) ([
 		return nil, nil
 	}
 	now := l.localNow()
-	var due []Request
+	var mark, due []Request
 	for _, r := range reqs {
 		e, ok := s.entries[r.Key]
 		if !ok || !adaptable(r.Limit.Algorithm) {
 			continue
 		}
-		if _, ok := e.limits[r.Limit.Name]; ok && l.adaptive.quietSince(r.Key, e.ver, now, o.Quiet) {
+		a, ok := e.limits[r.Limit.Name]
+		switch {
+		case !ok:
+		case !a.okSince():
+			mark = append(mark, r)
+		case now.Sub(a.OK) >= o.Quiet:
 			due = append(due, r)
+		}
+	}
+	if len(mark) > 0 {
+		if _, err := l.adapt(ctx, o, mark, func(a Adaptation, _ float64, now time.Time) (Adaptation, bool, bool) {
+			n, ok := markOK(a, now)
+			return n, ok, false
+		}); err != nil {
+			return nil, err
 		}
 	}
 	if len(due) == 0 {
@@ -557,7 +589,7 @@ func (l *Redis) adaptKey(ctx context.Context, o AdaptOptions, key string, reqs [
 			} else {
 				next.limits[r.Limit.Name] = n
 			}
-			if n.Rate != n.Previous || remove {
+			if n.Changed.Equal(now) && n.Rate != n.Previous || remove {
 				changes = append(changes, AdaptChange{Key: key, Limit: r.Limit.Name, Configured: cfg, Effective: n.Effective(cfg),
 					Previous: n.Previous, Ceiling: n.Ceiling, Code: n.Code, Reason: n.Reason, Decrease: n.Rate < n.Previous})
 			}
@@ -740,9 +772,6 @@ type adaptiveCache struct {
 	refresh time.Duration
 	snap    atomic.Pointer[adaptSnapshot]
 	loading sync.Mutex
-
-	mu      sync.Mutex
-	okSince map[string]okMark // key → first send seen through at its version
 }
 
 type adaptSnapshot struct {
@@ -751,19 +780,11 @@ type adaptSnapshot struct {
 	entries map[string]adaptEntry
 }
 
-type okMark struct {
-	ver int64
-	at  time.Time
-}
-
-// maxOKMarks bounds okSince.
-const maxOKMarks = 10000
-
 func newAdaptiveCache(l *Redis, refresh time.Duration) *adaptiveCache {
 	if refresh <= 0 {
 		refresh = DefaultOverrideRefresh
 	}
-	return &adaptiveCache{l: l, refresh: refresh, okSince: map[string]okMark{}}
+	return &adaptiveCache{l: l, refresh: refresh}
 }
 
 func (c *adaptiveCache) current(ctx context.Context) *adaptSnapshot {
@@ -842,23 +863,6 @@ func (c *adaptiveCache) put(key string, e adaptEntry) {
 		n.entries[key] = e
 	}
 	c.snap.Store(n)
-}
-
-// quietSince records a send of key that went through at now (local
-// clock), and reports whether this process has seen its sends go through
-// for quiet since the entry's version ver began.
-func (c *adaptiveCache) quietSince(key string, ver int64, now time.Time, quiet time.Duration) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	m, ok := c.okSince[key]
-	if !ok || m.ver != ver {
-		if len(c.okSince) >= maxOKMarks {
-			clear(c.okSince) // bounded: forgetting only delays a step
-		}
-		c.okSince[key] = okMark{ver: ver, at: now}
-		return false
-	}
-	return now.Sub(m.at) >= quiet
 }
 
 // apply returns reqs with adapted rates applied (effective = the lower of
