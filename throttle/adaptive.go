@@ -292,9 +292,11 @@ func (a Adaptation) okSince() bool {
 	return !a.OK.IsZero() && !a.OK.Before(a.Changed) && !a.OK.Before(a.Throttled)
 }
 
-// markOK records the first send that went through at the current rate.
-func markOK(a Adaptation, now time.Time) (Adaptation, bool) {
-	if a.Rate <= 0 || a.okSince() {
+// markOK records the first send that went through at the current rate:
+// one that went through within the reaction time of the last change may
+// have been paced before it, and does not count.
+func (o AdaptOptions) markOK(a Adaptation, now time.Time) (Adaptation, bool) {
+	if a.Rate <= 0 || a.okSince() || now.Sub(a.Changed) < o.Reaction {
 		return a, false
 	}
 	a.OK = now
@@ -510,7 +512,7 @@ func (l *Redis) AdaptUp(ctx context.Context, o AdaptOptions, reqs ...Request) ([
 	}
 	if len(mark) > 0 {
 		if _, err := l.adapt(ctx, o, mark, func(a Adaptation, _ float64, now time.Time) (Adaptation, bool, bool) {
-			n, ok := markOK(a, now)
+			n, ok := o.markOK(a, now)
 			return n, ok, false
 		}); err != nil {
 			return nil, err

@@ -43,7 +43,7 @@ func runAdaptSteps(t *testing.T, o AdaptOptions, cfg float64, steps []adaptStep)
 		} else {
 			// A send went through: the first at this rate is recorded, and
 			// a quiet period after it raises the rate.
-			a, _ = markOK(a, now)
+			a, _ = o.markOK(a, now)
 			a, changed, remove = o.up(a, cfg, now)
 		}
 		if changed != s.changed || remove != s.remove || math.Abs(a.Effective(cfg)-s.want) > 1e-9 {
@@ -107,20 +107,23 @@ func TestAdaptIncreaseBisectsUnderTheCeiling(t *testing.T) {
 	a := runAdaptSteps(t, AdaptOptions{Decrease: 0.25, Floor: 0.1, Increase: 0.1, Quiet: q, Margin: 0.1}, 5, []adaptStep{
 		{at: 0, down: true, sent: noSent, want: 1.25, changed: true},              // ceiling 5
 		{at: 2 * time.Second, down: true, sent: noSent, want: 0.5, changed: true}, // ceiling 1.25, floor 0.5
-		{at: 2500 * time.Millisecond, want: 0.5},                                  // the first send through at 0.5
-		{at: 7 * time.Second, want: 0.5},                                          // not quiet yet
+		// A send through within the reaction time (1s) may have been paced
+		// before the change: the quiet period starts with the next one.
+		{at: 2500 * time.Millisecond, want: 0.5},
+		{at: 3 * time.Second, want: 0.5},
+		{at: 7500 * time.Millisecond, want: 0.5}, // not quiet yet
 		// Quiet: half way to the ceiling (0.875) is under the step's cap (1.0).
-		{at: 7500 * time.Millisecond, want: 0.875, changed: true},
-		{at: 8 * time.Second, want: 0.875},
-		{at: 13 * time.Second, want: 1.0625, changed: true}, // half way from 0.875 to 1.25
+		{at: 8 * time.Second, want: 0.875, changed: true},
+		{at: 9 * time.Second, want: 0.875},
+		{at: 14 * time.Second, want: 1.0625, changed: true}, // half way from 0.875 to 1.25
 		// Throttled at 1.0625: the ceiling drops to it and the rate falls
 		// back to 0.875, which held, not to a quarter.
-		{at: 13500 * time.Millisecond, down: true, sent: noSent, want: 0.875, changed: true},
-		{at: 14 * time.Second, want: 0.875},
-		{at: 19 * time.Second, want: 0.96875, changed: true}, // half way to 1.0625
+		{at: 14500 * time.Millisecond, down: true, sent: noSent, want: 0.875, changed: true},
+		{at: 15500 * time.Millisecond, want: 0.875},
+		{at: 20500 * time.Millisecond, want: 0.96875, changed: true}, // half way to 1.0625
 		// 0.96875 held: within 10% of 1.0625, it stays there.
-		{at: 19500 * time.Millisecond, want: 0.96875},
-		{at: 24500 * time.Millisecond, want: 0.96875},
+		{at: 21500 * time.Millisecond, want: 0.96875},
+		{at: 26500 * time.Millisecond, want: 0.96875},
 		{at: 50 * time.Second, want: 0.96875},
 	})
 	if a.Ceiling != 1.0625 || a.Good != 0.875 {
@@ -135,14 +138,14 @@ func TestAdaptCeilingExpires(t *testing.T) {
 	o := AdaptOptions{Decrease: 0.5, Increase: 0.25, Quiet: q, Margin: 0.1, CeilingTTL: time.Minute}
 	runAdaptSteps(t, o, 4, []adaptStep{
 		{at: 0, down: true, sent: noSent, want: 2, changed: true}, // ceiling 4
-		{at: 500 * time.Millisecond, want: 2},
-		{at: 5500 * time.Millisecond, want: 3, changed: true}, // +1, under half way (3)
-		{at: 6 * time.Second, want: 3},
-		{at: 11 * time.Second, want: 3.5, changed: true}, // half way from 3 to 4
-		{at: 11500 * time.Millisecond, want: 3.5},
-		{at: 16500 * time.Millisecond, want: 3.75, changed: true},
-		{at: 17 * time.Second, want: 3.75},
-		{at: 22 * time.Second, want: 3.75}, // within 10% of 4: held
+		{at: time.Second, want: 2},
+		{at: 6 * time.Second, want: 3, changed: true}, // +1, under half way (3)
+		{at: 7 * time.Second, want: 3},
+		{at: 12 * time.Second, want: 3.5, changed: true}, // half way from 3 to 4
+		{at: 13 * time.Second, want: 3.5},
+		{at: 18 * time.Second, want: 3.75, changed: true},
+		{at: 19 * time.Second, want: 3.75},
+		{at: 24 * time.Second, want: 3.75}, // within 10% of 4: held
 		// A minute after the last throttle the ceiling is forgotten: on to
 		// the configured rate, and nothing left to remember.
 		{at: 60 * time.Second, want: 4, changed: true, remove: true},
@@ -152,13 +155,13 @@ func TestAdaptCeilingExpires(t *testing.T) {
 	// one cuts by Decrease.
 	runAdaptSteps(t, o, 4, []adaptStep{
 		{at: 0, down: true, sent: noSent, want: 2, changed: true},
-		{at: 500 * time.Millisecond, want: 2},
-		{at: 5500 * time.Millisecond, want: 3, changed: true},
-		{at: 6 * time.Second, want: 3},
-		{at: 11 * time.Second, want: 3.5, changed: true},                                 // 3 held
-		{at: 11500 * time.Millisecond, down: true, sent: noSent, want: 3, changed: true}, // back to 3
-		{at: 13500 * time.Millisecond, down: true, sent: noSent, want: 2.7, changed: true},
-		{at: 15500 * time.Millisecond, down: true, sent: noSent, want: 1.35, changed: true},
+		{at: time.Second, want: 2},
+		{at: 6 * time.Second, want: 3, changed: true},
+		{at: 7 * time.Second, want: 3},
+		{at: 12 * time.Second, want: 3.5, changed: true},                                 // 3 held
+		{at: 12500 * time.Millisecond, down: true, sent: noSent, want: 3, changed: true}, // back to 3
+		{at: 14500 * time.Millisecond, down: true, sent: noSent, want: 2.7, changed: true},
+		{at: 16500 * time.Millisecond, down: true, sent: noSent, want: 1.35, changed: true},
 	})
 }
 
@@ -253,7 +256,7 @@ func simulate(o AdaptOptions, cfg, provider float64, run time.Duration, env simE
 		if arrival-lastOK >= providerInterval {
 			lastOK = arrival
 			res.accepted = append(res.accepted, arrival)
-			a, _ = markOK(a, at)
+			a, _ = o.markOK(a, at)
 			{
 				n, changed, remove := o.up(a, cfg, at)
 				if changed {
