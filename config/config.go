@@ -184,6 +184,12 @@ type ChannelConfig struct {
 	// A send's tenant is its payload's "tenant" (`sluice send` sets the
 	// campaign's name).
 	TenantWeights map[string]int
+	// Adaptive tunes adaptive limits (YAML section adaptive: enabled,
+	// decrease, floor, increase, quiet, margin, ceiling_ttl;
+	// docs/adaptive.md): a provider's rate throttle lowers the rate of the
+	// limits its scope concerns, quiet periods raise it back. Default on,
+	// with the throttle.DefaultAdapt* values.
+	Adaptive throttle.AdaptOptions
 	// Limits are the channel's limit rules, checked in order. Defaults: the
 	// provider limits in sluice.example.yaml. Use Rules to read them.
 	Limits []rules.Rule
@@ -252,6 +258,7 @@ func Default() *Config {
 			MaxPayloadBytes: tasks.MaxPayloadBytes(taskType),
 			Headroom:        throttle.DefaultHeadroom,
 			Hold:            throttle.DefaultHold,
+			Adaptive:        defaultAdaptive(),
 		}
 	}
 

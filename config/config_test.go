@@ -311,3 +311,32 @@ func TestSecret(t *testing.T) {
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), "secret-value")
 }
+
+func TestAdaptiveSection(t *testing.T) {
+	cfg, err := Parse("sluice.yaml", []byte("channels:\n  sms:\n    adaptive:\n      decrease: 50%\n      quiet: 10s\n  whatsapp:\n    adaptive: {enabled: false}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := throttle.AdaptOptions{Decrease: 0.5, Quiet: 10 * time.Second}.WithDefaults()
+	if got := cfg.Channels["sms"].Adaptive; got != want {
+		t.Errorf("sms adaptive %+v, want %+v", got, want)
+	}
+	if !cfg.Channels["whatsapp"].Adaptive.Disabled {
+		t.Errorf("whatsapp adaptive %+v, want disabled", cfg.Channels["whatsapp"].Adaptive)
+	}
+	if got := cfg.Channels["webhook"].Adaptive; got != (throttle.AdaptOptions{}.WithDefaults()) {
+		t.Errorf("webhook adaptive %+v, want the defaults", got)
+	}
+	for _, c := range []struct{ yaml, want string }{
+		{"channels:\n  sms:\n    adaptive:\n      decrease: 150%\n", "sluice.yaml:4:17: channels.sms.adaptive.decrease: want more than 0 and less than 1, got 1.5"},
+		{"channels:\n  sms:\n    adaptive:\n      floor: 0\n", "sluice.yaml:4:14: channels.sms.adaptive.floor: want more than 0, got 0"},
+		{"channels:\n  sms:\n    adaptive:\n      quiet: 10ms\n", "sluice.yaml:4:14: channels.sms.adaptive.quiet: want at least 1s, got 10ms"},
+		{"channels:\n  sms:\n    adaptive:\n      margin: lots\n", `sluice.yaml:4:15: channels.sms.adaptive.margin: want a fraction such as 25% or 0.25, got "lots"`},
+		{"channels:\n  sms:\n    adaptive:\n      decrese: 50%\n", "sluice.yaml:4:7: channels.sms.adaptive.decrese: unknown field (want enabled, decrease, floor, increase, quiet, margin or ceiling_ttl)"},
+	} {
+		_, err := Parse("sluice.yaml", []byte(c.yaml))
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%q: %v\nwant %s", c.yaml, err, c.want)
+		}
+	}
+}

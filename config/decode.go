@@ -554,7 +554,7 @@ var (
 
 func (d *decoder) channel(n *yaml.Node, path string, c *ChannelConfig) {
 	fields := append([]string{"enabled", "queue", "priority"}, channelFields[c.Name]...)
-	fields = append(fields, "timeout", "throttle_backoff", "max_retry_after", "max_payload_bytes", "headroom", "hold", "tenant_weights", "limits", "retry")
+	fields = append(fields, "timeout", "throttle_backoff", "max_retry_after", "max_payload_bytes", "headroom", "hold", "tenant_weights", "adaptive", "limits", "retry")
 	d.mapping(n, path, "field", fields, func(key string, _, v *yaml.Node) {
 		p := join(path, key)
 		switch key {
@@ -633,6 +633,8 @@ func (d *decoder) channel(n *yaml.Node, path string, c *ChannelConfig) {
 			}
 		case "tenant_weights":
 			d.tenantWeights(v, p, c)
+		case "adaptive":
+			d.adaptive(v, p, c)
 		case "limits":
 			if rules, ok := d.limits(v, p, c.Name); ok {
 				c.Limits = rules

@@ -142,16 +142,36 @@ func (l *Redis) Reset(ctx context.Context, keys ...string) (int64, error) {
 		if err != nil {
 			return n, fmt.Errorf("throttle: reset %s: %w", k, err)
 		}
+		// Its adaptive state too: the limits are back at their configured
+		// rates (a key whose state expired may still be adapted).
+		adapted, err := l.ResetAdaptation(ctx, k)
+		if err != nil {
+			return n, err
+		}
+		if c == 0 && adapted {
+			c = 1
+		}
 		n += c
 	}
 	return n, nil
 }
 
-// ResetPrefix deletes every limiter key starting with prefix.
+// ResetPrefix deletes every limiter key starting with prefix, and the
+// adaptive state of every key starting with it.
 func (l *Redis) ResetPrefix(ctx context.Context, prefix string) (int64, error) {
 	var keys []string
-	if err := l.Each(ctx, prefix, func(k string) error { keys = append(keys, k); return nil }); err != nil {
+	seen := map[string]bool{}
+	if err := l.Each(ctx, prefix, func(k string) error { keys = append(keys, k); seen[k] = true; return nil }); err != nil {
 		return 0, err
+	}
+	adapted, err := l.rdb.HKeys(ctx, l.AdaptKey()).Result()
+	if err != nil {
+		return 0, fmt.Errorf("throttle: reset %s*: %w", prefix, err)
+	}
+	for _, k := range adapted {
+		if k != adaptVersionField && strings.HasPrefix(k, prefix) && !seen[k] {
+			keys = append(keys, k)
+		}
 	}
 	return l.Reset(ctx, keys...)
 }
@@ -161,10 +181,15 @@ type CleanupStats struct {
 	Scanned         int // keys looked at
 	ReclaimedLeases int // expired concurrency leases removed (their workers died)
 	RemovedKeys     int // keys deleted because they had no TTL
+	// ExpiredAdaptations counts keys whose adaptive state was forgotten:
+	// no throttle and no change for their ceiling's lifetime.
+	ExpiredAdaptations int
 }
 
 // Cleanup walks every limiter key once: it reclaims expired concurrency
-// leases and deletes limiter state left without a TTL. Safe to run while
+// leases and deletes limiter state left without a TTL. It then forgets the
+// adaptive state of keys that saw no throttle and no change for their
+// ceiling's lifetime. Safe to run while
 // workers run, from any number of processes.
 func (l *Redis) Cleanup(ctx context.Context) (CleanupStats, error) {
 	var st CleanupStats
@@ -181,6 +206,10 @@ func (l *Redis) Cleanup(ctx context.Context) (CleanupStats, error) {
 		st.RemovedKeys += int(r[1])
 		return nil
 	})
+	if err != nil {
+		return st, err
+	}
+	st.ExpiredAdaptations, err = l.pruneAdaptations(ctx)
 	return st, err
 }
 

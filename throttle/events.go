@@ -27,7 +27,9 @@ const (
 	// as EventProviderThrottled, plus in_a_row.
 	EventProviderPaused = "provider.paused"
 	// EventProviderResumed: a paused scope was resumed before its end (an
-	// operator, `sluice channels resume`). Fields: key.
+	// operator, `sluice channels resume`, or a credential probe that
+	// succeeded: worker.Channel.Probe). Fields: key; from a probe also
+	// code (the refusal's) and reason.
 	EventProviderResumed = "provider.resumed"
 	// EventEndpointFailing: a webhook or HTTP call task spent its retry
 	// budget (worker.RetryBudget) and was archived: its endpoint has been
@@ -38,6 +40,13 @@ const (
 	// task_id, attempts, age_ms (first to last failed attempt). At most one
 	// per key a minute.
 	EventEndpointFailing = "endpoint.failing"
+	// EventLimitsAdapted: an adaptive limit's effective rate changed
+	// (AdaptDown, AdaptUp). Fields: key, name (the limit), configured,
+	// effective, previous and ceiling (rates, "0.9375/s"; ceiling only
+	// when one is known), reason (throttled, quiet, recovered, expired, or
+	// the provider's message), code (the provider's, for a decrease). One
+	// per change.
+	EventLimitsAdapted = "limits.adapted"
 )
 
 // EventOptions configures the events stream of a Redis limiter. Events are
@@ -69,7 +78,13 @@ type Event struct {
 	Reason string    `json:"reason,omitempty"`
 	Until  time.Time `json:"-"`
 	InARow int64     `json:"in_a_row,omitempty"`
-	At     time.Time `json:"-"`
+	// Configured, Effective, Previous and Ceiling are limits.adapted's
+	// rates, as written ("0.9375/s").
+	Configured string    `json:"configured,omitempty"`
+	Effective  string    `json:"effective,omitempty"`
+	Previous   string    `json:"previous,omitempty"`
+	Ceiling    string    `json:"ceiling,omitempty"`
+	At         time.Time `json:"-"`
 }
 
 var eventsScript = redis.NewScript(joinLua("events.lua"))
@@ -209,6 +224,7 @@ func parseEvent(m redis.XMessage) Event {
 		e.Reset = time.UnixMilli(r)
 	}
 	e.Code, e.Reason, e.InARow = num("code"), str("reason"), num("in_a_row")
+	e.Configured, e.Effective, e.Previous, e.Ceiling = str("configured"), str("effective"), str("previous"), str("ceiling")
 	if u := num("until"); u > 0 {
 		e.Until = time.UnixMilli(u)
 	}

@@ -56,9 +56,10 @@ type redisWarnings struct {
 	overrideRefresh *occasional // the overrides could not be re-read
 	overrideIgnored *occasional // an override would make its limit invalid
 	refund          *occasional // a cross-scope refund failed after an error
+	adaptRefresh    *occasional // the adaptive state could not be re-read
 }
 
 func newRedisWarnings() redisWarnings {
 	return redisWarnings{eventWrite: newOccasional(), overrideRefresh: newOccasional(),
-		overrideIgnored: newOccasional(), refund: newOccasional()}
+		overrideIgnored: newOccasional(), refund: newOccasional(), adaptRefresh: newOccasional()}
 }

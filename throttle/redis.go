@@ -48,8 +48,9 @@ type Options struct {
 	Events EventOptions
 	// OverrideRefresh is how often runtime overrides (SetOverride) are
 	// re-read; zero means DefaultOverrideRefresh (500ms), so a change is
-	// honoured within 1s.
-	// Negative disables overrides.
+	// honoured within 1s. Adaptive limits (AdaptDown) are re-read as
+	// often.
+	// Negative disables overrides and adaptive limits.
 	OverrideRefresh time.Duration
 	// PrefetchSpan: a bulk Reserve that is firm now on limits so fast that
 	// this span holds at least two more of its sends takes up to
@@ -88,6 +89,7 @@ type Redis struct {
 	scanBatch        int64
 	events           *eventSink
 	overrides        *overrideCache
+	adaptive         *adaptiveCache
 	log              *slog.Logger
 	warn             redisWarnings
 	batchOnce        sync.Once
@@ -119,6 +121,7 @@ func NewRedis(rdb redis.UniversalClient, opts Options) *Redis {
 	l.events = newEventSink(l, opts.Events)
 	if opts.OverrideRefresh >= 0 {
 		l.overrides = newOverrideCache(l, opts.OverrideRefresh)
+		l.adaptive = newAdaptiveCache(l, opts.OverrideRefresh)
 	}
 	return l
 }
@@ -219,7 +222,7 @@ func (l *Redis) run(ctx context.Context, m mode, reqs []Request) (Decision, erro
 		return Decision{}, err
 	}
 	if l.overrides != nil {
-		reqs = l.overrides.apply(ctx, reqs)
+		reqs = l.adaptive.apply(ctx, l.overrides.apply(ctx, reqs))
 	}
 	callID := ""
 	if m == modeConsume && needsCallID(reqs) {

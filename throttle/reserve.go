@@ -186,7 +186,7 @@ func (l *Redis) Reserve(ctx context.Context, opts ReserveOptions, reqs ...Reques
 		return Reservation{}, err
 	}
 	if l.overrides != nil {
-		reqs = l.overrides.apply(ctx, reqs)
+		reqs = l.adaptive.apply(ctx, l.overrides.apply(ctx, reqs))
 	}
 	callID := ""
 	if needsCallID(reqs) {
@@ -462,7 +462,7 @@ func (l *Redis) pacedRequests(ctx context.Context, reqs []Request) ([]Request, [
 		return nil, nil, err
 	}
 	if l.overrides != nil {
-		gcra = l.overrides.apply(ctx, gcra)
+		gcra = l.adaptive.apply(ctx, l.overrides.apply(ctx, gcra))
 	}
 	return gcra, fields, nil
 }

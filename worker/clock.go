@@ -49,6 +49,17 @@ func (c *redisClock) observe(sent, received, redisNow time.Time) {
 	}
 }
 
+// limiter returns the time the Redis clock read at local time t.
+func (c *redisClock) limiter(t time.Time) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ref := c.cur
+	if c.prev.ok && (!ref.ok || c.prev.rtt < ref.rtt) {
+		ref = c.prev
+	}
+	return t.Add(ref.offset)
+}
+
 // local returns the local time at which the Redis clock reads t.
 func (c *redisClock) local(t time.Time) time.Time {
 	c.mu.Lock()

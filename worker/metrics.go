@@ -18,6 +18,7 @@ type Metrics struct {
 	late     *prometheus.HistogramVec
 	provider *prometheus.CounterVec
 	probes   *prometheus.CounterVec
+	adaptive *adaptiveCollector // sluice_limit_effective_rate and _configured_rate (adapt.go)
 }
 
 // unknownChannel is the channel label of tasks whose type no channel handles.
@@ -90,8 +91,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "sluice_credential_probes_total",
 		Help: "Probes of a channel paused because the provider refused its credentials, by result (accepted: the channel resumed; refused; error).",
 	}, []string{"channel", "result"})
+	m.adaptive = newAdaptiveCollector()
 	if reg != nil {
-		reg.MustRegister(m.tasks, m.throttle, m.wait, m.send, m.calls, m.hold, m.late, m.provider, m.probes)
+		reg.MustRegister(m.tasks, m.throttle, m.wait, m.send, m.calls, m.hold, m.late, m.provider, m.probes, m.adaptive)
 	}
 	return m
 }

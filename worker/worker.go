@@ -134,6 +134,12 @@ type Channel struct {
 	// ("webhook:endpoint:{host}"): a task that spends its Retry budget
 	// raises throttle.EventEndpointFailing for it. "" raises none.
 	Endpoint string
+	// Adaptive tunes adaptive limits (worker/adapt.go, docs/adaptive.md):
+	// with a limiter that has them (Adapter), a provider's rate throttle
+	// lowers the rate of the limits its scope concerns and quiet periods
+	// raise it back. Zero fields mean the throttle.DefaultAdapt* values;
+	// Disabled turns it off.
+	Adaptive throttle.AdaptOptions
 }
 
 // headroom is Headroom with its defaults: zero means
@@ -274,6 +280,7 @@ func New(opts Options) (*Worker, error) {
 		opts.Logger = slog.Default()
 	}
 	w := &Worker{opts: opts, mux: asynq.NewServeMux(), logger: opts.Logger}
+	opts.Metrics.watchAdaptive(opts.Limiter)
 	queues := opts.Queues
 	if len(queues) == 0 {
 		queues = map[string]int{}
@@ -452,6 +459,9 @@ func (w *Worker) handler(ch Channel) (*handler, error) {
 			h.pauses = append(h.pauses, pauseScope{s, t})
 		}
 	}
+	if h.adapt, err = newAdaptBinding(ch, w.opts.Limiter, set, fields, h.pauses); err != nil {
+		return nil, err
+	}
 	return h, nil
 }
 
@@ -490,6 +500,7 @@ type handler struct {
 	endpoint *rules.Template                // Channel.Endpoint compiled; nil: none
 	jitter   func(n int64) int64            // [0, n): the schedule's jitter
 	meta     func(context.Context) taskMeta // the task's ID and retry counts
+	adapt    *adaptBinding                  // nil: no adaptive limits
 }
 
 // pauseScope is a Channel.PauseScopes entry, its key compiled.
@@ -559,6 +570,7 @@ func (h *handler) process(ctx context.Context, t *asynq.Task) error {
 	resp, err := p.Send(ctx)
 	m.sent(name, time.Since(start).Seconds())
 	if err == nil {
+		h.adaptUp(ctx, reqs)
 		if resp.Incomplete {
 			m.outcome(name, OutcomeUnconfirmed)
 			id, _ := asynq.GetTaskID(ctx)
@@ -595,6 +607,7 @@ func (h *handler) process(ctx context.Context, t *asynq.Task) error {
 		m.outcome(name, OutcomeProviderThrottle)
 		m.throttled(name, "provider", wait.Seconds())
 		m.providerThrottle(name, ce.Code, ce.Scope)
+		h.adaptDown(ctx, ce, p.Fields, reqs, start)
 		return &ThrottledError{Channel: name, Limit: "provider", Key: key, RetryAfter: ce.RetryAfter, Wait: wait, Err: ce}
 	case channels.Unauthorized:
 		return h.unauthorized(ctx, ce, p.Fields)

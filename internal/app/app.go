@@ -216,6 +216,7 @@ func buildChannel(cc *config.ChannelConfig, egress channels.Egress, secrets Secr
 	ch.MaxPayloadBytes = cc.MaxPayloadBytes
 	ch.Headroom, ch.Hold, ch.TenantWeights = headroom(cc), cc.Hold, weights(cc)
 	ch.Retry = cc.Retry
+	ch.Adaptive = cc.Adaptive
 	return ch, nil
 }
 

@@ -33,6 +33,11 @@ type eventJSON struct {
 	Reason    string `json:"reason,omitempty"`
 	Until     int64  `json:"until,omitempty"`
 	InARow    int64  `json:"in_a_row,omitempty"`
+	// limits.adapted's rates, as written ("0.9375/s").
+	Configured string `json:"configured,omitempty"`
+	Effective  string `json:"effective,omitempty"`
+	Previous   string `json:"previous,omitempty"`
+	Ceiling    string `json:"ceiling,omitempty"`
 }
 
 func newEventsCmd(g *globals) *cobra.Command {
@@ -43,10 +48,11 @@ func newEventsCmd(g *globals) *cobra.Command {
 (limits.exceeded) and when a send leaves less than events.warn_at of a limit
 (limits.warning), at most once per key, type and window; when a provider
 answers with a throttle (provider.throttled, at most once a second per scope),
-when that pauses a scope (provider.paused) and when an operator resumes one
-(provider.resumed), with the provider's code; and when a webhook or HTTP call
-task spends its retry budget and is archived (endpoint.failing, at most once a
-minute per endpoint).`,
+when that pauses a scope (provider.paused) and when an operator or a
+successful credential probe resumes one (provider.resumed), with the provider's code; when adaptive limits change a
+limit's effective rate (limits.adapted, with the configured rate beside it);
+and when a webhook or HTTP call task spends its retry budget and is archived
+(endpoint.failing, at most once a minute per endpoint).`,
 	}
 	var typ string
 	var fromStart, asJSON bool
@@ -63,11 +69,13 @@ object per line instead, with at and reset in Unix ms.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch typ {
-			case "", throttle.EventExceeded, throttle.EventWarning:
-			case "exceeded", "warning":
+			case "", throttle.EventExceeded, throttle.EventWarning, throttle.EventLimitsAdapted,
+				throttle.EventProviderThrottled, throttle.EventProviderPaused, throttle.EventProviderResumed:
+			case "exceeded", "warning", "adapted":
 				typ = "limits." + typ
 			default:
-				return usageErr("events tail: --type %q: want %s or %s", typ, throttle.EventExceeded, throttle.EventWarning)
+				return usageErr("events tail: --type %q: want %s, %s, %s, %s, %s or %s", typ, throttle.EventExceeded, throttle.EventWarning,
+					throttle.EventLimitsAdapted, throttle.EventProviderThrottled, throttle.EventProviderPaused, throttle.EventProviderResumed)
 			}
 			if count < 0 {
 				return usageErr("events tail: --count: want >= 0 (0: follow until interrupted), got %d", count)
@@ -121,7 +129,7 @@ object per line instead, with at and reset in Unix ms.`,
 		},
 	}
 	fl := tail.Flags()
-	fl.StringVar(&typ, "type", "", "only this type: limits.exceeded, limits.warning, provider.throttled, provider.paused, provider.resumed or endpoint.failing")
+	fl.StringVar(&typ, "type", "", "only this type: limits.exceeded, limits.warning, limits.adapted, provider.throttled, provider.paused, provider.resumed or endpoint.failing")
 	fl.BoolVar(&fromStart, "from-start", false, "begin with the oldest event kept, not the next new one")
 	fl.IntVar(&count, "count", 0, "stop after this many events (0: follow until interrupted)")
 	fl.BoolVar(&asJSON, "json", false, "print one JSON object per event")
@@ -132,7 +140,8 @@ object per line instead, with at and reset in Unix ms.`,
 func printEvent(w io.Writer, e throttle.Event, asJSON bool) error {
 	if asJSON {
 		j := eventJSON{ID: e.ID, Type: e.Type, At: e.At.UnixMilli(), Key: e.Key, Name: e.Name, Limit: e.Limit, Threshold: e.Threshold,
-			Code: e.Code, Reason: e.Reason, InARow: e.InARow}
+			Code: e.Code, Reason: e.Reason, InARow: e.InARow,
+			Configured: e.Configured, Effective: e.Effective, Previous: e.Previous, Ceiling: e.Ceiling}
 		if !e.Until.IsZero() {
 			j.Until = e.Until.UnixMilli()
 		}
@@ -172,6 +181,18 @@ func printEvent(w io.Writer, e throttle.Event, asJSON bool) error {
 		return err
 	}
 	fmt.Fprintf(&b, " name=%s", e.Name)
+	if e.Type == throttle.EventLimitsAdapted {
+		fmt.Fprintf(&b, " effective=%s configured=%s previous=%s", e.Effective, e.Configured, e.Previous)
+		if e.Ceiling != "" {
+			fmt.Fprintf(&b, " ceiling=%s", e.Ceiling)
+		}
+		if e.Code != 0 {
+			fmt.Fprintf(&b, " code=%d", e.Code)
+		}
+		fmt.Fprintf(&b, " reason=%q\n", e.Reason)
+		_, err := io.WriteString(w, b.String())
+		return err
+	}
 	switch e.Type {
 	case throttle.EventWarning:
 		fmt.Fprintf(&b, " remaining=%d threshold=%d limit=%d", e.Remaining, e.Threshold, e.Limit)

@@ -85,7 +85,8 @@ configuration (--config): give the workers' file.`,
 		Short: "Show a key's state and, when a configured rule matches it, its current decision",
 		Long: `Show prints the key's raw state in Redis and, when a configured rule matches
 the key, the limit's current state (Status: remaining units, reset, and how long
-one unit would wait), with any runtime override applied. Nothing is taken.
+one unit would wait), with any runtime override and adaptive rate applied, and
+its effective rate beside the configured one. Nothing is taken.
 --json prints only that decision: {"name","limit","allowed","remaining","reset"
 (Unix ms),"retryAfter" (ms)}. For a distinct rule the decision is for a new
 member unless --member names one.`,
@@ -156,8 +157,13 @@ member unless --member names one.`,
 				if err != nil {
 					return err
 				}
+				eff := r.Limit
 				if pattern, o, ok := throttle.MatchOverride(overrides, key); ok {
 					fmt.Fprintf(w, "override\t%s (set on %s at %s)\n", o, pattern, o.SetAt.UTC().Format(time.RFC3339))
+					eff = o.Apply(eff)
+				}
+				if eff, err = showEffective(ctx, w, lim, key, eff, max(r.Cost, 1)); err != nil {
+					return err
 				}
 				if r.Limit.Algorithm == throttle.Distinct {
 					if showMember == "" {
@@ -173,7 +179,7 @@ member unless --member names one.`,
 					fmt.Fprintf(w, "retry after\t%v\n", ld.RetryAfter)
 				}
 				if r.Limit.Algorithm == throttle.GCRA {
-					if err := showBacklog(ctx, w, lim, cfg, key, r.Limit); err != nil {
+					if err := showBacklog(ctx, w, lim, cfg, key, eff); err != nil {
 						return err
 					}
 				}
@@ -217,7 +223,7 @@ member unless --member names one.`,
 	var resetPrefix string
 	reset := &cobra.Command{
 		Use:   "reset [KEY...] | --prefix P",
-		Short: "Delete limiter state: the limits start over at full capacity",
+		Short: "Delete limiter state: the limits start over at full capacity and at their configured rates (adaptation forgotten)",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if (len(args) == 0) == (resetPrefix == "") {
 				return usageErr("limits reset: give KEYs or --prefix, not both or neither")
@@ -242,7 +248,7 @@ member unless --member names one.`,
 		},
 	}
 	reset.Flags().StringVar(&resetPrefix, "prefix", "", "reset every key starting with this")
-	cmd.AddCommand(show, list, reset, newLimitsSetCmd(g), newLimitsUnsetCmd(g), newLimitsOverridesCmd(g), newLimitsStatsCmd(g))
+	cmd.AddCommand(show, list, reset, newLimitsSetCmd(g), newLimitsUnsetCmd(g), newLimitsOverridesCmd(g), newLimitsStatsCmd(g), newLimitsAdaptedCmd(g))
 	return cmd
 }
 
