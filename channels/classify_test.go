@@ -116,7 +116,8 @@ func TestTwilioClassification(t *testing.T) {
 		{"63016", 400, nil, body(63016, 400), &Error{Class: Permanent, Code: 63016}},
 		{"other 4xx", 400, nil, body(21408, 400), &Error{Class: Permanent, Code: 21408}},
 		{"20003 bad credentials", 401, nil, body(20003, 401), &Error{Class: Unauthorized, Code: 20003, Scope: ScopeChannel}},
-		{"HTTP 403 unknown code", 403, nil, body(20099, 403), &Error{Class: Unauthorized, Code: 20099, Scope: ScopeChannel}},
+		{"HTTP 403 with a code", 403, nil, body(20403, 403), &Error{Class: Permanent, Code: 20403}},
+		{"HTTP 401 unknown code", 401, nil, body(20099, 401), &Error{Class: Unauthorized, Code: 20099, Scope: ScopeChannel}},
 		{"5xx", 500, nil, body(20500, 500), &Error{Class: Transient, Code: 20500}},
 		{"5xx no body", 503, nil, "", &Error{Class: Transient, Message: "Service Unavailable"}},
 	}

@@ -3,6 +3,7 @@ package channels
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"testing"
 
@@ -77,19 +78,37 @@ func TestProbeRefusedIsUnauthorized(t *testing.T) {
 	}
 }
 
-// A send refused for its credentials, with or without the provider's code,
-// is Unauthorized with scope channel, never Permanent: the task is kept.
+// A send refused for its credentials (401 with any code, 190 or 20003
+// with any status, a 403 without a code) is Unauthorized with scope
+// channel, never Permanent: the task is kept. A 403 with another code is
+// a permission of the token, often for one number: Permanent.
 func TestSendUnauthorizedByStatus(t *testing.T) {
 	t.Parallel()
-	for _, status := range []int{401, 403} {
-		_, err := whatsappResult(&reply{status: status, header: http.Header{}, body: []byte(`{"error":{"message":"m","type":"OAuthException","code":10}}`)}, testNow)
+	wa := func(status int, body string) Class {
+		_, err := whatsappResult(&reply{status: status, header: http.Header{}, body: []byte(body)}, testNow)
 		var ce *Error
 		require.True(t, errors.As(err, &ce))
-		require.Equal(t, Unauthorized, ce.Class, "whatsapp %d", status)
-		require.Equal(t, ScopeChannel, ce.Scope)
-		_, err = twilioResult(&reply{status: status, header: http.Header{}, body: []byte(`{"code":20005,"message":"m","status":401}`)}, testNow)
-		require.True(t, errors.As(err, &ce))
-		require.Equal(t, Unauthorized, ce.Class, "twilio %d", status)
-		require.Equal(t, ScopeChannel, ce.Scope)
+		if ce.Class == Unauthorized {
+			require.Equal(t, ScopeChannel, ce.Scope)
+		}
+		return ce.Class
 	}
+	tw := func(status int, body string) Class {
+		_, err := twilioResult(&reply{status: status, header: http.Header{}, body: []byte(body)}, testNow)
+		var ce *Error
+		require.True(t, errors.As(err, &ce))
+		if ce.Class == Unauthorized {
+			require.Equal(t, ScopeChannel, ce.Scope)
+		}
+		return ce.Class
+	}
+	const waErr = `{"error":{"message":"m","type":"OAuthException","code":%d}}`
+	require.Equal(t, Unauthorized, wa(401, fmt.Sprintf(waErr, 10)))
+	require.Equal(t, Unauthorized, wa(400, fmt.Sprintf(waErr, 190)), "190 by its code, whatever the status")
+	require.Equal(t, Unauthorized, wa(403, ``))
+	require.Equal(t, Permanent, wa(403, fmt.Sprintf(waErr, 131005)), "access denied: a permission, not the credentials")
+	require.Equal(t, Unauthorized, tw(401, `{"code":20005,"message":"m","status":401}`))
+	require.Equal(t, Unauthorized, tw(400, `{"code":20003,"message":"m","status":400}`), "20003 by its code")
+	require.Equal(t, Unauthorized, tw(403, `<html>forbidden</html>`))
+	require.Equal(t, Permanent, tw(403, `{"code":20403,"message":"m","status":403}`))
 }

@@ -82,7 +82,7 @@ func TestProvidersDocMatchesClassification(t *testing.T) {
 				case 4, 20429:
 					status = 429
 				case 190, 20003:
-					status = 401
+					status = 400 // Meta often sends 190 with 400: the code decides, not a 401
 				}
 				var err error
 				switch provider {

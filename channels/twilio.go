@@ -89,8 +89,9 @@ func CheckAccountSID(sid string) error {
 //   - 63038 (account daily limit): Throttled, ScopeAccount, RetryAfter 24 h;
 //   - 14107 (>30 replies between the same pair in 30 s): Throttled, ScopePair,
 //     RetryAfter 30 s;
-//   - 20003 (authentication failed) or HTTP 401 or 403: Unauthorized,
-//     ScopeChannel (the account's credentials: pause the channel, probe);
+//   - 20003 (authentication failed), HTTP 401, or HTTP 403 without a code:
+//     Unauthorized, ScopeChannel (the account's credentials: pause the
+//     channel, probe); a 403 with another code (20403) is Permanent;
 //   - 21211, 21610, 63016 and any other code or 4xx: Permanent;
 //   - 5xx: Transient.
 //
@@ -241,6 +242,11 @@ func twilioResult(r *reply, now time.Time, secrets ...string) (Response, error) 
 		return resp, e
 	}
 	e.Class = statusClass(r.status)
+	if e.Class == Unauthorized && r.status == http.StatusForbidden && e.Code != 0 {
+		// A coded 403 (20403 permission denied...) concerns what the
+		// account may do, not its credentials.
+		e.Class = Permanent
+	}
 	switch e.Class {
 	case Throttled:
 		e.Scope = ScopeAccount // HTTP 429: the account's API concurrency limit

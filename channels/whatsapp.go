@@ -95,8 +95,10 @@ func (c *WhatsApp) Validate() error {
 //     channel's token: pause the channel, probe, never archive;
 //   - 1, 2, 131000: Transient; is_transient:true makes any other code Transient;
 //   - 368, 131026, 131047: Permanent; any other code by its HTTP status: 5xx
-//     Transient, 429 Throttled, 401 and 403 Unauthorized, else Permanent;
-//   - no parsable error body: the same by HTTP status.
+//     Transient, 429 Throttled, 401 Unauthorized, else (403 included: a
+//     permission of the token, such as 10 or 131005, often for one number)
+//     Permanent;
+//   - no parsable error body: by HTTP status, 401 and 403 Unauthorized.
 //
 // RetryAfter comes from the x-business-use-case-usage header
 // (estimated_time_to_regain_access, minutes) or a Retry-After header, whichever
@@ -294,6 +296,11 @@ func whatsappResult(r *reply, now time.Time, secrets ...string) (Response, error
 		e.Class = Transient
 	case known:
 		e.Class = rule.class
+	case r.status == http.StatusForbidden:
+		// A code that is not 190 on a 403 concerns what the token may
+		// do (10 permission denied, 131005 access denied), often for one
+		// number only: not the channel's credentials.
+		e.Class = Permanent
 	default:
 		e.Class = statusClass(r.status)
 	}
