@@ -44,6 +44,10 @@ type PauseOptions struct {
 	// `sluice channels status` and `limits show` (at most 256 bytes kept).
 	Code   int
 	Reason string
+	// Operator marks an operator's pause (`sluice channels pause`): while
+	// it lasts, a provider's pause of the same key extends it but keeps its
+	// code, reason and this flag, so no credential probe ends it.
+	Operator bool
 }
 
 // Paused is a scope's pause.
@@ -54,11 +58,19 @@ type Paused struct {
 	InARow int       // pauses in a row, this one included
 	Code   int
 	Reason string
+	// Operator reports an operator's pause (PauseOptions.Operator).
+	Operator bool
 	// New reports, from Pause, that the scope was not paused before.
 	New bool
 }
 
-var pauseSetScript = redis.NewScript(joinLua("prelude.lua", "pause_set.lua"))
+var (
+	pauseSetScript = redis.NewScript(joinLua("prelude.lua", "pause_set.lua"))
+	pauseEndScript = redis.NewScript(joinLua("prelude.lua", "pause_end.lua"))
+)
+
+// defaultPauseMemory is PauseOptions.Memory's default.
+const defaultPauseMemory = 10 * time.Minute
 
 // maxPauseReason bounds the reason kept with a pause.
 const maxPauseReason = 256
@@ -85,7 +97,7 @@ func (l *Redis) Pause(ctx context.Context, key string, o PauseOptions) (Paused, 
 	}
 	memory := o.Memory
 	if memory <= 0 {
-		memory = 10 * time.Minute
+		memory = defaultPauseMemory
 	}
 	reason := o.Reason
 	if len(reason) > maxPauseReason {
@@ -96,7 +108,7 @@ func (l *Redis) Pause(ctx context.Context, key string, o PauseOptions) (Paused, 
 		now = l.clock().UnixMicro()
 	}
 	raw, err := pauseSetScript.Run(ctx, l.rdb, []string{l.Key(key)}, now, o.Wait.Microseconds(),
-		strconv.FormatFloat(growth, 'g', -1, 64), max(most, o.Wait).Microseconds(), memory.Microseconds(), o.Code, reason).Int64Slice()
+		strconv.FormatFloat(growth, 'g', -1, 64), max(most, o.Wait).Microseconds(), memory.Microseconds(), o.Code, reason, opFlag(o.Operator)).Int64Slice()
 	if err != nil {
 		return Paused{}, fmt.Errorf("throttle: pause %q: %w", key, err)
 	}
@@ -104,7 +116,7 @@ func (l *Redis) Pause(ctx context.Context, key string, o PauseOptions) (Paused, 
 		return Paused{}, fmt.Errorf("%w: %d values from pause", ErrMalformedReply, len(raw))
 	}
 	p := Paused{Key: key, Since: time.UnixMicro(raw[0]), Until: time.UnixMicro(raw[1]), InARow: int(raw[2]),
-		Code: o.Code, Reason: reason, New: raw[3] == 1}
+		Code: o.Code, Reason: reason, Operator: o.Operator, New: raw[3] == 1}
 	l.prefetch.dropKey(l.Key(key))
 	l.announce(ctx, key, p.Until.Sub(p.Since))
 	return p, nil
@@ -157,22 +169,24 @@ func (l *Redis) WatchPauses(ctx context.Context, fn func(key string, left time.D
 }
 
 // Resume ends key's pause now, and its probe record (SetProbe); it
-// reports whether key was paused.
+// reports whether key was paused. The pause is remembered for 10 minutes
+// (PauseOptions.Memory's default), so that a pause of the same scope soon
+// after counts in a row.
 func (l *Redis) Resume(ctx context.Context, key string) (bool, error) {
 	if err := checkPauseKey(key); err != nil {
 		return false, err
 	}
-	p, err := l.pauseOf(ctx, key)
-	if err != nil {
-		return false, err
+	var now int64
+	if l.clock != nil {
+		now = l.clock().UnixMicro()
 	}
-	// A probe record (SetProbe) ends with its pause.
 	k := l.Key(key)
-	if err := l.rdb.Del(ctx, k, k+probeSuffix, k+probeLockSuffix).Err(); err != nil {
+	u, err := pauseEndScript.Run(ctx, l.rdb, []string{k, k + probeSuffix, k + probeLockSuffix}, now, defaultPauseMemory.Microseconds()).Int64()
+	if err != nil {
 		return false, fmt.Errorf("throttle: resume %q: %w", key, err)
 	}
 	l.announce(ctx, key, 0)
-	return p != nil && p.Until.After(l.now(ctx)), nil
+	return u > 0 && time.UnixMicro(u).After(l.now(ctx)), nil
 }
 
 // PauseOf returns key's pause, or nil when key is not paused now.
@@ -203,6 +217,7 @@ func (l *Redis) pauseOf(ctx context.Context, key string) (*Paused, error) {
 	p.Until, p.Since = time.UnixMicro(us), time.UnixMicro(at)
 	p.InARow, _ = strconv.Atoi(v["n"])
 	p.Code, _ = strconv.Atoi(v["code"])
+	p.Operator = v["op"] == "1"
 	return p, nil
 }
 
@@ -249,4 +264,12 @@ func checkPauseKey(key string) error {
 		return fmt.Errorf("%w: pause key %q: %s", ErrBadRequest, key, keyShape)
 	}
 	return nil
+}
+
+// opFlag is pause_set.lua's operator argument.
+func opFlag(operator bool) string {
+	if operator {
+		return "1"
+	}
+	return "0"
 }

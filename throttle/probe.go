@@ -3,7 +3,9 @@ package throttle
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,23 +31,25 @@ func isProbeKey(k string) bool {
 
 // SetProbe records that pauseKey (a PauseKey) ends only when a probe
 // succeeds: fields are what the probe needs, code the provider's error
-// code. The record lives for ttl (the pause's length; at least a minute);
-// setting it again keeps the count of probes made. Errors:
-// ErrBadRequest for a bad key, else Redis'.
-func (l *Redis) SetProbe(ctx context.Context, pauseKey string, fields map[string]string, code int, ttl time.Duration) error {
+// code, first the wait before the first probe (the lock a new record takes:
+// no process probes sooner) and the interval that doubles after each. The
+// record lives for ttl (the pause's length; at least a minute); setting it
+// again keeps its count of probes and its lock. Errors: ErrBadRequest for
+// a bad key or interval, else Redis'.
+func (l *Redis) SetProbe(ctx context.Context, pauseKey string, fields map[string]string, code int, first, ttl time.Duration) error {
 	if err := checkPauseKey(pauseKey); err != nil {
 		return err
+	}
+	if first < time.Millisecond {
+		return fmt.Errorf("%w: probe %q: first interval %v, want at least 1ms", ErrBadRequest, pauseKey, first)
 	}
 	b, err := json.Marshal(fields)
 	if err != nil {
 		return fmt.Errorf("throttle: probe %q: %w", pauseKey, err)
 	}
-	k := l.Key(pauseKey) + probeSuffix
-	_, err = l.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, k, "fields", b, "code", code)
-		p.PExpire(ctx, k, max(ttl, time.Minute))
-		return nil
-	})
+	k := l.Key(pauseKey)
+	err = probeSetScript.Run(ctx, l.rdb, []string{k + probeSuffix, k + probeLockSuffix},
+		b, code, first.Milliseconds(), max(ttl, time.Minute).Milliseconds()).Err()
 	if err != nil {
 		return fmt.Errorf("throttle: probe %q: %w", pauseKey, err)
 	}
@@ -60,32 +64,27 @@ type Probe struct {
 	Next   time.Duration     // the interval before the next turn
 }
 
-var claimProbeScript = redis.NewScript(`
--- KEYS[1] the probe record  KEYS[2] its lock
--- ARGV[1] first interval ms  ARGV[2] most ms
-if redis.call('EXISTS', KEYS[1]) == 0 then return false end
-if redis.call('EXISTS', KEYS[2]) == 1 then return {} end
-local n = redis.call('HINCRBY', KEYS[1], 'n', 1)
-local every = math.min(tonumber(ARGV[2]), tonumber(ARGV[1]) * 2 ^ (n - 1))
-redis.call('SET', KEYS[2], '1', 'PX', math.floor(every))
-local v = redis.call('HMGET', KEYS[1], 'fields', 'code')
-return {n, math.floor(every), v[1] or '{}', v[2] or '0'}
-`)
+var (
+	probeSetScript   = redis.NewScript(joinLua("probe_set.lua"))
+	probeClaimScript = redis.NewScript(joinLua("probe_claim.lua"))
+)
 
 // ClaimProbe gives this process the next turn to probe pauseKey's
 // credentials: ok is false when the pause has no probe record (nothing to
-// probe) or another process's turn has not ended. Turns are first apart,
-// doubling with each probe up to most (30 s, 1 min, 2 min... 10 min).
-func (l *Redis) ClaimProbe(ctx context.Context, pauseKey string, first, most time.Duration) (p Probe, ok bool, err error) {
+// probe) or the wait before the next turn (SetProbe's first interval,
+// doubling with each probe up to most) has not passed. One process at a
+// time across all workers gets the turn. Errors: ErrBadRequest,
+// ErrMalformedReply, else Redis'.
+func (l *Redis) ClaimProbe(ctx context.Context, pauseKey string, most time.Duration) (p Probe, ok bool, err error) {
 	if err := checkPauseKey(pauseKey); err != nil {
 		return Probe{}, false, err
 	}
-	if first <= 0 || most < first {
-		return Probe{}, false, fmt.Errorf("%w: probe %q: interval %v up to %v", ErrBadRequest, pauseKey, first, most)
+	if most < time.Millisecond {
+		return Probe{}, false, fmt.Errorf("%w: probe %q: most interval %v", ErrBadRequest, pauseKey, most)
 	}
 	k := l.Key(pauseKey)
-	raw, err := claimProbeScript.Run(ctx, l.rdb, []string{k + probeSuffix, k + probeLockSuffix}, first.Milliseconds(), most.Milliseconds()).Slice()
-	if err == redis.Nil {
+	raw, err := probeClaimScript.Run(ctx, l.rdb, []string{k + probeSuffix, k + probeLockSuffix}, most.Milliseconds()).Slice()
+	if errors.Is(err, redis.Nil) {
 		return Probe{}, false, nil
 	}
 	if err != nil {
@@ -94,17 +93,32 @@ func (l *Redis) ClaimProbe(ctx context.Context, pauseKey string, first, most tim
 	if len(raw) == 0 {
 		return Probe{}, false, nil
 	}
+	return parseProbe(pauseKey, raw)
+}
+
+// parseProbe reads probe_claim.lua's {n, every ms, fields, code}.
+func parseProbe(pauseKey string, raw []any) (Probe, bool, error) {
+	bad := func(what string) (Probe, bool, error) {
+		return Probe{}, false, fmt.Errorf("%w: probe %q: %s", ErrMalformedReply, pauseKey, what)
+	}
 	if len(raw) != 4 {
-		return Probe{}, false, fmt.Errorf("%w: %d values from probe", ErrMalformedReply, len(raw))
+		return bad(fmt.Sprintf("%d values", len(raw)))
 	}
-	n, _ := raw[0].(int64)
-	every, _ := raw[1].(int64)
-	fs, _ := raw[2].(string)
-	cs, _ := raw[3].(string)
-	p = Probe{N: int(n), Next: time.Duration(every) * time.Millisecond}
+	n, ok1 := raw[0].(int64)
+	every, ok2 := raw[1].(int64)
+	fs, ok3 := raw[2].(string)
+	cs, ok4 := raw[3].(string)
+	if !ok1 || !ok2 || !ok3 || !ok4 || n < 1 || every < 1 {
+		return bad(fmt.Sprintf("%v", raw))
+	}
+	p := Probe{N: int(n), Next: time.Duration(every) * time.Millisecond}
 	if err := json.Unmarshal([]byte(fs), &p.Fields); err != nil {
-		return Probe{}, false, fmt.Errorf("%w: probe %q fields: %v", ErrMalformedReply, pauseKey, err)
+		return bad("fields: " + err.Error())
 	}
-	fmt.Sscan(cs, &p.Code)
+	code, err := strconv.Atoi(cs)
+	if err != nil {
+		return bad("code: " + err.Error())
+	}
+	p.Code = code
 	return p, true, nil
 }
