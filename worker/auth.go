@@ -40,8 +40,8 @@ const (
 // prober is implemented by limiters that keep probe records beside pauses
 // (*throttle.Redis).
 type prober interface {
-	SetProbe(ctx context.Context, pauseKey string, fields map[string]string, code int, ttl time.Duration) error
-	ClaimProbe(ctx context.Context, pauseKey string, first, most time.Duration) (throttle.Probe, bool, error)
+	SetProbe(ctx context.Context, pauseKey string, fields map[string]string, code int, first, ttl time.Duration) error
+	ClaimProbe(ctx context.Context, pauseKey string, most time.Duration) (throttle.Probe, bool, error)
 	PauseOf(ctx context.Context, key string) (*throttle.Paused, error)
 	Resume(ctx context.Context, key string) (bool, error)
 }
@@ -66,17 +66,25 @@ func (ch Channel) credentialTimes() Channel {
 
 // unauthorized handles a send whose credentials the provider refused:
 // it pauses the channel in every worker for Channel.AuthPause (until a
-// probe or an operator resumes it) and returns the *ThrottledError that
-// brings the task back when the pause ends, without using up a retry.
-// Without a Pauser the task alone comes back after ProbeEvery.
+// probe or an operator resumes it), records the probe, and returns the
+// *ThrottledError that brings the task back when the pause ends. That
+// error spends nothing of the task's retry budget, unless the refusal
+// repeats one that a probe had ended within the pause memory (10 min: the
+// probe passes but sends are refused, e.g. a token that may read the number
+// but not send from it), or the channel could not be paused (no shared
+// limiter, or Redis failed): then every task would meet the refusal on its
+// own, so each attempt counts and the budget ends the loop.
 func (h *handler) unauthorized(ctx context.Context, ce *channels.Error, fields map[string]string) error {
 	m, name := h.w.opts.Metrics, h.ch.Name
 	m.outcome(name, OutcomeUnauthorized)
 	m.providerThrottle(name, ce.Code, channels.ScopeChannel)
+	unpaused := func(why string, err error) error {
+		h.w.logger.Warn("provider refused the channel's credentials and the channel could not be paused: the task waits, spending an attempt",
+			"channel", name, "why", why, "code", ce.Code, "status", ce.HTTPStatus, "reason", ce.Message, "err", err)
+		return &ThrottledError{Channel: name, Limit: ProviderLimit, RetryAfter: h.ch.ProbeEvery, Wait: h.ch.ProbeEvery, Err: ce, spends: true}
+	}
 	if h.pauser == nil {
-		h.w.logger.Warn("provider refused the channel's credentials; the task waits (no shared limiter: the channel is not paused)",
-			"channel", name, "code", ce.Code, "status", ce.HTTPStatus, "reason", ce.Message)
-		return &ThrottledError{Channel: name, Limit: ProviderLimit, RetryAfter: h.ch.ProbeEvery, Wait: h.ch.ProbeEvery, Err: ce}
+		return unpaused("the limiter does not pause (no shared Redis limiter)", nil)
 	}
 	key := throttle.PauseKey(name, ScopeChannel, "")
 	reason := "credentials refused"
@@ -85,28 +93,26 @@ func (h *handler) unauthorized(ctx context.Context, ce *channels.Error, fields m
 	}
 	pz, err := h.pauser.Pause(ctx, key, throttle.PauseOptions{Wait: h.ch.AuthPause, Max: h.ch.AuthPause, Code: ce.Code, Reason: reason})
 	if err != nil {
-		h.w.logger.Warn("pause channel after refused credentials", "channel", name, "code", ce.Code, "err", err)
-		return &ThrottledError{Channel: name, Limit: ProviderLimit, RetryAfter: h.ch.ProbeEvery, Wait: h.ch.ProbeEvery, Err: ce}
+		return unpaused("pause", err)
 	}
-	left := pz.Until.Sub(pz.Since)
-	h.w.pauses.set(key, left, h.now())
 	if pr, ok := h.pauser.(prober); ok && h.ch.Probe != nil {
-		if err := pr.SetProbe(ctx, key, fields, ce.Code, left); err != nil {
+		// Refused again soon after a probe ended a pause: probe later.
+		first := min(h.ch.ProbeEvery<<min(pz.InARow-1, 20), h.ch.ProbeMax)
+		if err := pr.SetProbe(ctx, key, fields, ce.Code, first, pz.Until.Sub(pz.Since)); err != nil {
 			h.w.logger.Warn("record the probe of a channel paused for its credentials; it stays paused until resumed", "channel", name, "err", err)
 		}
 	}
-	ev := []any{"code", ce.Code, "reason", pz.Reason, "until", pz.Until.UnixMilli()}
-	h.pauser.Emit(ctx, throttle.EventProviderThrottled, key, time.Second, ev...)
+	left := h.recordPause(ctx, key, pz, ce)
 	if pz.New {
-		h.pauser.Emit(ctx, throttle.EventProviderPaused, key, max(left, time.Millisecond), append(ev, "in_a_row", pz.InARow)...)
 		until := "until a probe succeeds or `sluice channels resume " + name + "`"
 		if h.ch.Probe == nil {
 			until = "until `sluice channels resume " + name + "`"
 		}
 		h.w.logger.Warn("provider refused the channel's credentials: channel paused in every worker "+until+"; no task is archived",
-			"channel", name, "key", key, "code", ce.Code, "status", ce.HTTPStatus, "at_most", left.Round(time.Second), "reason", pz.Reason)
+			"channel", name, "key", key, "code", ce.Code, "status", ce.HTTPStatus, "at_most", left.Round(time.Second),
+			"in_a_row", pz.InARow, "reason", pz.Reason)
 	}
-	return &ThrottledError{Channel: name, Limit: ProviderLimit, Key: key, RetryAfter: left, Wait: left, Err: ce}
+	return &ThrottledError{Channel: name, Limit: ProviderLimit, Key: key, RetryAfter: left, Wait: left, Err: ce, spends: pz.InARow > 1}
 }
 
 // probeTick is how often the probe loop looks at the channels it probes.
@@ -139,7 +145,7 @@ func (w *Worker) probeLoop(ctx context.Context, pr prober, chans []Channel, tick
 // probeOnce probes ch's credentials if it is this process's turn: a probe
 // that succeeds resumes the channel and runs the tasks that waited.
 func (w *Worker) probeOnce(ctx context.Context, pr prober, ch Channel, key string) {
-	p, ok, err := pr.ClaimProbe(ctx, key, ch.ProbeEvery, ch.ProbeMax)
+	p, ok, err := pr.ClaimProbe(ctx, key, ch.ProbeMax)
 	if err != nil {
 		if ctx.Err() == nil {
 			w.logger.Warn("probe turn", "channel", ch.Name, "err", err)
@@ -169,9 +175,9 @@ func (w *Worker) probeOnce(ctx context.Context, pr prober, ch Channel, key strin
 	}
 	w.opts.Metrics.probe(ch.Name, "accepted")
 	// An operator may have paused the channel since (`sluice channels
-	// pause`, code 0): that pause is the operator's to end.
-	if pz, err := pr.PauseOf(ctx, key); err != nil || (pz != nil && pz.Code != p.Code) {
-		w.logger.Info("probe succeeded, but the channel's pause is no longer the provider's; it stays paused",
+	// pause`, PauseOptions.Operator): that pause is the operator's to end.
+	if pz, err := pr.PauseOf(ctx, key); err != nil || (pz != nil && pz.Operator) {
+		w.logger.Info("probe succeeded, but an operator paused the channel since; it stays paused until `sluice channels resume`",
 			"channel", ch.Name, "key", key, "err", err)
 		return
 	}
@@ -186,7 +192,11 @@ func (w *Worker) probeOnce(ctx context.Context, pr prober, ch Channel, key strin
 	}
 	ran, err := RunWaiting(asynq.NewInspectorFromRedisClient(w.opts.Redis), w.queueNames(), []string{key})
 	w.logger.Info("probe succeeded: the provider accepts the channel's credentials again; channel resumed in every worker",
-		"channel", ch.Name, "key", key, "probe", p.N, "waiting_tasks_run", ran, "err", err)
+		"channel", ch.Name, "key", key, "probe", p.N, "waiting_tasks_run", ran)
+	if err != nil {
+		w.logger.Warn("some tasks that waited for the channel may still wait for the pause's planned end; `sluice channels resume "+ch.Name+"` runs them",
+			"channel", ch.Name, "err", err)
+	}
 }
 
 // queueNames are the queues the worker serves, sorted.
@@ -210,7 +220,9 @@ func (w *Worker) queueNames() []string {
 // `… on KEY: …`) and returns how many it ran. A queue that does not exist
 // is skipped; a task that ran meanwhile is not an error. Used when a pause
 // ends early (`sluice channels resume`, a probe that succeeded), since its
-// tasks were scheduled for the pause's planned end.
+// tasks were scheduled for the pause's planned end. The retry set is read
+// in pages while other workers may still add to it, which shifts the
+// pages: passes repeat until one finds nothing more (at most 5).
 func RunWaiting(insp *asynq.Inspector, queues []string, ended []string) (int, error) {
 	have, err := insp.Queues()
 	if err != nil {
@@ -221,28 +233,44 @@ func RunWaiting(insp *asynq.Inspector, queues []string, ended []string) (int, er
 		if !slices.Contains(have, queue) {
 			continue
 		}
-		var ids []string
-		for page := 1; ; page++ {
-			ts, err := insp.ListRetryTasks(queue, asynq.Page(page), asynq.PageSize(500))
+		for range 5 {
+			n, err := runWaitingPass(insp, queue, ended)
+			ran += n
 			if err != nil {
-				return ran, fmt.Errorf("list waiting tasks of %q: %w", queue, err)
+				return ran, err
 			}
-			for _, t := range ts {
-				for _, k := range ended {
-					if strings.Contains(t.LastErr, " on "+k+": ") {
-						ids = append(ids, t.ID)
-						break
-					}
-				}
-			}
-			if len(ts) < 500 {
+			if n == 0 {
 				break
 			}
 		}
-		for _, id := range ids {
-			if err := insp.RunTask(queue, id); err == nil {
-				ran++
+	}
+	return ran, nil
+}
+
+// runWaitingPass is one pass of RunWaiting over queue.
+func runWaitingPass(insp *asynq.Inspector, queue string, ended []string) (int, error) {
+	var ids []string
+	for page := 1; ; page++ {
+		ts, err := insp.ListRetryTasks(queue, asynq.Page(page), asynq.PageSize(500))
+		if err != nil {
+			return 0, fmt.Errorf("list waiting tasks of %q: %w", queue, err)
+		}
+		for _, t := range ts {
+			for _, k := range ended {
+				if strings.Contains(t.LastErr, " on "+k+": ") {
+					ids = append(ids, t.ID)
+					break
+				}
 			}
+		}
+		if len(ts) < 500 {
+			break
+		}
+	}
+	ran := 0
+	for _, id := range ids {
+		if err := insp.RunTask(queue, id); err == nil {
+			ran++
 		}
 	}
 	return ran, nil

@@ -33,6 +33,8 @@ func TestRefusedCredentialsPauseTheChannelUntilAProbeSucceeds(t *testing.T) {
 		Scope: channels.ScopeChannel, Message: "Error validating access token: Session has expired"}
 	var (
 		mu        sync.Mutex
+		refusedAt time.Time   // the first refused send
+		probedAt  []time.Time // each probe
 		sendCalls int
 		probes    []string // "refused" or "accepted", in order
 		probeFor  []string // the fields the probe was given: the refused send's
@@ -47,6 +49,9 @@ func TestRefusedCredentialsPauseTheChannelUntilAProbeSucceeds(t *testing.T) {
 			return Prepared{Fields: map[string]string{"id": p.ID, "to": p.To}, Send: func(ctx context.Context) (channels.Response, error) {
 				mu.Lock()
 				sendCalls++
+				if refusedAt.IsZero() {
+					refusedAt = time.Now()
+				}
 				mu.Unlock()
 				if bad.Load() {
 					return channels.Response{}, refused
@@ -59,6 +64,7 @@ func TestRefusedCredentialsPauseTheChannelUntilAProbeSucceeds(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			probeFor = append(probeFor, f["to"])
+			probedAt = append(probedAt, time.Now())
 			if bad.Load() {
 				probes = append(probes, "refused")
 				return refused
@@ -96,6 +102,10 @@ func TestRefusedCredentialsPauseTheChannelUntilAProbeSucceeds(t *testing.T) {
 	require.Equal(t, 1, sendCalls, "one provider call while the credentials are refused")
 	require.NotContains(t, probes, "accepted")
 	require.Equal(t, "+12025550000", probeFor[0], "the probe gets the refused send's fields")
+	// The first probe comes ProbeEvery after the refusal, the next twice
+	// that after it (a tolerance of 5ms for the clocks of Redis and Go).
+	require.GreaterOrEqual(t, probedAt[0].Sub(refusedAt), 95*time.Millisecond, "first probe")
+	require.GreaterOrEqual(t, probedAt[1].Sub(probedAt[0]), 195*time.Millisecond, "second probe")
 	mu.Unlock()
 	p, err := lim.PauseOf(context.Background(), throttle.PauseKey("test", ScopeChannel, ""))
 	require.NoError(t, err)
@@ -141,4 +151,44 @@ func countOf(xs []string, x string) int {
 		}
 	}
 	return n
+}
+
+// A refusal that comes back right after a probe ended the pause (the probe
+// passes, sends are refused: a token that may read the number but not send
+// from it) spends the task's budget, so the loop ends with the task
+// archived and its reason, instead of going on forever.
+func TestRefusalAfterASuccessfulProbeSpendsTheBudget(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	client := asynq.NewClientFromRedisClient(rdb)
+	insp := asynq.NewInspectorFromRedisClient(rdb)
+	lim := throttle.NewRedis(rdb, throttle.Options{Prefix: "wl"})
+	var sends, probes atomic.Int32
+	ch := Channel{Name: "test", TaskType: "test:send", ProbeEvery: 20 * time.Millisecond, ProbeMax: 80 * time.Millisecond,
+		Prepare: func(b []byte) (Prepared, error) {
+			return Prepared{Fields: map[string]string{"to": "+12025550100"}, Send: func(context.Context) (channels.Response, error) {
+				sends.Add(1)
+				return channels.Response{}, &channels.Error{Class: channels.Unauthorized, Provider: "test", HTTPStatus: 401,
+					Scope: channels.ScopeChannel, Message: "token may not send from this number"}
+			}}, nil
+		},
+		Probe: func(context.Context, map[string]string) error { probes.Add(1); return nil }}
+	w, err := New(Options{Redis: rdb, Limiter: lim, Channels: []Channel{ch}, Concurrency: 2,
+		Logger: slog.New(slog.DiscardHandler), ShutdownTimeout: time.Second})
+	require.NoError(t, err)
+	w.probeTick = 5 * time.Millisecond
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Shutdown)
+	_, err = client.Enqueue(asynq.NewTask("test:send", []byte(`{}`)), asynq.Queue("test"), asynq.TaskID("t"),
+		asynq.MaxRetry(3), asynq.Retention(time.Hour))
+	require.NoError(t, err)
+	var info *asynq.TaskInfo
+	require.Eventually(t, func() bool {
+		info, err = insp.GetTaskInfo("test", "t")
+		return err == nil && info.State == asynq.TaskStateArchived
+	}, 20*time.Second, 10*time.Millisecond, "the task is archived once its budget is spent")
+	require.Contains(t, info.LastErr, "budget spent")
+	require.Contains(t, info.LastErr, "token may not send from this number")
+	require.LessOrEqual(t, sends.Load(), int32(4), "refused sends: the first, then one per repeat until the budget's 3 attempts")
+	t.Logf("%d refused sends, %d probes, then archived: %s", sends.Load(), probes.Load(), info.LastErr)
 }

@@ -41,6 +41,9 @@ type ThrottledError struct {
 	// second begins (on the limiter's clock, mapped to this host's): the
 	// task comes back then. Without it the second is found from Wait.
 	Due time.Time
+	// spends marks a refused credential (channels.Unauthorized) that
+	// counts against the retry budget after all (handler.unauthorized).
+	spends bool
 }
 
 func (e *ThrottledError) Error() string {
@@ -68,13 +71,14 @@ const ProviderLimit = "provider"
 // which a configured limit could share. A refused credential
 // (channels.Unauthorized) is not a failure either: it pauses the whole
 // channel until a probe or an operator resumes it, and the task that met
-// it waits with the rest, spending nothing.
+// it waits with the rest, spending nothing — unless the handler found the
+// refusal repeating or could not pause the channel (handler.unauthorized).
 func IsFailure(err error) bool {
 	var te *ThrottledError
 	if errors.As(err, &te) {
 		var ce *channels.Error
 		if errors.As(te.Err, &ce) && ce.Class == channels.Unauthorized {
-			return false
+			return te.spends
 		}
 		return te.Err != nil
 	}

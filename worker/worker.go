@@ -605,10 +605,10 @@ func (h *handler) process(ctx context.Context, t *asynq.Task) error {
 			wait = h.pause(ctx, key, ce, wait)
 		}
 		m.outcome(name, OutcomeProviderThrottle)
-		m.throttled(name, "provider", wait.Seconds())
+		m.throttled(name, ProviderLimit, wait.Seconds())
 		m.providerThrottle(name, ce.Code, ce.Scope)
 		h.adaptDown(ctx, ce, p.Fields, reqs, start)
-		return &ThrottledError{Channel: name, Limit: "provider", Key: key, RetryAfter: ce.RetryAfter, Wait: wait, Err: ce}
+		return &ThrottledError{Channel: name, Limit: ProviderLimit, Key: key, RetryAfter: ce.RetryAfter, Wait: wait, Err: ce}
 	case channels.Unauthorized:
 		return h.unauthorized(ctx, ce, p.Fields)
 	case channels.Permanent:
@@ -640,16 +640,27 @@ func (h *handler) pause(ctx context.Context, key string, ce *channels.Error, wai
 		h.w.logger.Warn("pause scope after a provider throttle", "channel", h.ch.Name, "key", key, "code", ce.Code, "err", err)
 		return wait
 	}
+	left := h.recordPause(ctx, key, pz, ce)
+	if pz.New {
+		h.w.logger.Warn("provider throttle: scope paused in every worker", "channel", h.ch.Name, "key", key,
+			"code", ce.Code, "scope", ce.Scope, "for", left.Round(time.Millisecond), "until", pz.Until.UTC(), "in_a_row", pz.InARow, "reason", pz.Reason)
+	} else {
+		h.w.logger.Debug("provider throttle: scope already paused", "channel", h.ch.Name, "key", key, "code", ce.Code, "until", pz.Until.UTC())
+	}
+	return left
+}
+
+// recordPause notes a pause set for the provider's answer ce in the
+// worker's pause book and raises its events: provider.throttled for every
+// answer (once a second per key), provider.paused when the scope was not
+// paused before. It returns the time left of the pause.
+func (h *handler) recordPause(ctx context.Context, key string, pz throttle.Paused, ce *channels.Error) time.Duration {
 	left := pz.Until.Sub(pz.Since)
 	h.w.pauses.set(key, left, h.now())
 	fields := []any{"code", ce.Code, "reason", pz.Reason, "until", pz.Until.UnixMilli()}
 	h.pauser.Emit(ctx, throttle.EventProviderThrottled, key, time.Second, fields...)
 	if pz.New {
 		h.pauser.Emit(ctx, throttle.EventProviderPaused, key, max(left, time.Millisecond), append(fields, "in_a_row", pz.InARow)...)
-		h.w.logger.Warn("provider throttle: scope paused in every worker", "channel", h.ch.Name, "key", key,
-			"code", ce.Code, "scope", ce.Scope, "for", left.Round(time.Millisecond), "until", pz.Until.UTC(), "in_a_row", pz.InARow, "reason", pz.Reason)
-	} else {
-		h.w.logger.Debug("provider throttle: scope already paused", "channel", h.ch.Name, "key", key, "code", ce.Code, "until", pz.Until.UTC())
 	}
 	return left
 }

@@ -46,7 +46,7 @@ a host) are listed by status and ended early by resume --key.`,
 			if reason == "" {
 				reason = "paused by an operator"
 			}
-			p, err := c.lim.Pause(ctx, throttle.PauseKey(cc.Name, worker.ScopeChannel, ""), throttle.PauseOptions{Wait: wait, Reason: reason})
+			p, err := c.lim.Pause(ctx, throttle.PauseKey(cc.Name, worker.ScopeChannel, ""), throttle.PauseOptions{Wait: wait, Reason: reason, Operator: true})
 			if err != nil {
 				return err
 			}
