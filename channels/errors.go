@@ -58,7 +58,7 @@ const (
 	// other recipients are unaffected.
 	ScopePair = "pair"
 	// ScopeAccount: the whole provider account, app or business (WhatsApp 4 and
-	// 80007, Twilio 20429, 63017, 63038, 30023).
+	// 80007, Twilio 20429, 63017, 63038).
 	ScopeAccount = "account"
 	// ScopeChannel: every send of the channel, whatever its sender
 	// (Unauthorized: the credentials all sends use were refused).

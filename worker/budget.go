@@ -295,7 +295,9 @@ func (b RetryBudget) ttl() time.Duration {
 }
 
 // endpointFailing raises endpoint.failing for a task of a channel with an
-// Endpoint, once a minute per endpoint.
+// Endpoint, once a minute per endpoint. Events need the Redis limiter
+// (a Pauser): with throttle.Local there is no events stream, and the WARN
+// line of the archive is all there is.
 func (h *handler) endpointFailing(ctx context.Context, t *asynq.Task, meta taskMeta, e *BudgetSpentError) {
 	if h.endpoint == nil || h.pauser == nil {
 		return

@@ -46,6 +46,9 @@ and never sends twice (completed tasks keep their ID for 24 h).`,
 		}
 		defer rdb.Close()
 		opts := []asynq.Option{}
+		if maxRetry <= 0 {
+			maxRetry = cfg.Worker.MaxRetry
+		}
 		if maxRetry > 0 {
 			opts = append(opts, asynq.MaxRetry(maxRetry))
 		}
@@ -74,7 +77,7 @@ and never sends twice (completed tasks keep their ID for 24 h).`,
 			help = "idempotency key (becomes the task ID); required: it is the webhook-id receivers deduplicate by"
 		}
 		c.Flags().StringVar(&key, "key", "", help)
-		c.Flags().IntVar(&maxRetry, "max-retry", 0, "retries for failures (throttling never spends one); default 10")
+		c.Flags().IntVar(&maxRetry, "max-retry", 0, "most failed attempts (provider throttles, transient failures; Sluice's own limits never spend one); default worker.max_retry (100)")
 		c.Flags().StringVar(&priority, "priority", "", "high: overtake planned bulk sends on the same limits (sent within the hold, 2s)")
 		c.Flags().StringVar(&tenant, "tenant", "", "who the send is for: tenants backlogged on one limit share it by channels.*.tenant_weights")
 	}
