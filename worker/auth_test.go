@@ -120,6 +120,8 @@ func TestRefusedCredentialsPauseTheChannelUntilAProbeSucceeds(t *testing.T) {
 	require.NoError(t, err)
 	for _, ti := range ts {
 		require.Zero(t, ti.Retried, "waiting for a pause uses up no retry (task %s)", ti.ID)
+		// RunWaiting finds a pause's tasks by " on KEY: " in their last error.
+		require.Contains(t, ti.LastErr, " on test:paused:channel: ", "task %s", ti.ID)
 	}
 
 	bad.Store(false) // the credentials are fixed

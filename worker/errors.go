@@ -46,7 +46,17 @@ type ThrottledError struct {
 	spends bool
 }
 
+// Error formats the error; RunWaiting finds the tasks of an ended pause by
+// the " on KEY: " every form with a key has (asynq keeps it as the task's
+// last error).
 func (e *ThrottledError) Error() string {
+	var ce *channels.Error
+	if errors.As(e.Err, &ce) && ce.Class == channels.Unauthorized {
+		if e.Key != "" {
+			return fmt.Sprintf("%s: credentials refused, channel paused on %s: retry in %v: %v", e.Channel, e.Key, e.Wait, e.Err)
+		}
+		return fmt.Sprintf("%s: credentials refused, retry in %v: %v", e.Channel, e.Wait, e.Err)
+	}
 	if e.Err != nil && e.Key != "" {
 		return fmt.Sprintf("%s: throttled by provider, paused on %s: retry in %v: %v", e.Channel, e.Key, e.Wait, e.Err)
 	}
