@@ -435,7 +435,18 @@ func (w *Worker) handler(ch Channel) (*handler, error) {
 	if ch.Hold == 0 {
 		ch.Hold = throttle.DefaultHold
 	}
-	fields, _ := tasks.FieldNames(ch.TaskType) // nil for a type tasks does not know: any field
+	fields, known := tasks.FieldNames(ch.TaskType) // nil for a type tasks does not know: any field
+	if known {
+		// A cost must be a whole-number field (SMS segments), not any field:
+		// "to" would parse "+1202…" as a cost.
+		costs := tasks.CostFieldNames(ch.TaskType)
+		for i, r := range ch.Rules {
+			if r.CostField != "" && !slices.Contains(costs, r.CostField) {
+				return nil, fmt.Errorf("channel %s: rules[%d]: limit %q: cost %q is not a whole-number field of %s tasks (want one of: %s)",
+					ch.Name, i, r.Limit.Name, r.CostField, ch.TaskType, strings.Join(costs, ", "))
+			}
+		}
+	}
 	set, err := rules.Compile(ch.Name, fields, ch.Rules)
 	if err != nil {
 		return nil, err

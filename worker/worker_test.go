@@ -294,6 +294,10 @@ func TestHandlerRejectsBadRules(t *testing.T) {
 	require.ErrorContains(t, err, `member is only used by distinct limits, not gcra`)
 	_, err = w.Handler(Channel{Name: "sms", TaskType: "sms:send", Prepare: prep, Rules: []rules.Rule{{Key: "sms:x}{to}", Limit: g}}})
 	require.ErrorContains(t, err, `key "sms:x}{to}": "}" without "{"`)
+	_, err = w.Handler(Channel{Name: "sms", TaskType: "sms:send", Prepare: prep, Rules: []rules.Rule{{Key: "sms:x:{from}", Limit: g, CostField: "to"}}})
+	require.ErrorContains(t, err, `cost "to" is not a whole-number field of sms:send tasks (want one of: segments)`)
+	_, err = w.Handler(Channel{Name: "sms", TaskType: "sms:send", Prepare: prep, Rules: []rules.Rule{{Key: "sms:x:{from}", Limit: throttle.Limit{Name: "g", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(1), Burst: 3}, CostField: "segments"}}})
+	require.NoError(t, err)
 }
 
 // TestProviderThrottlePausesItsScopeInEveryWorker: a 131048 for one number
