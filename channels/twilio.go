@@ -18,11 +18,10 @@ import (
 // DefaultTwilioBaseURL is Twilio's REST API root.
 const DefaultTwilioBaseURL = "https://api.twilio.com"
 
-// Patterns from Twilio's OpenAPI spec (twilio_api_v2010.json).
-var (
-	twilioAccountSID = regexp.MustCompile(`^AC[0-9a-fA-F]{32}$`)
-	twilioServiceSID = regexp.MustCompile(`^MG[0-9a-fA-F]{32}$`)
-)
+// twilioAccountSID is the AccountSid pattern of Twilio's OpenAPI spec
+// (twilio_api_v2010.json); the MessagingServiceSid one is
+// tasks.IsMessagingServiceSID's.
+var twilioAccountSID = regexp.MustCompile(`^AC[0-9a-fA-F]{32}$`)
 
 // Twilio sends SMS through Twilio Programmable Messaging
 // (POST {BaseURL}/2010-04-01/Accounts/{AccountSID}/Messages.json). Safe for
@@ -138,19 +137,16 @@ func twilioForm(p tasks.SMSSend) (url.Values, error) {
 	if p.From == "" && p.MessagingServiceSID == "" {
 		return nil, errors.New("from or messaging_service_sid: want at least one, got neither")
 	}
-	if p.MessagingServiceSID != "" && !twilioServiceSID.MatchString(p.MessagingServiceSID) {
+	if p.MessagingServiceSID != "" && !tasks.IsMessagingServiceSID(p.MessagingServiceSID) {
 		return nil, fmt.Errorf("messaging_service_sid: want MG followed by 32 hex digits, got %q", p.MessagingServiceSID)
 	}
 	if p.Body == "" {
 		return nil, errors.New("body: required")
 	}
-	from, service := p.From, p.MessagingServiceSID
-	if service == "" && twilioServiceSID.MatchString(from) {
-		// A Messaging Service SID given as From (a payload built without
-		// tasks.NewSMSSendTask): the spec's field for it is
-		// MessagingServiceSid; From would be refused (21212).
-		from, service = "", from
-	}
+	// A Messaging Service SID given as From (a payload built without
+	// tasks.NewSMSSendTask) goes as MessagingServiceSid, the spec's field
+	// for it; in From it would be refused (21212).
+	from, service := p.Sender()
 	f := url.Values{"To": {p.To}, "Body": {p.Body}}
 	if from != "" {
 		f.Set("From", from)

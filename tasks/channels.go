@@ -133,13 +133,11 @@ func (p WhatsAppSend) Fields() map[string]string {
 // (CountSegments), the cost of a rule with `cost: segments`. Unset fields
 // map to "".
 func (p SMSSend) Fields() map[string]string {
-	sender, service := p.From, p.MessagingServiceSID
+	sender := p.From
 	if sender == "" {
-		sender = service
+		sender = p.MessagingServiceSID
 	}
-	if service == "" && serviceSIDRE.MatchString(p.From) {
-		service = p.From
-	}
+	_, service := p.Sender()
 	return map[string]string{
 		"from":                  p.From,
 		"messaging_service_sid": service,

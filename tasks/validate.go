@@ -25,7 +25,7 @@ const (
 
 var (
 	templateNameRE = regexp.MustCompile(`^[a-z0-9_]+$`)
-	serviceSIDRE   = regexp.MustCompile(`^MG[0-9a-fA-F]{32}$`)
+	serviceSIDRE   = regexp.MustCompile(`^MG[0-9a-fA-F]{32}$`) // Twilio spec: MessagingServiceSid
 )
 
 // httpMethods are the methods an HTTPCall may use.
@@ -196,14 +196,14 @@ func (p SMSSend) validate(checkPhone func(field, s string) error) error {
 		if err := checkSender("from", p.From, checkPhone); err != nil {
 			return err
 		}
-	case !serviceSIDRE.MatchString(p.MessagingServiceSID):
+	case !IsMessagingServiceSID(p.MessagingServiceSID):
 		return fmt.Errorf("messaging_service_sid: %q must be \"MG\" followed by 32 hex digits", p.MessagingServiceSID)
 	}
 	to, waTo := strings.CutPrefix(p.To, whatsAppPrefix)
 	switch _, waFrom := strings.CutPrefix(p.From, whatsAppPrefix); {
 	case waFrom && !waTo:
 		return fmt.Errorf("to: %q must be whatsapp:+E.164 like from %q (Twilio requires both on one channel, error 21910)", p.To, p.From)
-	case waTo && p.From != "" && !waFrom && !serviceSIDRE.MatchString(p.From):
+	case waTo && p.From != "" && !waFrom && !IsMessagingServiceSID(p.From):
 		return fmt.Errorf("to: %q is a WhatsApp address but from %q is not a whatsapp: sender (Twilio error 21910)", p.To, p.From)
 	}
 	if err := checkPhone("to", to); err != nil {
@@ -237,7 +237,7 @@ func checkSender(field, from string, checkPhone func(field, s string) error) err
 		return checkPhone(field, from)
 	case strings.HasPrefix(from, whatsAppPrefix):
 		return checkPhone(field+" (after whatsapp:)", strings.TrimPrefix(from, whatsAppPrefix))
-	case serviceSIDRE.MatchString(from), shortCodeRE.MatchString(from):
+	case IsMessagingServiceSID(from), shortCodeRE.MatchString(from):
 		return nil
 	case alphaIDRE.MatchString(from) && strings.ContainsFunc(from, isASCIILetter) &&
 		from[0] != ' ' && from[len(from)-1] != ' ':
@@ -331,9 +331,7 @@ func (p *SMSSend) normalize() {
 	p.V = PayloadVersion
 	p.From = normAddress(p.From)
 	p.MessagingServiceSID = strings.TrimSpace(p.MessagingServiceSID)
-	if p.MessagingServiceSID == "" && serviceSIDRE.MatchString(p.From) {
-		p.From, p.MessagingServiceSID = "", p.From
-	}
+	p.From, p.MessagingServiceSID = p.Sender()
 	p.To = normAddress(p.To)
 	if strings.HasPrefix(p.From, whatsAppPrefix) && strings.HasPrefix(p.To, "+") {
 		p.To = whatsAppPrefix + p.To
@@ -511,4 +509,21 @@ func isToken(s string) bool {
 		}
 	}
 	return true
+}
+
+// IsMessagingServiceSID reports whether s has the shape of a Twilio
+// Messaging Service SID: "MG" and 32 hex digits (Twilio's OpenAPI spec,
+// MessagingServiceSid).
+func IsMessagingServiceSID(s string) bool { return serviceSIDRE.MatchString(s) }
+
+// Sender returns the send's From and Messaging Service SID as Twilio takes
+// them: a Messaging Service SID given as From (with no
+// MessagingServiceSID) is the service, and From is then "" (Twilio refuses
+// it in From with 21212).
+func (p SMSSend) Sender() (from, service string) {
+	from, service = p.From, p.MessagingServiceSID
+	if service == "" && IsMessagingServiceSID(from) {
+		from, service = "", from
+	}
+	return from, service
 }
