@@ -457,7 +457,19 @@ func (c *adaptiveCache) current(ctx context.Context) *adaptSnapshot {
 		return s
 	}
 	if !c.loading.TryLock() {
-		return s
+		if s != nil && time.Since(s.at) < 2*c.refresh {
+			return s // another call is re-reading a recent snapshot
+		}
+		// A snapshot of unknown age is not used: in a process that was
+		// idle it may predate several changes (a rate lowered since paces
+		// at the old one, and its spacing outlives it in the limit's GCRA
+		// book). Wait for the read under way.
+		c.loading.Lock()
+		if n := c.snap.Load(); n != nil && time.Since(n.at) < c.refresh {
+			c.loading.Unlock()
+			return n
+		}
+		s = c.snap.Load()
 	}
 	defer c.loading.Unlock()
 	n, err := c.load(ctx, s)

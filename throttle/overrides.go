@@ -144,7 +144,16 @@ func (c *overrideCache) current(ctx context.Context) *overrideSnapshot {
 		return s
 	}
 	if !c.loading.TryLock() {
-		return s
+		if s != nil && time.Since(s.at) < 2*c.refresh {
+			return s // another call is re-reading a recent snapshot
+		}
+		// A snapshot of unknown age (the process was idle: it may predate
+		// changes by minutes) is not used: wait for the read under way.
+		c.loading.Lock()
+		if n := c.snap.Load(); n != nil && time.Since(n.at) < c.refresh {
+			c.loading.Unlock()
+			return n
+		}
 	}
 	defer c.loading.Unlock()
 	all, err := c.l.Overrides(ctx)
