@@ -12,9 +12,19 @@ import (
 // (throttle.Redis.WatchPauses). A send held for a firm slot taken before a
 // pause checks it just before going, so a pause set meanwhile stops it
 // without a round trip. The limiter's scripts stay the authority.
+//
+// It also remembers when each scope was last paused (since): a firm slot
+// taken before that was paced before the provider refused a send, at a
+// rate an adaptive limit may have lowered since, and is not used even if
+// the pause has ended by its instant (see since).
 type pauseBook struct {
 	mu sync.Mutex
-	m  map[string]time.Time // pause key → end
+	m  map[string]pauseMark // pause key → its last pause
+}
+
+type pauseMark struct {
+	since time.Time // when it was last paused or extended (local clock)
+	until time.Time // end; not after since once it ended
 }
 
 // set records key as paused for left from now (0: ended).
@@ -22,24 +32,33 @@ func (b *pauseBook) set(key string, left time.Duration, now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.m == nil {
-		b.m = map[string]time.Time{}
+		b.m = map[string]pauseMark{}
 	}
 	if left <= 0 {
-		delete(b.m, key)
+		// Ended (resumed): no longer paused, but slots taken before the
+		// pause still were paced before it.
+		if p, ok := b.m[key]; ok {
+			p.until = now
+			b.m[key] = p
+		}
 		return
 	}
-	b.m[key] = now.Add(left)
+	b.m[key] = pauseMark{since: now, until: now.Add(left)}
 	if len(b.m) > 10000 {
-		for k, u := range b.m {
-			if !u.After(now) {
+		for k, p := range b.m {
+			// (a slot is held at most the hold, seconds: a mark a minute
+			// past its end can no longer concern one)
+			if now.Sub(p.until) > time.Minute {
 				delete(b.m, k)
 			}
 		}
 	}
 }
 
-// blocked returns the pause among reqs that lasts longest after now.
-func (b *pauseBook) blocked(reqs []throttle.Request, now time.Time) (key string, until time.Time) {
+// blocked returns the pause among reqs that lasts longest after now, or,
+// when none lasts and taken is not zero, one paused at or after taken
+// (until is then its end, not after now).
+func (b *pauseBook) blocked(reqs []throttle.Request, now, taken time.Time) (key string, until time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.m) == 0 {
@@ -49,17 +68,28 @@ func (b *pauseBook) blocked(reqs []throttle.Request, now time.Time) (key string,
 		if r.Limit.Algorithm != throttle.Pause {
 			continue
 		}
-		if u, ok := b.m[r.Key]; ok && u.After(now) && u.After(until) {
-			key, until = r.Key, u
+		if p, ok := b.m[r.Key]; ok && p.until.After(now) && p.until.After(until) {
+			key, until = r.Key, p.until
 		}
 	}
-	return key, until
+	if key != "" || taken.IsZero() {
+		return key, until
+	}
+	for _, r := range reqs {
+		if r.Limit.Algorithm != throttle.Pause {
+			continue
+		}
+		if p, ok := b.m[r.Key]; ok && !p.since.Before(taken) {
+			return r.Key, p.until
+		}
+	}
+	return "", time.Time{}
 }
 
 // paused reports whether key is paused at now, as far as this worker knows.
 func (b *pauseBook) paused(key string, now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	u, ok := b.m[key]
-	return ok && u.After(now)
+	p, ok := b.m[key]
+	return ok && p.until.After(now)
 }

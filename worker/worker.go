@@ -756,7 +756,7 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 		if r.Local {
 			// A slot an earlier call prefetched: firm now, no round trip,
 			// unless a pause this worker knows of came since.
-			return nil, h.pausedMeanwhile(reqs)
+			return nil, h.pausedMeanwhile(reqs, time.Time{})
 		}
 		m.call(name, "reserve")
 		h.clock.observe(sent, h.now(), r.Now)
@@ -785,9 +785,11 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 			}
 			if r.Firm {
 				m.held(name, delay.Seconds())
-				// A scope paused while the send was held (another worker's
-				// provider throttle): the slot goes unused.
-				return r.Leases, h.pausedMeanwhile(reqs)
+				// A scope paused since the slot was taken (a provider
+				// throttle, in any worker): the slot goes unused, even if
+				// the pause has ended, as it was paced at the rate of
+				// before the throttle (an adaptive limit lowers it).
+				return r.Leases, h.pausedMeanwhile(reqs, sent)
 			}
 			continue // held back by a slower limit: ask again at the instant
 		}
@@ -809,14 +811,16 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 }
 
 // pausedMeanwhile returns the *ThrottledError of a send whose firm slot
-// was taken before one of its scopes was paused (the worker's pause book),
-// or nil: the send goes.
-func (h *handler) pausedMeanwhile(reqs []throttle.Request) error {
-	key, until := h.w.pauses.blocked(reqs, h.now())
+// was taken (at taken; zero: only a pause now counts) before one of its
+// scopes was paused (the worker's pause book), or nil: the send goes. A
+// pause that has ended brings the task back at once, to take a slot at
+// the rate of now.
+func (h *handler) pausedMeanwhile(reqs []throttle.Request, taken time.Time) error {
+	key, until := h.w.pauses.blocked(reqs, h.now(), taken)
 	if key == "" {
 		return nil
 	}
-	wait := until.Sub(h.now())
+	wait := max(0, until.Sub(h.now()))
 	h.w.opts.Metrics.outcome(h.ch.Name, OutcomeThrottled)
 	h.w.opts.Metrics.throttled(h.ch.Name, throttle.PauseName, wait.Seconds())
 	return &ThrottledError{Channel: h.ch.Name, Limit: throttle.PauseName, Key: key, RetryAfter: wait, Wait: wait}
