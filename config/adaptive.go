@@ -20,7 +20,7 @@ var adaptiveFields = []string{"enabled", "decrease", "floor", "increase", "quiet
 //	  decrease: 25%      # a counted throttle multiplies the rate by this
 //	  floor: 1%          # of the configured rate, the least effective rate
 //	  increase: 10%      # of the configured rate, the most a quiet period adds
-//	  quiet: 5s          # sends through without a throttle before a step up
+//	  quiet: 3s          # sends through without a throttle before a step up
 //	  margin: 10%        # the search for the provider's rate stops this close
 //	  ceiling_ttl: 1h    # the lowest rate throttled is remembered this long
 //

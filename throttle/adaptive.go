@@ -30,7 +30,7 @@ const (
 	// of the configured rate more per quiet period.
 	DefaultAdaptIncrease = 0.1
 	// DefaultAdaptQuiet is AdaptOptions.Quiet's default.
-	DefaultAdaptQuiet = 5 * time.Second
+	DefaultAdaptQuiet = 3 * time.Second
 	// DefaultAdaptMargin is AdaptOptions.Margin's default.
 	DefaultAdaptMargin = 0.1
 	// DefaultAdaptCeilingTTL is AdaptOptions.CeilingTTL's default.
@@ -148,6 +148,23 @@ type Adaptation struct {
 	// Good is the highest rate that held for a quiet period under the
 	// ceiling (0: none yet).
 	Good float64 `json:"good,omitempty"`
+	// Above is the ceiling before this one when this one is in doubt (0:
+	// not in doubt): it was set by a single throttle at a rate a deep cut
+	// had chosen, with no rate known to hold. A stray throttle (a send that
+	// reached the provider early, a provider's hiccup) looks the same as a
+	// provider slower than a quarter of the rate it refused; if increases
+	// reach this ceiling without a throttle, it was the stray one, and the
+	// search goes on up to Above, once: see Doubt.
+	Above float64 `json:"above,omitempty"`
+	// Doubt is a ceiling in doubt that increases reached without a
+	// throttle, while the search probes above it (0: none). It is refuted
+	// once a rate above it holds for a quiet period; a throttle before
+	// that proves it after all: the ceiling goes back to it, for the price
+	// of one throttle.
+	Doubt float64 `json:"doubt,omitempty"`
+	// Blind reports that the rate was set by a deep cut (Decrease) with no
+	// rate known to hold, and has not changed since.
+	Blind bool `json:"blind,omitempty"`
 	// Throttled is when the last counted throttle came, Decreased when it
 	// lowered the rate, Changed when the state last changed, OK when a
 	// worker first saw a send go through at the rate set then (zero: none
@@ -214,9 +231,25 @@ func (o AdaptOptions) down(a Adaptation, cfg float64, now, sent time.Time, code 
 			return a, false
 		}
 	}
-	if a.Ceiling <= 0 || a.ceilingExpired(now) || r < a.Ceiling {
+	switch {
+	case a.Ceiling <= 0 || a.ceilingExpired(now):
+		a.Ceiling, a.Above = r, 0
+	case a.Doubt > 0 && a.Doubt < r:
+		// The probe above a ceiling in doubt failed before any rate above
+		// it held: it was the provider's rate after all.
+		a.Ceiling, a.Above = a.Doubt, 0
+	case r < a.Ceiling:
+		// A throttle at a rate a deep cut chose, none having held since,
+		// may be a stray one: the ceiling above stays in reserve.
+		a.Above = 0
+		if a.Blind && a.Good <= 0 {
+			a.Above = a.Ceiling
+		}
 		a.Ceiling = r
+	default:
+		a.Above = 0 // throttled again at or above it: no longer in doubt
 	}
+	a.Blind, a.Doubt = false, 0
 	var n float64
 	switch {
 	case a.Good > 0 && a.Good < r && !a.ceilingExpired(now):
@@ -227,7 +260,7 @@ func (o AdaptOptions) down(a Adaptation, cfg float64, now, sent time.Time, code 
 		// throttle (with no rate known to hold) cuts deep.
 		n, a.Good = r*(1-o.Margin), 0
 	default:
-		n, a.Good = r*o.Decrease, 0
+		n, a.Good, a.Blind = r*o.Decrease, 0, true
 	}
 	n = min(max(n, o.Floor*cfg), cfg)
 	a.Previous, a.Rate, a.Configured = r, n, cfg
@@ -254,9 +287,17 @@ func (o AdaptOptions) up(a Adaptation, cfg float64, now time.Time) (next Adaptat
 	}
 	r := a.Effective(cfg)
 	if a.ceilingExpired(now) {
-		a.Ceiling, a.Good = 0, 0
+		a.Ceiling, a.Good, a.Above, a.Doubt = 0, 0, 0, 0
 	}
 	g := max(a.Good, r) // r held for a quiet period
+	if a.Doubt > 0 && g > a.Doubt {
+		a.Doubt = 0 // a rate above it held: it was a stray throttle
+	}
+	if a.Above > a.Ceiling && a.Ceiling > 0 && a.Ceiling-g <= o.Margin*a.Ceiling {
+		// The ceiling in doubt was reached without a throttle: the search
+		// goes on under the ceiling before it, once (Doubt).
+		a.Ceiling, a.Above, a.Doubt = a.Above, 0, a.Ceiling
+	}
 	target := cfg
 	if a.Ceiling > 0 && a.Ceiling <= cfg {
 		if a.Ceiling-g <= o.Margin*a.Ceiling {
@@ -273,7 +314,7 @@ func (o AdaptOptions) up(a Adaptation, cfg float64, now time.Time) (next Adaptat
 	if n <= r {
 		return a, false, false
 	}
-	a.Previous, a.Rate, a.Good, a.Configured = r, n, g, cfg
+	a.Previous, a.Rate, a.Good, a.Configured, a.Blind = r, n, g, cfg, false
 	a.Changed, a.Code, a.Reason = now, 0, ReasonQuiet
 	return a, true, false
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -131,6 +132,53 @@ func TestAdaptIncreaseBisectsUnderTheCeiling(t *testing.T) {
 	}
 }
 
+// A ceiling set by one throttle at a rate a deep cut chose (none held in
+// between) is in doubt: a stray throttle, such as a send that reached the
+// provider early, looks the same. When increases reach it without a
+// throttle, the search goes on up to the ceiling before it, once: a rate
+// above the doubted one that holds refutes it; a throttle first proves it,
+// and the ceiling goes back to it.
+func TestAdaptDoubtsACeilingSetRightAfterADeepCut(t *testing.T) {
+	o := AdaptOptions{Decrease: 0.25, Increase: 1, Quiet: 5 * time.Second, Margin: 0.1}
+	upTo := []adaptStep{
+		{at: 0, down: true, sent: noSent, want: 1, changed: true},                  // ceiling 4
+		{at: 2 * time.Second, down: true, sent: noSent, want: 0.25, changed: true}, // ceiling 1, in doubt
+		{at: 3 * time.Second, want: 0.25},
+		{at: 8 * time.Second, want: 0.625, changed: true}, // bisection under 1
+		{at: 9 * time.Second, want: 0.625},
+		{at: 14 * time.Second, want: 0.8125, changed: true},
+		{at: 15 * time.Second, want: 0.8125},
+		{at: 20 * time.Second, want: 0.90625, changed: true},
+		{at: 21 * time.Second, want: 0.90625},
+		// 0.90625 held, within 10% of the doubted ceiling 1: on under the
+		// ceiling before it, 4.
+		{at: 26 * time.Second, want: 2.453125, changed: true},
+		{at: 27 * time.Second, want: 2.453125},
+	}
+	// The provider's rate was under 1 after all: the probe's throttle puts
+	// the ceiling back to 1 and the rate back to the one that held, where
+	// it stays. One throttle was the price of the doubt.
+	a := runAdaptSteps(t, o, 4, append(slices.Clone(upTo),
+		adaptStep{at: 27500 * time.Millisecond, down: true, sent: noSent, want: 0.90625, changed: true},
+		adaptStep{at: 28500 * time.Millisecond, want: 0.90625},
+		adaptStep{at: 34 * time.Second, want: 0.90625},
+		adaptStep{at: 60 * time.Second, want: 0.90625},
+	))
+	if a.Ceiling != 1 || a.Above != 0 || a.Doubt != 0 {
+		t.Fatalf("state %+v: want ceiling 1, no doubt left", a)
+	}
+	// The throttle at 1 was a stray one: 2.45 holds, the doubt is over,
+	// and the search goes on as usual.
+	a = runAdaptSteps(t, o, 4, append(slices.Clone(upTo),
+		adaptStep{at: 32 * time.Second, want: 3.2265625, changed: true},
+		adaptStep{at: 33 * time.Second, want: 3.2265625},
+		adaptStep{at: 33500 * time.Millisecond, down: true, sent: noSent, want: 2.453125, changed: true},
+	))
+	if a.Ceiling != 3.2265625 || a.Above != 0 || a.Doubt != 0 || a.Good != 2.453125 {
+		t.Fatalf("state %+v: want ceiling 3.2265625, good 2.453125, no doubt", a)
+	}
+}
+
 // Without a ceiling below the configured rate (expired), the rate rises
 // additively to the configured rate, and the state is removed there.
 func TestAdaptCeilingExpires(t *testing.T) {
@@ -195,7 +243,7 @@ func TestAdaptOptionsValidateNamesTheField(t *testing.T) {
 		{AdaptOptions{Increase: -0.1}, "increase: want more than 0 and at most 1, got -0.1"},
 		{AdaptOptions{Quiet: time.Millisecond}, "quiet: want at least 1s, got 1ms"},
 		{AdaptOptions{Margin: 1}, "margin: want 0 or more and less than 1, got 1"},
-		{AdaptOptions{CeilingTTL: time.Second}, "ceiling_ttl: want at least quiet (5s), got 1s"},
+		{AdaptOptions{CeilingTTL: time.Second}, "ceiling_ttl: want at least quiet (3s), got 1s"},
 	} {
 		if err := c.o.Validate(); err == nil || err.Error() != c.want {
 			t.Errorf("%+v: %v, want %q", c.o, err, c.want)
@@ -224,6 +272,10 @@ type simEnv struct {
 	headroom float64
 	jitter   time.Duration
 	seed     uint64
+	// stray: the first send at or after each of these is throttled
+	// whatever its spacing (it reached the provider early, or the
+	// provider hiccuped).
+	stray []time.Duration
 }
 
 func simulate(o AdaptOptions, cfg, provider float64, run time.Duration, env simEnv) simResult {
@@ -253,7 +305,11 @@ func simulate(o AdaptOptions, cfg, provider float64, run time.Duration, env simE
 		if env.jitter > 0 {
 			arrival += time.Duration(rng.Int64N(int64(env.jitter)))
 		}
-		if arrival-lastOK >= providerInterval {
+		stray := len(env.stray) > 0 && now >= env.stray[0]
+		if stray {
+			env.stray = env.stray[1:]
+		}
+		if !stray && arrival-lastOK >= providerInterval {
 			lastOK = arrival
 			res.accepted = append(res.accepted, arrival)
 			a, _ = o.markOK(a, at)
@@ -298,7 +354,10 @@ func TestAdaptSettlesUnderAStrictProvider(t *testing.T) {
 		cfg, provider float64
 		stopBy        time.Duration
 	}{{5, 1, 30 * time.Second}, {5, 2, 30 * time.Second}, {80, 30, 30 * time.Second}, {3, 1, 30 * time.Second},
-		{1, 0.5, time.Minute}, {10, 1, time.Minute}, {100, 1, 2 * time.Minute}, {5, 4.5, time.Minute}} {
+		{1, 0.5, time.Minute}, {10, 1, time.Minute}, {100, 1, 2 * time.Minute}, {5, 4.5, time.Minute},
+		// Under a ceiling in doubt (0.3125, set after the cut from 1.25):
+		// it is probed once above, for one more throttle.
+		{5, 0.3, 2 * time.Minute}} {
 		t.Run(fmt.Sprintf("%v-on-%v", c.cfg, c.provider), func(t *testing.T) {
 			r := simulate(AdaptOptions{}, c.cfg, c.provider, 4*time.Minute, simEnv{})
 			last := r.throttles[len(r.throttles)-1]
@@ -339,5 +398,29 @@ func TestAdaptSettlesDespiteJitter(t *testing.T) {
 			t.Errorf("seed %d: last throttle at %v, %.3f/s over the last 30s; want none after 30s and >= 0.9/s\n%s",
 				seed, last, float64(tail)/30, strings.Join(r.log, "\n"))
 		}
+	}
+}
+
+// The e2e run that failed before the fix of stale snapshots: 5/s against
+// 1/s, and a send paced at an old rate reached the provider early right
+// after the second cut (0.3125/s), a throttle that was not the provider's
+// rate. The ceiling it set (0.3125) is in doubt; the rate climbs back to
+// 0.9 or more of the provider's instead of staying under 0.3125/s for the
+// ceiling's hour.
+func TestAdaptRecoversFromAStrayThrottle(t *testing.T) {
+	r := simulate(AdaptOptions{}, 5, 1, 3*time.Minute, simEnv{stray: []time.Duration{5200 * time.Millisecond}})
+	tail := 0
+	for _, at := range r.accepted {
+		if at >= 150*time.Second {
+			tail++
+		}
+	}
+	last := r.throttles[len(r.throttles)-1]
+	t.Logf("%d throttles, the last at %v; %.3f/s over the last 30s\n%s", len(r.throttles), last.Round(time.Millisecond), float64(tail)/30, strings.Join(r.log, "\n"))
+	if got := float64(tail) / 30; got < 0.9 {
+		t.Errorf("%.3f/s over the last 30s of 3 minutes, want >= 0.9 of the provider's 1/s", got)
+	}
+	if last > 2*time.Minute {
+		t.Errorf("throttles until %v, want none in the last minute", last)
 	}
 }
