@@ -6,11 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -428,72 +427,28 @@ func flattenAdapt(entries map[string]adaptEntry) []Adaptation {
 	return out
 }
 
-// adaptiveCache is a process's snapshot of the adaptive hash, re-read
-// when stale (OverrideRefresh) and the hash's change counter moved; a
-// change this process makes goes into it at once.
-type adaptiveCache struct {
-	l       *Redis
-	refresh time.Duration
-	snap    atomic.Pointer[adaptSnapshot]
-	loading sync.Mutex
-}
+// adaptiveCache is the process's copy of the adaptive hash (snapCache),
+// re-read only when the hash's change counter moved; a change this process
+// makes goes into it at once (put).
+type adaptiveCache struct{ *snapCache[adaptSnapshot] }
 
 type adaptSnapshot struct {
-	at      time.Time
 	ver     int64 // the hash's change counter when read (-1: unknown)
 	entries map[string]adaptEntry
 }
 
 func newAdaptiveCache(l *Redis, refresh time.Duration) *adaptiveCache {
-	if refresh <= 0 {
-		refresh = DefaultOverrideRefresh
-	}
-	return &adaptiveCache{l: l, refresh: refresh}
+	return &adaptiveCache{newSnapCache(refresh,
+		func(ctx context.Context, prev *adaptSnapshot) (*adaptSnapshot, error) { return l.loadAdapt(ctx, prev) },
+		func(ctx context.Context, err error) {
+			l.warn.adaptRefresh.warn(ctx, l.logger(), "throttle: adaptive state refresh failed: keeping the last state read",
+				"key", l.AdaptKey(), "err", err)
+		})}
 }
 
-func (c *adaptiveCache) current(ctx context.Context) *adaptSnapshot {
-	s := c.snap.Load()
-	if s != nil && time.Since(s.at) < c.refresh {
-		return s
-	}
-	if !c.loading.TryLock() {
-		if s != nil && time.Since(s.at) < 2*c.refresh {
-			return s // another call is re-reading a recent snapshot
-		}
-		// A snapshot of unknown age is not used: in a process that was
-		// idle it may predate several changes (a rate lowered since paces
-		// at the old one, and its spacing outlives it in the limit's GCRA
-		// book). Wait for the read under way.
-		c.loading.Lock()
-		if n := c.snap.Load(); n != nil && time.Since(n.at) < c.refresh {
-			c.loading.Unlock()
-			return n
-		}
-		s = c.snap.Load()
-	}
-	defer c.loading.Unlock()
-	n, err := c.load(ctx, s)
-	if err != nil {
-		if ctx.Err() == nil {
-			c.l.warn.adaptRefresh.warn(ctx, c.l.logger(), "throttle: adaptive state refresh failed: keeping the last state read",
-				"key", c.l.AdaptKey(), "err", err)
-		}
-		if s == nil {
-			return nil
-		}
-		kept := *s
-		kept.at = time.Now()
-		c.snap.Store(&kept)
-		return s
-	}
-	c.snap.Store(n)
-	return n
-}
-
-// load reads the hash when its change counter moved since s.
-func (c *adaptiveCache) load(ctx context.Context, s *adaptSnapshot) (*adaptSnapshot, error) {
-	at := time.Now()
-	v, err := c.l.rdb.HGet(ctx, c.l.AdaptKey(), adaptVersionField).Int64()
+// loadAdapt reads the adaptive hash when its change counter moved since s.
+func (l *Redis) loadAdapt(ctx context.Context, s *adaptSnapshot) (*adaptSnapshot, error) {
+	v, err := l.rdb.HGet(ctx, l.AdaptKey(), adaptVersionField).Int64()
 	if errors.Is(err, redis.Nil) {
 		v, err = 0, nil
 	}
@@ -501,14 +456,12 @@ func (c *adaptiveCache) load(ctx context.Context, s *adaptSnapshot) (*adaptSnaps
 		return nil, err
 	}
 	if s != nil && s.ver == v {
-		kept := *s
-		kept.at = at
-		return &kept, nil
+		return s, nil
 	}
 	if v == 0 {
-		return &adaptSnapshot{at: at, ver: 0, entries: map[string]adaptEntry{}}, nil
+		return &adaptSnapshot{ver: 0, entries: map[string]adaptEntry{}}, nil
 	}
-	raw, err := c.l.rdb.HGetAll(ctx, c.l.AdaptKey()).Result()
+	raw, err := l.rdb.HGetAll(ctx, l.AdaptKey()).Result()
 	if err != nil {
 		return nil, err
 	}
@@ -517,28 +470,24 @@ func (c *adaptiveCache) load(ctx context.Context, s *adaptSnapshot) (*adaptSnaps
 		return nil, err
 	}
 	ver, _ := strconv.ParseInt(raw[adaptVersionField], 10, 64)
-	return &adaptSnapshot{at: at, ver: ver, entries: entries}, nil
+	return &adaptSnapshot{ver: ver, entries: entries}, nil
 }
 
 // put stores a key's entry this process just wrote (no limits: removed).
-// The snapshot's counter becomes unknown, so the next refresh re-reads.
+// The copy's counter becomes unknown, so the next refresh re-reads.
 func (c *adaptiveCache) put(key string, e adaptEntry) {
-	c.loading.Lock()
-	defer c.loading.Unlock()
-	s := c.snap.Load()
-	n := &adaptSnapshot{ver: -1, entries: map[string]adaptEntry{}}
-	if s != nil {
-		n.at = s.at
-		for k, v := range s.entries {
-			n.entries[k] = v
+	c.update(func(old *adaptSnapshot) *adaptSnapshot {
+		n := &adaptSnapshot{ver: -1, entries: map[string]adaptEntry{}}
+		if old != nil {
+			maps.Copy(n.entries, old.entries)
 		}
-	}
-	if len(e.limits) == 0 {
-		delete(n.entries, key)
-	} else {
-		n.entries[key] = e
-	}
-	c.snap.Store(n)
+		if len(e.limits) == 0 {
+			delete(n.entries, key)
+		} else {
+			n.entries[key] = e
+		}
+		return n
+	})
 }
 
 // apply returns reqs with adapted rates applied (effective = the lower of

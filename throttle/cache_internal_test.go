@@ -26,8 +26,8 @@ func TestStaleSnapshotWaitsForTheReadUnderWay(t *testing.T) {
 
 	// The process read the state long ago: nothing adapted, no override.
 	old := time.Now().Add(-time.Hour)
-	l.adaptive.snap.Store(&adaptSnapshot{at: old, entries: map[string]adaptEntry{}})
-	l.overrides.snap.Store(&overrideSnapshot{at: old, exact: map[string]Override{}, byPrefix: map[string]Override{}})
+	l.adaptive.snap.Store(&snapshot[adaptSnapshot]{at: old, v: &adaptSnapshot{entries: map[string]adaptEntry{}}})
+	l.overrides.snap.Store(&snapshot[overrideSnapshot]{at: old, v: &overrideSnapshot{exact: map[string]Override{}, byPrefix: map[string]Override{}}})
 	// Since then another process lowered the rate to 1.25/s.
 	other := NewRedis(rdb, Options{PrefetchSpan: -1})
 	if _, err := other.AdaptDown(ctx, AdaptOptions{}, AdaptSignal{Code: 20429}, req); err != nil {

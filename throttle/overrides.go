@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -114,72 +112,37 @@ func (l *Redis) Overrides(ctx context.Context) (map[string]Override, error) {
 	return out, nil
 }
 
-// overrideCache keeps a snapshot of the overrides, re-read at most every
-// refresh by whichever caller finds it stale (the others keep using the old
-// snapshot meanwhile).
+// overrideCache is the process's copy of the overrides (snapCache).
 type overrideCache struct {
-	l       *Redis
-	refresh time.Duration
-	snap    atomic.Pointer[overrideSnapshot]
-	loading sync.Mutex
+	*snapCache[overrideSnapshot]
+	l *Redis // for the warning of an override it ignores
 }
 
 type overrideSnapshot struct {
-	at       time.Time
 	exact    map[string]Override
 	patterns []string // prefixes of '*' patterns, longest first
 	byPrefix map[string]Override
 }
 
 func newOverrideCache(l *Redis, refresh time.Duration) *overrideCache {
-	if refresh <= 0 {
-		refresh = DefaultOverrideRefresh
-	}
-	return &overrideCache{l: l, refresh: refresh}
-}
-
-func (c *overrideCache) current(ctx context.Context) *overrideSnapshot {
-	s := c.snap.Load()
-	if s != nil && time.Since(s.at) < c.refresh {
-		return s
-	}
-	if !c.loading.TryLock() {
-		if s != nil && time.Since(s.at) < 2*c.refresh {
-			return s // another call is re-reading a recent snapshot
-		}
-		// A snapshot of unknown age (the process was idle: it may predate
-		// changes by minutes) is not used: wait for the read under way.
-		c.loading.Lock()
-		if n := c.snap.Load(); n != nil && time.Since(n.at) < c.refresh {
-			c.loading.Unlock()
-			return n
-		}
-	}
-	defer c.loading.Unlock()
-	all, err := c.l.Overrides(ctx)
-	if err != nil {
-		if ctx.Err() == nil { // the caller gave up: not the server's fault
-			c.l.warn.overrideRefresh.warn(ctx, c.l.logger(), "throttle: override refresh failed: keeping the last overrides read",
-				"key", c.l.OverridesKey(), "err", err)
-		}
-		if s == nil {
-			return nil
-		}
-		// Keep the last good snapshot; try again after another refresh.
-		kept := *s
-		kept.at = time.Now()
-		c.snap.Store(&kept)
-		return s
-	}
-	n := newOverrideSnapshot(all)
-	c.snap.Store(n)
-	return n
+	return &overrideCache{l: l, snapCache: newSnapCache(refresh,
+		func(ctx context.Context, _ *overrideSnapshot) (*overrideSnapshot, error) {
+			all, err := l.Overrides(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return newOverrideSnapshot(all), nil
+		},
+		func(ctx context.Context, err error) {
+			l.warn.overrideRefresh.warn(ctx, l.logger(), "throttle: override refresh failed: keeping the last overrides read",
+				"key", l.OverridesKey(), "err", err)
+		})}
 }
 
 // newOverrideSnapshot indexes overrides keyed by limiter key or by a prefix
 // pattern ending in '*'.
 func newOverrideSnapshot(all map[string]Override) *overrideSnapshot {
-	n := &overrideSnapshot{at: time.Now(), exact: map[string]Override{}, byPrefix: map[string]Override{}}
+	n := &overrideSnapshot{exact: map[string]Override{}, byPrefix: map[string]Override{}}
 	for k, o := range all {
 		if p, ok := strings.CutSuffix(k, "*"); ok {
 			n.byPrefix[p] = o
