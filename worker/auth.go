@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -190,29 +191,13 @@ func (w *Worker) probeOnce(ctx context.Context, pr prober, ch Channel, key strin
 	if pz, ok := w.opts.Limiter.(Pauser); ok && resumed {
 		pz.Emit(ctx, throttle.EventProviderResumed, key, time.Millisecond, "code", p.Code, "reason", "probe succeeded: the provider accepts the credentials again")
 	}
-	ran, err := RunWaiting(asynq.NewInspectorFromRedisClient(w.opts.Redis), w.queueNames(), []string{key})
+	ran, err := RunWaiting(asynq.NewInspectorFromRedisClient(w.opts.Redis), slices.Sorted(maps.Keys(w.opts.Queues)), []string{key})
 	w.logger.Info("probe succeeded: the provider accepts the channel's credentials again; channel resumed in every worker",
 		"channel", ch.Name, "key", key, "probe", p.N, "waiting_tasks_run", ran)
 	if err != nil {
 		w.logger.Warn("some tasks that waited for the channel may still wait for the pause's planned end; `sluice channels resume "+ch.Name+"` runs them",
 			"channel", ch.Name, "err", err)
 	}
-}
-
-// queueNames are the queues the worker serves, sorted.
-func (w *Worker) queueNames() []string {
-	var qs []string
-	if len(w.opts.Queues) > 0 {
-		for q := range w.opts.Queues {
-			qs = append(qs, q)
-		}
-	} else {
-		for _, ch := range w.opts.Channels {
-			qs = append(qs, ch.Name)
-		}
-	}
-	slices.Sort(qs)
-	return slices.Compact(qs)
 }
 
 // RunWaiting runs now the retry tasks of queues that were waiting for one

@@ -279,15 +279,14 @@ func New(opts Options) (*Worker, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	w := &Worker{opts: opts, mux: asynq.NewServeMux(), logger: opts.Logger}
-	opts.Metrics.watchAdaptive(opts.Limiter)
-	queues := opts.Queues
-	if len(queues) == 0 {
-		queues = map[string]int{}
+	if len(opts.Queues) == 0 {
+		opts.Queues = map[string]int{}
 		for _, ch := range opts.Channels {
-			queues[ch.Name] = 1
+			opts.Queues[ch.Name] = 1
 		}
 	}
+	w := &Worker{opts: opts, mux: asynq.NewServeMux(), logger: opts.Logger}
+	opts.Metrics.watchAdaptive(opts.Limiter)
 	known := make(map[string]string, len(opts.Channels)) // task type → channel
 	for i, ch := range opts.Channels {
 		h, err := w.Handler(ch)
@@ -300,7 +299,7 @@ func New(opts Options) (*Worker, error) {
 	w.mux.Use(w.exactTypes(known))
 	w.srv = asynq.NewServerFromRedisClient(opts.Redis, asynq.Config{
 		Concurrency:              opts.Concurrency,
-		Queues:                   queues,
+		Queues:                   opts.Queues,
 		IsFailure:                IsFailure,
 		RetryDelayFunc:           RetryDelay,
 		DelayedTaskCheckInterval: opts.DelayedTaskCheckInterval,
