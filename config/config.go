@@ -73,11 +73,48 @@ type WorkerConfig struct {
 	MaxRetry int
 }
 
-// HTTPConfig is the worker's own HTTP server (/healthz and /metrics).
+// HTTPConfig is `sluice serve`'s HTTP server: /healthz, /metrics, the
+// enqueue API under /v1, the dashboards under /queues/ and /limits/ and the
+// providers' delivery callbacks under /callbacks/. API keys never come from
+// this file: they are read from SLUICE_API_KEYS (APIKeysEnv).
 type HTTPConfig struct {
 	// Listen is host:port; empty disables the server. Default "127.0.0.1:9090".
+	// A non-loopback address is refused unless API keys are configured.
 	Listen string
+	// PublicURL is the server's base URL as providers reach it
+	// ("https://sluice.example.com", no path): Twilio sends ask for status
+	// callbacks at PublicURL + "/callbacks/twilio", and X-Twilio-Signature is
+	// checked against that URL. Empty: no status callbacks are requested, and
+	// signatures are checked against the URL the request names.
+	PublicURL string
+	// APIRate limits each API key's requests to the /v1 API (GCRA; a batch
+	// is one request). Default 100/s.
+	APIRate throttle.Rate
+	// APIBurst is how many requests a key may make at once above APIRate.
+	// Default 100.
+	APIBurst int
+	// MaxBodyBytes bounds a request body (an API batch of 1,000 items, a
+	// provider callback). Default 4 MiB.
+	MaxBodyBytes int
+	// QueuesReadOnly turns off the queue dashboard's actions (delete, run,
+	// archive, pause queue). Without API keys the dashboard is always read-only.
+	QueuesReadOnly bool
 }
+
+// APIKeysEnv is the environment variable holding the API keys:
+// comma-separated "key" or "key:tenant".
+const APIKeysEnv = "SLUICE_API_KEYS"
+
+// HTTP defaults.
+const (
+	DefaultAPIBurst     = 100
+	DefaultMaxBodyBytes = 4 << 20
+	// MaxMaxBodyBytes bounds http.max_body_bytes.
+	MaxMaxBodyBytes = 64 << 20
+)
+
+// DefaultAPIRate is http.api_rate's default.
+var DefaultAPIRate = throttle.PerSecond(100)
 
 // CleanupConfig schedules the sweep of expired limiter keys.
 type CleanupConfig struct {
@@ -305,7 +342,7 @@ func Default() *Config {
 			ShutdownTimeout:          worker.DefaultShutdownTimeout,
 			MaxRetry:                 tasks.DefaultMaxRetry,
 		},
-		HTTP:     HTTPConfig{Listen: "127.0.0.1:9090"},
+		HTTP:     HTTPConfig{Listen: "127.0.0.1:9090", APIRate: DefaultAPIRate, APIBurst: DefaultAPIBurst, MaxBodyBytes: DefaultMaxBodyBytes},
 		Cleanup:  CleanupConfig{Schedule: "@every 1m", Batch: throttle.DefaultScanBatch},
 		Events:   EventsConfig{Enabled: true, MaxLen: 10000, WarnAt: 0.1},
 		Channels: map[string]*ChannelConfig{"whatsapp": wa, "sms": sms, "webhook": webhook, "http": http},

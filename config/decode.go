@@ -439,16 +439,54 @@ func (d *decoder) worker(n *yaml.Node, path string, w *WorkerConfig) {
 }
 
 func (d *decoder) http(n *yaml.Node, path string, h *HTTPConfig) {
-	d.mapping(n, path, "field", []string{"listen"}, func(key string, _, v *yaml.Node) {
+	fields := []string{"listen", "public_url", "api_rate", "api_burst", "max_body_bytes", "queues_read_only"}
+	d.mapping(n, path, "field", fields, func(key string, _, v *yaml.Node) {
 		p := join(path, key)
-		if s, ok := d.scalar(v, p); ok {
-			if s != "" {
-				if err := hostPort(s); err != nil {
-					d.errorf(resolve(v), p, "%v (or \"\" to disable)", err)
+		switch key {
+		case "listen":
+			if s, ok := d.scalar(v, p); ok {
+				if s != "" {
+					if err := hostPort(s); err != nil {
+						d.errorf(resolve(v), p, "%v (or \"\" to disable)", err)
+						return
+					}
+				}
+				h.Listen = s
+			}
+		case "public_url":
+			if s, ok := d.scalar(v, p); ok {
+				if s != "" {
+					u, err := url.Parse(s)
+					if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+						(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+						d.errorf(resolve(v), p, "want an absolute http(s) URL with no path, query or user, such as https://sluice.example.com, got %.80q", s)
+						return
+					}
+					s = strings.TrimSuffix(s, "/")
+				}
+				h.PublicURL = s
+			}
+		case "api_rate":
+			if s, ok := d.scalar(v, p); ok {
+				var r throttle.Rate
+				if err := r.UnmarshalText([]byte(s)); err != nil {
+					d.errorf(resolve(v), p, "%v", err)
 					return
 				}
+				h.APIRate = r
 			}
-			h.Listen = s
+		case "api_burst":
+			d.setInt(v, p, 1, &h.APIBurst)
+		case "max_body_bytes":
+			if m, ok := d.integer(v, p, 1024); ok {
+				if m > MaxMaxBodyBytes {
+					d.errorf(resolve(v), p, "want at most %d, got %d", MaxMaxBodyBytes, m)
+					return
+				}
+				h.MaxBodyBytes = int(m)
+			}
+		case "queues_read_only":
+			d.boolean(v, p, &h.QueuesReadOnly)
 		}
 	})
 }
