@@ -91,6 +91,8 @@ func TestDecodeRejects(t *testing.T) {
 		{"bad priority", decodeWA, `{"v":1,"phone_number_id":"1","to":"+12025550123","text":"hi","priority":"urgent"}`, `payload: priority: "urgent": want "high" or "bulk"`},
 		{"tenant with a control character", decodeSMS, `{"v":1,"from":"+12025550100","to":"+12025550123","body":"x","tenant":"ac\nme"}`, `payload: tenant: "ac\nme" has a control character`},
 		{"tenant too long", decodeHook, `{"v":1,"url":"https://h.example.com","event_type":"e","payload":{},"tenant":"` + strings.Repeat("t", 129) + `"}`, "payload: tenant: 129 bytes, want at most 128"},
+		{"campaign with a control character", decodeSMS, `{"v":1,"from":"+12025550100","to":"+12025550123","body":"x","campaign":"q4\tpromo"}`, `payload: campaign: "q4\tpromo" has a control character`},
+		{"campaign too long", decodeHook, `{"v":1,"url":"https://h.example.com","event_type":"e","payload":{},"campaign":"` + strings.Repeat("c", 129) + `"}`, "payload: campaign: 129 bytes, want at most 128"},
 		// What a producer that bypasses the constructors sends is archived
 		// by the worker with the same reason the constructor gives.
 		{"webhook without key", decodeHook, `{"v":1,"url":"https://h.example.com","event_type":"e","payload":{}}`, "payload: idempotency_key: required for webhooks"},

@@ -38,6 +38,14 @@ type Delivery struct {
 	// served. "" is a tenant of its own. At most MaxTenantBytes bytes of
 	// UTF-8 without control characters.
 	Tenant string `json:"tenant,omitempty"`
+	// Campaign names the group of sends this one belongs to (`sluice send`
+	// sets the campaign's name; an API batch may set one). The worker
+	// counts each campaign's outcomes (sent, failed) and the delivery
+	// callbacks its delivered and read messages, so `sluice send --wait`
+	// follows a campaign without reading its tasks one by one, as a Sidekiq
+	// batch is followed. At most MaxTenantBytes bytes of UTF-8 without
+	// control characters.
+	Campaign string `json:"campaign,omitempty"`
 }
 
 // MaxTenantBytes bounds Delivery.Tenant (throttle.MaxTenantBytes).
@@ -52,21 +60,28 @@ func (d Delivery) validate() error {
 	default:
 		return fmt.Errorf("priority: %.40q: want \"high\" or \"bulk\" (or none)", d.Priority)
 	}
-	return ValidTenant(d.Tenant)
+	if err := ValidTenant(d.Tenant); err != nil {
+		return err
+	}
+	return validName("campaign", d.Campaign)
 }
 
 // ValidTenant checks a tenant name: at most MaxTenantBytes bytes of UTF-8
 // without control characters.
-func ValidTenant(t string) error {
+func ValidTenant(t string) error { return validName("tenant", t) }
+
+// validName checks a tenant or campaign name: at most MaxTenantBytes bytes
+// of UTF-8 without control characters.
+func validName(field, t string) error {
 	if len(t) > MaxTenantBytes {
-		return fmt.Errorf("tenant: %d bytes, want at most %d", len(t), MaxTenantBytes)
+		return fmt.Errorf("%s: %d bytes, want at most %d", field, len(t), MaxTenantBytes)
 	}
 	if !utf8.ValidString(t) {
-		return fmt.Errorf("tenant: %.40q is not valid UTF-8", t)
+		return fmt.Errorf("%s: %.40q is not valid UTF-8", field, t)
 	}
 	for _, r := range t {
 		if unicode.IsControl(r) {
-			return fmt.Errorf("tenant: %.40q has a control character", t)
+			return fmt.Errorf("%s: %.40q has a control character", field, t)
 		}
 	}
 	return nil

@@ -132,7 +132,7 @@ func (m *Message) Task(row Row, i int, columns []string) (*asynq.Task, error) {
 	}
 	var t *asynq.Task
 	var err error
-	d := tasks.Delivery{Priority: m.Priority, Tenant: m.tenant()}
+	d := tasks.Delivery{Priority: m.Priority, Tenant: m.tenant(), Campaign: m.Campaign}
 	if v := strings.TrimSpace(row.Params[PriorityColumn]); v != "" {
 		d.Priority = strings.ToLower(v)
 	}
