@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/hibiken/asynq/x/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
@@ -361,6 +362,20 @@ func taskGone(cfg *config.Config, rdb redis.UniversalClient) func(scope, id stri
 	}
 }
 
+// NewRegistry returns the Prometheus registry serve exposes at /metrics,
+// holding the Go runtime and process series and asynq's queue series from
+// its x/metrics collector, read from rdb on each scrape: asynq_queue_size
+// and asynq_queue_latency_seconds per queue and state, and
+// asynq_tasks_processed_total and asynq_tasks_failed_total per queue
+// (counts of the current day, as asynq keeps them). Sluice's own series are
+// registered on it by their packages.
+func NewRegistry(rdb redis.UniversalClient) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
+		metrics.NewQueueMetricsCollector(asynq.NewInspectorFromRedisClient(rdb)))
+	return reg
+}
+
 // HTTPHandler serves /healthz (200 "ok" while Redis answers, else 503) and
 // /metrics (Prometheus, from gatherer).
 func HTTPHandler(rdb redis.UniversalClient, gatherer prometheus.Gatherer) http.Handler {
@@ -395,8 +410,7 @@ func Serve(ctx context.Context, cfg *config.Config, redisURL string, logger *slo
 		return err
 	}
 	defer rdb.Close()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	reg := NewRegistry(rdb)
 	lopts := LimiterOptions(cfg, nil)
 	lopts.Logger = logger.With("component", "limiter")
 	lim := throttle.NewRedis(rdb, lopts)

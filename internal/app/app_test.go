@@ -128,3 +128,32 @@ func TestSweepReleasesDeletedAndArchivedTasks(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 197, b.Planned)
 }
+
+func TestRegistryExposesAsynqQueueSeries(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	c := asynq.NewClientFromRedisClient(rdb)
+	for range 3 {
+		if _, err := c.Enqueue(asynq.NewTask("sms:send", []byte(`{}`)), asynq.Queue("sms")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mfs, err := NewRegistry(rdb).Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "asynq_queue_size" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["queue"] == "sms" && m.GetGauge().GetValue() == 3 {
+				return
+			}
+		}
+	}
+	t.Fatalf("no asynq_queue_size{queue=\"sms\"} 3 among %d families", len(mfs))
+}

@@ -1,0 +1,108 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/vbauerster/mpb/v8"
+	"github.com/vbauerster/mpb/v8/decor"
+)
+
+// campaignCounts is what the workers and the providers' delivery callbacks
+// have reported for a campaign's sends so far.
+type campaignCounts struct {
+	// Sent: the provider accepted the send (sent or sent_unconfirmed).
+	// Failed: the worker gave up on it (permanent error, budget spent).
+	// Each send ends as exactly one of the two.
+	Sent, Failed int64
+	// Delivered, Read and Undelivered come from delivery callbacks, when
+	// the provider sends them (http.public_url, the Meta webhook).
+	Delivered, Read, Undelivered int64
+}
+
+// done is the sends that reached an outcome.
+func (c campaignCounts) done() int64 { return c.Sent + c.Failed }
+
+// waitOptions tune waitCampaign.
+type waitOptions struct {
+	// Every is how often the counts are read. Default 1s.
+	Every time.Duration
+	// Bar is where the progress bar is drawn: a terminal, else nil for none.
+	Bar io.Writer
+	// Lines, when Bar is nil, gets one progress line every LineEvery
+	// (default 10s): logs and pipes get a record without a bar's escapes.
+	Lines     io.Writer
+	LineEvery time.Duration
+	// Expected is when the campaign's last send is planned, shown with the
+	// progress; zero: not shown.
+	Expected time.Time
+	// Now is the clock for the progress lines; nil means time.Now.
+	Now func() time.Time
+}
+
+// waitCampaign reads the campaign's counts through poll every opts.Every
+// until total of its sends reached an outcome, drawing a progress bar of
+// the deliveries with their rate and the expected end. It returns the last
+// counts read; the error is ctx's (Ctrl-C) or poll's.
+func waitCampaign(ctx context.Context, name string, total int64, poll func(context.Context) (campaignCounts, error), opts waitOptions) (campaignCounts, error) {
+	if opts.Every <= 0 {
+		opts.Every = time.Second
+	}
+	if opts.LineEvery <= 0 {
+		opts.LineEvery = 10 * time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	p := mpb.NewWithContext(ctx, mpb.WithOutput(opts.Bar), mpb.WithWidth(40))
+	bar := p.AddBar(total,
+		mpb.PrependDecorators(decor.Name(name, decor.WC{C: decor.DindentRight | decor.DextraSpace}), decor.CountersNoUnit("%d / %d")),
+		mpb.AppendDecorators(decor.Percentage(), decor.Name(" "), decor.EwmaSpeed(0, "%.1f/s", 30), decor.Name(" ETA "), decor.EwmaETA(decor.ET_STYLE_GO, 30)))
+	finish := func() {
+		if !bar.Completed() {
+			bar.Abort(false)
+		}
+		p.Wait()
+	}
+	start, lastLine := opts.Now(), opts.Now()
+	var last campaignCounts
+	tick := time.NewTicker(opts.Every)
+	defer tick.Stop()
+	for {
+		c, err := poll(ctx)
+		if err != nil {
+			finish()
+			return last, err
+		}
+		if d := c.done() - last.done(); d > 0 {
+			bar.EwmaIncrInt64(d, opts.Every)
+		}
+		last = c
+		if c.done() >= total {
+			bar.SetTotal(total, true)
+			p.Wait()
+			return c, nil
+		}
+		if now := opts.Now(); opts.Bar == nil && opts.Lines != nil && now.Sub(lastLine) >= opts.LineEvery {
+			lastLine = now
+			fmt.Fprintf(opts.Lines, "%s: %d / %d done (%d sent, %d failed), %.1f/s%s\n",
+				name, c.done(), total, c.Sent, c.Failed, float64(c.done())/now.Sub(start).Seconds(), expected(opts.Expected))
+		}
+		select {
+		case <-ctx.Done():
+			finish()
+			return last, ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// expected renders the planned end for a progress line.
+func expected(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return ", last send planned at " + t.Format(time.TimeOnly)
+}

@@ -1,0 +1,49 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestWaitCampaignEndsWhenEverySendHasAnOutcome(t *testing.T) {
+	calls := 0
+	poll := func(context.Context) (campaignCounts, error) {
+		calls++
+		// 4 sends reach an outcome per read; one of them fails.
+		return campaignCounts{Sent: int64(min(3*calls, 9)), Failed: int64(min(calls, 3)), Delivered: int64(min(2*calls, 6))}, nil
+	}
+	var lines bytes.Buffer
+	clock := time.Unix(0, 0)
+	now := func() time.Time { clock = clock.Add(10 * time.Second); return clock }
+	got, err := waitCampaign(context.Background(), "q4", 12, poll, waitOptions{Every: time.Millisecond, Lines: &lines, LineEvery: 10 * time.Second, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Sent != 9 || got.Failed != 3 || calls != 3 {
+		t.Fatalf("got %+v after %d reads, want 9 sent and 3 failed after 3 reads", got, calls)
+	}
+	if !strings.Contains(lines.String(), "q4: 4 / 12 done (3 sent, 1 failed)") {
+		t.Fatalf("progress lines:\n%s", lines.String())
+	}
+}
+
+func TestWaitCampaignStopsOnCancelAndOnPollErrors(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	poll := func(context.Context) (campaignCounts, error) {
+		cancel() // Ctrl-C while 1 of 5 is done
+		return campaignCounts{Sent: 1}, nil
+	}
+	got, err := waitCampaign(ctx, "q4", 5, poll, waitOptions{Every: time.Hour})
+	if !errors.Is(err, context.Canceled) || got.Sent != 1 {
+		t.Fatalf("got %+v, %v; want 1 sent and context.Canceled", got, err)
+	}
+	boom := errors.New("redis: connection refused")
+	_, err = waitCampaign(context.Background(), "q4", 5, func(context.Context) (campaignCounts, error) { return campaignCounts{}, boom }, waitOptions{})
+	if !errors.Is(err, boom) {
+		t.Fatalf("err = %v, want the poll's", err)
+	}
+}
