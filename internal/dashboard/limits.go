@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -239,7 +240,8 @@ type Snapshot struct {
 	At int64 `json:"at"` // when it was read (the limiter's clock when a key was read)
 	// Prefix is the filter the keys were listed with ("" all).
 	Prefix string `json:"prefix"`
-	// Keys are the limiter keys shown, sorted by key.
+	// Keys are the limiter keys shown (the first MaxKeys by key), those
+	// with the longest backlogs first, then by key.
 	Keys []KeyRow `json:"keys"`
 	// KeysSeen is how many limiter keys (pauses aside) the scan saw;
 	// KeysMore reports that it stopped at ScanLimit, so more exist.
@@ -296,6 +298,10 @@ func (h *Limits) Snapshot(ctx context.Context, prefix string) (Snapshot, error) 
 			return snap, err
 		}
 		for _, k := range page {
+			scope, _, _ := strings.Cut(k, ":")
+			if h.o.Config.Channels[scope] == nil {
+				continue // not a channel's limit: the worker's own records ("failed:<queue>:<id>")
+			}
 			if throttle.IsPauseKey(k) {
 				pauseKeys = append(pauseKeys, k)
 			} else {
@@ -349,6 +355,9 @@ func (h *Limits) Snapshot(ctx context.Context, prefix string) (Snapshot, error) 
 	if err := errors.Join(errs...); err != nil {
 		return snap, err
 	}
+	// The keys with the longest backlogs first: what a person looks for
+	// during a campaign; then by key.
+	slices.SortStableFunc(rows, func(a, b KeyRow) int { return cmp.Compare(b.Backlog, a.Backlog) })
 	snap.Keys = rows
 
 	for _, k := range pauseKeys {
