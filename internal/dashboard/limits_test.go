@@ -248,3 +248,35 @@ func TestNewLimitsNamesTheBadOption(t *testing.T) {
 }
 
 func slogDiscard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// BenchmarkLimitsSnapshot reads a page of DefaultMaxKeys keys: half
+// GCRA (Status and Backlog each), half fixed windows.
+func BenchmarkLimitsSnapshot(b *testing.B) {
+	rdb := redistest.Start(b).Client(b)
+	cfg := config.Default()
+	lim := app.NewLimiter(cfg, rdb, nil)
+	ctx := context.Background()
+	var pair, daily rules.Rule
+	for _, r := range cfg.Channels["whatsapp"].Rules() {
+		switch r.Limit.Name {
+		case "pair":
+			pair = r
+		case "daily":
+			daily = r
+		}
+	}
+	for i := range DefaultMaxKeys / 2 {
+		to := fmt.Sprintf("+1202555%04d", 1000+i)
+		_, err := lim.Consume(ctx, throttle.Request{Key: "whatsapp:pair:106540352242922:" + to, Limit: pair.Limit, Cost: 1},
+			throttle.Request{Key: "whatsapp:daily:" + to, Limit: daily.Limit, Cost: 1})
+		require.NoError(b, err)
+	}
+	h, err := NewLimits(LimitsOptions{Limiter: lim, Config: cfg})
+	require.NoError(b, err)
+	b.ResetTimer()
+	for b.Loop() {
+		snap, err := h.Snapshot(ctx, "")
+		require.NoError(b, err)
+		require.Len(b, snap.Keys, DefaultMaxKeys)
+	}
+}
