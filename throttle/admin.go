@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -81,14 +82,36 @@ func (l *Redis) Inspect(ctx context.Context, key string) (KeyState, error) {
 // is 0. count is a hint of keys per page. It never uses KEYS. On a Redis
 // Cluster client it scans every master and ignores cursor paging.
 func (l *Redis) List(ctx context.Context, prefix string, cursor uint64, count int64) (keys []string, next uint64, err error) {
+	return l.list(ctx, prefix, cursor, count, false)
+}
+
+// ListPlanned is List, but a GCRA limit with planned sends is listed even
+// while its state key does not exist (no firm slot taken yet, or its TTL
+// ran out before the backlog's sends are due): its backlog names it. A key
+// may then come twice in a page or across pages; dashboards dedupe.
+func (l *Redis) ListPlanned(ctx context.Context, prefix string, cursor uint64, count int64) (keys []string, next uint64, err error) {
+	return l.list(ctx, prefix, cursor, count, true)
+}
+
+func (l *Redis) list(ctx context.Context, prefix string, cursor uint64, count int64, planned bool) (keys []string, next uint64, err error) {
 	match := l.match(prefix)
+	keep := func(full string) {
+		s := l.strip(full)
+		if planned && strings.HasSuffix(s, backlogSuffix) {
+			s = strings.TrimSuffix(s, backlogSuffix)
+		}
+		if !reserved(s) {
+			keys = append(keys, s)
+		}
+	}
 	if cc, ok := l.rdb.(*redis.ClusterClient); ok {
+		var mu sync.Mutex
 		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
 			it := c.Scan(ctx, 0, match, count).Iterator()
 			for it.Next(ctx) {
-				if s := l.strip(it.Val()); !reserved(s) {
-					keys = append(keys, s)
-				}
+				mu.Lock()
+				keep(it.Val())
+				mu.Unlock()
 			}
 			return it.Err()
 		})
@@ -99,9 +122,7 @@ func (l *Redis) List(ctx context.Context, prefix string, cursor uint64, count in
 		return nil, 0, fmt.Errorf("throttle: scan %s: %w", match, err)
 	}
 	for _, k := range raw {
-		if s := l.strip(k); !reserved(s) {
-			keys = append(keys, s)
-		}
+		keep(k)
 	}
 	return keys, next, nil
 }

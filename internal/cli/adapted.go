@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,49 +9,21 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluice-dev/sluice/internal/limitview"
 	"github.com/sluice-dev/sluice/throttle"
 )
 
 // showEffective prints a rate limit's effective rate beside its configured
-// one (l, overrides applied) and returns l at its effective rate.
-func showEffective(ctx context.Context, w io.Writer, lim *throttle.Redis, key string, l throttle.Limit, cost int64) (throttle.Limit, error) {
-	switch l.Algorithm {
-	case throttle.GCRA, throttle.FixedWindow, throttle.SlidingWindowLog, throttle.SlidingWindowCounter:
-	default:
-		return l, nil
+// one (overrides applied).
+func showEffective(w io.Writer, k limitview.Key) {
+	if !k.RateLimited {
+		return
 	}
-	ads, err := lim.AdaptationOf(ctx, key)
-	if err != nil {
-		return l, err
+	if a := k.Adaptation; a != nil {
+		fmt.Fprintf(w, "effective rate\t%s of %s configured (%s)\n", throttle.FormatPerSecond(k.Effective), throttle.FormatPerSecond(k.Configured), limitview.AdaptedWhy(*a))
+		return
 	}
-	cfg := throttle.PerSecondOf(l.Rate)
-	for _, a := range ads {
-		if a.Limit != l.Name {
-			continue
-		}
-		eff := a.Effective(cfg)
-		fmt.Fprintf(w, "effective rate\t%s of %s configured (%s)\n", throttle.FormatPerSecond(eff), throttle.FormatPerSecond(cfg), adaptedWhy(a))
-		return a.Apply(l, cost), nil
-	}
-	fmt.Fprintf(w, "effective rate\t%s, as configured (not adapted)\n", throttle.FormatPerSecond(cfg))
-	return l, nil
-}
-
-// adaptedWhy says why and since when a limit is adapted.
-func adaptedWhy(a throttle.Adaptation) string {
-	s := "adapted"
-	if a.Code != 0 {
-		s += fmt.Sprintf(", last lowered after provider code %d at %s", a.Code, a.Decreased.UTC().Format(time.RFC3339))
-	} else if !a.Decreased.IsZero() {
-		s += ", last lowered at " + a.Decreased.UTC().Format(time.RFC3339)
-	}
-	if a.Ceiling > 0 {
-		s += "; ceiling " + throttle.FormatPerSecond(a.Ceiling)
-	}
-	if a.Reason == throttle.ReasonQuiet {
-		s += "; raised after a quiet period at " + a.Changed.UTC().Format(time.RFC3339)
-	}
-	return s
+	fmt.Fprintf(w, "effective rate\t%s, as configured (not adapted)\n", throttle.FormatPerSecond(k.Configured))
 }
 
 // adaptedJSON is one entry of `limits adapted --json`: rates in units per

@@ -16,12 +16,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-dev/sluice/config"
+	"github.com/sluice-dev/sluice/internal/limitview"
 	"github.com/sluice-dev/sluice/throttle"
 	"github.com/sluice-dev/sluice/worker"
 )
-
-// indefinitely is the length of a pause with no --for: until resumed.
-const indefinitely = 100 * 365 * 24 * time.Hour
 
 func newChannelsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
@@ -41,7 +39,7 @@ a host) are listed by status and ended early by resume --key.`,
 		RunE: g.onChannel(func(ctx context.Context, c *channelsEnv, cc *config.ChannelConfig) error {
 			wait := forDur
 			if wait <= 0 {
-				wait = indefinitely
+				wait = limitview.Indefinitely
 			}
 			if reason == "" {
 				reason = "paused by an operator"
@@ -208,26 +206,18 @@ func (c *channelsEnv) channel(name string) (*config.ChannelConfig, error) {
 }
 
 type channelStatus struct {
-	Channel     string      `json:"channel"`
-	Queue       string      `json:"queue"`
-	QueuePaused bool        `json:"queue_paused"`
-	Pending     int         `json:"pending"`
-	Scheduled   int         `json:"scheduled"`
-	Retry       int         `json:"retry"`
-	Archived    int         `json:"archived"`
-	Pauses      []pauseJSON `json:"pauses"`
-}
-
-type pauseJSON struct {
-	Key    string `json:"key"`
-	Until  int64  `json:"until"` // Unix ms
-	Code   int    `json:"code,omitempty"`
-	Reason string `json:"reason,omitempty"`
-	InARow int    `json:"in_a_row"`
+	Channel     string            `json:"channel"`
+	Queue       string            `json:"queue"`
+	QueuePaused bool              `json:"queue_paused"`
+	Pending     int               `json:"pending"`
+	Scheduled   int               `json:"scheduled"`
+	Retry       int               `json:"retry"`
+	Archived    int               `json:"archived"`
+	Pauses      []limitview.Pause `json:"pauses"`
 }
 
 func (c *channelsEnv) status(ctx context.Context, cc *config.ChannelConfig) (channelStatus, error) {
-	st := channelStatus{Channel: cc.Name, Queue: cc.Queue, Pauses: []pauseJSON{}}
+	st := channelStatus{Channel: cc.Name, Queue: cc.Queue, Pauses: []limitview.Pause{}}
 	qs, err := c.insp.Queues()
 	if err != nil {
 		return st, fmt.Errorf("queues: %w", err)
@@ -243,8 +233,9 @@ func (c *channelsEnv) status(ctx context.Context, cc *config.ChannelConfig) (cha
 	if err != nil {
 		return st, err
 	}
+	now := time.Now()
 	for _, p := range ps {
-		st.Pauses = append(st.Pauses, pauseJSON{Key: p.Key, Until: p.Until.UnixMilli(), Code: p.Code, Reason: p.Reason, InARow: p.InARow})
+		st.Pauses = append(st.Pauses, limitview.PauseOf(p, now))
 	}
 	return st, nil
 }
@@ -264,7 +255,7 @@ func printChannels(w io.Writer, sts []channelStatus) {
 		for _, p := range st.Pauses {
 			until := time.UnixMilli(p.Until).UTC()
 			end := "until " + until.Format(time.RFC3339) + " (in " + time.Until(until).Round(time.Second).String() + ")"
-			if time.Until(until) > indefinitely/2 {
+			if p.UntilResumed {
 				end = "until resumed"
 			}
 			code := ""

@@ -9,36 +9,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluice-dev/sluice/internal/limitview"
 	"github.com/sluice-dev/sluice/throttle"
 )
 
 // eventsBlock is how long one read waits for new events; a cancelled tail
 // (Ctrl-C) returns within it.
 const eventsBlock = time.Second
-
-// eventJSON is one line of `events tail --json`: times in Unix ms, as in the
-// decisions' JSON.
-type eventJSON struct {
-	ID        string `json:"id"`
-	Type      string `json:"type"`
-	At        int64  `json:"at"`
-	Key       string `json:"key"`
-	Name      string `json:"name"`
-	Limit     int64  `json:"limit"`
-	Window    string `json:"window,omitempty"`
-	Reset     int64  `json:"reset,omitempty"`
-	Remaining *int64 `json:"remaining,omitempty"`
-	Threshold int64  `json:"threshold,omitempty"`
-	Code      int64  `json:"code,omitempty"`
-	Reason    string `json:"reason,omitempty"`
-	Until     int64  `json:"until,omitempty"`
-	InARow    int64  `json:"in_a_row,omitempty"`
-	// limits.adapted's rates, as written ("0.9375/s").
-	Configured string `json:"configured,omitempty"`
-	Effective  string `json:"effective,omitempty"`
-	Previous   string `json:"previous,omitempty"`
-	Ceiling    string `json:"ceiling,omitempty"`
-}
 
 func newEventsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
@@ -139,22 +116,7 @@ object per line instead, with at and reset in Unix ms.`,
 
 func printEvent(w io.Writer, e throttle.Event, asJSON bool) error {
 	if asJSON {
-		j := eventJSON{ID: e.ID, Type: e.Type, At: e.At.UnixMilli(), Key: e.Key, Name: e.Name, Limit: e.Limit, Threshold: e.Threshold,
-			Code: e.Code, Reason: e.Reason, InARow: e.InARow,
-			Configured: e.Configured, Effective: e.Effective, Previous: e.Previous, Ceiling: e.Ceiling}
-		if !e.Until.IsZero() {
-			j.Until = e.Until.UnixMilli()
-		}
-		if e.Window > 0 {
-			j.Window = window(e.Window)
-		}
-		if !e.Reset.IsZero() {
-			j.Reset = e.Reset.UnixMilli()
-		}
-		if e.Type == throttle.EventWarning {
-			j.Remaining = &e.Remaining
-		}
-		b, err := json.Marshal(j)
+		b, err := json.Marshal(limitview.EventOf(e))
 		if err != nil {
 			return err
 		}
@@ -199,7 +161,7 @@ func printEvent(w io.Writer, e throttle.Event, asJSON bool) error {
 	default:
 		fmt.Fprintf(&b, " limit=%d", e.Limit)
 		if e.Window > 0 {
-			fmt.Fprintf(&b, " window=%s", window(e.Window))
+			fmt.Fprintf(&b, " window=%s", limitview.Window(e.Window))
 		}
 		if !e.Reset.IsZero() {
 			fmt.Fprintf(&b, " reset=%s", e.Reset.UTC().Format(time.RFC3339))
@@ -208,13 +170,4 @@ func printEvent(w io.Writer, e throttle.Event, asJSON bool) error {
 	b.WriteByte('\n')
 	_, err := io.WriteString(w, b.String())
 	return err
-}
-
-// window renders a window with its count, as rules write it: 1s, 6s, 1d.
-func window(d time.Duration) string {
-	s := throttle.FormatPeriod(d)
-	if s != "" && (s[0] < '0' || s[0] > '9') {
-		s = "1" + s
-	}
-	return s
 }

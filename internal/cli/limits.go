@@ -8,7 +8,6 @@ import (
 	"io"
 	"maps"
 	"slices"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 
 	"github.com/sluice-dev/sluice/config"
 	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/limitview"
 	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/throttle"
 )
@@ -50,24 +50,18 @@ func (g *globals) connect(ctx context.Context, cfg *config.Config) (*throttle.Re
 
 // showBacklog prints a GCRA key's pacing: its paced rate (the rule's widened
 // by the channel's headroom) and its planned sends, with when they drain.
-func showBacklog(ctx context.Context, w io.Writer, lim *throttle.Redis, cfg *config.Config, key string, l throttle.Limit) error {
-	b, err := lim.Backlog(ctx, key)
-	if err != nil {
-		return err
+func showBacklog(w io.Writer, k limitview.Key) {
+	if k.Paced > 0 {
+		fmt.Fprintf(w, "paced at\t%.4g/s (%v less headroom %.3g%%)\n", k.Paced, k.Limit.Rate, k.Headroom*100)
 	}
-	scope, _, _ := strings.Cut(key, ":")
-	if cc := cfg.Channels[scope]; cc != nil {
-		perSec := float64(l.Rate.Limit) / l.Rate.Period.Seconds() * (1 - cc.Headroom)
-		fmt.Fprintf(w, "paced at\t%.4g/s (%v less headroom %.3g%%)\n", perSec, l.Rate, cc.Headroom*100)
-	}
-	if b.Planned == 0 {
+	b := k.Backlog
+	if b == nil || b.Planned == 0 {
 		fmt.Fprintf(w, "backlog\tnone planned\n")
-		return nil
+		return
 	}
 	fmt.Fprintf(w, "backlog\t%d planned sends\n", b.Planned)
 	fmt.Fprintf(w, "next due\t%s\n", b.Next.UTC().Format(time.RFC3339Nano))
 	fmt.Fprintf(w, "drains\t%s (in %s)\n", b.Drains.UTC().Format(time.RFC3339Nano), eta(b.Drains))
-	return nil
 }
 
 func newLimitsCmd(g *globals) *cobra.Command {
@@ -102,19 +96,11 @@ member unless --member names one.`,
 				return err
 			}
 			defer rdb.Close()
-			r, matched := cfg.MatchRule(key)
-			var ld throttle.LimitDecision
-			if matched {
-				member := showMember
-				if member == "" {
-					member = probeMember
-				}
-				d, err := lim.Status(ctx, throttle.Request{Key: key, Limit: r.Limit, Cost: r.Cost, Member: member})
-				if err != nil {
-					return err
-				}
-				ld = d.Limits[0]
+			k, err := limitview.ReadKey(ctx, lim, cfg, key, limitview.KeyOptions{Member: showMember})
+			if err != nil {
+				return err
 			}
+			r, matched, ld := k.Rule, k.Matched, k.Decision
 			if showJSON {
 				if !matched {
 					return fmt.Errorf("limits show %s: no configured rule matches the key, so there is no decision to print (see limits show without --json for its raw state)", key)
@@ -153,18 +139,10 @@ member unless --member names one.`,
 			}
 			if matched {
 				fmt.Fprintf(w, "rule\t%s (%s %s)\n", r.Limit.Name, r.Limit.Algorithm, r.Describe())
-				overrides, err := lim.Overrides(ctx)
-				if err != nil {
-					return err
+				if o := k.Override; o != nil {
+					fmt.Fprintf(w, "override\t%s (set on %s at %s)\n", o, k.OverridePattern, o.SetAt.UTC().Format(time.RFC3339))
 				}
-				eff := r.Limit
-				if pattern, o, ok := throttle.MatchOverride(overrides, key); ok {
-					fmt.Fprintf(w, "override\t%s (set on %s at %s)\n", o, pattern, o.SetAt.UTC().Format(time.RFC3339))
-					eff = o.Apply(eff)
-				}
-				if eff, err = showEffective(ctx, w, lim, key, eff, max(r.Cost, 1)); err != nil {
-					return err
-				}
+				showEffective(w, k)
 				if r.Limit.Algorithm == throttle.Distinct {
 					if showMember == "" {
 						fmt.Fprintf(w, "for\ta new member\n")
@@ -178,10 +156,8 @@ member unless --member names one.`,
 				if !ld.Allowed {
 					fmt.Fprintf(w, "retry after\t%v\n", ld.RetryAfter)
 				}
-				if r.Limit.Algorithm == throttle.GCRA {
-					if err := showBacklog(ctx, w, lim, cfg, key, eff); err != nil {
-						return err
-					}
+				if k.Backlog != nil {
+					showBacklog(w, k)
 				}
 			}
 			return w.Flush()
@@ -251,10 +227,6 @@ member unless --member names one.`,
 	cmd.AddCommand(show, list, reset, newLimitsSetCmd(g), newLimitsUnsetCmd(g), newLimitsOverridesCmd(g), newLimitsStatsCmd(g), newLimitsAdaptedCmd(g))
 	return cmd
 }
-
-// probeMember stands for a member never counted, so the Status of a distinct
-// limit says whether a new member would be admitted.
-const probeMember = "\x00sluice:new-member"
 
 // zsetLabel names a sorted set's members after the algorithm that keeps it.
 func zsetLabel(r rules.Rule, matched bool) string {

@@ -1,0 +1,85 @@
+package dashboard
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/hibiken/asynqmon"
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultQueuesRoot is QueuesOptions.RootPath's default.
+const DefaultQueuesRoot = "/queues"
+
+// QueuesOptions configures NewQueues.
+type QueuesOptions struct {
+	// Redis is the client of the Redis that holds the asynq queues
+	// (required): Sluice's own (app.ConnectURL), shared, never closed by
+	// the dashboard.
+	Redis redis.UniversalClient
+	// RootPath is the path the dashboard is mounted at, without a trailing
+	// slash. Default DefaultQueuesRoot ("/queues").
+	RootPath string
+	// ReadOnly turns off every action (delete, run, archive, cancel, pause
+	// or resume a queue): only GET and HEAD requests are served, the others
+	// get 405. Default false.
+	ReadOnly bool
+	// PrometheusAddress, when set, is the Prometheus server asynqmon queries
+	// for its metrics charts ("http://prometheus:9090"). Default none: the
+	// charts are hidden and their endpoint answers 404.
+	PrometheusAddress string
+}
+
+// sharedConn is an asynq.RedisConnOpt that hands asynqmon an existing
+// client instead of a new connection pool.
+type sharedConn struct{ c redis.UniversalClient }
+
+func (s sharedConn) MakeRedisClient() any { return s.c }
+
+// NewQueues returns asynqmon v0.7.2's web UI and API (queues, tasks and
+// their counts, servers, Redis info) for paths under o.RootPath, over
+// o.Redis. asynqmon's own Close would close the client it was given, so
+// the returned handler has none: the client stays Sluice's to close. With
+// ReadOnly, requests other than GET and HEAD are refused here, before
+// asynqmon sees them (asynqmon's own read-only mode also hides the UI's
+// buttons). Errors name the option that is wrong.
+func NewQueues(o QueuesOptions) (http.Handler, error) {
+	if o.Redis == nil {
+		return nil, errors.New("dashboard: queues: Redis is required")
+	}
+	root, err := cleanRoot(o.RootPath, DefaultQueuesRoot)
+	if err != nil {
+		return nil, fmt.Errorf("dashboard: queues: RootPath: %w", err)
+	}
+	if a := o.PrometheusAddress; a != "" && !strings.HasPrefix(a, "http://") && !strings.HasPrefix(a, "https://") {
+		return nil, fmt.Errorf("dashboard: queues: PrometheusAddress: want an http:// or https:// URL, got %q", a)
+	}
+	mon := asynqmon.New(asynqmon.Options{
+		RootPath:          root,
+		RedisConnOpt:      sharedConn{o.Redis},
+		ReadOnly:          o.ReadOnly,
+		PrometheusAddress: o.PrometheusAddress,
+	})
+	metrics := root + "/api/metrics"
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != root && !strings.HasPrefix(r.URL.Path, root+"/") {
+			http.NotFound(w, r)
+			return
+		}
+		if o.ReadOnly && r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "the queue dashboard is read-only", http.StatusMethodNotAllowed)
+			return
+		}
+		if o.PrometheusAddress == "" && r.URL.Path == metrics {
+			http.NotFound(w, r) // asynqmon would query an empty address
+			return
+		}
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("X-Frame-Options", "DENY")
+		w.Header().Set("Referrer-Policy", "no-referrer")
+		mon.ServeHTTP(w, r)
+	}), nil
+}

@@ -1,0 +1,100 @@
+package dashboard
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/hibiken/asynq"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/tasks"
+)
+
+// queuesServer mounts NewQueues(o) at /queues/ over a fresh redis-server
+// holding one pending whatsapp:send task.
+func queuesServer(t *testing.T, o QueuesOptions) *httptest.Server {
+	t.Helper()
+	rdb := redistest.Start(t).Client(t)
+	task, err := tasks.NewWhatsAppSendTask(tasks.WhatsAppSend{PhoneNumberID: "106540352242922", To: "+12025550123", Text: "hi"})
+	require.NoError(t, err)
+	_, err = asynq.NewClientFromRedisClient(rdb).Enqueue(task)
+	require.NoError(t, err)
+	o.Redis = rdb
+	h, err := NewQueues(o)
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	mux.Handle("/queues/", h)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestQueuesServesAsynqmonOnSluicesRedis(t *testing.T) {
+	t.Parallel()
+	srv := queuesServer(t, QueuesOptions{})
+	res, body := get(t, srv.URL+"/queues/")
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, body, `window.FLAG_ROOT_PATH="\/queues"`, "asynqmon's page, rooted at /queues")
+
+	res, body = get(t, srv.URL+"/queues/api/queues")
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	var qs struct {
+		Queues []struct {
+			Queue   string `json:"queue"`
+			Pending int    `json:"pending"`
+		} `json:"queues"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &qs), body)
+	require.Len(t, qs.Queues, 1)
+	require.Equal(t, "whatsapp", qs.Queues[0].Queue)
+	require.Equal(t, 1, qs.Queues[0].Pending)
+
+	// Actions work unless read-only.
+	req, _ := http.NewRequest("POST", srv.URL+"/queues/api/queues/whatsapp:pause", nil)
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_ = res.Body.Close()
+	require.Equal(t, http.StatusNoContent, res.StatusCode)
+
+	res, _ = get(t, srv.URL+"/queues/api/metrics")
+	require.Equal(t, http.StatusNotFound, res.StatusCode, "no Prometheus configured")
+}
+
+func TestQueuesReadOnlyRefusesActions(t *testing.T) {
+	t.Parallel()
+	srv := queuesServer(t, QueuesOptions{ReadOnly: true})
+	for _, tc := range []struct{ method, path string }{
+		{"POST", "/queues/api/queues/whatsapp:pause"},
+		{"DELETE", "/queues/api/queues/whatsapp"},
+		{"DELETE", "/queues/api/queues/whatsapp/pending_tasks:delete_all"},
+		{"POST", "/queues/api/queues/whatsapp/scheduled_tasks:run_all"},
+		{"PUT", "/queues/"},
+	} {
+		req, _ := http.NewRequest(tc.method, srv.URL+tc.path, nil)
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_ = res.Body.Close()
+		require.Equal(t, http.StatusMethodNotAllowed, res.StatusCode, "%s %s", tc.method, tc.path)
+	}
+	res, body := get(t, srv.URL+"/queues/api/queues/whatsapp")
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, body, `"paused":false`, "the refused pause did nothing")
+	_, body = get(t, srv.URL+"/queues/")
+	require.Contains(t, body, `window.FLAG_READ_ONLY="true"`, "the UI hides its buttons")
+}
+
+func TestNewQueuesNamesTheBadOption(t *testing.T) {
+	t.Parallel()
+	_, err := NewQueues(QueuesOptions{})
+	require.ErrorContains(t, err, "Redis is required")
+	rdb := redistest.Start(t).Client(t)
+	_, err = NewQueues(QueuesOptions{Redis: rdb, RootPath: "queues"})
+	require.ErrorContains(t, err, "RootPath")
+	_, err = NewQueues(QueuesOptions{Redis: rdb, PrometheusAddress: "file:///etc/passwd"})
+	require.ErrorContains(t, err, "PrometheusAddress: want an http:// or https:// URL")
+	require.False(t, strings.Contains(err.Error(), "\n"))
+}
