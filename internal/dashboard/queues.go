@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -8,6 +9,8 @@ import (
 
 	"github.com/hibiken/asynqmon"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/tasks"
 )
 
 // DefaultQueuesRoot is QueuesOptions.RootPath's default.
@@ -61,6 +64,7 @@ func NewQueues(o QueuesOptions) (http.Handler, error) {
 		RedisConnOpt:      sharedConn{o.Redis},
 		ReadOnly:          o.ReadOnly,
 		PrometheusAddress: o.PrometheusAddress,
+		PayloadFormatter:  asynqmon.PayloadFormatterFunc(formatPayload),
 	})
 	metrics := root + "/api/metrics"
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -82,4 +86,41 @@ func NewQueues(o QueuesOptions) (http.Handler, error) {
 		w.Header().Set("Referrer-Policy", "no-referrer")
 		mon.ServeHTTP(w, r)
 	}), nil
+}
+
+// redactedValue replaces a credential in a payload the dashboard shows.
+const redactedValue = "[redacted]"
+
+// formatPayload is how the queue dashboard shows a task's payload: as
+// asynqmon would (its text when printable), except that an http:call's
+// header values are replaced with "[redacted]", names kept. Those headers
+// carry the third-party API's credentials (Authorization, X-Api-Key); the
+// other payloads hold recipients and message text, which an operator
+// looking at a stuck task needs to see.
+func formatPayload(taskType string, payload []byte) string {
+	if taskType == tasks.TypeHTTPCall {
+		var p map[string]json.RawMessage
+		if json.Unmarshal(payload, &p) != nil {
+			return "an http:call payload that is not a JSON object (not shown: it may hold credentials)"
+		}
+		var headers map[string]json.RawMessage
+		if h, ok := p["headers"]; ok {
+			if json.Unmarshal(h, &headers) != nil {
+				delete(p, "headers")
+			}
+			for k := range headers {
+				headers[k] = json.RawMessage(`"` + redactedValue + `"`)
+			}
+			if headers != nil {
+				b, _ := json.Marshal(headers)
+				p["headers"] = b
+			}
+		}
+		b, err := json.Marshal(p)
+		if err != nil {
+			return "an http:call payload that cannot be shown"
+		}
+		return string(b)
+	}
+	return asynqmon.DefaultPayloadFormatter.FormatPayload(taskType, payload)
 }

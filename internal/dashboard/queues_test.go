@@ -98,3 +98,23 @@ func TestNewQueuesNamesTheBadOption(t *testing.T) {
 	require.ErrorContains(t, err, "PrometheusAddress: want an http:// or https:// URL")
 	require.False(t, strings.Contains(err.Error(), "\n"))
 }
+
+func TestQueuesRedactHTTPCallHeaders(t *testing.T) {
+	got := formatPayload("http:call", []byte(`{"v":1,"method":"POST","url":"https://api.example.com/x","headers":{"Authorization":"Bearer sk_live_abc123","X-Api-Key":"k-999"},"body":"{}"}`))
+	for _, secret := range []string{"sk_live_abc123", "k-999"} {
+		if strings.Contains(got, secret) {
+			t.Fatalf("payload shown with its credential %q: %s", secret, got)
+		}
+	}
+	for _, kept := range []string{`"Authorization":"[redacted]"`, `"url":"https://api.example.com/x"`, `"method":"POST"`} {
+		if !strings.Contains(got, kept) {
+			t.Fatalf("payload shown as %s, want it to keep %s", got, kept)
+		}
+	}
+	if got := formatPayload("http:call", []byte(`{"headers":"Authorization: Bearer sk_live_abc123"}`)); strings.Contains(got, "sk_live") {
+		t.Fatalf("malformed headers shown: %s", got)
+	}
+	if got := formatPayload("sms:send", []byte(`{"v":1,"to":"+12025550123","body":"hi"}`)); !strings.Contains(got, `"body":"hi"`) {
+		t.Fatalf("sms payload shown as %s", got)
+	}
+}
