@@ -272,7 +272,7 @@ func (lw *limitWriter) WriteHeader(code int) {
 	if code == http.StatusTooManyRequests {
 		p = &Problem{Type: typeRateLimited, Title: "Too Many Requests", Status: code,
 			Detail: fmt.Sprintf("this API key made more than %d requests per %s (burst %d); retry in %ss",
-				lw.rate.Limit, throttle.FormatPeriod(lw.rate.Period), lw.burst, retry)}
+				lw.rate.Limit, period(lw.rate.Period), lw.burst, retry)}
 	}
 	writeProblem(lw.ResponseWriter, p)
 }
@@ -315,3 +315,12 @@ func (h *handler) jsonRequest(w http.ResponseWriter, r *http.Request) ([]byte, b
 }
 
 func (lw *limitWriter) Unwrap() http.ResponseWriter { return lw.ResponseWriter }
+
+// period renders a rate's period with its count: "1s", "1m", "1500ms".
+func period(d time.Duration) string {
+	s := throttle.FormatPeriod(d)
+	if s != "" && (s[0] < '0' || s[0] > '9') {
+		return "1" + s
+	}
+	return s
+}

@@ -19,7 +19,7 @@ import (
 type shape map[string]shape
 
 // shapeOf returns the shape of struct type t, flattening embedded structs
-// as encoding/json does. Fields in skip (top level only) are left out: the
+// as encoding/json does. Fields in skip (at the top level and in embedded structs) are left out: the
 // payloads' "v", which the API sets itself.
 func shapeOf(t reflect.Type, skip ...string) shape {
 	s := shape{}
@@ -34,7 +34,7 @@ func shapeOf(t reflect.Type, skip ...string) shape {
 			ft = ft.Elem()
 		}
 		if f.Anonymous && tag == "" && ft.Kind() == reflect.Struct {
-			for k, v := range shapeOf(ft) {
+			for k, v := range shapeOf(ft, skip...) {
 				s[k] = v
 			}
 			continue
@@ -106,11 +106,11 @@ func isObject(v json.RawMessage) bool {
 	return len(v) > 0 && v[0] == '{'
 }
 
-// decodeValue decodes one JSON value from b into v, refusing trailing data.
-// Errors become FieldErrors: a type error names its field under base
+// decodeValue decodes one JSON value from b into v, refusing trailing data;
+// s is v's shape. Errors become FieldErrors: a type error names its field under base
 // (`/template/parameters: want array of string, got number`), a syntax
 // error the whole value.
-func decodeValue(base string, b []byte, v any) []FieldError {
+func decodeValue(base string, b []byte, v any, s shape) []FieldError {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields() // names were checked by unknownFields; this is a backstop
 	err := dec.Decode(v)
@@ -124,11 +124,20 @@ func decodeValue(base string, b []byte, v any) []FieldError {
 	}
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) && te.Field != "" {
-		ptr := base
+		ptr, field := base, ""
 		for _, name := range strings.Split(te.Field, ".") {
+			sub, ok := s[name]
+			if !ok && s != nil {
+				continue // an embedded struct's Go name ("WhatsAppSend"), not a member
+			}
+			s = sub
 			ptr += "/" + pointerEscaper.Replace(name)
+			if field != "" {
+				field += "."
+			}
+			field += name
 		}
-		return []FieldError{{Pointer: ptr, Detail: fmt.Sprintf("%s: want %s, got JSON %s", te.Field, jsonType(te.Type), te.Value)}}
+		return []FieldError{{Pointer: ptr, Detail: fmt.Sprintf("%s: want %s, got JSON %s", field, jsonType(te.Type), te.Value)}}
 	}
 	if err == io.EOF {
 		err = errors.New("empty body")

@@ -143,7 +143,7 @@ func (h *handler) prepare(base string, raw json.RawMessage, kinds []*kind, p Pri
 		return reject(errs...)
 	}
 	it := k.new()
-	if errs := decodeValue(base, raw, it); len(errs) > 0 {
+	if errs := decodeValue(base, raw, it, k.shape); len(errs) > 0 {
 		return reject(errs...)
 	}
 	cc := h.cfg.Channels[k.channel]
@@ -484,7 +484,7 @@ func (h *handler) batch(kinds []*kind) http.HandlerFunc {
 		var req struct {
 			Items []json.RawMessage `json:"items"`
 		}
-		if errs := decodeValue("", body, &req); len(errs) > 0 {
+		if errs := decodeValue("", body, &req, shape{"items": nil}); len(errs) > 0 {
 			writeProblem(w, validationProblem(errs[0].Detail, errs))
 			return
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -72,7 +73,8 @@ func newEnv(t testing.TB, o envOptions) *env {
 	keys, err := api.ParseKeys(o.keys)
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
-	h, err := api.New(api.Options{Config: cfg, Redis: rdb, Keys: keys, Deliveries: o.deliveries, Registerer: reg})
+	h, err := api.New(api.Options{Config: cfg, Redis: rdb, Keys: keys, Deliveries: o.deliveries, Registerer: reg,
+		Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
