@@ -269,7 +269,7 @@ func TestIdempotency(t *testing.T) {
 	t.Run("repeats within a batch", func(t *testing.T) {
 		items := []any{
 			with(webhook("w-1")),
-			with(webhook("w-1")),                   // the same again
+			with(webhook("w-1")),                    // the same again
 			with(webhook("w-1"), "event_type", "x"), // the key for something else
 		}
 		r := e.do("POST", "/v1/webhooks/batch", map[string]any{"items": items}, bearer(adminKey), specValid)
