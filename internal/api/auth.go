@@ -47,7 +47,8 @@ type Keys struct {
 //   - a key under MinKeyBytes bytes, or with a byte outside printable ASCII
 //     (spaces and control characters included);
 //   - "key:" with nothing after the colon, or a tenant tasks.ValidTenant
-//     refuses;
+//     refuses (the tenant is not shown either: with a wrong separator it
+//     may hold a key);
 //   - the same key twice, or two keys whose Principal.ID would be the same
 //     (a 1 in 4 billion chance per pair: replace one of them).
 //
@@ -73,8 +74,11 @@ func ParseKeys(value string) (*Keys, error) {
 		if bound && tenant == "" {
 			return nil, fmt.Errorf("%s: item %d: nothing after ':' (want key:tenant, or the key alone for every tenant)", envName, pos)
 		}
-		if err := tasks.ValidTenant(tenant); err != nil {
-			return nil, fmt.Errorf("%s: item %d: %w", envName, pos, err)
+		if tasks.ValidTenant(tenant) != nil {
+			// Not shown: a list with a wrong separator ("k1:acme\nk2")
+			// would put a key in the tenant.
+			return nil, fmt.Errorf("%s: item %d: tenant is not at most %d bytes of UTF-8 without control characters (the value is not shown)",
+				envName, pos, tasks.MaxTenantBytes)
 		}
 		d := sha256.Sum256([]byte(key))
 		p := Principal{ID: principalID(d), Tenant: tenant}
