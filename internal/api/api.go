@@ -241,15 +241,21 @@ func methodNotAllowed(allow string) http.Handler {
 // rate-limit header fields and Retry-After it set.
 func (h *handler) limited(f http.HandlerFunc) http.Handler {
 	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		lw := w.(*limitWriter)
+		lw := r.Context().Value(limitWriterKey{}).(*limitWriter)
 		lw.passed = true
-		f(lw.ResponseWriter, r)
+		if w == http.ResponseWriter(lw) {
+			w = lw.ResponseWriter // the handler's writes need no looking at
+		}
+		f(w, r)
 	})
 	lh := h.limit.Handler(inner)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		lh.ServeHTTP(&limitWriter{ResponseWriter: w, rate: h.cfg.HTTP.APIRate, burst: h.cfg.HTTP.APIBurst}, r)
+		lw := &limitWriter{ResponseWriter: w, rate: h.cfg.HTTP.APIRate, burst: h.cfg.HTTP.APIBurst}
+		lh.ServeHTTP(lw, r.WithContext(context.WithValue(r.Context(), limitWriterKey{}, lw)))
 	})
 }
+
+type limitWriterKey struct{}
 
 // limitWriter turns the limiter's own error responses into problems.
 type limitWriter struct {
