@@ -1,0 +1,166 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"slices"
+	"strings"
+)
+
+// shape is the exact set of JSON member names a struct type decodes, with
+// the shapes of its struct-valued members. encoding/json matches names
+// case-insensitively and DisallowUnknownFields does not change that; the
+// API checks names against the shape first, so "TO" is an unknown field,
+// as the OpenAPI document says.
+type shape map[string]shape
+
+// shapeOf returns the shape of struct type t, flattening embedded structs
+// as encoding/json does. Fields in skip (at the top level and in embedded structs) are left out: the
+// payloads' "v", which the API sets itself.
+func shapeOf(t reflect.Type, skip ...string) shape {
+	s := shape{}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if tag == "-" || (!f.IsExported() && !f.Anonymous) {
+			continue
+		}
+		ft := f.Type
+		if ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		if f.Anonymous && tag == "" && ft.Kind() == reflect.Struct {
+			for k, v := range shapeOf(ft, skip...) {
+				s[k] = v
+			}
+			continue
+		}
+		name := tag
+		if name == "" {
+			name = f.Name
+		}
+		if slices.Contains(skip, name) {
+			continue
+		}
+		if ft.Kind() == reflect.Struct && ft != reflect.TypeFor[json.RawMessage]() {
+			s[name] = shapeOf(ft)
+		} else {
+			s[name] = nil
+		}
+	}
+	return s
+}
+
+// unknownFields returns a FieldError for each member of the JSON object
+// raw, at any depth covered by s, whose name is not in s, in the order they
+// appear. raw must be a JSON object; values that are not objects where s
+// has a sub-shape are left to the decoder's type errors.
+func unknownFields(base string, raw json.RawMessage, s shape) []FieldError {
+	var out []FieldError
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return out
+		}
+		name, _ := t.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return out
+		}
+		ptr := base + "/" + pointerEscaper.Replace(name)
+		sub, ok := s[name]
+		switch {
+		case !ok:
+			out = append(out, FieldError{Pointer: ptr, Detail: fmt.Sprintf("%s: unknown field", quoteName(name))})
+		case sub != nil && isObject(v):
+			out = append(out, unknownFields(ptr, v, sub)...)
+		}
+	}
+	return out
+}
+
+// quoteName shows a member name in an error: as is when it is a plain
+// name, else Go-quoted and cut to 40 bytes.
+func quoteName(name string) string {
+	plain := name != "" && len(name) <= 64
+	for i := 0; i < len(name) && plain; i++ {
+		c := name[i]
+		plain = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.'
+	}
+	if plain {
+		return name
+	}
+	return fmt.Sprintf("%.40q", name)
+}
+
+func isObject(v json.RawMessage) bool {
+	v = bytes.TrimLeft(v, " \t\r\n")
+	return len(v) > 0 && v[0] == '{'
+}
+
+// decodeValue decodes one JSON value from b into v, refusing trailing data;
+// s is v's shape. Errors become FieldErrors: a type error names its field under base
+// (`/template/parameters: want array of string, got number`), a syntax
+// error the whole value.
+func decodeValue(base string, b []byte, v any, s shape) []FieldError {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields() // names were checked by unknownFields; this is a backstop
+	err := dec.Decode(v)
+	if err == nil {
+		if _, terr := dec.Token(); terr != io.EOF {
+			err = errors.New("unexpected data after the JSON value")
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		ptr, field := base, ""
+		for _, name := range strings.Split(te.Field, ".") {
+			sub, ok := s[name]
+			if !ok && s != nil {
+				continue // an embedded struct's Go name ("WhatsAppSend"), not a member
+			}
+			s = sub
+			ptr += "/" + pointerEscaper.Replace(name)
+			if field != "" {
+				field += "."
+			}
+			field += name
+		}
+		return []FieldError{{Pointer: ptr, Detail: fmt.Sprintf("%s: want %s, got JSON %s", field, jsonType(te.Type), te.Value)}}
+	}
+	if err == io.EOF {
+		err = errors.New("empty body")
+	}
+	return []FieldError{{Pointer: base, Detail: "not valid JSON: " + strings.TrimPrefix(err.Error(), "json: ")}}
+}
+
+// jsonType names a Go type as its JSON form.
+func jsonType(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct, reflect.Pointer:
+		return "an object"
+	}
+	return t.String()
+}

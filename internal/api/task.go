@@ -1,0 +1,129 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/sluice-dev/sluice/tasks"
+)
+
+// maxTaskID bounds the {id} of GET /v1/tasks/{id}: an idempotency key (200)
+// or a random ID (32 hex digits).
+const maxTaskID = maxIdempotencyKey
+
+// TaskStatus is the response of GET /v1/tasks/{id}.
+type TaskStatus struct {
+	ID    string `json:"id"`
+	Type  string `json:"type"`
+	Queue string `json:"queue"`
+	// State is pending, scheduled, active, retry, archived or completed.
+	State string `json:"state"`
+	// Tenant is the payload's tenant; omitted for none.
+	Tenant string `json:"tenant,omitempty"`
+	// Attempts is how many times the task failed and was retried (asynq's
+	// Retried); Sluice's own limits never count.
+	Attempts int `json:"attempts"`
+	// MaxRetry is the most failed attempts it may have.
+	MaxRetry int `json:"max_retry"`
+	// LastError is the last failure's message; omitted for none.
+	LastError string `json:"last_error,omitempty"`
+	// LastFailedAt is when it last failed; omitted for never.
+	LastFailedAt *time.Time `json:"last_failed_at,omitempty"`
+	// NextProcessAt is the slot the task is scheduled for (a planned send's
+	// reserved second, or its next retry): only for scheduled and retry.
+	NextProcessAt *time.Time `json:"next_process_at,omitempty"`
+	// CompletedAt is when it was sent; only for completed.
+	CompletedAt *time.Time `json:"completed_at,omitempty"`
+	// Delivery is the provider's latest report (Options.Deliveries);
+	// omitted for none.
+	Delivery *Delivery `json:"delivery,omitempty"`
+}
+
+// getTask serves GET /v1/tasks/{id}: the task with that ID in the first
+// enabled channel's queue holding one (whatsapp, sms, webhook, http). A key
+// bound to a tenant sees only tasks whose payload has its tenant; another's
+// task is "not found", as is a task that does not exist.
+func (h *handler) getTask(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !validTaskID(id) {
+		d := "id: want 1 to 200 characters of A-Z a-z 0-9 . _ : -"
+		writeProblem(w, badRequest(d, FieldError{Pointer: "", Detail: d}))
+		return
+	}
+	p, _ := PrincipalFrom(r.Context())
+	for _, name := range tasks.Channels() {
+		cc := h.cfg.Channels[name]
+		if cc == nil || !cc.Enabled {
+			continue
+		}
+		info, err := h.insp.GetTaskInfo(cc.Queue, id)
+		switch {
+		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+			continue
+		case err != nil:
+			h.backendFailed(r, err)
+			writeProblem(w, unavailable("the task could not be read; retry"))
+			return
+		}
+		tenant := payloadTenant(info.Payload)
+		if p.Tenant != "" && tenant != p.Tenant {
+			continue // another tenant's: as if it did not exist
+		}
+		st := TaskStatus{
+			ID: info.ID, Type: info.Type, Queue: info.Queue, State: stateName(info.State), Tenant: tenant,
+			Attempts: info.Retried, MaxRetry: info.MaxRetry, LastError: info.LastErr,
+			LastFailedAt: timePtr(info.LastFailedAt),
+		}
+		if info.State == asynq.TaskStateScheduled || info.State == asynq.TaskStateRetry {
+			st.NextProcessAt = timePtr(info.NextProcessAt)
+		}
+		if info.State == asynq.TaskStateCompleted {
+			st.CompletedAt = timePtr(info.CompletedAt)
+		}
+		if h.deliveries != nil {
+			d, err := h.deliveries(r.Context(), info.ID)
+			if err != nil {
+				// The task's state is still worth answering with.
+				h.logger.Warn("api: delivery lookup failed", "task_id", info.ID, "err", err)
+			}
+			st.Delivery = d
+		}
+		writeJSON(w, http.StatusOK, st)
+		return
+	}
+	writeProblem(w, &Problem{Type: typeNotFound, Title: "Not Found", Status: http.StatusNotFound, Detail: "no task with this id"})
+}
+
+func validTaskID(id string) bool {
+	if id == "" || len(id) > maxTaskID {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// payloadTenant is the "tenant" of a task payload, "" if none or unreadable.
+func payloadTenant(b []byte) string {
+	var p struct {
+		Tenant string `json:"tenant"`
+	}
+	_ = json.Unmarshal(b, &p)
+	return p.Tenant
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
