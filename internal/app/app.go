@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -391,61 +390,4 @@ func HTTPHandler(rdb redis.UniversalClient, gatherer prometheus.Gatherer) http.H
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	return mux
-}
-
-// Serve runs the worker, the cleanup job and the HTTP endpoints until ctx is
-// done, then shuts down gracefully: in-flight sends finish within
-// worker.shutdown_timeout or go back to their queue.
-//
-// redisURL, when not empty, overrides the configuration's Redis.
-func Serve(ctx context.Context, cfg *config.Config, redisURL string, logger *slog.Logger) error {
-	if redisURL == "" {
-		var err error
-		if redisURL, err = cfg.RedisURL(); err != nil {
-			return err
-		}
-	}
-	rdb, err := ConnectURL(ctx, redisURL)
-	if err != nil {
-		return err
-	}
-	defer rdb.Close()
-	reg := NewRegistry(rdb)
-	lopts := LimiterOptions(cfg, nil)
-	lopts.Logger = logger.With("component", "limiter")
-	lim := throttle.NewRedis(rdb, lopts)
-	w, err := NewWorker(cfg, rdb, lim, Options{Logger: logger, Metrics: worker.NewMetrics(reg)})
-	if err != nil {
-		return err
-	}
-	cr, err := StartCleanup(cfg, lim, logger, NewCleanupMetrics(reg))
-	if err != nil {
-		return err
-	}
-	defer func() { <-cr.Stop().Done() }()
-
-	var srv *http.Server
-	if cfg.HTTP.Listen != "" {
-		ln, err := net.Listen("tcp", cfg.HTTP.Listen)
-		if err != nil {
-			return fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
-		}
-		srv = &http.Server{Handler: HTTPHandler(rdb, reg), ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
-		logger.Info("http listening", "addr", ln.Addr().String(), "paths", "/healthz /metrics")
-	}
-	if err := w.Start(); err != nil {
-		return err
-	}
-	logger.Info("worker started", "concurrency", cfg.Worker.Concurrency)
-	<-ctx.Done()
-	logger.Info("shutting down: finishing in-flight sends", "timeout", cfg.Worker.ShutdownTimeout)
-	w.Shutdown()
-	if srv != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}
-	logger.Info("stopped")
-	return nil
 }

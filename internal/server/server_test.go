@@ -1,0 +1,112 @@
+package server
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/sluice-dev/sluice/config"
+	"github.com/sluice-dev/sluice/internal/api"
+	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/redistest"
+)
+
+const (
+	operatorKey = "operator-0123456789abcdef01234567"
+	tenantKey   = "acme-0123456789abcdef0123456789ab"
+)
+
+// serve starts Handler over a private redis-server with keysEnv as
+// SLUICE_API_KEYS ("" for none).
+func serve(t *testing.T, keysEnv string) *httptest.Server {
+	t.Helper()
+	rdb := redistest.Start(t).Client(t)
+	cfg := config.Default()
+	keys, err := api.ParseKeys(keysEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := app.NewLimiter(cfg, rdb, nil)
+	h, err := Handler(Options{Config: cfg, Redis: rdb, Limiter: lim, Gatherer: app.NewRegistry(rdb), Keys: keys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+type call struct {
+	method, path string
+	user, pass   string // Basic, when pass is set
+	bearer       string
+	want         int
+	body         string // a substring of the response body
+}
+
+func (c call) run(t *testing.T, base string) {
+	t.Helper()
+	req, err := http.NewRequest(c.method, base+c.path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.pass != "" {
+		req.SetBasicAuth(c.user, c.pass)
+	}
+	if c.bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+c.bearer)
+	}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != c.want || !strings.Contains(string(b), c.body) {
+		t.Errorf("%s %s (basic %q, bearer %v): %d %.200q; want %d with %q", c.method, c.path, c.user, c.bearer != "", resp.StatusCode, b, c.want, c.body)
+	}
+	for _, secret := range []string{operatorKey, tenantKey} {
+		if strings.Contains(string(b), secret) {
+			t.Errorf("%s %s: the response shows an API key", c.method, c.path)
+		}
+	}
+}
+
+func TestDashboardsNeedAnOperatorKey(t *testing.T) {
+	srv := serve(t, operatorKey+","+tenantKey+":acme")
+	for _, c := range []call{
+		{method: "GET", path: "/", want: 200, body: "any user name, the key as password"},
+		{method: "GET", path: "/healthz", want: 200, body: "ok"},
+		{method: "GET", path: "/v1/openapi.json", want: 200, body: `"openapi": "3.1`},
+		{method: "GET", path: "/limits/", want: 401},
+		{method: "GET", path: "/queues/", want: 401},
+		{method: "GET", path: "/limits/", user: "ops", pass: "wrong-key-0123456789abcdef", want: 401},
+		{method: "GET", path: "/limits/", user: "ops", pass: operatorKey, want: 200, body: "<html"},
+		{method: "GET", path: "/limits/data.json", bearer: operatorKey, want: 200},
+		{method: "GET", path: "/queues/", user: "anyone", pass: operatorKey, want: 200},
+		{method: "GET", path: "/limits/", user: "acme", pass: tenantKey, want: 403, body: "every tenant's data"},
+		{method: "GET", path: "/queues/", bearer: tenantKey, want: 403},
+		{method: "GET", path: "/v1/tasks/nope", bearer: tenantKey, want: 404},
+		{method: "GET", path: "/v1/tasks/nope", want: 401},
+		{method: "POST", path: "/callbacks/twilio", want: 404},
+		{method: "GET", path: "/limits", want: 301},
+	} {
+		c.run(t, srv.URL)
+	}
+}
+
+func TestWithoutKeysTheQueueDashboardIsReadOnly(t *testing.T) {
+	srv := serve(t, "")
+	for _, c := range []call{
+		{method: "GET", path: "/", want: 200, body: "read-only"},
+		{method: "GET", path: "/limits/", want: 200},
+		{method: "GET", path: "/queues/", want: 200},
+		{method: "DELETE", path: "/queues/api/queues/sms", want: 405},
+		{method: "POST", path: "/queues/api/queues/sms:pause", want: 405},
+	} {
+		c.run(t, srv.URL)
+	}
+}
