@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -16,15 +18,19 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
 
 	"github.com/sluice-dev/sluice/config"
 	"github.com/sluice-dev/sluice/examples"
+	"github.com/sluice-dev/sluice/internal/api"
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/campaign"
 	"github.com/sluice-dev/sluice/internal/emulator"
+	"github.com/sluice-dev/sluice/internal/server"
+	"github.com/sluice-dev/sluice/throttle"
 	"github.com/sluice-dev/sluice/redact"
 	"github.com/sluice-dev/sluice/worker"
 )
@@ -44,6 +50,8 @@ type demoOptions struct {
 	recipients int
 	json       bool
 	timeout    time.Duration
+	serve      bool
+	listen     string
 }
 
 func newDemoCmd(g *globals) *cobra.Command {
@@ -56,9 +64,16 @@ Redis (miniredis) unless --redis or REDIS_URL names a real one, local
 emulators of the WhatsApp Cloud API, Twilio and webhook receivers that enforce
 the providers' real limits, and the worker with the default channel limits.
 It enqueues the bundled campaign (examples/recipients.csv) on the WhatsApp,
-SMS and webhook channels, shows a progress bar per channel and ends with a
-summary: per channel, delivered, duplicates, lost, provider throttle
-responses, and the achieved rate at the bottleneck limit against its cap.`,
+SMS and webhook channels through the HTTP enqueue API that serve runs
+(POST /v1/messages/batch, /v1/webhooks/batch), shows a progress bar per
+channel and ends with a summary: per channel, delivered, duplicates, lost,
+provider throttle responses, and the achieved rate at the bottleneck limit
+against its cap.
+
+With --serve the server, the worker and the emulators stay up after the
+campaign, until Ctrl-C, and the dashboards' URLs are printed: /limits/,
+/queues/ (read-only: the demo has no API keys, so it listens on loopback
+only) and the API at /v1/.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDemo(cmd.Context(), g, o)
@@ -66,7 +81,9 @@ responses, and the achieved rate at the bottleneck limit against its cap.`,
 	}
 	cmd.Flags().IntVar(&o.recipients, "recipients", 0, "generate a campaign of N rows instead of the bundled 1,000")
 	cmd.Flags().BoolVar(&o.json, "json", false, "print the summary as JSON")
-	cmd.Flags().DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
+	cmd.Flags().DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up on the campaign after this long")
+	cmd.Flags().BoolVar(&o.serve, "serve", false, "keep the server, worker and emulators up after the campaign (Ctrl-C ends) and print the dashboard URLs")
+	cmd.Flags().StringVar(&o.listen, "listen", "127.0.0.1:9090", "loopback host:port of the API and dashboards (port 0: any free port)")
 	return cmd
 }
 
@@ -107,9 +124,9 @@ type DemoSummary struct {
 	Complete   bool             `json:"complete"`
 }
 
-func runDemo(ctx context.Context, g *globals, o demoOptions) error {
+func runDemo(parent context.Context, g *globals, o demoOptions) error {
 	started := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	ctx, cancel := context.WithTimeout(parent, o.timeout)
 	defer cancel()
 
 	// Redis: a real one if named, else embedded.
@@ -182,7 +199,7 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 		"TWILIO_AUTH_TOKEN":  emulator.DefaultTwilioAuthToken,
 		"WEBHOOK_SECRET":     emulator.DefaultWebhookSecret,
 	}
-	reg := prometheus.NewRegistry()
+	reg := app.NewRegistry(rdb)
 	lim := app.NewLimiter(cfg, rdb, nil)
 	w, err := app.NewWorker(cfg, rdb, lim, app.Options{
 		Secrets: func(env string) (string, error) { return secrets[env], nil },
@@ -193,32 +210,35 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 		return err
 	}
 
-	// Enqueued through Sluice: each send's slot is planned at enqueue, so
-	// the worker dequeues it once, at its second, and holds it to its slot.
-	msgs := demoMessages(runID, em.WebhookURLs())
-	enqueued := map[string]int{}
-	enq, err := app.NewEnqueuer(cfg, rdb, lim)
+	// The server `sluice serve` runs, on loopback with no API keys.
+	base, stopServer, err := startDemoServer(cfg, rdb, lim, reg, o.listen, g)
 	if err != nil {
 		return err
 	}
+	defer stopServer()
+
+	// Enqueued through the HTTP API: each send's slot is planned at
+	// enqueue, so the worker dequeues it once, at its second, and holds it
+	// to its slot.
+	msgs := demoMessages(runID, em.WebhookURLs())
+	enqueued := map[string]int{}
+	client := newAPIClient(base, "")
 	var last time.Time
 	for _, m := range msgs {
 		withConfig(m, cfg)
-		queue := asynq.Queue(cfg.Channels[m.Channel].Queue)
-		err := enqueueRows(ctx, enq, m, res.Rows, res.Columns, []asynq.Option{queue},
+		err := client.enqueueRows(ctx, m, res.Rows, res.Columns,
 			func(row campaign.Row, err error) error { return fmt.Errorf("%s line %d: %w", m.Channel, row.Line, err) },
-			func(rows []campaign.Row, out []worker.Enqueued, err error) error {
-				if err != nil {
-					return fmt.Errorf("enqueue %s: %w", m.Channel, err)
+			func(row campaign.Row, r api.BatchResult) error {
+				if r.Accepted == nil {
+					detail := ""
+					if r.Problem != nil {
+						detail = r.Problem.Detail
+					}
+					return fmt.Errorf("enqueue %s line %d: %d %s", m.Channel, row.Line, r.Status, detail)
 				}
-				for k, r := range out {
-					if r.Err != nil {
-						return fmt.Errorf("enqueue %s line %d: %w", m.Channel, rows[k].Line, r.Err)
-					}
-					enqueued[m.Channel]++
-					if r.ETA.After(last) {
-						last = r.ETA
-					}
+				enqueued[m.Channel]++
+				if r.ETA.After(last) {
+					last = r.ETA
 				}
 				return nil
 			})
@@ -237,9 +257,19 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 	if err := w.Start(); err != nil {
 		return err
 	}
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			w.Shutdown()
+		}
+	}
+	defer stop()
 	insp := asynq.NewInspectorFromRedisClient(rdb)
 	complete := waitDemo(ctx, g, em, insp, cfg, enqueued, !o.json)
-	w.Shutdown()
+	if !o.serve {
+		stop() // the counts below are final
+	}
 
 	sum.Complete = complete
 	sum.Elapsed = time.Since(started).Seconds()
@@ -253,7 +283,18 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 	if !complete {
 		return errors.New("demo did not finish: " + ctx.Err().Error())
 	}
+	if o.serve {
+		serveDemo(parent, g, base)
+	}
 	return nil
+}
+
+// serveDemo keeps the worker, the server and the emulators up until ctx
+// ends (Ctrl-C), so the dashboards and the API can be tried.
+func serveDemo(ctx context.Context, g *globals, base string) {
+	fmt.Fprintf(g.stdout, "\nServing until Ctrl-C:\n  limits dashboard  %s/limits/\n  queue dashboard   %s/queues/ (read-only)\n  enqueue API       %s/v1/ (described at %s/v1/openapi.json)\n  metrics           %s/metrics\n",
+		base, base, base, base, base)
+	<-ctx.Done()
 }
 
 func demoMessages(runID string, hooks []string) []*campaign.Message {
@@ -457,4 +498,35 @@ func printSummary(w io.Writer, s *DemoSummary) {
 	fmt.Fprintf(w, "; %s; %.1fs in all\n", s.Redis, s.Elapsed)
 	fmt.Fprintln(w, "achieved = (deliveries - 1) / (last - first delivery) per key, the mean over keys; the cap is the limit's rate.")
 	fmt.Fprintln(w, "max in any 1s = the most deliveries to one key within any 1-second span, wherever it starts (the providers' strictest reading).")
+}
+
+// startDemoServer serves Handler (no API keys) on listen, which must be a
+// loopback address; a busy port falls back to any free one. It returns the
+// base URL and a function that stops the server.
+func startDemoServer(cfg *config.Config, rdb redis.UniversalClient, lim *throttle.Redis, reg *prometheus.Registry, listen string, g *globals) (string, func(), error) {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		host, _, _ := net.SplitHostPort(listen)
+		if ln, err = net.Listen("tcp", net.JoinHostPort(host, "0")); err != nil {
+			return "", nil, fmt.Errorf("--listen %s: %w", listen, err)
+		}
+		fmt.Fprintf(g.stderr, "--listen %s is taken; serving on %s\n", listen, ln.Addr())
+	}
+	if err := app.CheckExposure(ln.Addr(), false); err != nil {
+		ln.Close()
+		return "", nil, fmt.Errorf("--listen: the demo has no API keys: %w", err)
+	}
+	h, err := server.Handler(server.Options{Config: cfg, Redis: rdb, Limiter: lim, Gatherer: reg, Logger: g.logger().With("component", "http")})
+	if err != nil {
+		ln.Close()
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	stop := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}
+	return "http://" + ln.Addr().String(), stop, nil
 }
