@@ -243,7 +243,7 @@ func (s *Store) RecordFailed(ctx context.Context, f Failed) error {
 		return fmt.Errorf("delivery: record failed: %w", err)
 	}
 	keys := []string{RecordKey(s.prefix, f.TaskID), CountersKey(s.prefix, f.Tenant)}
-	err := recordFailedScript.Run(ctx, s.rdb, keys, f.TaskID, f.Queue, f.Channel, f.Tenant, f.Code, cleanReason(f.Reason),
+	err := recordFailedScript.Run(ctx, s.rdb, keys, f.TaskID, f.Queue, f.Channel, f.Tenant, f.Code, CleanReason(f.Reason),
 		unixMilli(f.At), s.ttl.Milliseconds()).Err()
 	if err != nil {
 		return fmt.Errorf("delivery: record failed %s: %w", f.TaskID, err)
@@ -288,7 +288,7 @@ func (s *Store) Update(ctx context.Context, channel, providerID string, st Statu
 		if task != "" {
 			keys = append(keys, RecordKey(s.prefix, task), CountersKey(s.prefix, tenant))
 		}
-		res, err := updateScript.Run(ctx, s.rdb, keys, task, string(st.State), st.Code, cleanReason(st.Reason),
+		res, err := updateScript.Run(ctx, s.rdb, keys, task, string(st.State), st.Code, CleanReason(st.Reason),
 			unixMilli(st.At), s.wait.Milliseconds(), tenant).Slice()
 		if err != nil {
 			return "", false, fmt.Errorf("delivery: update %s: %w", providerID, err)
@@ -391,9 +391,9 @@ func checkChannel(s string) error {
 	return nil
 }
 
-// cleanReason makes a reason fit to store and show: valid UTF-8, control
+// CleanReason makes a reason fit to store and show: valid UTF-8, control
 // characters as spaces, at most MaxReasonBytes.
-func cleanReason(s string) string {
+func CleanReason(s string) string {
 	s = strings.Map(func(r rune) rune {
 		if unicode.IsControl(r) {
 			return ' '
