@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -383,4 +384,29 @@ func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[str
 		}
 	}
 	return 0
+}
+
+// failingStore is a Store whose Redis is down.
+type failingStore struct{}
+
+func (failingStore) Update(context.Context, string, string, delivery.Status) (string, bool, error) {
+	return "", false, errors.New("dial tcp 127.0.0.1:6379: connection refused")
+}
+
+func TestStoreFailureAsksForARetry(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	h, err := callbacks.New(callbacks.Options{Store: failingStore{}, TwilioAuthToken: authToken, TwilioURL: publicURL,
+		WhatsAppAppSecret: appSecret, WhatsAppVerifyToken: verifyToken, Registerer: reg, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	p := statusParams("delivered", "")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, twilioRequest("/callbacks/twilio", p, twilioSign(authToken, publicURL, p)))
+	require.Equal(t, http.StatusInternalServerError, rec.Code, "the provider posts again")
+	body := webhookPost(wamid, "read", "")
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, whatsappRequest(body, metaSign(appSecret, body)))
+	require.Equal(t, http.StatusInternalServerError, rec.Code)
+	require.NotContains(t, rec.Body.String(), "127.0.0.1", "internal errors are not echoed")
+	require.Equal(t, 1.0, counter(t, reg, "sluice_callback_requests_total", map[string]string{"provider": "whatsapp", "result": "error"}))
 }
