@@ -130,8 +130,9 @@ func (b *adaptBinding) pick(scope string, fields map[string]string, reqs []throt
 }
 
 // adaptDown lowers the rates a provider's rate throttle concerns; start
-// is when the send went out (this host's clock), zero when unknown. Failures are logged: the
-// pause still holds the scope back.
+// is when the send went out (this host's clock), zero when unknown (a
+// throttle reported in a callback). Failures are logged: the pause still
+// holds the scope back.
 func (h *handler) adaptDown(ctx context.Context, ce *channels.Error, fields map[string]string, reqs []throttle.Request, start time.Time) {
 	b := h.adapt
 	if b == nil || !ce.IsRate() {
