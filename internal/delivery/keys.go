@@ -9,7 +9,9 @@ func RecordKey(prefix, taskID string) string { return prefix + ":{_delivery}:tas
 
 // IndexKey maps a provider's message id on channel to its task (hash:
 // task, tenant), and holds a status reported before the send was recorded.
-func IndexKey(prefix, channel, id string) string { return prefix + ":{_delivery}:msg:" + channel + ":" + id }
+func IndexKey(prefix, channel, id string) string {
+	return prefix + ":{_delivery}:msg:" + channel + ":" + id
+}
 
 // CountersKey is a tenant's progress counters (hash: sent, failed,
 // delivered, read, undelivered).
