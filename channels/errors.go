@@ -185,3 +185,34 @@ type codeRule struct {
 func fixed(d time.Duration) func(time.Time) time.Duration {
 	return func(time.Time) time.Duration { return d }
 }
+
+// CodeError returns the *Error a synchronous answer with the provider's
+// error code would give, for codes the provider reports later, in a status
+// callback (Twilio ErrorCode, WhatsApp statuses[].errors[].code): the same
+// Class, Scope, Growth and documented RetryAfter (Twilio 30023: until the
+// next midnight in America/Los_Angeles, from now) as Send, from the same
+// tables (docs/providers.md). provider is ProviderTwilio or
+// ProviderWhatsApp; message is the provider's text, cleaned for
+// Error.Message. It reports false for a code the tables do not know (and
+// for code 0): the caller has no class for it.
+func CodeError(provider string, code int, message string, now time.Time) (*Error, bool) {
+	var r codeRule
+	var ok bool
+	switch provider {
+	case ProviderWhatsApp:
+		r, ok = whatsappCodes[code]
+	case ProviderTwilio:
+		r, ok = twilioCodes[code]
+	}
+	if !ok || code == 0 {
+		return nil, false
+	}
+	e := &Error{Class: r.class, Provider: provider, Code: code, Scope: r.scope, Message: cleanMessage(message, nil)}
+	if r.class == Throttled {
+		e.Growth = r.growth
+		if r.retry != nil {
+			e.RetryAfter = r.retry(now)
+		}
+	}
+	return e, true
+}

@@ -38,6 +38,12 @@ type Twilio struct {
 	HTTP *http.Client
 	// Now is the clock for Retry-After dates and the 30023 daily reset; nil = time.Now.
 	Now func() time.Time
+	// StatusCallback is the absolute http(s) URL Twilio posts the message's
+	// status changes to (queued, sent, delivered, undelivered, failed),
+	// sent as the StatusCallback form field of every message; Sluice's is
+	// http.public_url + "/callbacks/twilio" (internal/callbacks). "" sends
+	// none: the account's or Messaging Service's own callback applies.
+	StatusCallback string
 }
 
 // Validate checks the configuration and names the first bad field.
@@ -50,6 +56,29 @@ func (c *Twilio) Validate() error {
 	}
 	if err := validBaseURL(c.BaseURL); err != nil {
 		return fmt.Errorf("channels: Twilio.BaseURL: %w", err)
+	}
+	if err := validCallbackURL(c.StatusCallback); err != nil {
+		return fmt.Errorf("channels: Twilio.StatusCallback: %w", err)
+	}
+	return nil
+}
+
+// validCallbackURL accepts "" (none) or an absolute http(s) URL with a
+// host and no user info or fragment, the shape Twilio's spec (format uri)
+// and its docs (a valid hostname, no underscores) ask of StatusCallback.
+func validCallbackURL(raw string) error {
+	if raw == "" {
+		return nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+		return fmt.Errorf("want an absolute http(s) URL, got %q", redactURL(raw))
+	}
+	if u.User != nil || u.Fragment != "" {
+		return fmt.Errorf("want no user info or fragment, got %q", redactURL(raw))
+	}
+	if strings.Contains(u.Hostname(), "_") {
+		return fmt.Errorf("want a host name without underscores (Twilio refuses them), got %q", redactURL(raw))
 	}
 	return nil
 }
@@ -68,8 +97,8 @@ func CheckAccountSID(sid string) error {
 // body's sid).
 //
 // The form-encoded body has To, From and/or MessagingServiceSid (at least one;
-// both are sent when both are set) and Body, as the spec's CreateMessageRequest
-// defines them. From is sent as the payload gives it (an E.164 number, a
+// both are sent when both are set), Body and, when set, StatusCallback, as
+// the spec's CreateMessageRequest defines them. From is sent as the payload gives it (an E.164 number, a
 // short code, an alphanumeric sender ID or whatsapp:+E.164), except a
 // Messaging Service SID ("MG…"), which is sent as MessagingServiceSid. p.IdempotencyKey is sent as Idempotency-Key (IETF httpapi draft)
 // and I-Twilio-Idempotency-Token (Twilio's own header, honoured by its webhooks
@@ -104,6 +133,9 @@ func (c *Twilio) Send(ctx context.Context, p tasks.SMSSend) (Response, error) {
 	form, err := twilioForm(p)
 	if err != nil {
 		return Response{}, permanent(ProviderTwilio, "invalid payload: %v", err)
+	}
+	if c.StatusCallback != "" {
+		form.Set("StatusCallback", c.StatusCallback)
 	}
 	if !validHeaderValue(p.IdempotencyKey) {
 		return Response{}, permanent(ProviderTwilio, "invalid payload: idempotency_key contains control characters")

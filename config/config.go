@@ -180,6 +180,14 @@ type ChannelConfig struct {
 	// SigningSecretEnv names the environment variable holding the Standard
 	// Webhooks signing secret, whsec_… (webhook). Default "WEBHOOK_SECRET".
 	SigningSecretEnv string
+	// AppSecretEnv names the environment variable holding the Meta app
+	// secret that signs WhatsApp webhook posts (X-Hub-Signature-256), and
+	// VerifyTokenEnv the one holding the verify token of the webhook's
+	// subscription (whatsapp). Both are optional: while either is unset,
+	// POST/GET /callbacks/whatsapp answer 404 (internal/callbacks).
+	// Defaults "WHATSAPP_APP_SECRET" and "WHATSAPP_VERIFY_TOKEN".
+	AppSecretEnv   string
+	VerifyTokenEnv string
 	// Timeout bounds one request to the provider. Default 15s.
 	Timeout time.Duration
 	// ThrottleBackoff is the delay after a provider's throttle response that
@@ -303,6 +311,8 @@ func Default() *Config {
 	wa.BaseURL = "https://graph.facebook.com"
 	wa.APIVersion = "v23.0"
 	wa.TokenEnv = "WHATSAPP_TOKEN"
+	wa.AppSecretEnv = "WHATSAPP_APP_SECRET"
+	wa.VerifyTokenEnv = "WHATSAPP_VERIFY_TOKEN"
 	wa.MaxRetryAfter = worker.DefaultMaxRetryAfter
 	wa.Limits = []rules.Rule{
 		perSecond("throughput", "whatsapp:number:{phone_number_id}", 80),

@@ -139,6 +139,8 @@ func TestParseMergesWithDefaults(t *testing.T) {
 				"    base_url: http://127.0.0.1:8081",
 				"    api_version: v24.0",
 				"    token_env: WA_TOKEN",
+				"    app_secret_env: META_APP_SECRET",
+				"    verify_token_env: META_VERIFY_TOKEN",
 				"    priority: 6",
 				"  webhook:",
 				"    queue: hooks",
@@ -155,6 +157,7 @@ func TestParseMergesWithDefaults(t *testing.T) {
 				c.Cleanup.Schedule = "*/5 * * * *"
 				wa := c.Channels["whatsapp"]
 				wa.BaseURL, wa.APIVersion, wa.TokenEnv, wa.Priority = "http://127.0.0.1:8081", "v24.0", "WA_TOKEN", 6
+				wa.AppSecretEnv, wa.VerifyTokenEnv = "META_APP_SECRET", "META_VERIFY_TOKEN"
 				wh := c.Channels["webhook"]
 				wh.Queue, wh.Timeout, wh.ThrottleBackoff = "hooks", 30*time.Second, 2*time.Second
 			},

@@ -579,7 +579,7 @@ func (d *decoder) egress(n *yaml.Node, path string, e *EgressConfig) {
 
 // channelFields lists the fields each channel accepts besides the common ones.
 var channelFields = map[string][]string{
-	"whatsapp": {"base_url", "api_version", "token_env", "probe_every"},
+	"whatsapp": {"base_url", "api_version", "token_env", "app_secret_env", "verify_token_env", "probe_every"},
 	"sms":      {"base_url", "account_sid_env", "auth_token_env", "probe_every"},
 	"webhook":  {"signing_secret_env"},
 	"http":     {},
@@ -633,6 +633,10 @@ func (d *decoder) channel(n *yaml.Node, path string, c *ChannelConfig) {
 			d.envName(v, p, false, &c.AuthTokenEnv)
 		case "signing_secret_env":
 			d.envName(v, p, false, &c.SigningSecretEnv)
+		case "app_secret_env":
+			d.envName(v, p, false, &c.AppSecretEnv)
+		case "verify_token_env":
+			d.envName(v, p, false, &c.VerifyTokenEnv)
 		case "timeout":
 			d.setDuration(v, p, &c.Timeout)
 		case "throttle_backoff":

@@ -513,7 +513,8 @@ func TestParseErrorsDoNotShowSecrets(t *testing.T) {
 		"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
 		"3f9c1e0d2b4a59687766554433221100",
 	}
-	for _, field := range []string{"redis.url_env", "channels.whatsapp.token_env", "channels.webhook.signing_secret_env", "channels.sms.auth_token_env"} {
+	for _, field := range []string{"redis.url_env", "channels.whatsapp.token_env", "channels.webhook.signing_secret_env", "channels.sms.auth_token_env",
+		"channels.whatsapp.app_secret_env", "channels.whatsapp.verify_token_env"} {
 		for _, secret := range secrets {
 			section, key, _ := strings.Cut(field, ".")
 			var y string

@@ -130,8 +130,9 @@ func (b *adaptBinding) pick(scope string, fields map[string]string, reqs []throt
 }
 
 // adaptDown lowers the rates a provider's rate throttle concerns; start
-// is when the send went out (this host's clock). Failures are logged: the
-// pause still holds the scope back.
+// is when the send went out (this host's clock), zero when unknown (a
+// throttle reported in a callback). Failures are logged: the pause still
+// holds the scope back.
 func (h *handler) adaptDown(ctx context.Context, ce *channels.Error, fields map[string]string, reqs []throttle.Request, start time.Time) {
 	b := h.adapt
 	if b == nil || !ce.IsRate() {
@@ -141,7 +142,10 @@ func (h *handler) adaptDown(ctx context.Context, ce *channels.Error, fields map[
 	if len(picked) == 0 {
 		return
 	}
-	sig := throttle.AdaptSignal{Code: ce.Code, Reason: ce.Message, Sent: h.clock.limiter(start)}
+	sig := throttle.AdaptSignal{Code: ce.Code, Reason: ce.Message}
+	if !start.IsZero() {
+		sig.Sent = h.clock.limiter(start)
+	}
 	ch, err := b.adapter.AdaptDown(ctx, b.opts, sig, picked...)
 	if err != nil {
 		h.w.logger.Warn("adaptive limit: could not lower the rate after a provider throttle", "channel", h.ch.Name, "code", ce.Code, "err", err)

@@ -220,9 +220,20 @@ func asynqMeta(ctx context.Context) taskMeta {
 // to its outcome: a failure spends an attempt and is retried after the
 // schedule's wait, or archived with a *BudgetSpentError when it was the
 // last; Sluice's own blocks pass through untouched.
+//
+// A send the provider accepted and a task archived are then reported to
+// Options.Delivery, when set.
 func (h *handler) serve(ctx context.Context, t *asynq.Task) error {
-	err := h.process(ctx, t)
+	var a attempt
+	err := h.process(ctx, t, &a)
 	meta := h.meta(ctx)
+	err = h.settle(ctx, t, meta, err)
+	h.record(ctx, meta, &a, err)
+	return err
+}
+
+// settle applies the retry budget to an attempt's error; see serve.
+func (h *handler) settle(ctx context.Context, t *asynq.Task, meta taskMeta, err error) error {
 	switch {
 	case err == nil || errors.Is(err, asynq.SkipRetry) || errors.Is(err, asynq.RevokeTask):
 		if meta.retried > 0 {

@@ -228,6 +228,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics records Prometheus series; nil records nothing.
 	Metrics *Metrics
+	// Delivery records each send the provider accepted and each task the
+	// worker gives up on (internal/delivery.Store); nil records nothing.
+	// Its errors are logged, never failing a task.
+	Delivery DeliveryRecorder
 }
 
 // Worker is an asynq server with a throttled handler per channel.
@@ -237,8 +241,10 @@ type Worker struct {
 	mux    *asynq.ServeMux
 	logger *slog.Logger
 	pauses pauseBook
-	stop   context.CancelFunc // ends the pause watch and the probe loop
-	done   chan struct{}
+	// handlers are the channels' handlers by Channel.Name, for Feedback.
+	handlers map[string]*handler
+	stop     context.CancelFunc // ends the pause watch and the probe loop
+	done     chan struct{}
 	// probeTick is the probe loop's tick; zero means probeTick (tests
 	// shorten it).
 	probeTick time.Duration
@@ -285,15 +291,19 @@ func New(opts Options) (*Worker, error) {
 			opts.Queues[ch.Name] = 1
 		}
 	}
-	w := &Worker{opts: opts, mux: asynq.NewServeMux(), logger: opts.Logger}
+	w := &Worker{opts: opts, mux: asynq.NewServeMux(), logger: opts.Logger, handlers: map[string]*handler{}}
 	opts.Metrics.watchAdaptive(opts.Limiter)
 	known := make(map[string]string, len(opts.Channels)) // task type → channel
 	for i, ch := range opts.Channels {
-		h, err := w.Handler(ch)
+		if _, dup := w.handlers[ch.Name]; dup {
+			return nil, fmt.Errorf("worker: Options.Channels[%d]: channel %.40q is given twice", i, ch.Name)
+		}
+		h, err := w.handler(ch)
 		if err != nil {
 			return nil, fmt.Errorf("worker: Options.Channels[%d]: %w", i, err)
 		}
-		w.mux.Handle(ch.TaskType, h)
+		w.mux.Handle(ch.TaskType, asynq.HandlerFunc(h.serve))
+		w.handlers[ch.Name] = h
 		known[ch.TaskType] = ch.Name
 	}
 	w.mux.Use(w.exactTypes(known))
@@ -531,7 +541,9 @@ func (h *handler) pauseKey(scope string, fields map[string]string) string {
 	return ""
 }
 
-func (h *handler) process(ctx context.Context, t *asynq.Task) error {
+// process makes one attempt at t; a records what serve needs besides the
+// error (the decoded payload, the provider's answer).
+func (h *handler) process(ctx context.Context, t *asynq.Task, a *attempt) error {
 	m, name := h.w.opts.Metrics, h.ch.Name
 	if n := len(t.Payload()); h.ch.MaxPayloadBytes > 0 && n > h.ch.MaxPayloadBytes {
 		m.outcome(name, OutcomeMalformed)
@@ -542,6 +554,7 @@ func (h *handler) process(ctx context.Context, t *asynq.Task) error {
 		m.outcome(name, OutcomeMalformed)
 		return permanent(fmt.Errorf("%s: malformed payload: %w", t.Type(), err))
 	}
+	a.p, a.prepared = p, true
 	reqs := h.rules.Requests(p.Fields)
 	for _, ps := range h.pauses {
 		if k, ok := ps.key.Render(p.Fields); ok {
@@ -580,6 +593,7 @@ func (h *handler) process(ctx context.Context, t *asynq.Task) error {
 	resp, err := p.Send(ctx)
 	m.sent(name, time.Since(start).Seconds())
 	if err == nil {
+		a.resp, a.sent = resp, true
 		h.adaptUp(ctx, reqs)
 		if resp.Incomplete {
 			m.outcome(name, OutcomeUnconfirmed)
@@ -598,26 +612,9 @@ func (h *handler) process(ctx context.Context, t *asynq.Task) error {
 	}
 	switch ce.Class {
 	case channels.Throttled:
-		wait := ce.RetryAfter
-		if wait <= 0 {
-			wait = h.ch.ThrottleBackoff
-			if ce.Scope == "pair" {
-				wait = h.ch.PairBackoff
-			}
-		}
-		if wait > h.ch.MaxRetryAfter {
-			h.w.logger.Warn("provider asked for a wait over the channel's cap; waiting the cap",
-				"channel", name, "code", ce.Code, "asked", ce.RetryAfter, "cap", h.ch.MaxRetryAfter)
-			wait = h.ch.MaxRetryAfter
-		}
-		key := h.pauseKey(ce.Scope, p.Fields)
-		if key != "" {
-			wait = h.pause(ctx, key, ce, wait)
-		}
+		key, wait := h.providerThrottled(ctx, ce, p.Fields, reqs, start)
 		m.outcome(name, OutcomeProviderThrottle)
 		m.throttled(name, ProviderLimit, wait.Seconds())
-		m.providerThrottle(name, ce.Code, ce.Scope)
-		h.adaptDown(ctx, ce, p.Fields, reqs, start)
 		return &ThrottledError{Channel: name, Limit: ProviderLimit, Key: key, RetryAfter: ce.RetryAfter, Wait: wait, Err: ce}
 	case channels.Unauthorized:
 		return h.unauthorized(ctx, ce, p.Fields)
@@ -628,6 +625,35 @@ func (h *handler) process(ctx context.Context, t *asynq.Task) error {
 		m.outcome(name, OutcomeTransient)
 		return ce
 	}
+}
+
+// providerThrottled applies the provider throttle ce to a send with
+// fields and requests reqs, sent at start (this host's clock; zero when
+// unknown, for a throttle reported later in a callback): it pauses the
+// scope ce names (pause), counts it, and lowers the adaptive limits the
+// scope concerns. It returns the pause key ("" when none was paused) and
+// the wait: the time left of the pause, else ce.RetryAfter or the
+// channel's backoff, within MaxRetryAfter.
+func (h *handler) providerThrottled(ctx context.Context, ce *channels.Error, fields map[string]string, reqs []throttle.Request, start time.Time) (key string, wait time.Duration) {
+	wait = ce.RetryAfter
+	if wait <= 0 {
+		wait = h.ch.ThrottleBackoff
+		if ce.Scope == channels.ScopePair {
+			wait = h.ch.PairBackoff
+		}
+	}
+	if wait > h.ch.MaxRetryAfter {
+		h.w.logger.Warn("provider asked for a wait over the channel's cap; waiting the cap",
+			"channel", h.ch.Name, "code", ce.Code, "asked", ce.RetryAfter, "cap", h.ch.MaxRetryAfter)
+		wait = h.ch.MaxRetryAfter
+	}
+	key = h.pauseKey(ce.Scope, fields)
+	if key != "" {
+		wait = h.pause(ctx, key, ce, wait)
+	}
+	h.w.opts.Metrics.providerThrottle(h.ch.Name, ce.Code, ce.Scope)
+	h.adaptDown(ctx, ce, fields, reqs, start)
+	return key, wait
 }
 
 // pause pauses the scope a provider throttle named (key) in every worker,

@@ -165,6 +165,22 @@
 // are not recorded, and do not use up any limit. They count as Rejected
 // (4xx) and Failed (5xx).
 //
+// A Twilio recipient ending in "0022" (SuffixCarrierThrottle) is accepted
+// and recorded like any other; its status callback then reports it
+// undelivered with ErrorCode 30022, carrier throughput exceeded.
+//
+// # Status callbacks
+//
+// A Twilio message created with a StatusCallback (an absolute http(s) URL;
+// else HTTP 400 code 21609) gets its status posted there once accepted, as
+// Twilio does: form fields MessageSid, SmsSid, MessageStatus, SmsStatus,
+// AccountSid, From, To, MessagingServiceSid (when given), ApiVersion and, on
+// failure, ErrorCode, signed with X-Twilio-Signature (HMAC-SHA1 of the URL and
+// the sorted parameters, keyed with the auth token). Statuses: "sent", then
+// "delivered" (or "undelivered" 30022, above). Posts run in the background,
+// may arrive before the create request's answer is read, follow no
+// redirects, and are dropped when they fail; Close cancels them.
+//
 // # Introspection
 //
 // The WhatsApp listener also serves, for a test process reading a standalone

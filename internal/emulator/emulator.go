@@ -211,6 +211,12 @@ type Server struct {
 	closeOnce sync.Once
 	closeErr  error
 
+	// ctx is the context of the status callbacks the server posts;
+	// cancel ends them (Close, under mu) and posts waits for them.
+	ctx    context.Context
+	cancel context.CancelFunc
+	posts  sync.WaitGroup
+
 	mu       sync.Mutex
 	limiter  *limiter
 	records  []Record
@@ -333,6 +339,7 @@ func Start(opts Options) (*Server, error) {
 		limiter:   newLimiter(opts.CalendarSeconds),
 		inflight:  make(map[string]int),
 	}
+	s.ctx, s.cancel = backgroundContext()
 	s.resetLocked()
 
 	var listeners []net.Listener
@@ -343,6 +350,7 @@ func Start(opts Options) (*Server, error) {
 			for _, l := range listeners {
 				l.Close()
 			}
+			s.cancel()
 			return nil, fmt.Errorf("emulator: listen %s on %s: %w", name, addr, err)
 		}
 		listeners = append(listeners, ln)
@@ -391,6 +399,7 @@ func (s *Server) serve(ln net.Listener, h http.Handler) {
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.done)
+		s.cancelCallbacks()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		var errs []error

@@ -83,6 +83,7 @@ func (s *Server) twilioAuthorized(r *http.Request) bool {
 // twilioForm is a validated create-message request.
 type twilioForm struct {
 	to, from, service, body string
+	statusCallback          string // StatusCallback, "" for none
 	numMedia                int
 	segments                int // of the body (smsSegments): the units of the sender's MPS
 }
@@ -98,6 +99,8 @@ func parseTwilio(r *http.Request) (f twilioForm, code int, msg string) {
 		service:  p.Get("MessagingServiceSid"),
 		body:     p.Get("Body"),
 		numMedia: len(p["MediaUrl"]),
+
+		statusCallback: p.Get("StatusCallback"),
 	}
 	switch {
 	case f.to == "":
@@ -116,6 +119,8 @@ func parseTwilio(r *http.Request) (f twilioForm, code int, msg string) {
 		return f, 21602, "Message body is required."
 	case utf8.RuneCountInString(f.body) > 1600:
 		return f, 21617, "The concatenated message body exceeds the 1600 character limit."
+	case f.statusCallback != "" && !validCallbackURL(f.statusCallback):
+		return f, 21609, "The StatusCallback URL is not a valid URL."
 	}
 	f.segments = smsSegments(f.body)
 	return f, 0, ""
@@ -210,6 +215,9 @@ func (s *Server) handleTwilio(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 
 	writeJSON(w, http.StatusCreated, newTwilioMessage(account, sid, f, now))
+	if f.statusCallback != "" {
+		s.statusCallbacks(f.statusCallback, sid, f)
+	}
 }
 
 func newTwilioMessage(account, sid string, f twilioForm, now time.Time) twilioMessage {

@@ -1,0 +1,29 @@
+-- update.lua: a status a provider reported in a callback. With the task
+-- known (the message's index names it) the record moves up to the state
+-- and the move is counted; before the worker recorded the send the state
+-- waits in the index, for record_sent.lua. Joined after states.lua.
+--
+-- KEYS[1]: the message's index (hash); KEYS[2]: the task's record and
+-- KEYS[3] its tenant's counters, as the index named them when the caller
+-- read it (both only when it named a task)
+-- ARGV[1]: the task id the caller read from the index ("" for none);
+-- ARGV[7]: the tenant it read
+-- ARGV[2..5]: state, code, reason, at (Unix ms)
+-- ARGV[6]: TTL of a pending state, ms
+-- Returns: {result, task id}: result 1 moved, 0 stale (the record was
+-- already as far), 2 kept pending (no task yet), -1 the index changed since
+-- the caller read it (read again).
+local index = KEYS[1]
+local cur = redis.call('HMGET', index, 'task', 'tenant')
+local task, tenant = cur[1] or '', cur[2] or ''
+if task ~= ARGV[1] or tenant ~= ARGV[7] then return {-1, task} end
+if task == '' then
+  local p = redis.call('HGET', index, 'state')
+  if rank(ARGV[2]) > rank(p) then
+    redis.call('HSET', index, 'state', ARGV[2], 'code', ARGV[3], 'reason', ARGV[4], 'at', ARGV[5])
+    redis.call('PEXPIRE', index, ARGV[6])
+  end
+  return {2, ''}
+end
+if redis.call('EXISTS', KEYS[2]) == 0 then return {0, task} end
+return {apply(KEYS[2], KEYS[3], ARGV[2], ARGV[3], ARGV[4], ARGV[5]), task}

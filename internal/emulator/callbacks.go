@@ -1,0 +1,124 @@
+package emulator
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha1"
+	"encoding/base64"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+)
+
+// SuffixCarrierThrottle: a Twilio recipient whose digits end in it is
+// accepted (201), and its status callback then reports the message
+// undelivered with ErrorCode 30022, carrier throughput exceeded: the
+// throttle Twilio only reports after the send (PROVIDERS.md, Twilio table).
+const SuffixCarrierThrottle = "0022"
+
+// statusCallbackTimeout bounds one status callback post.
+const statusCallbackTimeout = 5 * time.Second
+
+// validCallbackURL reports whether a StatusCallback is an absolute http(s)
+// URL with a host (Twilio refuses others with 21609).
+func validCallbackURL(raw string) bool {
+	u, err := url.Parse(raw)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Hostname() != "" && u.User == nil
+}
+
+// twilioSignature is X-Twilio-Signature: base64 of the HMAC-SHA1, keyed with
+// the auth token, of the URL followed by each POST parameter's name and
+// value, names sorted (Twilio's webhook security docs).
+func twilioSignature(token, u string, params url.Values) string {
+	mac := hmac.New(sha1.New, []byte(token))
+	mac.Write([]byte(u))
+	keys := make([]string, 0, len(params))
+	for k := range params {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		for _, v := range params[k] {
+			mac.Write([]byte(k + v))
+		}
+	}
+	return base64.StdEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// statusCallbacks posts an accepted message's status changes to its
+// StatusCallback, signed, one after the other as Twilio does: "sent", then
+// "delivered", or "undelivered" with ErrorCode 30022 for a recipient ending
+// in SuffixCarrierThrottle. Best effort: a post that fails is dropped. It
+// runs in the background; Close cancels it.
+func (s *Server) statusCallbacks(callback, sid string, f twilioForm) {
+	final, code := "delivered", ""
+	if strings.HasSuffix(f.to, SuffixCarrierThrottle) {
+		final, code = "undelivered", "30022"
+	}
+	base := url.Values{"MessageSid": {sid}, "SmsSid": {sid}, "AccountSid": {s.opts.TwilioAccountSID},
+		"To": {f.to}, "ApiVersion": {"2010-04-01"}}
+	if f.from != "" {
+		base.Set("From", f.from)
+	}
+	if f.service != "" {
+		base.Set("MessagingServiceSid", f.service)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ctx.Err() != nil {
+		return // closing
+	}
+	s.posts.Go(func() {
+		hc := &http.Client{Timeout: statusCallbackTimeout,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		for _, status := range []string{"sent", final} {
+			p := url.Values{}
+			for k, v := range base {
+				p[k] = v
+			}
+			p.Set("MessageStatus", status)
+			p.Set("SmsStatus", status)
+			if status == final && code != "" {
+				p.Set("ErrorCode", code)
+			}
+			if !s.postStatus(hc, callback, p) {
+				return
+			}
+		}
+	})
+}
+
+// postStatus posts one status callback; it reports whether to go on.
+func (s *Server) postStatus(hc *http.Client, callback string, p url.Values) bool {
+	body := p.Encode()
+	req, err := http.NewRequestWithContext(s.ctx, http.MethodPost, callback, bytes.NewReader([]byte(body)))
+	if err != nil {
+		return false
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("User-Agent", "TwilioProxy/1.1")
+	req.Header.Set("X-Twilio-Signature", twilioSignature(s.opts.TwilioAuthToken, callback, p))
+	resp, err := hc.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return s.ctx.Err() == nil
+}
+
+// cancelCallbacks ends the status callbacks in flight and waits for them
+// (Close); none start after it.
+func (s *Server) cancelCallbacks() {
+	s.mu.Lock()
+	s.cancel()
+	s.mu.Unlock()
+	s.posts.Wait()
+}
+
+// backgroundContext returns the context of the server's own requests.
+func backgroundContext() (context.Context, context.CancelFunc) {
+	return context.WithCancel(context.Background())
+}
