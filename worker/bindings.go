@@ -33,7 +33,7 @@ func WhatsAppChannel(c *channels.WhatsApp, rs []rules.Rule) Channel {
 			if err != nil {
 				return Prepared{}, err
 			}
-			return Prepared{Fields: p.Fields(), Priority: priority(p.Delivery), Tenant: p.Tenant, Send: func(ctx context.Context) (channels.Response, error) { return c.Send(ctx, p) }}, nil
+			return Prepared{Fields: p.Fields(), Priority: priority(p.Delivery), Tenant: p.Tenant, Campaign: p.Campaign, Send: func(ctx context.Context) (channels.Response, error) { return c.Send(ctx, p) }}, nil
 		},
 		Probe: func(ctx context.Context, f map[string]string) error { return c.Probe(ctx, f["phone_number_id"]) }}
 }
@@ -50,7 +50,7 @@ func SMSChannel(c *channels.Twilio, rs []rules.Rule) Channel {
 			}
 			f := p.Fields()
 			f["account_sid"] = c.AccountSID
-			return Prepared{Fields: f, Priority: priority(p.Delivery), Tenant: p.Tenant, Send: func(ctx context.Context) (channels.Response, error) { return c.Send(ctx, p) }}, nil
+			return Prepared{Fields: f, Priority: priority(p.Delivery), Tenant: p.Tenant, Campaign: p.Campaign, Send: func(ctx context.Context) (channels.Response, error) { return c.Send(ctx, p) }}, nil
 		},
 		Probe: func(ctx context.Context, _ map[string]string) error { return c.Probe(ctx) }}
 }
@@ -65,7 +65,7 @@ func WebhookChannel(c *channels.Webhook, rs []rules.Rule) Channel {
 			if err != nil {
 				return Prepared{}, err
 			}
-			return Prepared{Fields: p.Fields(), Priority: priority(p.Delivery), Tenant: p.Tenant, Send: func(ctx context.Context) (channels.Response, error) { return c.Deliver(ctx, p) }}, nil
+			return Prepared{Fields: p.Fields(), Priority: priority(p.Delivery), Tenant: p.Tenant, Campaign: p.Campaign, Send: func(ctx context.Context) (channels.Response, error) { return c.Deliver(ctx, p) }}, nil
 		}}
 }
 
@@ -78,7 +78,7 @@ func HTTPChannel(c *channels.HTTPCaller, rs []rules.Rule) Channel {
 			if err != nil {
 				return Prepared{}, err
 			}
-			return Prepared{Fields: p.Fields(), Priority: priority(p.Delivery), Tenant: p.Tenant, Send: func(ctx context.Context) (channels.Response, error) { return c.Call(ctx, p) }}, nil
+			return Prepared{Fields: p.Fields(), Priority: priority(p.Delivery), Tenant: p.Tenant, Campaign: p.Campaign, Send: func(ctx context.Context) (channels.Response, error) { return c.Call(ctx, p) }}, nil
 		}}
 }
 

@@ -29,8 +29,11 @@ type Sent struct {
 	TaskID  string // asynq task ID
 	Queue   string // asynq queue
 	Channel string // Channel.Name, "sms"
-	// Tenant is Prepared.Tenant (the campaign for `sluice send`), "" for none.
+	// Tenant is Prepared.Tenant, "" for none.
 	Tenant string
+	// Campaign is Prepared.Campaign (`sluice send` sets the campaign's
+	// name), "" for none: the group whose outcomes are counted.
+	Campaign string
 	// ProviderID is the provider's message ID ("SM…", "wamid.…"); "" for
 	// webhooks, HTTP calls and unconfirmed sends without one.
 	ProviderID string
@@ -46,6 +49,7 @@ type Sent struct {
 // answer, a spent retry budget).
 type Failed struct {
 	TaskID, Queue, Channel, Tenant string // as in Sent; Tenant "" when the payload could not be decoded
+	Campaign                       string // as in Sent
 	// Code is the provider's error code of the last answer (Twilio 21211,
 	// WhatsApp 131026), 0 when there is none.
 	Code int
@@ -82,22 +86,22 @@ func (h *handler) record(ctx context.Context, meta taskMeta, a *attempt, err err
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	var tenant string
+	var tenant, campaign string
 	if a.prepared {
-		tenant = a.p.Tenant
+		tenant, campaign = a.p.Tenant, a.p.Campaign
 	}
 	if !archived {
 		status := OutcomeSent
 		if a.resp.Incomplete {
 			status = OutcomeUnconfirmed
 		}
-		s := Sent{TaskID: meta.id, Queue: meta.queue, Channel: h.ch.Name, Tenant: tenant, ProviderID: a.resp.ProviderID, Status: status, At: h.now()}
+		s := Sent{TaskID: meta.id, Queue: meta.queue, Channel: h.ch.Name, Tenant: tenant, Campaign: campaign, ProviderID: a.resp.ProviderID, Status: status, At: h.now()}
 		if err := rec.RecordSent(ctx, s); err != nil {
 			h.w.logger.Warn("delivery record: could not record a send; the send stands", "task_id", meta.id, "channel", h.ch.Name, "err", err)
 		}
 		return
 	}
-	f := Failed{TaskID: meta.id, Queue: meta.queue, Channel: h.ch.Name, Tenant: tenant, Reason: archiveReason(err), At: h.now()}
+	f := Failed{TaskID: meta.id, Queue: meta.queue, Channel: h.ch.Name, Tenant: tenant, Campaign: campaign, Reason: archiveReason(err), At: h.now()}
 	var ce *channels.Error
 	if errors.As(err, &ce) {
 		f.Code = ce.Code

@@ -57,7 +57,7 @@ func deliveryWorker(t *testing.T, rec DeliveryRecorder) (*asynq.Client, *asynq.I
 			if err := json.Unmarshal(b, &p); err != nil || p.ID == "" {
 				return Prepared{}, errors.New("id: missing")
 			}
-			return Prepared{Fields: map[string]string{"id": p.ID}, Tenant: "spring-sale", Send: func(context.Context) (channels.Response, error) {
+			return Prepared{Fields: map[string]string{"id": p.ID}, Tenant: "acme", Campaign: "spring-sale", Send: func(context.Context) (channels.Response, error) {
 				switch p.ID {
 				case "ok":
 					return channels.Response{ProviderID: "SM1", Status: 201}, nil
@@ -91,7 +91,7 @@ func TestDeliveryRecorderGetsSendsAndArchives(t *testing.T) {
 	s := recv(t, rec.sent)
 	require.WithinRange(t, s.At, start, time.Now())
 	s.At = time.Time{}
-	require.Equal(t, Sent{TaskID: "t-ok", Queue: "sms", Channel: "sms", Tenant: "spring-sale", ProviderID: "SM1", Status: OutcomeSent}, s)
+	require.Equal(t, Sent{TaskID: "t-ok", Queue: "sms", Channel: "sms", Tenant: "acme", Campaign: "spring-sale", ProviderID: "SM1", Status: OutcomeSent}, s)
 
 	enqueueTest(t, c, "t-cut", `{"id":"cut"}`)
 	s = recv(t, rec.sent)
@@ -101,7 +101,8 @@ func TestDeliveryRecorderGetsSendsAndArchives(t *testing.T) {
 	enqueueTest(t, c, "t-bad", `{"id":"bad"}`)
 	f := recv(t, rec.failed)
 	require.Equal(t, "t-bad", f.TaskID)
-	require.Equal(t, "spring-sale", f.Tenant)
+	require.Equal(t, "acme", f.Tenant)
+	require.Equal(t, "spring-sale", f.Campaign)
 	require.Equal(t, 21211, f.Code)
 	require.Equal(t, "twilio: permanent: code 21211 (invalid To number): Invalid 'To' Phone Number", f.Reason)
 

@@ -33,6 +33,9 @@ type Prepared struct {
 	// Tenant is who the send is for (tasks.Delivery.Tenant): tenants
 	// backlogged on one limit share it by Channel.TenantWeights.
 	Tenant string
+	// Campaign is the group the send belongs to (tasks.Delivery.Campaign),
+	// whose outcomes the DeliveryRecorder counts; "" for none.
+	Campaign string
 }
 
 // Reserver is implemented by limiters that pace sends by reservation

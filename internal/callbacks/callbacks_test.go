@@ -164,7 +164,7 @@ func statusParams(status, code string) url.Values {
 func (e *env) recordSent(channel, providerID string) {
 	e.t.Helper()
 	require.NoError(e.t, e.store.RecordSent(context.Background(), delivery.Sent{TaskID: "task-1", Queue: channel, Channel: channel,
-		Tenant: "spring-sale", ProviderID: providerID, Status: "sent", At: time.Now()}))
+		Tenant: "acme", Campaign: "spring-sale", ProviderID: providerID, Status: "sent", At: time.Now()}))
 }
 
 func (e *env) state() delivery.State {

@@ -61,7 +61,7 @@ func TestSendThenCallback(t *testing.T) {
 	require.NoError(t, err)
 
 	_, err = tasks.EnqueueSMSSend(context.Background(), asynq.NewClientFromRedisClient(rdb),
-		tasks.SMSSend{V: 1, Delivery: tasks.Delivery{Tenant: "spring-sale"}, From: sender, To: recipient, Body: "Sale starts now"}, asynq.TaskID("task-1"))
+		tasks.SMSSend{V: 1, Delivery: tasks.Delivery{Tenant: "acme", Campaign: "spring-sale"}, From: sender, To: recipient, Body: "Sale starts now"}, asynq.TaskID("task-1"))
 	require.NoError(t, err)
 	select {
 	case got := <-callback:
@@ -85,7 +85,7 @@ func TestSendThenCallback(t *testing.T) {
 	st, err := store.Get(context.Background(), "task-1")
 	require.NoError(t, err)
 	require.Equal(t, delivery.StateDelivered, st.State)
-	require.Equal(t, "spring-sale", st.Tenant)
+	require.Equal(t, "spring-sale", st.Campaign)
 	pr, err := store.Progress(context.Background(), "spring-sale")
 	require.NoError(t, err)
 	require.Equal(t, delivery.Progress{Sent: 1, Delivered: 1}, pr)

@@ -85,7 +85,7 @@ func TestEmulatedTwilioCallbacks(t *testing.T) {
 		{"ok", "+14155550101", "+14155552345"},
 		{"throttled", "+14155550102", "+1415555" + emulator.SuffixCarrierThrottle},
 	} {
-		_, err := tasks.EnqueueSMSSend(ctx, client, tasks.SMSSend{V: 1, Delivery: tasks.Delivery{Tenant: "campaign"}, From: m.from, To: m.to, Body: "hi"}, asynq.TaskID(m.id))
+		_, err := tasks.EnqueueSMSSend(ctx, client, tasks.SMSSend{V: 1, Delivery: tasks.Delivery{Tenant: "acme", Campaign: "campaign"}, From: m.from, To: m.to, Body: "hi"}, asynq.TaskID(m.id))
 		require.NoError(t, err)
 	}
 	// Two sends recorded, two statuses each handled: a status that came

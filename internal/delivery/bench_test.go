@@ -22,7 +22,7 @@ func BenchmarkRecordSent(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		id := strconv.Itoa(i)
-		if err := s.RecordSent(ctx, delivery.Sent{TaskID: "t" + id, Queue: "sms", Channel: "sms", Tenant: "campaign",
+		if err := s.RecordSent(ctx, delivery.Sent{TaskID: "t" + id, Queue: "sms", Channel: "sms", Tenant: "acme", Campaign: "campaign",
 			ProviderID: "SM" + id, Status: "sent", At: at}); err != nil {
 			b.Fatal(err)
 		}
@@ -37,7 +37,7 @@ func BenchmarkUpdate(b *testing.B) {
 	at := time.Now()
 	for i := range 1000 {
 		id := strconv.Itoa(i)
-		require.NoError(b, s.RecordSent(ctx, delivery.Sent{TaskID: "t" + id, Queue: "sms", Channel: "sms", Tenant: "campaign", ProviderID: "SM" + id, Status: "sent", At: at}))
+		require.NoError(b, s.RecordSent(ctx, delivery.Sent{TaskID: "t" + id, Queue: "sms", Channel: "sms", Tenant: "acme", Campaign: "campaign", ProviderID: "SM" + id, Status: "sent", At: at}))
 	}
 	b.ResetTimer()
 	for i := range b.N {

@@ -2,7 +2,7 @@
 // it: the provider's message id, the statuses the provider reported in
 // delivery callbacks (queued, sent, delivered, read, failed, undelivered
 // with the error code and title), or why the worker gave the task up, and
-// per-tenant counters for progress (`sluice send --wait`).
+// per-campaign counters for progress (`sluice send --wait`).
 //
 // Store is the Redis store. It implements worker.DeliveryRecorder, which
 // the worker calls after each accepted send and each archive;

@@ -8,11 +8,11 @@ package delivery
 func RecordKey(prefix, taskID string) string { return prefix + ":{_delivery}:task:" + taskID }
 
 // IndexKey maps a provider's message id on channel to its task (hash:
-// task, tenant), and holds a status reported before the send was recorded.
+// task, campaign), and holds a status reported before the send was recorded.
 func IndexKey(prefix, channel, id string) string {
 	return prefix + ":{_delivery}:msg:" + channel + ":" + id
 }
 
-// CountersKey is a tenant's progress counters (hash: sent, failed,
+// CountersKey is a campaign's progress counters (hash: sent, failed,
 // delivered, read, undelivered).
-func CountersKey(prefix, tenant string) string { return prefix + ":{_delivery}:tenant:" + tenant }
+func CountersKey(prefix, campaign string) string { return prefix + ":{_delivery}:campaign:" + campaign }

@@ -67,7 +67,7 @@ func (s State) Final() bool { return s == StateFailed || s == StateUndelivered }
 // Status is a task's delivery record (Get), or a status a provider
 // reported (Update, which reads State, Code, Reason and At).
 type Status struct {
-	TaskID, Queue, Channel, Tenant string
+	TaskID, Queue, Channel, Tenant, Campaign string
 	// ProviderID is the provider's message id ("SM…", "wamid.…"); "" for
 	// an archived task or an unconfirmed send.
 	ProviderID string
@@ -88,7 +88,7 @@ type Status struct {
 	SentAt time.Time
 }
 
-// Progress counts a tenant's tasks (for `sluice send`, a campaign's).
+// Progress counts a campaign's tasks (tasks.Delivery.Campaign).
 type Progress struct {
 	// Sent: sends the provider accepted (sent and sent_unconfirmed).
 	Sent int64
@@ -208,14 +208,14 @@ func joinLua(names ...string) string {
 // RecordSent records a send the provider accepted, in one round trip: the
 // task's record (state s.Status, "sent" or "sent_unconfirmed"), the index
 // from s.ProviderID to the task, a status a callback reported before, and
-// the tenant's Sent counter (once per task). The error names a bad field
+// the campaign's Sent counter (once per task). The error names a bad field
 // or wraps Redis's.
 func (s *Store) RecordSent(ctx context.Context, r Sent) error {
 	st := State(r.Status)
 	if st != StateSent && st != StateSentUnconfirmed {
 		return fmt.Errorf("delivery: record sent: status %.40q, want sent or sent_unconfirmed", r.Status)
 	}
-	if err := checkCommon(r.TaskID, r.Queue, r.Channel, r.Tenant); err != nil {
+	if err := checkCommon(r.TaskID, r.Queue, r.Channel, r.Tenant, r.Campaign); err != nil {
 		return fmt.Errorf("delivery: record sent: %w", err)
 	}
 	if r.ProviderID != "" {
@@ -223,12 +223,12 @@ func (s *Store) RecordSent(ctx context.Context, r Sent) error {
 			return fmt.Errorf("delivery: record sent: %w", err)
 		}
 	}
-	keys := []string{RecordKey(s.prefix, r.TaskID), CountersKey(s.prefix, r.Tenant)}
+	keys := []string{RecordKey(s.prefix, r.TaskID), CountersKey(s.prefix, r.Campaign)}
 	if r.ProviderID != "" {
 		keys = append(keys, IndexKey(s.prefix, r.Channel, r.ProviderID))
 	}
 	err := recordSentScript.Run(ctx, s.rdb, keys, r.TaskID, r.Queue, r.Channel, r.Tenant, r.ProviderID, r.Status,
-		unixMilli(r.At), s.ttl.Milliseconds()).Err()
+		unixMilli(r.At), s.ttl.Milliseconds(), r.Campaign).Err()
 	if err != nil {
 		return fmt.Errorf("delivery: record sent %s: %w", r.TaskID, err)
 	}
@@ -236,15 +236,15 @@ func (s *Store) RecordSent(ctx context.Context, r Sent) error {
 }
 
 // RecordFailed records a task the worker gave up on (state archived, with
-// f.Code and f.Reason) and counts it in the tenant's Failed counter once.
+// f.Code and f.Reason) and counts it in the campaign's Failed counter once.
 // A record of a send the provider accepted is left as it is.
 func (s *Store) RecordFailed(ctx context.Context, f Failed) error {
-	if err := checkCommon(f.TaskID, f.Queue, f.Channel, f.Tenant); err != nil {
+	if err := checkCommon(f.TaskID, f.Queue, f.Channel, f.Tenant, f.Campaign); err != nil {
 		return fmt.Errorf("delivery: record failed: %w", err)
 	}
-	keys := []string{RecordKey(s.prefix, f.TaskID), CountersKey(s.prefix, f.Tenant)}
+	keys := []string{RecordKey(s.prefix, f.TaskID), CountersKey(s.prefix, f.Campaign)}
 	err := recordFailedScript.Run(ctx, s.rdb, keys, f.TaskID, f.Queue, f.Channel, f.Tenant, f.Code, CleanReason(f.Reason),
-		unixMilli(f.At), s.ttl.Milliseconds()).Err()
+		unixMilli(f.At), s.ttl.Milliseconds(), f.Campaign).Err()
 	if err != nil {
 		return fmt.Errorf("delivery: record failed %s: %w", f.TaskID, err)
 	}
@@ -260,7 +260,7 @@ const maxUpdateRounds = 3
 // st.Reason and st.At; a zero At means now). It returns the message's task
 // and found true when the worker recorded the send; the record then moves
 // to st.State only if that ranks above its state (a late "sent" after
-// "delivered" changes nothing), and the move is counted in the tenant's
+// "delivered" changes nothing), and the move is counted in the campaign's
 // Progress. found is false for a message the worker has not recorded yet
 // (or never sent: another app's, or older than the TTL): the status then
 // waits PendingTTL for RecordSent. Two round trips.
@@ -279,17 +279,17 @@ func (s *Store) Update(ctx context.Context, channel, providerID string, st Statu
 	}
 	index := IndexKey(s.prefix, channel, providerID)
 	for range maxUpdateRounds {
-		cur, err := s.rdb.HMGet(ctx, index, "task", "tenant").Result()
+		cur, err := s.rdb.HMGet(ctx, index, "task", "campaign").Result()
 		if err != nil {
 			return "", false, fmt.Errorf("delivery: update %s: %w", providerID, err)
 		}
-		task, tenant := str(cur, 0), str(cur, 1)
+		task, campaign := str(cur, 0), str(cur, 1)
 		keys := []string{index}
 		if task != "" {
-			keys = append(keys, RecordKey(s.prefix, task), CountersKey(s.prefix, tenant))
+			keys = append(keys, RecordKey(s.prefix, task), CountersKey(s.prefix, campaign))
 		}
 		res, err := updateScript.Run(ctx, s.rdb, keys, task, string(st.State), st.Code, CleanReason(st.Reason),
-			unixMilli(st.At), s.wait.Milliseconds(), tenant).Slice()
+			unixMilli(st.At), s.wait.Milliseconds(), campaign).Slice()
 		if err != nil {
 			return "", false, fmt.Errorf("delivery: update %s: %w", providerID, err)
 		}
@@ -325,27 +325,27 @@ func (s *Store) Get(ctx context.Context, taskID string) (*Status, error) {
 		return nil, ErrNotFound
 	}
 	code, _ := strconv.Atoi(m["code"])
-	return &Status{TaskID: m["task_id"], Queue: m["queue"], Channel: m["channel"], Tenant: m["tenant"],
+	return &Status{TaskID: m["task_id"], Queue: m["queue"], Channel: m["channel"], Tenant: m["tenant"], Campaign: m["campaign"],
 		ProviderID: m["provider_id"], State: State(m["state"]), Code: code, Reason: m["reason"],
 		At: fromMilli(m["at"]), SentAt: fromMilli(m["sent_at"])}, nil
 }
 
-// Progress returns the tenant's counters ("" counts tasks without a
-// tenant); all zero for a tenant the store has not seen.
-func (s *Store) Progress(ctx context.Context, tenant string) (Progress, error) {
-	if len(tenant) > MaxIDBytes {
-		return Progress{}, fmt.Errorf("delivery: progress: tenant: %d bytes, want at most %d", len(tenant), MaxIDBytes)
+// Progress returns the campaign's counters ("" counts tasks without a
+// campaign); all zero for a campaign the store has not seen.
+func (s *Store) Progress(ctx context.Context, campaign string) (Progress, error) {
+	if len(campaign) > MaxIDBytes {
+		return Progress{}, fmt.Errorf("delivery: progress: campaign: %d bytes, want at most %d", len(campaign), MaxIDBytes)
 	}
-	v, err := s.rdb.HMGet(ctx, CountersKey(s.prefix, tenant), "sent", "failed", "delivered", "read", "undelivered").Result()
+	v, err := s.rdb.HMGet(ctx, CountersKey(s.prefix, campaign), "sent", "failed", "delivered", "read", "undelivered").Result()
 	if err != nil {
-		return Progress{}, fmt.Errorf("delivery: progress %.40q: %w", tenant, err)
+		return Progress{}, fmt.Errorf("delivery: progress %.40q: %w", campaign, err)
 	}
 	n := func(i int) int64 { x, _ := strconv.ParseInt(str(v, i), 10, 64); return x }
 	return Progress{Sent: n(0), Failed: n(1), Delivered: n(2), Read: n(3), Undelivered: n(4)}, nil
 }
 
 // checkCommon checks the fields every worker record has.
-func checkCommon(taskID, queue, channel, tenant string) error {
+func checkCommon(taskID, queue, channel, tenant, campaign string) error {
 	if err := checkID("task id", taskID); err != nil {
 		return err
 	}
@@ -357,6 +357,9 @@ func checkCommon(taskID, queue, channel, tenant string) error {
 	}
 	if len(tenant) > MaxIDBytes || !utf8.ValidString(tenant) {
 		return fmt.Errorf("tenant: want at most %d bytes of UTF-8, got %d bytes", MaxIDBytes, len(tenant))
+	}
+	if len(campaign) > MaxIDBytes || !utf8.ValidString(campaign) {
+		return fmt.Errorf("campaign: want at most %d bytes of UTF-8, got %d bytes", MaxIDBytes, len(campaign))
 	}
 	return nil
 }

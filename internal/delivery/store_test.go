@@ -33,7 +33,7 @@ func newStore(t *testing.T) (*delivery.Store, string, *redis.Client) {
 }
 
 func sent(task, provider string, at time.Duration) delivery.Sent {
-	return delivery.Sent{TaskID: task, Queue: "sms", Channel: "sms", Tenant: "spring-sale", ProviderID: provider, Status: "sent", At: t0.Add(at)}
+	return delivery.Sent{TaskID: task, Queue: "sms", Channel: "sms", Tenant: "acme", Campaign: "spring-sale", ProviderID: provider, Status: "sent", At: t0.Add(at)}
 }
 
 func TestStatusesNeverGoBack(t *testing.T) {
@@ -101,7 +101,7 @@ func TestRecordKeepsTheFailure(t *testing.T) {
 	require.NoError(t, err)
 	got, err := s.Get(ctx, "task-1")
 	require.NoError(t, err)
-	want := &delivery.Status{TaskID: "task-1", Queue: "sms", Channel: "sms", Tenant: "spring-sale", ProviderID: "SM1",
+	want := &delivery.Status{TaskID: "task-1", Queue: "sms", Channel: "sms", Tenant: "acme", Campaign: "spring-sale", ProviderID: "SM1",
 		State: delivery.StateUndelivered, Code: 30003, Reason: "Unreachable destination handset", At: t0.Add(5 * time.Second), SentAt: t0}
 	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b time.Time) bool { return a.Equal(b) })); diff != "" {
 		t.Fatalf("record (-want +got):\n%s", diff)
@@ -122,7 +122,7 @@ func TestStatusBeforeTheSendIsRecordedWaits(t *testing.T) {
 	_, err = s.Get(ctx, "task-w")
 	require.ErrorIs(t, err, delivery.ErrNotFound)
 
-	r := delivery.Sent{TaskID: "task-w", Queue: "whatsapp", Channel: "whatsapp", Tenant: "t", ProviderID: "wamid.X1", Status: "sent", At: t0}
+	r := delivery.Sent{TaskID: "task-w", Queue: "whatsapp", Channel: "whatsapp", Tenant: "acme", Campaign: "t", ProviderID: "wamid.X1", Status: "sent", At: t0}
 	require.NoError(t, s.RecordSent(ctx, r))
 	got, err := s.Get(ctx, "task-w")
 	require.NoError(t, err)
@@ -146,7 +146,7 @@ func TestArchivedTasks(t *testing.T) {
 	t.Parallel()
 	s, _, _ := newStore(t)
 	ctx := context.Background()
-	f := delivery.Failed{TaskID: "task-a", Queue: "sms", Channel: "sms", Tenant: "spring-sale", Code: 21211, Reason: "twilio: permanent: code 21211\n(invalid To number)", At: t0}
+	f := delivery.Failed{TaskID: "task-a", Queue: "sms", Channel: "sms", Tenant: "acme", Campaign: "spring-sale", Code: 21211, Reason: "twilio: permanent: code 21211\n(invalid To number)", At: t0}
 	require.NoError(t, s.RecordFailed(ctx, f))
 	require.NoError(t, s.RecordFailed(ctx, f), "recorded twice, counted once")
 	got, err := s.Get(ctx, "task-a")
@@ -246,7 +246,7 @@ func TestHostileInputIsRefused(t *testing.T) {
 	_, err := s.Get(ctx, long)
 	require.ErrorContains(t, err, "task id")
 	_, err = s.Progress(ctx, long)
-	require.ErrorContains(t, err, "tenant")
+	require.ErrorContains(t, err, "campaign")
 	// A long reason is cut, on a rune boundary.
 	require.NoError(t, s.RecordSent(ctx, sent("task-1", "SM1", 0)))
 	_, _, err = s.Update(ctx, "sms", "SM1", delivery.Status{State: delivery.StateFailed, Reason: strings.Repeat("é", 400)})
