@@ -30,8 +30,8 @@ import (
 	"github.com/sluice-dev/sluice/internal/campaign"
 	"github.com/sluice-dev/sluice/internal/emulator"
 	"github.com/sluice-dev/sluice/internal/server"
-	"github.com/sluice-dev/sluice/throttle"
 	"github.com/sluice-dev/sluice/redact"
+	"github.com/sluice-dev/sluice/throttle"
 	"github.com/sluice-dev/sluice/worker"
 )
 
