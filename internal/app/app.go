@@ -71,7 +71,14 @@ type Options struct {
 	Metrics *worker.Metrics
 	// Clock, for tests, replaces Redis TIME in the limiter.
 	Clock func() time.Time
+	// Delivery records each accepted send and each archived task (an
+	// internal/delivery.Store); nil: nothing is recorded.
+	Delivery worker.DeliveryRecorder
 }
+
+// TwilioCallbackPath is where serve takes Twilio's status callbacks; with
+// http.public_url set, each SMS asks Twilio to post there.
+const TwilioCallbackPath = "/callbacks/twilio"
 
 // OverrideRefresh is how often a limiter re-reads the runtime overrides set
 // by `sluice limits set`: every worker honours a change within 1s.
@@ -118,7 +125,7 @@ func NewWorker(cfg *config.Config, rdb redis.UniversalClient, lim *throttle.Redi
 		if cc == nil || !cc.Enabled {
 			continue
 		}
-		ch, err := buildChannel(cc, egressOf(cfg), secrets, opts.HTTP)
+		ch, err := buildChannel(cc, egressOf(cfg), secrets, opts.HTTP, cfg.HTTP.PublicURL)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("channels.%s: %w", name, err))
 			continue
@@ -143,6 +150,7 @@ func NewWorker(cfg *config.Config, rdb redis.UniversalClient, lim *throttle.Redi
 		ShutdownTimeout:          cfg.Worker.ShutdownTimeout,
 		Logger:                   logger,
 		Metrics:                  opts.Metrics,
+		Delivery:                 opts.Delivery,
 	})
 }
 
@@ -151,7 +159,10 @@ func NewWorker(cfg *config.Config, rdb redis.UniversalClient, lim *throttle.Redi
 // variable rather than archiving every task later. Webhook and HTTP-call
 // targets come from tasks: their client checks every dialled address with
 // egress.
-func buildChannel(cc *config.ChannelConfig, egress channels.Egress, secrets Secrets, hc *http.Client) (worker.Channel, error) {
+//
+// With publicURL set, SMS sends ask Twilio for status callbacks at
+// publicURL + TwilioCallbackPath.
+func buildChannel(cc *config.ChannelConfig, egress channels.Egress, secrets Secrets, hc *http.Client, publicURL string) (worker.Channel, error) {
 	if hc == nil {
 		if cc.Name == "webhook" || cc.Name == "http" {
 			hc = channels.NewEgressHTTPClient(egress)
@@ -192,6 +203,9 @@ func buildChannel(cc *config.ChannelConfig, egress channels.Egress, secrets Secr
 			return ch, fmt.Errorf("env %s: %w", cc.AccountSIDEnv, err)
 		}
 		c := &channels.Twilio{BaseURL: cc.BaseURL, AccountSID: sid, AuthToken: token, HTTP: hc}
+		if publicURL != "" {
+			c.StatusCallback = publicURL + TwilioCallbackPath
+		}
 		if err := c.Validate(); err != nil {
 			return ch, err
 		}

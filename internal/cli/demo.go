@@ -28,6 +28,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/api"
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/campaign"
+	"github.com/sluice-dev/sluice/internal/delivery"
 	"github.com/sluice-dev/sluice/internal/emulator"
 	"github.com/sluice-dev/sluice/internal/server"
 	"github.com/sluice-dev/sluice/redact"
@@ -199,19 +200,32 @@ func runDemo(parent context.Context, g *globals, o demoOptions) error {
 		"TWILIO_AUTH_TOKEN":  emulator.DefaultTwilioAuthToken,
 		"WEBHOOK_SECRET":     emulator.DefaultWebhookSecret,
 	}
-	reg := app.NewRegistry(rdb)
-	lim := app.NewLimiter(cfg, rdb, nil)
-	w, err := app.NewWorker(cfg, rdb, lim, app.Options{
-		Secrets: func(env string) (string, error) { return secrets[env], nil },
-		Logger:  g.logger().With("component", "worker"),
-		Metrics: worker.NewMetrics(reg),
-	})
+	// The server `sluice serve` runs, on loopback with no API keys. The
+	// emulated Twilio posts its signed status callbacks to it.
+	ln, base, err := demoListener(o.listen, g)
 	if err != nil {
 		return err
 	}
-
-	// The server `sluice serve` runs, on loopback with no API keys.
-	base, stopServer, err := startDemoServer(cfg, rdb, lim, reg, o.listen, g)
+	cfg.HTTP.PublicURL = base
+	reg := app.NewRegistry(rdb)
+	lim := app.NewLimiter(cfg, rdb, nil)
+	store, err := server.NewStore(cfg, rdb)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	secretOf := func(env string) (string, error) { return secrets[env], nil }
+	w, err := app.NewWorker(cfg, rdb, lim, app.Options{
+		Secrets:  secretOf,
+		Logger:   g.logger().With("component", "worker"),
+		Metrics:  worker.NewMetrics(reg),
+		Delivery: store,
+	})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	stopServer, err := serveDemoHTTP(ln, cfg, rdb, lim, reg, store, w, secretOf, g)
 	if err != nil {
 		return err
 	}
@@ -500,33 +514,43 @@ func printSummary(w io.Writer, s *DemoSummary) {
 	fmt.Fprintln(w, "max in any 1s = the most deliveries to one key within any 1-second span, wherever it starts (the providers' strictest reading).")
 }
 
-// startDemoServer serves Handler (no API keys) on listen, which must be a
-// loopback address; a busy port falls back to any free one. It returns the
-// base URL and a function that stops the server.
-func startDemoServer(cfg *config.Config, rdb redis.UniversalClient, lim *throttle.Redis, reg *prometheus.Registry, listen string, g *globals) (string, func(), error) {
+// demoListener listens on listen, which must be a loopback address (the
+// demo has no API keys); a busy port falls back to any free one. It returns
+// the listener and its base URL.
+func demoListener(listen string, g *globals) (net.Listener, string, error) {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		host, _, _ := net.SplitHostPort(listen)
 		if ln, err = net.Listen("tcp", net.JoinHostPort(host, "0")); err != nil {
-			return "", nil, fmt.Errorf("--listen %s: %w", listen, err)
+			return nil, "", fmt.Errorf("--listen %s: %w", listen, err)
 		}
 		fmt.Fprintf(g.stderr, "--listen %s is taken; serving on %s\n", listen, ln.Addr())
 	}
 	if err := app.CheckExposure(ln.Addr(), false); err != nil {
 		ln.Close()
-		return "", nil, fmt.Errorf("--listen: the demo has no API keys: %w", err)
+		return nil, "", fmt.Errorf("--listen: the demo has no API keys: %w", err)
 	}
-	h, err := server.Handler(server.Options{Config: cfg, Redis: rdb, Limiter: lim, Gatherer: reg, Logger: g.logger().With("component", "http")})
-	if err != nil {
-		ln.Close()
-		return "", nil, err
+	return ln, "http://" + ln.Addr().String(), nil
+}
+
+// serveDemoHTTP serves what `sluice serve` serves (server.Handler, with
+// the delivery callbacks) on ln, and returns a function that stops it.
+func serveDemoHTTP(ln net.Listener, cfg *config.Config, rdb redis.UniversalClient, lim *throttle.Redis, reg *prometheus.Registry,
+	store *delivery.Store, w *worker.Worker, secrets app.Secrets, g *globals) (func(), error) {
+	cb, err := server.NewCallbacks(cfg, server.CallbackOptions{Store: store, Worker: w, Limiter: lim, Secrets: secrets, Registerer: reg, Logger: g.logger().With("component", "callbacks")})
+	if err == nil {
+		var h http.Handler
+		h, err = server.Handler(server.Options{Config: cfg, Redis: rdb, Limiter: lim, Gatherer: reg, Deliveries: server.Deliveries(store), Callbacks: cb, Logger: g.logger().With("component", "http")})
+		if err == nil {
+			srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+			go func() { _ = srv.Serve(ln) }()
+			return func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_ = srv.Shutdown(ctx)
+			}, nil
+		}
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	stop := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	}
-	return "http://" + ln.Addr().String(), stop, nil
+	ln.Close()
+	return nil, err
 }

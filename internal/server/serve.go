@@ -52,7 +52,11 @@ func Serve(ctx context.Context, cfg *config.Config, redisURL string, logger *slo
 	lopts := app.LimiterOptions(cfg, nil)
 	lopts.Logger = logger.With("component", "limiter")
 	lim := throttle.NewRedis(rdb, lopts)
-	w, err := app.NewWorker(cfg, rdb, lim, app.Options{Logger: logger, Metrics: worker.NewMetrics(reg)})
+	store, err := NewStore(cfg, rdb)
+	if err != nil {
+		return err
+	}
+	w, err := app.NewWorker(cfg, rdb, lim, app.Options{Logger: logger, Metrics: worker.NewMetrics(reg), Delivery: store})
 	if err != nil {
 		return err
 	}
@@ -64,7 +68,12 @@ func Serve(ctx context.Context, cfg *config.Config, redisURL string, logger *slo
 
 	var srv *http.Server
 	if ln != nil {
-		h, err := Handler(Options{Config: cfg, Redis: rdb, Limiter: lim, Gatherer: reg, Registerer: reg, Keys: keys, Logger: logger})
+		cb, err := NewCallbacks(cfg, CallbackOptions{Store: store, Worker: w, Limiter: lim, Registerer: reg, Logger: logger.With("component", "callbacks")})
+		if err != nil {
+			return err
+		}
+		h, err := Handler(Options{Config: cfg, Redis: rdb, Limiter: lim, Gatherer: reg, Registerer: reg, Keys: keys,
+			Deliveries: Deliveries(store), Callbacks: cb, Logger: logger})
 		if err != nil {
 			return err
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/sluice-dev/sluice/config"
 	"github.com/sluice-dev/sluice/internal/api"
 	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/callbacks"
 	"github.com/sluice-dev/sluice/internal/redistest"
 )
 
@@ -108,5 +109,11 @@ func TestWithoutKeysTheQueueDashboardIsReadOnly(t *testing.T) {
 		{method: "POST", path: "/queues/api/queues/sms:pause", want: 405},
 	} {
 		c.run(t, srv.URL)
+	}
+}
+
+func TestTwilioIsAskedToPostWhereTheCallbacksAreServed(t *testing.T) {
+	if app.TwilioCallbackPath != callbacks.TwilioPath {
+		t.Fatalf("sends ask Twilio to post to %s, the handler serves %s", app.TwilioCallbackPath, callbacks.TwilioPath)
 	}
 }
