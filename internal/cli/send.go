@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
@@ -19,6 +20,7 @@ import (
 	"github.com/sluice-dev/sluice/config"
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/campaign"
+	"github.com/sluice-dev/sluice/internal/server"
 	"github.com/sluice-dev/sluice/worker"
 )
 
@@ -40,7 +42,7 @@ type sendReport struct {
 func newSendCmd(g *globals) *cobra.Command {
 	var m campaign.Message
 	var csvPath, rejectsPath string
-	var dryRun bool
+	var dryRun, wait bool
 	cmd := &cobra.Command{
 		Use:   "send --channel C --csv FILE",
 		Short: "Enqueue one send per CSV row (a `to` column plus parameter columns)",
@@ -50,6 +52,12 @@ line number and reason and written to the rejects file with the original
 columns plus "line" and "reason", so nothing is lost. Every task's ID is a
 hash of the campaign, channel and row content: running the same file again
 enqueues nothing twice.
+
+With --wait, send then follows the campaign's deliveries, as the workers
+record them (sent or failed, and delivered or read when the provider's
+status callbacks reach serve), with a progress bar of the deliveries, their
+rate and the expected end, until every send has an outcome. A task deleted
+from its queue never gets one: Ctrl-C stops watching, never the campaign.
 
 Exit status: 0 all rows enqueued (or already enqueued), 3 some rows rejected,
 1 the file could not be read (the error names file:line).
@@ -77,13 +85,13 @@ Examples:
 			}
 			withConfig(&m, cfg)
 			var enq *worker.Enqueuer
+			var rdb redis.UniversalClient
 			if !dryRun {
 				url, err := g.resolveRedisURL(cfg)
 				if err != nil {
 					return err
 				}
-				rdb, err := app.ConnectURL(ctx, url)
-				if err != nil {
+				if rdb, err = app.ConnectURL(ctx, url); err != nil {
 					return err
 				}
 				defer rdb.Close()
@@ -102,6 +110,13 @@ Examples:
 			}
 			if rep.Rejected > 0 {
 				fmt.Fprintf(g.stdout, "rejected rows written to %s\n", rep.Rejects)
+			}
+			if wait && rdb != nil {
+				if err := waitDeliveries(ctx, g, cfg, rdb, rep); err != nil {
+					return err
+				}
+			}
+			if rep.Rejected > 0 {
 				return &ExitError{Code: 3, Err: fmt.Errorf("%d rows rejected", rep.Rejected)}
 			}
 			return nil
@@ -125,6 +140,7 @@ Examples:
 	f.StringSliceVar(&m.URLs, "url", nil, "webhook: endpoint URL(s), used in turn")
 	f.StringVar(&m.EventType, "event", "", "webhook: event type")
 	f.BoolVar(&dryRun, "dry-run", false, "validate the file and build the tasks without enqueuing")
+	f.BoolVar(&wait, "wait", false, "after enqueuing, follow the campaign's deliveries with a progress bar (rate, expected end) until every send was sent or failed; Ctrl-C stops watching, not the campaign")
 	return cmd
 }
 
@@ -280,4 +296,34 @@ func withConfig(m *campaign.Message, cfg *config.Config) {
 	m.MaxRetry = cfg.Worker.MaxRetry
 	m.CheckURL = func(u string) error { return app.CheckTarget(cfg, "--url", u) }
 	m.Check = func(t *asynq.Task) error { return app.CheckSize(cfg, t) }
+}
+
+// waitDeliveries follows the campaign of rep with waitCampaign, reading the
+// delivery store's counters of the campaign, and prints the outcome.
+func waitDeliveries(ctx context.Context, g *globals, cfg *config.Config, rdb redis.UniversalClient, rep *sendReport) error {
+	total := int64(rep.Enqueued + rep.Already)
+	if total == 0 {
+		return nil
+	}
+	store, err := server.NewStore(cfg, rdb)
+	if err != nil {
+		return err
+	}
+	poll := func(ctx context.Context) (campaignCounts, error) {
+		p, err := store.Progress(ctx, rep.Campaign)
+		return campaignCounts{Sent: p.Sent, Failed: p.Failed, Delivered: p.Delivered, Read: p.Read, Undelivered: p.Undelivered}, err
+	}
+	c, err := waitCampaign(ctx, "deliver "+rep.Channel, total, poll, waitOptions{Bar: terminalOrNil(g.stderr), Lines: g.stderr, Expected: rep.Last})
+	fmt.Fprintf(g.stdout, "campaign %s: %d sent, %d failed of %d", rep.Campaign, c.Sent, c.Failed, total)
+	if c.Delivered+c.Undelivered > 0 {
+		fmt.Fprintf(g.stdout, "; providers report %d delivered (%d read), %d undelivered", c.Delivered, c.Read, c.Undelivered)
+	}
+	fmt.Fprintln(g.stdout)
+	if err != nil {
+		return fmt.Errorf("--wait: %w (the campaign goes on)", err)
+	}
+	if c.Failed > 0 {
+		fmt.Fprintf(g.stdout, "failed sends are archived with their reason: see the queue dashboard (/queues/, archived) or GET /v1/tasks/{id}\n")
+	}
+	return nil
 }
