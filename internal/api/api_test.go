@@ -76,6 +76,9 @@ func TestEnqueueEachChannel(t *testing.T) {
 		{"sms", "/v1/messages", sms(), "sms:send", "sms", func(t *testing.T, p map[string]any) {
 			require.Equal(t, "Your code is 123456", p["body"])
 		}},
+		{"sms in a campaign", "/v1/messages", with(sms(), "campaign", "spring-sale"), "sms:send", "sms", func(t *testing.T, p map[string]any) {
+			require.Equal(t, "spring-sale", p["campaign"], "counted per campaign by the worker")
+		}},
 		{"webhook", "/v1/webhooks", webhook("evt-1"), "webhook:deliver", "webhook", func(t *testing.T, p map[string]any) {
 			require.Equal(t, "evt-1", p["idempotency_key"])
 		}},
@@ -644,3 +647,4 @@ func requestCount(t *testing.T, e *env, route, code string) float64 {
 	}
 	return 0
 }
+
