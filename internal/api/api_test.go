@@ -647,4 +647,3 @@ func requestCount(t *testing.T, e *env, route, code string) float64 {
 	}
 	return 0
 }
-
