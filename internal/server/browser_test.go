@@ -1,11 +1,11 @@
-package dashboard
+package server
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -14,11 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-dev/sluice/config"
+	"github.com/sluice-dev/sluice/internal/api"
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/emulator"
 	"github.com/sluice-dev/sluice/internal/redistest"
@@ -173,15 +175,21 @@ func TestBrowserShowsALiveCampaign(t *testing.T) {
 	t.Cleanup(w.Shutdown)
 	started := time.Now()
 
-	limits, err := NewLimits(LimitsOptions{Limiter: lim, Config: cfg})
+	// The server `sluice serve` runs, with API keys: the browser logs in to
+	// the dashboards with HTTP Basic, any user name and a key as password.
+	keys, err := api.ParseKeys(operatorKey)
 	require.NoError(t, err)
-	queues, err := NewQueues(QueuesOptions{Redis: rdb, ReadOnly: true})
+	h, err := Handler(Options{Config: cfg, Redis: rdb, Limiter: lim, Gatherer: app.NewRegistry(rdb), Keys: keys})
 	require.NoError(t, err)
-	mux := http.NewServeMux()
-	mux.Handle("/limits/", limits)
-	mux.Handle("/queues/", queues)
-	srv := httptest.NewServer(mux)
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
+	// Without a key the browser is refused: the 401's Basic challenge,
+	// which headless Chromium cannot answer, fails the page load.
+	_, err = chromedp.RunResponse(cctx, chromedp.Navigate(srv.URL+"/limits/"))
+	require.ErrorContains(t, err, "ERR_INVALID_AUTH_CREDENTIALS", "the limits page without a key")
+	login := base64.StdEncoding.EncodeToString([]byte("operator:" + operatorKey))
+	_, err = chromedp.Call(cctx, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{Headers: network.Headers{"Authorization": "Basic " + login}})
+	require.NoError(t, err)
 
 	// The limits page: the campaign's keys.
 	require.NoError(t, chromedp.Do(cctx, chromedp.Navigate(srv.URL+"/limits/")))
