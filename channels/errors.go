@@ -157,18 +157,21 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // codeMeaning names the known codes of docs/providers.md's tables.
 func codeMeaning(provider string, code int) string {
-	var r codeRule
-	var ok bool
+	r, _ := lookupCode(provider, code)
+	return r.meaning
+}
+
+// lookupCode is the row of provider's table for code.
+func lookupCode(provider string, code int) (codeRule, bool) {
 	switch provider {
 	case ProviderWhatsApp:
-		r, ok = whatsappCodes[code]
+		r, ok := whatsappCodes[code]
+		return r, ok
 	case ProviderTwilio:
-		r, ok = twilioCodes[code]
+		r, ok := twilioCodes[code]
+		return r, ok
 	}
-	if !ok {
-		return ""
-	}
-	return r.meaning
+	return codeRule{}, false
 }
 
 // codeRule is one row of a provider's error classification table.
@@ -196,14 +199,7 @@ func fixed(d time.Duration) func(time.Time) time.Duration {
 // Error.Message. It reports false for a code the tables do not know (and
 // for code 0): the caller has no class for it.
 func CodeError(provider string, code int, message string, now time.Time) (*Error, bool) {
-	var r codeRule
-	var ok bool
-	switch provider {
-	case ProviderWhatsApp:
-		r, ok = whatsappCodes[code]
-	case ProviderTwilio:
-		r, ok = twilioCodes[code]
-	}
+	r, ok := lookupCode(provider, code)
 	if !ok || code == 0 {
 		return nil, false
 	}

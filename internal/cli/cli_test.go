@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -26,6 +27,7 @@ import (
 	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
+	"github.com/sluice-dev/sluice/worker"
 )
 
 // TestMain fails the package if a test leaves goroutines behind (the asynq
@@ -243,37 +245,12 @@ func TestWorkerArchivesMalformedPayloadWithoutRetry(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	emu, err := emulator.Start(emulator.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, emu.Close()) })
-
-	cfg := config.Default()
-	cfg.Channels["whatsapp"].BaseURL = emu.WhatsAppURL()
-	cfg.Channels["sms"].BaseURL = emu.TwilioURL()
-	cfg.Worker.ShutdownTimeout = 2 * time.Second
-	secrets := map[string]string{
-		"WHATSAPP_TOKEN":     emulator.DefaultWhatsAppToken,
-		"TWILIO_ACCOUNT_SID": emulator.DefaultTwilioAccountSID,
-		"TWILIO_AUTH_TOKEN":  emulator.DefaultTwilioAuthToken,
-		"WEBHOOK_SECRET":     emulator.DefaultWebhookSecret,
-	}
-	w, err := app.NewWorker(cfg, rdb, app.NewLimiter(cfg, rdb, nil), app.Options{
-		Secrets: func(name string) (string, error) {
-			if v, ok := secrets[name]; ok {
-				return v, nil
-			}
-			return "", fmt.Errorf("no secret %s", name)
-		},
-		Logger: slog.New(slog.DiscardHandler),
-	})
-	require.NoError(t, err)
-	require.NoError(t, w.Start())
-	t.Cleanup(w.Shutdown)
+	emu := startWorker(t, rdb, nil)
 
 	// A producer that skipped the tasks constructors.
 	client := asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr})
 	t.Cleanup(func() { _ = client.Close() })
-	_, err = client.Enqueue(asynq.NewTask(tasks.TypeWhatsAppSend, []byte(`{"v":1,"to":"nope"}`)),
+	_, err := client.Enqueue(asynq.NewTask(tasks.TypeWhatsAppSend, []byte(`{"v":1,"to":"nope"}`)),
 		asynq.Queue("whatsapp"), asynq.TaskID("malformed-1"), asynq.MaxRetry(5))
 	require.NoError(t, err)
 
@@ -339,4 +316,38 @@ func TestLimitsListShowReset(t *testing.T) {
 	require.Equal(t, 0, r.code)
 	require.Contains(t, r.stdout, "none (unused: full capacity)")
 	require.Regexp(t, `remaining\s+100 of 100\n`, r.stdout)
+}
+
+// startWorker runs a worker with the default configuration against the
+// provider emulators, which it returns, recording deliveries in rec (nil:
+// none), until the test ends.
+func startWorker(t *testing.T, rdb redis.UniversalClient, rec worker.DeliveryRecorder) *emulator.Server {
+	t.Helper()
+	emu, err := emulator.Start(emulator.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, emu.Close()) })
+	cfg := config.Default()
+	cfg.Channels["whatsapp"].BaseURL = emu.WhatsAppURL()
+	cfg.Channels["sms"].BaseURL = emu.TwilioURL()
+	cfg.Worker.ShutdownTimeout = 2 * time.Second
+	secrets := map[string]string{
+		"WHATSAPP_TOKEN":     emulator.DefaultWhatsAppToken,
+		"TWILIO_ACCOUNT_SID": emulator.DefaultTwilioAccountSID,
+		"TWILIO_AUTH_TOKEN":  emulator.DefaultTwilioAuthToken,
+		"WEBHOOK_SECRET":     emulator.DefaultWebhookSecret,
+	}
+	w, err := app.NewWorker(cfg, rdb, app.NewLimiter(cfg, rdb, nil), app.Options{
+		Secrets: func(name string) (string, error) {
+			if v, ok := secrets[name]; ok {
+				return v, nil
+			}
+			return "", fmt.Errorf("no secret %s", name)
+		},
+		Logger:   slog.New(slog.DiscardHandler),
+		Delivery: rec,
+	})
+	require.NoError(t, err)
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Shutdown)
+	return emu
 }

@@ -1,16 +1,11 @@
 package cli
 
 import (
-	"fmt"
-	"log/slog"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-dev/sluice/config"
-	"github.com/sluice-dev/sluice/internal/app"
-	"github.com/sluice-dev/sluice/internal/emulator"
 	"github.com/sluice-dev/sluice/internal/redistest"
 	"github.com/sluice-dev/sluice/internal/server"
 )
@@ -21,34 +16,9 @@ func TestSendWaitFollowsTheCampaignToItsEnd(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	emu, err := emulator.Start(emulator.Options{})
+	store, err := server.NewStore(config.Default(), rdb)
 	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, emu.Close()) })
-
-	cfg := config.Default()
-	cfg.Channels["sms"].BaseURL = emu.TwilioURL()
-	cfg.Worker.ShutdownTimeout = 2 * time.Second
-	secrets := map[string]string{
-		"WHATSAPP_TOKEN":     emulator.DefaultWhatsAppToken,
-		"TWILIO_ACCOUNT_SID": emulator.DefaultTwilioAccountSID,
-		"TWILIO_AUTH_TOKEN":  emulator.DefaultTwilioAuthToken,
-		"WEBHOOK_SECRET":     emulator.DefaultWebhookSecret,
-	}
-	store, err := server.NewStore(cfg, rdb)
-	require.NoError(t, err)
-	w, err := app.NewWorker(cfg, rdb, app.NewLimiter(cfg, rdb, nil), app.Options{
-		Secrets: func(name string) (string, error) {
-			if v, ok := secrets[name]; ok {
-				return v, nil
-			}
-			return "", fmt.Errorf("no secret %s", name)
-		},
-		Logger:   slog.New(slog.DiscardHandler),
-		Delivery: store,
-	})
-	require.NoError(t, err)
-	require.NoError(t, w.Start())
-	t.Cleanup(w.Shutdown)
+	startWorker(t, rdb, store)
 
 	// Four rows; the emulated Twilio refuses the last recipient for good
 	// (21610), so the campaign ends with 3 sent and 1 failed.
