@@ -10,7 +10,10 @@ import (
 	"fmt"
 	"html/template"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -105,7 +108,44 @@ func Handler(o Options) (http.Handler, error) {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		_ = index.Execute(w, struct{ Auth bool }{!o.Keys.Empty()})
 	})
-	return mux, nil
+	// Browsers resend HTTP Basic credentials on their own, also on a
+	// form another site posts: state-changing requests from another
+	// origin (the queue dashboard's delete, run, pause) are refused.
+	var h http.Handler = http.NewCrossOriginProtection().Handler(mux)
+	if o.Keys.Empty() {
+		h = loopbackHostOnly(h)
+	}
+	return h, nil
+}
+
+// loopbackHostOnly guards a server without API keys, which listens on
+// loopback only, against DNS rebinding: a page on another site whose name
+// is made to resolve to 127.0.0.1 would be "same-origin" and could enqueue
+// sends or read the dashboards. Requests must name a loopback host
+// (localhost, 127.0.0.0/8, [::1]); others get 421 Misdirected Request. The
+// callbacks carry their providers' signatures and are not guarded.
+func loopbackHostOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/callbacks/") || loopbackHost(r.Host) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		http.Error(w, "this server has no API keys and answers only requests for localhost, 127.0.0.1 or [::1]", http.StatusMisdirectedRequest)
+	})
+}
+
+// loopbackHost reports whether a Host header names the loopback interface.
+func loopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // operatorOnly refuses keys bound to a tenant: the dashboards show every

@@ -117,3 +117,47 @@ func TestTwilioIsAskedToPostWhereTheCallbacksAreServed(t *testing.T) {
 		t.Fatalf("sends ask Twilio to post to %s, the handler serves %s", app.TwilioCallbackPath, callbacks.TwilioPath)
 	}
 }
+
+func TestWithoutKeysOnlyLoopbackHostsAreAnswered(t *testing.T) {
+	srv := serve(t, "")
+	for _, c := range []struct {
+		host string
+		want int
+	}{
+		{"localhost:9090", 200}, {"127.0.0.1:9090", 200}, {"[::1]:9090", 200}, {"LOCALHOST", 200},
+		{"rebind.attacker.example:9090", 421}, {"192.0.2.1", 421}, {"127.0.0.1.nip.example", 421},
+	} {
+		req, err := http.NewRequest("GET", srv.URL+"/limits/data.json", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = c.host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("Host %q: %d, want %d", c.host, resp.StatusCode, c.want)
+		}
+	}
+}
+
+func TestCrossSiteActionsAreRefused(t *testing.T) {
+	srv := serve(t, operatorKey)
+	// A form another site posts, with the operator's cached Basic login.
+	req, err := http.NewRequest("POST", srv.URL+"/queues/api/queues/sms:pause", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.SetBasicAuth("ops", operatorKey)
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("cross-site POST to the queue dashboard: %d, want 403", resp.StatusCode)
+	}
+}
