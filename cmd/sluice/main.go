@@ -6,10 +6,22 @@ package main
 import (
 	"context"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/sluice-dev/sluice/internal/cli"
 )
 
 func main() {
-	os.Exit(cli.Execute(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	// The first SIGINT or SIGTERM ends the command's context: serve and
+	// demo --serve shut down gracefully, send --wait stops watching. A
+	// second one kills the process.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+	code := cli.Execute(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }

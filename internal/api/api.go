@@ -88,6 +88,11 @@ type Options struct {
 	// Deliveries looks up a task's delivery status for GET /v1/tasks/{id}.
 	// Nil: the response has no "delivery".
 	Deliveries DeliveryLookup
+	// Counted is told, after each request, how many new tasks (not
+	// repeats) each tenant's campaign got (delivery.Store.AddEnqueued), so
+	// that a campaign's progress knows its size. Nil: not counted. Its
+	// error is logged; the tasks stand.
+	Counted func(ctx context.Context, tenant, campaign string, n int) error
 	// Logger receives backend failures (never keys, bodies or payloads).
 	// Nil: slog.Default().
 	Logger *slog.Logger
@@ -104,6 +109,7 @@ type handler struct {
 	insp       *asynq.Inspector
 	keys       *Keys
 	deliveries DeliveryLookup
+	counted    func(ctx context.Context, tenant, campaign string, n int) error
 	logger     *slog.Logger
 	limit      *httplimit.Middleware
 	maxBody    int64
@@ -135,6 +141,7 @@ func New(opts Options) (http.Handler, error) {
 		insp:       asynq.NewInspectorFromRedisClient(opts.Redis),
 		keys:       opts.Keys,
 		deliveries: opts.Deliveries,
+		counted:    opts.Counted,
 		logger:     opts.Logger,
 		maxBody:    int64(cfg.HTTP.MaxBodyBytes),
 		maxRetry:   cfg.Worker.MaxRetry,

@@ -307,6 +307,8 @@ func (h *handler) enqueue(ctx context.Context, items []prepared) ([]outcome, err
 	if err != nil {
 		return nil, err
 	}
+	type group struct{ tenant, campaign string }
+	fresh := map[group]int{}
 	for j, r := range res {
 		i, t := idx[j], ts[j]
 		switch {
@@ -314,11 +316,20 @@ func (h *handler) enqueue(ctx context.Context, items []prepared) ([]outcome, err
 			out[i] = outcome{status: http.StatusAccepted, accepted: &Accepted{
 				ID: r.Info.ID, Type: r.Info.Type, Queue: r.Info.Queue, State: stateName(r.Info.State), ETA: r.ETA.UTC(),
 			}}
+			var d tasks.Delivery
+			if h.counted != nil && json.Unmarshal(t.Payload(), &d) == nil && d.Campaign != "" {
+				fresh[group{d.Tenant, d.Campaign}]++
+			}
 		case errors.Is(r.Err, tasks.ErrDuplicate):
 			out[i] = h.duplicate(t, r.ID)
 		default:
 			h.logger.LogAttrs(ctx, slog.LevelWarn, "api: enqueue failed", slog.String("task_id", r.ID), slog.String("type", t.Type()), slog.Any("err", r.Err))
 			out[i] = outcome{status: http.StatusServiceUnavailable, problem: unavailable("the task could not be enqueued; retry")}
+		}
+	}
+	for g, n := range fresh {
+		if err := h.counted(ctx, g.tenant, g.campaign, n); err != nil {
+			h.logger.Warn("api: counting a campaign's new tasks failed; its progress will end early", "err", err)
 		}
 	}
 	return out, nil

@@ -195,7 +195,7 @@ func TestTwilioCallbackRecordsSignedStatuses(t *testing.T) {
 	code, _ = e.do(twilioRequest("http://10.0.0.5:9090/callbacks/twilio", p, twilioSign(authToken, "https://sluice.example.com:443/callbacks/twilio", p)))
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, delivery.StateRead, e.state())
-	pr, err := e.store.Progress(context.Background(), "spring-sale")
+	pr, err := e.store.Progress(context.Background(), "acme", "spring-sale")
 	require.NoError(t, err)
 	require.Equal(t, delivery.Progress{Sent: 1, Delivered: 1, Read: 1}, pr)
 	require.Equal(t, 3.0, counter(t, e.reg, "sluice_callback_requests_total", map[string]string{"provider": "twilio", "result": "ok"}))

@@ -86,7 +86,7 @@ func TestSendThenCallback(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, delivery.StateDelivered, st.State)
 	require.Equal(t, "spring-sale", st.Campaign)
-	pr, err := store.Progress(context.Background(), "spring-sale")
+	pr, err := store.Progress(context.Background(), "acme", "spring-sale")
 	require.NoError(t, err)
 	require.Equal(t, delivery.Progress{Sent: 1, Delivered: 1}, pr)
 }

@@ -107,7 +107,7 @@ func TestEmulatedTwilioCallbacks(t *testing.T) {
 	pz, err := lim.PauseOf(ctx, "sms:paused:sender:+14155550102")
 	require.NoError(t, err)
 	require.NotNil(t, pz, "the carrier throttle reported after the send pauses the sender")
-	pr, err := store.Progress(ctx, "campaign")
+	pr, err := store.Progress(ctx, "acme", "campaign")
 	require.NoError(t, err)
 	require.Equal(t, delivery.Progress{Sent: 2, Delivered: 1, Undelivered: 1}, pr)
 }

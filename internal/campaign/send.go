@@ -73,7 +73,7 @@ func (m *Message) Validate(columns []string) error {
 			return fmt.Errorf("--params: column %q is not in the file (have: %s)", p, strings.Join(columns, ", "))
 		}
 	}
-	if err := tasks.ValidTenant(m.tenant()); err != nil {
+	if err := tasks.ValidTenant(m.TaskTenant()); err != nil {
 		flag := "--tenant"
 		if m.Tenant == "" {
 			flag = "--campaign (the default tenant)"
@@ -112,8 +112,8 @@ func (m *Message) Validate(columns []string) error {
 	return nil
 }
 
-// tenant is the rows' tenant: Tenant, else the campaign's name.
-func (m *Message) tenant() string {
+// TaskTenant is the rows' tenant: Tenant, else the campaign's name.
+func (m *Message) TaskTenant() string {
 	if m.Tenant != "" {
 		return m.Tenant
 	}
@@ -132,7 +132,7 @@ func (m *Message) Task(row Row, i int, columns []string) (*asynq.Task, error) {
 	}
 	var t *asynq.Task
 	var err error
-	d := tasks.Delivery{Priority: m.Priority, Tenant: m.tenant(), Campaign: m.Campaign}
+	d := tasks.Delivery{Priority: m.Priority, Tenant: m.TaskTenant(), Campaign: m.Campaign}
 	if v := strings.TrimSpace(row.Params[PriorityColumn]); v != "" {
 		d.Priority = strings.ToLower(v)
 	}

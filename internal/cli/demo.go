@@ -298,15 +298,19 @@ func runDemo(parent context.Context, g *globals, o demoOptions) error {
 		return errors.New("demo did not finish: " + ctx.Err().Error())
 	}
 	if o.serve {
-		serveDemo(parent, g, base)
+		out := g.stdout
+		if o.json {
+			out = g.stderr // stdout holds the JSON summary only
+		}
+		serveDemo(parent, out, base)
 	}
 	return nil
 }
 
 // serveDemo keeps the worker, the server and the emulators up until ctx
 // ends (Ctrl-C), so the dashboards and the API can be tried.
-func serveDemo(ctx context.Context, g *globals, base string) {
-	fmt.Fprintf(g.stdout, "\nServing until Ctrl-C:\n  limits dashboard  %s/limits/\n  queue dashboard   %s/queues/ (read-only)\n  enqueue API       %s/v1/ (described at %s/v1/openapi.json)\n  metrics           %s/metrics\n",
+func serveDemo(ctx context.Context, out io.Writer, base string) {
+	fmt.Fprintf(out, "\nServing until Ctrl-C:\n  limits dashboard  %s/limits/\n  queue dashboard   %s/queues/ (read-only)\n  enqueue API       %s/v1/ (described at %s/v1/openapi.json)\n  metrics           %s/metrics\n",
 		base, base, base, base, base)
 	<-ctx.Done()
 }
@@ -540,7 +544,7 @@ func serveDemoHTTP(ln net.Listener, cfg *config.Config, rdb redis.UniversalClien
 	cb, err := server.NewCallbacks(cfg, server.CallbackOptions{Store: store, Worker: w, Limiter: lim, Secrets: secrets, Registerer: reg, Logger: g.logger().With("component", "callbacks")})
 	if err == nil {
 		var h http.Handler
-		h, err = server.Handler(server.Options{Config: cfg, Redis: rdb, Limiter: lim, Gatherer: reg, Deliveries: server.Deliveries(store), Callbacks: cb, Logger: g.logger().With("component", "http")})
+		h, err = server.Handler(server.Options{Config: cfg, Redis: rdb, Limiter: lim, Gatherer: reg, Deliveries: server.Deliveries(store), Counted: store.AddEnqueued, Callbacks: cb, Logger: g.logger().With("component", "http")})
 		if err == nil {
 			srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 			go func() { _ = srv.Serve(ln) }()

@@ -32,6 +32,7 @@ type sendReport struct {
 	Rejected int // rows written to the rejects file
 	Rejects  string
 	Campaign string
+	Tenant   string // the tasks' tenant (campaign.Message.TaskTenant)
 	Channel  string
 	Filename string
 	// Last is when the campaign's last send is expected (its planned slot).
@@ -99,7 +100,15 @@ Examples:
 					return err
 				}
 			}
-			rep, err := sendFile(ctx, enq, &m, csvPath, rejectsPath, g.stderr)
+			var counted func(context.Context, int) error
+			if rdb != nil {
+				store, err := server.NewStore(cfg, rdb)
+				if err != nil {
+					return err
+				}
+				counted = func(ctx context.Context, n int) error { return store.AddEnqueued(ctx, m.TaskTenant(), m.Campaign, n) }
+			}
+			rep, err := sendFile(ctx, enq, &m, csvPath, rejectsPath, g.stderr, counted)
 			if err != nil {
 				return err
 			}
@@ -147,7 +156,10 @@ Examples:
 // sendFile reads path, writes rejects to rejectsPath, and enqueues the valid
 // rows through enq (nil: dry run), a batch at a time so that their slots are
 // planned in one limiter call per batch, with a progress bar on progress.
-func sendFile(ctx context.Context, enq *worker.Enqueuer, m *campaign.Message, path, rejectsPath string, progress io.Writer) (*sendReport, error) {
+// counted (nil: none) is told each batch's number of new tasks, for the
+// campaign's progress (delivery.Store.AddEnqueued).
+func sendFile(ctx context.Context, enq *worker.Enqueuer, m *campaign.Message, path, rejectsPath string, progress io.Writer,
+	counted func(context.Context, int) error) (*sendReport, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -160,7 +172,7 @@ func sendFile(ctx context.Context, enq *worker.Enqueuer, m *campaign.Message, pa
 	if err := m.Validate(res.Columns); err != nil {
 		return nil, usageErr("%v", err)
 	}
-	rep := &sendReport{Rows: len(res.Rows) + len(res.Rejects), Campaign: m.Campaign, Channel: m.Channel, Filename: path, rejectAll: res.Rejects}
+	rep := &sendReport{Rows: len(res.Rows) + len(res.Rejects), Campaign: m.Campaign, Tenant: m.TaskTenant(), Channel: m.Channel, Filename: path, rejectAll: res.Rejects}
 
 	bar, wait := newBar(progress, "enqueue "+m.Channel, int64(len(res.Rows)))
 	err = enqueueRows(ctx, enq, m, res.Rows, res.Columns, nil,
@@ -173,6 +185,7 @@ func sendFile(ctx context.Context, enq *worker.Enqueuer, m *campaign.Message, pa
 			if err != nil {
 				return fmt.Errorf("enqueue lines %d-%d: %w (re-running the file is safe)", rows[0].Line, rows[len(rows)-1].Line, err)
 			}
+			fresh := 0
 			for k, r := range out {
 				switch {
 				case errors.Is(r.Err, asynq.ErrTaskIDConflict) || errors.Is(r.Err, asynq.ErrDuplicateTask):
@@ -180,6 +193,7 @@ func sendFile(ctx context.Context, enq *worker.Enqueuer, m *campaign.Message, pa
 				case r.Err != nil:
 					return fmt.Errorf("enqueue line %d: %w (re-running the file is safe)", rows[k].Line, r.Err)
 				default:
+					fresh++
 					rep.Enqueued++
 					if r.ETA.After(rep.Last) {
 						rep.Last = r.ETA
@@ -187,6 +201,11 @@ func sendFile(ctx context.Context, enq *worker.Enqueuer, m *campaign.Message, pa
 				}
 			}
 			bar.IncrBy(len(rows))
+			if counted != nil && enq != nil {
+				if err := counted(ctx, fresh); err != nil {
+					return fmt.Errorf("enqueue lines %d-%d: enqueued, but not counted for --wait: %w", rows[0].Line, rows[len(rows)-1].Line, err)
+				}
+			}
 			return nil
 		})
 	if err != nil {
@@ -310,17 +329,21 @@ func waitDeliveries(ctx context.Context, g *globals, cfg *config.Config, rdb red
 		return err
 	}
 	poll := func(ctx context.Context) (campaignCounts, error) {
-		p, err := store.Progress(ctx, rep.Campaign)
-		return campaignCounts{Sent: p.Sent, Failed: p.Failed, Delivered: p.Delivered, Read: p.Read, Undelivered: p.Undelivered}, err
+		p, err := store.Progress(ctx, rep.Tenant, rep.Campaign)
+		return campaignCounts{Enqueued: p.Enqueued, Sent: p.Sent, Failed: p.Failed, Delivered: p.Delivered, Read: p.Read, Undelivered: p.Undelivered}, err
 	}
 	c, err := waitCampaign(ctx, "deliver "+rep.Channel, total, poll, waitOptions{Bar: terminalOrNil(g.stderr), Lines: g.stderr, Expected: rep.Last})
-	fmt.Fprintf(g.stdout, "campaign %s: %d sent, %d failed of %d", rep.Campaign, c.Sent, c.Failed, total)
+	fmt.Fprintf(g.stdout, "campaign %s: %d sent, %d failed of %d", rep.Campaign, c.Sent, c.Failed, max(total, c.Enqueued))
 	if c.Delivered+c.Undelivered > 0 {
 		fmt.Fprintf(g.stdout, "; providers report %d delivered (%d read), %d undelivered", c.Delivered, c.Read, c.Undelivered)
 	}
 	fmt.Fprintln(g.stdout)
+	if errors.Is(err, context.Canceled) {
+		fmt.Fprintln(g.stdout, "stopped watching; the campaign goes on")
+		return nil
+	}
 	if err != nil {
-		return fmt.Errorf("--wait: %w (the campaign goes on)", err)
+		return fmt.Errorf("--wait: %w (the campaign goes on; the queue dashboard shows its tasks)", err)
 	}
 	if c.Failed > 0 {
 		fmt.Fprintf(g.stdout, "failed sends are archived with their reason: see the queue dashboard (/queues/, archived) or GET /v1/tasks/{id}\n")

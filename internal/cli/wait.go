@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -13,6 +14,8 @@ import (
 // campaignCounts is what the workers and the providers' delivery callbacks
 // have reported for a campaign's sends so far.
 type campaignCounts struct {
+	// Enqueued: new tasks its producers counted; 0 when they did not.
+	Enqueued int64
 	// Sent: the provider accepted the send (sent or sent_unconfirmed).
 	// Failed: the worker gave up on it (permanent error, budget spent).
 	// Each send ends as exactly one of the two.
@@ -38,14 +41,22 @@ type waitOptions struct {
 	// Expected is when the campaign's last send is planned, shown with the
 	// progress; zero: not shown.
 	Expected time.Time
+	// Stall ends the wait when no send reached an outcome for this long
+	// after Expected (a task deleted from its queue never gets one).
+	// Default 10m.
+	Stall time.Duration
 	// Now is the clock for the progress lines; nil means time.Now.
 	Now func() time.Time
 }
 
+// errStalled is waitCampaign's error when the campaign stopped moving.
+var errStalled = errors.New("no send of the campaign reached an outcome")
+
 // waitCampaign reads the campaign's counts through poll every opts.Every
-// until total of its sends reached an outcome, drawing a progress bar of
-// the deliveries with their rate and the expected end. It returns the last
-// counts read; the error is ctx's (Ctrl-C) or poll's.
+// until total of its sends (or Enqueued, when the producers counted more)
+// reached an outcome, drawing a progress bar of the deliveries with their
+// rate and the expected end. It returns the last counts read; the error is
+// ctx's (Ctrl-C), poll's, or errStalled after opts.Stall without progress.
 func waitCampaign(ctx context.Context, name string, total int64, poll func(context.Context) (campaignCounts, error), opts waitOptions) (campaignCounts, error) {
 	if opts.Every <= 0 {
 		opts.Every = time.Second
@@ -55,6 +66,9 @@ func waitCampaign(ctx context.Context, name string, total int64, poll func(conte
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.Stall <= 0 {
+		opts.Stall = 10 * time.Minute
 	}
 	p := mpb.NewWithContext(ctx, mpb.WithOutput(opts.Bar), mpb.WithWidth(40))
 	bar := p.AddBar(total,
@@ -66,7 +80,7 @@ func waitCampaign(ctx context.Context, name string, total int64, poll func(conte
 		}
 		p.Wait()
 	}
-	start, lastLine := opts.Now(), opts.Now()
+	start, lastLine, moved := opts.Now(), opts.Now(), opts.Now()
 	var last campaignCounts
 	tick := time.NewTicker(opts.Every)
 	defer tick.Stop()
@@ -76,8 +90,14 @@ func waitCampaign(ctx context.Context, name string, total int64, poll func(conte
 			finish()
 			return last, err
 		}
+		if c.Enqueued > total {
+			total = c.Enqueued
+			bar.SetTotal(total, false)
+		}
+		now := opts.Now()
 		if d := c.done() - last.done(); d > 0 {
 			bar.EwmaIncrInt64(d, opts.Every)
+			moved = now
 		}
 		last = c
 		if c.done() >= total {
@@ -85,7 +105,11 @@ func waitCampaign(ctx context.Context, name string, total int64, poll func(conte
 			p.Wait()
 			return c, nil
 		}
-		if now := opts.Now(); opts.Bar == nil && opts.Lines != nil && now.Sub(lastLine) >= opts.LineEvery {
+		if since := now.Sub(moved); since >= opts.Stall && now.After(opts.Expected.Add(opts.Stall)) {
+			finish()
+			return c, fmt.Errorf("%w for %s: %d of %d have none (a task deleted from its queue never gets one)", errStalled, since.Round(time.Second), total-c.done(), total)
+		}
+		if opts.Bar == nil && opts.Lines != nil && now.Sub(lastLine) >= opts.LineEvery {
 			lastLine = now
 			fmt.Fprintf(opts.Lines, "%s: %d / %d done (%d sent, %d failed), %.1f/s%s\n",
 				name, c.done(), total, c.Sent, c.Failed, float64(c.done())/now.Sub(start).Seconds(), expected(opts.Expected))

@@ -47,3 +47,15 @@ func TestWaitCampaignStopsOnCancelAndOnPollErrors(t *testing.T) {
 		t.Fatalf("err = %v, want the poll's", err)
 	}
 }
+
+func TestWaitCampaignGivesUpWhenNothingMoves(t *testing.T) {
+	clock := time.Unix(1000, 0)
+	now := func() time.Time { clock = clock.Add(time.Minute); return clock }
+	// 3 of 4 reach an outcome; the 4th was deleted from its queue. The
+	// producers counted 4, more than this run's 3.
+	poll := func(context.Context) (campaignCounts, error) { return campaignCounts{Enqueued: 4, Sent: 3}, nil }
+	got, err := waitCampaign(context.Background(), "q4", 3, poll, waitOptions{Every: time.Millisecond, Stall: 5 * time.Minute, Expected: time.Unix(1000, 0), Now: now})
+	if !errors.Is(err, errStalled) || !strings.Contains(err.Error(), "1 of 4 have none") {
+		t.Fatalf("got %+v, %v; want errStalled naming 1 of 4", got, err)
+	}
+}

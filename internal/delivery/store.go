@@ -88,8 +88,10 @@ type Status struct {
 	SentAt time.Time
 }
 
-// Progress counts a campaign's tasks (tasks.Delivery.Campaign).
+// Progress counts a tenant's campaign's tasks (tasks.Delivery.Campaign).
 type Progress struct {
+	// Enqueued: new tasks the producers counted (AddEnqueued).
+	Enqueued int64
 	// Sent: sends the provider accepted (sent and sent_unconfirmed).
 	Sent int64
 	// Failed: tasks the worker gave up on and that are still archived.
@@ -223,12 +225,13 @@ func (s *Store) RecordSent(ctx context.Context, r Sent) error {
 			return fmt.Errorf("delivery: record sent: %w", err)
 		}
 	}
-	keys := []string{RecordKey(s.prefix, r.TaskID), CountersKey(s.prefix, r.Campaign)}
+	group := Group(r.Tenant, r.Campaign)
+	keys := []string{RecordKey(s.prefix, r.TaskID), CountersKey(s.prefix, group)}
 	if r.ProviderID != "" {
 		keys = append(keys, IndexKey(s.prefix, r.Channel, r.ProviderID))
 	}
 	err := recordSentScript.Run(ctx, s.rdb, keys, r.TaskID, r.Queue, r.Channel, r.Tenant, r.ProviderID, r.Status,
-		unixMilli(r.At), s.ttl.Milliseconds(), r.Campaign).Err()
+		unixMilli(r.At), s.ttl.Milliseconds(), group, r.Campaign).Err()
 	if err != nil {
 		return fmt.Errorf("delivery: record sent %s: %w", r.TaskID, err)
 	}
@@ -242,9 +245,10 @@ func (s *Store) RecordFailed(ctx context.Context, f Failed) error {
 	if err := checkCommon(f.TaskID, f.Queue, f.Channel, f.Tenant, f.Campaign); err != nil {
 		return fmt.Errorf("delivery: record failed: %w", err)
 	}
-	keys := []string{RecordKey(s.prefix, f.TaskID), CountersKey(s.prefix, f.Campaign)}
+	group := Group(f.Tenant, f.Campaign)
+	keys := []string{RecordKey(s.prefix, f.TaskID), CountersKey(s.prefix, group)}
 	err := recordFailedScript.Run(ctx, s.rdb, keys, f.TaskID, f.Queue, f.Channel, f.Tenant, f.Code, CleanReason(f.Reason),
-		unixMilli(f.At), s.ttl.Milliseconds(), f.Campaign).Err()
+		unixMilli(f.At), s.ttl.Milliseconds(), group, f.Campaign).Err()
 	if err != nil {
 		return fmt.Errorf("delivery: record failed %s: %w", f.TaskID, err)
 	}
@@ -279,17 +283,17 @@ func (s *Store) Update(ctx context.Context, channel, providerID string, st Statu
 	}
 	index := IndexKey(s.prefix, channel, providerID)
 	for range maxUpdateRounds {
-		cur, err := s.rdb.HMGet(ctx, index, "task", "campaign").Result()
+		cur, err := s.rdb.HMGet(ctx, index, "task", "group").Result()
 		if err != nil {
 			return "", false, fmt.Errorf("delivery: update %s: %w", providerID, err)
 		}
-		task, campaign := str(cur, 0), str(cur, 1)
+		task, group := str(cur, 0), str(cur, 1)
 		keys := []string{index}
 		if task != "" {
-			keys = append(keys, RecordKey(s.prefix, task), CountersKey(s.prefix, campaign))
+			keys = append(keys, RecordKey(s.prefix, task), CountersKey(s.prefix, group))
 		}
 		res, err := updateScript.Run(ctx, s.rdb, keys, task, string(st.State), st.Code, CleanReason(st.Reason),
-			unixMilli(st.At), s.wait.Milliseconds(), campaign).Slice()
+			unixMilli(st.At), s.wait.Milliseconds(), group).Slice()
 		if err != nil {
 			return "", false, fmt.Errorf("delivery: update %s: %w", providerID, err)
 		}
@@ -330,18 +334,39 @@ func (s *Store) Get(ctx context.Context, taskID string) (*Status, error) {
 		At: fromMilli(m["at"]), SentAt: fromMilli(m["sent_at"])}, nil
 }
 
-// Progress returns the campaign's counters ("" counts tasks without a
-// campaign); all zero for a campaign the store has not seen.
-func (s *Store) Progress(ctx context.Context, campaign string) (Progress, error) {
-	if len(campaign) > MaxIDBytes {
-		return Progress{}, fmt.Errorf("delivery: progress: campaign: %d bytes, want at most %d", len(campaign), MaxIDBytes)
+// Progress returns the counters of the tenant's campaign ("" counts tasks
+// without a tenant or campaign); all zero for one the store has not seen.
+func (s *Store) Progress(ctx context.Context, tenant, campaign string) (Progress, error) {
+	if len(campaign) > MaxIDBytes || len(tenant) > MaxIDBytes {
+		return Progress{}, fmt.Errorf("delivery: progress: tenant or campaign over %d bytes", MaxIDBytes)
 	}
-	v, err := s.rdb.HMGet(ctx, CountersKey(s.prefix, campaign), "sent", "failed", "delivered", "read", "undelivered").Result()
+	v, err := s.rdb.HMGet(ctx, CountersKey(s.prefix, Group(tenant, campaign)), "sent", "failed", "delivered", "read", "undelivered", "enqueued").Result()
 	if err != nil {
 		return Progress{}, fmt.Errorf("delivery: progress %.40q: %w", campaign, err)
 	}
 	n := func(i int) int64 { x, _ := strconv.ParseInt(str(v, i), 10, 64); return x }
-	return Progress{Sent: n(0), Failed: n(1), Delivered: n(2), Read: n(3), Undelivered: n(4)}, nil
+	return Progress{Sent: n(0), Failed: n(1), Delivered: n(2), Read: n(3), Undelivered: n(4), Enqueued: n(5)}, nil
+}
+
+// AddEnqueued counts n new tasks (not repeats of an idempotency key) of
+// the tenant's campaign, for Progress.Enqueued: the producer calls it
+// after enqueuing them (`sluice send`, the API's batches). A campaign is
+// done when Sent + Failed reaches Enqueued.
+func (s *Store) AddEnqueued(ctx context.Context, tenant, campaign string, n int) error {
+	if n <= 0 || campaign == "" {
+		return nil
+	}
+	if len(campaign) > MaxIDBytes || len(tenant) > MaxIDBytes {
+		return fmt.Errorf("delivery: add enqueued: tenant or campaign over %d bytes", MaxIDBytes)
+	}
+	key := CountersKey(s.prefix, Group(tenant, campaign))
+	pipe := s.rdb.TxPipeline()
+	pipe.HIncrBy(ctx, key, "enqueued", int64(n))
+	pipe.PExpire(ctx, key, s.ttl)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("delivery: add enqueued %.40q: %w", campaign, err)
+	}
+	return nil
 }
 
 // checkCommon checks the fields every worker record has.

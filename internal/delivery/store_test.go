@@ -82,7 +82,7 @@ func TestStatusesNeverGoBack(t *testing.T) {
 				got, err := s.Get(ctx, "task-1")
 				require.NoError(t, err)
 				require.Equal(t, st.wantState, got.State, "step %d", i)
-				p, err := s.Progress(ctx, "spring-sale")
+				p, err := s.Progress(ctx, "acme", "spring-sale")
 				require.NoError(t, err)
 				if diff := cmp.Diff(st.want, p); diff != "" {
 					t.Fatalf("step %d: progress (-want +got):\n%s", i, diff)
@@ -127,7 +127,7 @@ func TestStatusBeforeTheSendIsRecordedWaits(t *testing.T) {
 	got, err := s.Get(ctx, "task-w")
 	require.NoError(t, err)
 	require.Equal(t, delivery.StateDelivered, got.State, "the waiting status applies")
-	p, err := s.Progress(ctx, "t")
+	p, err := s.Progress(ctx, "acme", "t")
 	require.NoError(t, err)
 	require.Equal(t, delivery.Progress{Sent: 1, Delivered: 1}, p)
 
@@ -155,13 +155,13 @@ func TestArchivedTasks(t *testing.T) {
 	require.Equal(t, 21211, got.Code)
 	require.Equal(t, "twilio: permanent: code 21211 (invalid To number)", got.Reason, "control characters are not stored")
 	require.True(t, got.SentAt.IsZero())
-	p, err := s.Progress(ctx, "spring-sale")
+	p, err := s.Progress(ctx, "acme", "spring-sale")
 	require.NoError(t, err)
 	require.Equal(t, delivery.Progress{Failed: 1}, p)
 
 	// Re-run from the archive and sent: no longer failed.
 	require.NoError(t, s.RecordSent(ctx, sent("task-a", "SM9", time.Minute)))
-	p, err = s.Progress(ctx, "spring-sale")
+	p, err = s.Progress(ctx, "acme", "spring-sale")
 	require.NoError(t, err)
 	require.Equal(t, delivery.Progress{Sent: 1}, p)
 
@@ -181,7 +181,7 @@ func TestRecordSentTwiceCountsOnce(t *testing.T) {
 	r.Status = "sent_unconfirmed"
 	require.NoError(t, s.RecordSent(ctx, r))
 	require.NoError(t, s.RecordSent(ctx, r))
-	p, err := s.Progress(ctx, "spring-sale")
+	p, err := s.Progress(ctx, "acme", "spring-sale")
 	require.NoError(t, err)
 	require.Equal(t, delivery.Progress{Sent: 1}, p)
 	got, err := s.Get(ctx, "task-1")
@@ -202,7 +202,7 @@ func TestEveryKeyHasATTL(t *testing.T) {
 	require.ElementsMatch(t, []string{
 		delivery.RecordKey(prefix, "task-1"), delivery.RecordKey(prefix, "task-2"),
 		delivery.IndexKey(prefix, "sms", "SM1"), delivery.IndexKey(prefix, "sms", "SM-unknown"),
-		delivery.CountersKey(prefix, "spring-sale"), delivery.CountersKey(prefix, ""),
+		delivery.CountersKey(prefix, delivery.Group("acme", "spring-sale")), delivery.CountersKey(prefix, delivery.Group("", "")),
 	}, keys)
 	for _, k := range keys {
 		ttl, err := rdb.PTTL(ctx, k).Result()
@@ -245,8 +245,8 @@ func TestHostileInputIsRefused(t *testing.T) {
 	require.ErrorContains(t, s.RecordSent(ctx, r), "want sent or sent_unconfirmed")
 	_, err := s.Get(ctx, long)
 	require.ErrorContains(t, err, "task id")
-	_, err = s.Progress(ctx, long)
-	require.ErrorContains(t, err, "campaign")
+	_, err = s.Progress(ctx, "acme", long)
+	require.ErrorContains(t, err, "over 256 bytes")
 	// A long reason is cut, on a rune boundary.
 	require.NoError(t, s.RecordSent(ctx, sent("task-1", "SM1", 0)))
 	_, _, err = s.Update(ctx, "sms", "SM1", delivery.Status{State: delivery.StateFailed, Reason: strings.Repeat("é", 400)})
@@ -263,4 +263,25 @@ func TestNewValidates(t *testing.T) {
 	require.ErrorContains(t, err, "Options.Redis is required")
 	_, err = delivery.New(delivery.Options{Redis: redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), TTL: time.Millisecond})
 	require.ErrorContains(t, err, "Options.TTL")
+}
+
+func TestCampaignCountersAreTheTenants(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newStore(t)
+	ctx := context.Background()
+	require.NoError(t, s.AddEnqueued(ctx, "acme", "spring-sale", 2))
+	require.NoError(t, s.RecordSent(ctx, sent("task-1", "SM1", 0)))
+	// Another tenant naming the same campaign moves only its own counters.
+	other := sent("task-2", "SM2", 0)
+	other.Tenant = "globex"
+	require.NoError(t, s.RecordSent(ctx, other))
+	require.NoError(t, s.AddEnqueued(ctx, "globex", "spring-sale", 5))
+	p, err := s.Progress(ctx, "acme", "spring-sale")
+	require.NoError(t, err)
+	require.Equal(t, delivery.Progress{Enqueued: 2, Sent: 1}, p)
+	p, err = s.Progress(ctx, "globex", "spring-sale")
+	require.NoError(t, err)
+	require.Equal(t, delivery.Progress{Enqueued: 5, Sent: 1}, p)
+	// A name that would collide without the tenant's length does not.
+	require.NotEqual(t, delivery.Group("a:b", "c"), delivery.Group("a", "b:c"))
 }

@@ -73,7 +73,7 @@ func Serve(ctx context.Context, cfg *config.Config, redisURL string, logger *slo
 			return err
 		}
 		h, err := Handler(Options{Config: cfg, Redis: rdb, Limiter: lim, Gatherer: reg, Registerer: reg, Keys: keys,
-			Deliveries: Deliveries(store), Callbacks: cb, Logger: logger})
+			Deliveries: Deliveries(store), Counted: store.AddEnqueued, Callbacks: cb, Logger: logger})
 		if err != nil {
 			return err
 		}

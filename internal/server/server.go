@@ -6,6 +6,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"html/template"
@@ -45,6 +46,9 @@ type Options struct {
 	// Deliveries gives GET /v1/tasks/{id} the providers' delivery reports;
 	// nil: none shown.
 	Deliveries api.DeliveryLookup
+	// Counted counts each campaign's new API tasks (delivery.Store's
+	// AddEnqueued); nil: not counted.
+	Counted func(ctx context.Context, tenant, campaign string, n int) error
 	// Callbacks serves /callbacks/ (the providers' signed status
 	// callbacks, authenticated by their signatures, not by API keys); nil:
 	// /callbacks/ is 404.
@@ -77,7 +81,7 @@ func Handler(o Options) (http.Handler, error) {
 		logger = slog.Default()
 	}
 	v1, err := api.New(api.Options{Config: o.Config, Redis: o.Redis, Limiter: o.Limiter, Enqueuer: o.Enqueuer,
-		Keys: o.Keys, Deliveries: o.Deliveries, Logger: logger.With("component", "api"), Registerer: o.Registerer})
+		Keys: o.Keys, Deliveries: o.Deliveries, Counted: o.Counted, Logger: logger.With("component", "api"), Registerer: o.Registerer})
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}

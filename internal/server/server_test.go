@@ -1,10 +1,12 @@
 package server
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/sluice-dev/sluice/config"
@@ -159,5 +161,47 @@ func TestCrossSiteActionsAreRefused(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("cross-site POST to the queue dashboard: %d, want 403", resp.StatusCode)
+	}
+}
+
+func TestAPICountsEachCampaignsNewTasksOnce(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	cfg := config.Default()
+	type count struct {
+		tenant, campaign string
+		n                int
+	}
+	var mu sync.Mutex
+	var got []count
+	h, err := Handler(Options{Config: cfg, Redis: rdb, Limiter: app.NewLimiter(cfg, rdb, nil), Gatherer: app.NewRegistry(rdb),
+		Counted: func(_ context.Context, tenant, campaign string, n int) error {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, count{tenant, campaign, n})
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	body := `{"items":[
+		{"channel":"sms","from":"+12025550100","to":"+12025550123","body":"a","campaign":"q4","idempotency_key":"q4-1"},
+		{"channel":"sms","from":"+12025550100","to":"+12025550124","body":"b","campaign":"q4","idempotency_key":"q4-2"},
+		{"channel":"sms","from":"+12025550100","to":"+1555","body":"bad","campaign":"q4"}]}`
+	for range 2 { // the repeat enqueues, and counts, nothing
+		resp, err := http.Post(srv.URL+"/v1/messages/batch", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("batch: %d", resp.StatusCode)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || got[0] != (count{"", "q4", 2}) {
+		t.Fatalf("counted %+v, want one count of 2 for campaign q4", got)
 	}
 }

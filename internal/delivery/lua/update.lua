@@ -7,16 +7,16 @@
 -- KEYS[3] its campaign's counters, as the index named them when the caller
 -- read it (both only when it named a task)
 -- ARGV[1]: the task id the caller read from the index ("" for none);
--- ARGV[7]: the campaign it read
+-- ARGV[7]: the counters' group it read
 -- ARGV[2..5]: state, code, reason, at (Unix ms)
 -- ARGV[6]: TTL of a pending state, ms
 -- Returns: {result, task id}: result 1 moved, 0 stale (the record was
 -- already as far), 2 kept pending (no task yet), -1 the index changed since
 -- the caller read it (read again).
 local index = KEYS[1]
-local cur = redis.call('HMGET', index, 'task', 'campaign')
-local task, campaign = cur[1] or '', cur[2] or ''
-if task ~= ARGV[1] or campaign ~= ARGV[7] then return {-1, task} end
+local cur = redis.call('HMGET', index, 'task', 'group')
+local task, group = cur[1] or '', cur[2] or ''
+if task ~= ARGV[1] or group ~= ARGV[7] then return {-1, task} end
 if task == '' then
   local p = redis.call('HGET', index, 'state')
   if rank(ARGV[2]) > rank(p) then
