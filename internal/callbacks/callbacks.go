@@ -40,7 +40,7 @@ const (
 
 // Store applies statuses; *delivery.Store implements it.
 type Store interface {
-	Update(ctx context.Context, channel, providerID string, s delivery.Status) (taskID string, found bool, err error)
+	Apply(ctx context.Context, channel, providerID string, s delivery.Status) (delivery.Applied, error)
 }
 
 // FeedbackFunc applies a provider throttle reported in a callback, as
@@ -208,17 +208,22 @@ func (s *server) apply(ctx context.Context, provider string, st status) error {
 		s.log.Debug("delivery callback: status not tracked", "provider", provider, "provider_id", st.providerID, "status", st.raw)
 		return nil
 	}
-	taskID, found, err := s.opts.Store.Update(ctx, st.channel, st.providerID, delivery.Status{State: st.state, Code: st.code, Reason: st.reason, At: st.at})
+	u, err := s.opts.Store.Apply(ctx, st.channel, st.providerID, delivery.Status{State: st.state, Code: st.code, Reason: st.reason, At: st.at})
 	if err != nil {
 		return err
 	}
+	taskID, found := u.TaskID, u.Found
 	s.log.Debug("delivery callback", "provider", provider, "channel", st.channel, "provider_id", st.providerID,
 		"task_id", taskID, "found", found, "status", st.state, "code", st.code)
 	if st.state.Final() && s.opts.Limiter != nil {
 		s.opts.Limiter.Emit(ctx, EventDeliveryFailed, st.channel+":message:"+st.providerID, time.Minute,
 			"status", string(st.state), "code", st.code, "reason", st.reason, "task_id", taskID)
 	}
-	if st.code != 0 {
+	// A repeat (a provider retrying its post, or a replayed one) moves
+	// nothing and is not fed back again: a pause and a rate cut per
+	// throttle. A status whose send is not recorded yet (found false) is
+	// fed back once now, as it will not be when it is applied later.
+	if st.code != 0 && (u.Moved || !found) {
 		s.feedback(ctx, provider, st)
 	}
 	return nil

@@ -289,6 +289,14 @@ func TestTwilioThrottleCodePausesTheSender(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, pz, "30022 pauses the sender in Redis, for every worker")
 	require.Equal(t, 30022, pz.Code)
+	// Twilio posting the same status again (or a replay of it) is not a
+	// second throttle: the pause is neither renewed nor counted again.
+	code, _ = e.do(twilioRequest("/callbacks/twilio", p, twilioSign(authToken, publicURL, p)))
+	require.Equal(t, http.StatusOK, code)
+	again, err := e.lim.PauseOf(ctx, "sms:paused:sender:"+sender)
+	require.NoError(t, err)
+	require.Equal(t, pz.Since, again.Since, "the repeat renewed the pause")
+	require.Equal(t, 1, again.InARow)
 	st, err := e.store.Get(ctx, "task-1")
 	require.NoError(t, err)
 	require.Equal(t, 30022, st.Code)
@@ -389,8 +397,8 @@ func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[str
 // failingStore is a Store whose Redis is down.
 type failingStore struct{}
 
-func (failingStore) Update(context.Context, string, string, delivery.Status) (string, bool, error) {
-	return "", false, errors.New("dial tcp 127.0.0.1:6379: connection refused")
+func (failingStore) Apply(context.Context, string, string, delivery.Status) (delivery.Applied, error) {
+	return delivery.Applied{}, errors.New("dial tcp 127.0.0.1:6379: connection refused")
 }
 
 func TestStoreFailureAsksForARetry(t *testing.T) {
