@@ -75,16 +75,32 @@ func unknownFields(base string, raw json.RawMessage, s shape) []FieldError {
 		if err := dec.Decode(&v); err != nil {
 			return out
 		}
-		ptr := base + "/" + pointerEscaper.Replace(name)
 		sub, ok := s[name]
+		ptr := base + "/" + pointerEscaper.Replace(cutName(name))
 		switch {
 		case !ok:
 			out = append(out, FieldError{Pointer: ptr, Detail: fmt.Sprintf("%s: unknown field", quoteName(name))})
 		case sub != nil && isObject(v):
 			out = append(out, unknownFields(ptr, v, sub)...)
 		}
+		if len(out) >= maxUnknownFields {
+			return out[:maxUnknownFields]
+		}
 	}
 	return out
+}
+
+// maxUnknownFields bounds the unknown fields one item's problem lists: a
+// body of thousands of made-up members gets an answer of bounded size.
+const maxUnknownFields = 20
+
+// cutName bounds a member name in a pointer to 64 bytes, on a rune
+// boundary; a longer name is no field of ours anyway.
+func cutName(name string) string {
+	if len(name) <= 64 {
+		return name
+	}
+	return strings.ToValidUTF8(name[:64], "") + "…"
 }
 
 // quoteName shows a member name in an error: as is when it is a plain

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -97,5 +99,22 @@ func TestShape(t *testing.T) {
 	}
 	if _, ok := webhookKind.shape["channel"]; ok {
 		t.Error("webhook shape has channel")
+	}
+}
+
+func TestUnknownFieldsAreBounded(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"to":"+12025550123"`)
+	for i := range 5000 {
+		fmt.Fprintf(&b, `,"made-up-%d":0`, i)
+	}
+	b.WriteString(`,"` + strings.Repeat("n", 100000) + `":0}`)
+	errs := unknownFields("", json.RawMessage(b.String()), shape{"to": nil})
+	if len(errs) != maxUnknownFields {
+		t.Fatalf("%d field errors for 5,001 unknown members, want %d", len(errs), maxUnknownFields)
+	}
+	long := unknownFields("", json.RawMessage(`{"`+strings.Repeat("n", 100000)+`":0}`), shape{})
+	if len(long) != 1 || len(long[0].Pointer) > 80 || len(long[0].Detail) > 80 {
+		t.Fatalf("a 100,000-byte name gave %+v", long)
 	}
 }
