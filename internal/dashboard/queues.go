@@ -10,6 +10,7 @@ import (
 	"github.com/hibiken/asynqmon"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-dev/sluice/redact"
 	"github.com/sluice-dev/sluice/tasks"
 )
 
@@ -92,35 +93,49 @@ func NewQueues(o QueuesOptions) (http.Handler, error) {
 const redactedValue = "[redacted]"
 
 // formatPayload is how the queue dashboard shows a task's payload: as
-// asynqmon would (its text when printable), except that an http:call's
-// header values are replaced with "[redacted]", names kept. Those headers
-// carry the third-party API's credentials (Authorization, X-Api-Key); the
-// other payloads hold recipients and message text, which an operator
-// looking at a stuck task needs to see.
+// asynqmon would (its text when printable), except for what may hold
+// credentials. A webhook's or HTTP call's url is cut to scheme://host
+// (Slack and Discord URLs carry their token in the path, others a ?sig=),
+// an http:call's header values and body are replaced with "[redacted]"
+// (Authorization, X-Api-Key, an OAuth form), names kept. The other fields
+// (recipients, message text, event data) are shown: an operator looking at
+// a stuck task needs them.
 func formatPayload(taskType string, payload []byte) string {
-	if taskType == tasks.TypeHTTPCall {
-		var p map[string]json.RawMessage
-		if json.Unmarshal(payload, &p) != nil {
-			return "an http:call payload that is not a JSON object (not shown: it may hold credentials)"
-		}
-		var headers map[string]json.RawMessage
-		if h, ok := p["headers"]; ok {
-			if json.Unmarshal(h, &headers) != nil {
-				delete(p, "headers")
-			}
-			for k := range headers {
-				headers[k] = json.RawMessage(`"` + redactedValue + `"`)
-			}
-			if headers != nil {
-				b, _ := json.Marshal(headers)
-				p["headers"] = b
-			}
-		}
-		b, err := json.Marshal(p)
-		if err != nil {
-			return "an http:call payload that cannot be shown"
-		}
-		return string(b)
+	if taskType != tasks.TypeHTTPCall && taskType != tasks.TypeWebhookDeliver {
+		return asynqmon.DefaultPayloadFormatter.FormatPayload(taskType, payload)
 	}
-	return asynqmon.DefaultPayloadFormatter.FormatPayload(taskType, payload)
+	var p map[string]json.RawMessage
+	if json.Unmarshal(payload, &p) != nil {
+		return "a " + taskType + " payload that is not a JSON object (not shown: it may hold credentials)"
+	}
+	redacted, _ := json.Marshal(redactedValue)
+	if raw, ok := p["url"]; ok {
+		var u string
+		if json.Unmarshal(raw, &u) == nil {
+			p["url"], _ = json.Marshal(redact.URL(u))
+		} else {
+			p["url"] = redacted
+		}
+	}
+	if taskType == tasks.TypeHTTPCall {
+		if _, ok := p["body"]; ok {
+			p["body"] = redacted
+		}
+		if h, ok := p["headers"]; ok {
+			var headers map[string]json.RawMessage
+			if json.Unmarshal(h, &headers) != nil {
+				p["headers"] = redacted
+			} else {
+				for k := range headers {
+					headers[k] = redacted
+				}
+				p["headers"], _ = json.Marshal(headers)
+			}
+		}
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return "a " + taskType + " payload that cannot be shown"
+	}
+	return string(b)
 }

@@ -100,19 +100,22 @@ func TestNewQueuesNamesTheBadOption(t *testing.T) {
 }
 
 func TestQueuesRedactHTTPCallHeaders(t *testing.T) {
-	got := formatPayload("http:call", []byte(`{"v":1,"method":"POST","url":"https://api.example.com/x","headers":{"Authorization":"Bearer sk_live_abc123","X-Api-Key":"k-999"},"body":"{}"}`))
-	for _, secret := range []string{"sk_live_abc123", "k-999"} {
+	got := formatPayload("http:call", []byte(`{"v":1,"method":"POST","url":"https://api.example.com/x?sig=s3cr3t","headers":{"Authorization":"Bearer sk_live_abc123","X-Api-Key":"k-999"},"body":"client_secret=cs-42"}`))
+	for _, secret := range []string{"sk_live_abc123", "k-999", "s3cr3t", "cs-42"} {
 		if strings.Contains(got, secret) {
 			t.Fatalf("payload shown with its credential %q: %s", secret, got)
 		}
 	}
-	for _, kept := range []string{`"Authorization":"[redacted]"`, `"url":"https://api.example.com/x"`, `"method":"POST"`} {
+	for _, kept := range []string{`"Authorization":"[redacted]"`, `"url":"https://api.example.com"`, `"method":"POST"`} {
 		if !strings.Contains(got, kept) {
 			t.Fatalf("payload shown as %s, want it to keep %s", got, kept)
 		}
 	}
 	if got := formatPayload("http:call", []byte(`{"headers":"Authorization: Bearer sk_live_abc123"}`)); strings.Contains(got, "sk_live") {
 		t.Fatalf("malformed headers shown: %s", got)
+	}
+	if got := formatPayload("webhook:deliver", []byte(`{"v":1,"url":"https://hooks.slack.com/services/T0/B0/xoxtoken","event_type":"order.shipped","payload":{"id":1}}`)); strings.Contains(got, "xoxtoken") || !strings.Contains(got, `"payload":{"id":1}`) {
+		t.Fatalf("webhook payload shown as %s", got)
 	}
 	if got := formatPayload("sms:send", []byte(`{"v":1,"to":"+12025550123","body":"hi"}`)); !strings.Contains(got, `"body":"hi"`) {
 		t.Fatalf("sms payload shown as %s", got)

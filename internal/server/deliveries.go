@@ -62,12 +62,26 @@ func NewCallbacks(cfg *config.Config, o CallbackOptions) (http.Handler, error) {
 			co.TwilioURL = cfg.HTTP.PublicURL + app.TwilioCallbackPath
 		}
 	}
+	whatsapp := "off: the whatsapp channel is disabled"
 	if cc := cfg.Channels["whatsapp"]; cc != nil && cc.Enabled && cc.AppSecretEnv != "" && cc.VerifyTokenEnv != "" {
 		secret, err1 := secrets(cc.AppSecretEnv)
 		verify, err2 := secrets(cc.VerifyTokenEnv)
 		if err1 == nil && err2 == nil {
 			co.WhatsAppAppSecret, co.WhatsAppVerifyToken = secret, verify
+			whatsapp = "on"
+		} else {
+			whatsapp = "off: set " + cc.AppSecretEnv + " and " + cc.VerifyTokenEnv // names, never values
 		}
+	}
+	twilio := "off: the sms channel is disabled"
+	switch {
+	case co.TwilioAuthToken != "" && co.TwilioURL != "":
+		twilio = "on, requested with each SMS"
+	case co.TwilioAuthToken != "":
+		twilio = "on, not requested (http.public_url is empty)"
+	}
+	if o.Logger != nil {
+		o.Logger.Info("delivery callbacks", "twilio", twilio, "whatsapp", whatsapp)
 	}
 	return callbacks.New(co)
 }

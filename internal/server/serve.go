@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -77,8 +78,14 @@ func Serve(ctx context.Context, cfg *config.Config, redisURL string, logger *slo
 		if err != nil {
 			return err
 		}
-		srv = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
-		go func() { _ = srv.Serve(ln) }()
+		srv = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: time.Minute,
+			WriteTimeout: 2 * time.Minute, IdleTimeout: 2 * time.Minute}
+		defer srv.Close() // on an early return; the graceful Shutdown below comes first
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Error("http server stopped", "err", err)
+			}
+		}()
 		logger.Info("http listening", "addr", ln.Addr().String(), "api_keys", keys.Len(),
 			"paths", "/v1/ /queues/ /limits/ /callbacks/ /healthz /metrics")
 	}
