@@ -57,8 +57,11 @@ enqueues nothing twice.
 With --wait, send then follows the campaign's deliveries, as the workers
 record them (sent or failed, and delivered or read when the provider's
 status callbacks reach serve), with a progress bar of the deliveries, their
-rate and the expected end, until every send has an outcome. A task deleted
-from its queue never gets one: Ctrl-C stops watching, never the campaign.
+rate and the expected end, until every send of the campaign (as its
+producers counted them, for its tenant) has an outcome. A task deleted from
+its queue never gets one: the wait gives up after 10 minutes without
+progress past the last planned send, and Ctrl-C stops watching, never the
+campaign.
 
 Exit status: 0 all rows enqueued (or already enqueued), 3 some rows rejected,
 1 the file could not be read (the error names file:line).
