@@ -27,11 +27,13 @@ endif
 # Benchmarks, never run by `make test`. The throttle benchmarks compare
 # Sluice with go-redis/redis_rate (decisions/s, Redis CPU, memory per key);
 # they run more decisions so that the alternating rounds are long enough.
+# The API benchmarks: requests/s of POST /v1/calls, ms per batch of 1,000.
 # Then the backlog scenario at full size (e2e-full, about 7 minutes): sends/s,
 # dequeues, limiter calls and Redis CPU per send.
 bench: redis-server
 	$(GO) test -run '^$$' -bench . -benchtime 5000x -count 1 ./worker/
 	$(GO) test -run '^$$' -bench . -benchtime 60000x -count 1 ./throttle/
+	$(GO) test -run '^$$' -bench BenchmarkEnqueue -benchtime 3s -count 1 ./internal/api/
 	$(MAKE) e2e-full
 
 # The paced-delivery end-to-end run at full size (about 7 minutes): three
