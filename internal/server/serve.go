@@ -27,7 +27,7 @@ import (
 func Serve(ctx context.Context, cfg *config.Config, redisURL string, logger *slog.Logger) error {
 	keys, err := api.ParseKeys(os.Getenv(config.APIKeysEnv))
 	if err != nil {
-		return fmt.Errorf("env %s: %w", config.APIKeysEnv, err)
+		return err // names SLUICE_API_KEYS and the item, never a key
 	}
 	var ln net.Listener
 	if cfg.HTTP.Listen != "" {
