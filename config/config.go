@@ -273,6 +273,19 @@ func (c *ChannelConfig) Rules() []rules.Rule {
 	return slices.Clone(c.Limits)
 }
 
+// Rule returns the channel's rule whose limit is named name ("pair",
+// "daily"), and false when it has none.
+func (c *ChannelConfig) Rule(name string) (rules.Rule, bool) {
+	if c != nil {
+		for _, r := range c.Limits {
+			if r.Limit.Name == name {
+				return r, true
+			}
+		}
+	}
+	return rules.Rule{}, false
+}
+
 // channelNames are the known channels in their documented order, from the
 // tasks registry.
 var channelNames = tasks.Channels()

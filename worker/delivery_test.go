@@ -186,22 +186,5 @@ func TestFeedbackPausesTheScopeAndLowersTheRate(t *testing.T) {
 
 // providerThrottles reads sluice_provider_throttles_total{channel="sms",code,scope}.
 func providerThrottles(t *testing.T, reg *prometheus.Registry, code, scope string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != "sluice_provider_throttles_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			got := map[string]string{}
-			for _, l := range m.GetLabel() {
-				got[l.GetName()] = l.GetValue()
-			}
-			if got["channel"] == "sms" && got["code"] == code && got["scope"] == scope {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
+	return counterValue(t, reg, "sluice_provider_throttles_total", map[string]string{"channel": "sms", "code": code, "scope": scope})
 }

@@ -136,21 +136,31 @@ func TestAcceptedWithoutIDIsSentOnce(t *testing.T) {
 
 // tasksTotal reads sluice_tasks_total{channel, outcome} from reg.
 func tasksTotal(t *testing.T, reg *prometheus.Registry, channel, outcome string) float64 {
+	return counterValue(t, reg, "sluice_tasks_total", map[string]string{"channel": channel, "outcome": outcome})
+}
+
+// counterValue reads the counter name{labels} from reg (labels: a subset
+// of the series' labels), 0 when there is none.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
 	for _, mf := range mfs {
-		if mf.GetName() != "sluice_tasks_total" {
+		if mf.GetName() != name {
 			continue
 		}
+	series:
 		for _, m := range mf.GetMetric() {
 			got := map[string]string{}
 			for _, l := range m.GetLabel() {
 				got[l.GetName()] = l.GetValue()
 			}
-			if got["channel"] == channel && got["outcome"] == outcome {
-				return m.GetCounter().GetValue()
+			for k, v := range labels {
+				if got[k] != v {
+					continue series
+				}
 			}
+			return m.GetCounter().GetValue()
 		}
 	}
 	return 0

@@ -402,10 +402,8 @@ func summarize(cfg *config.Config, em *emulator.Server, insp *asynq.Inspector, r
 			s.LimiterCallsPerSend = float64(calls[ch]) / float64(st.Unique)
 		}
 		s.Lost = s.Enqueued - s.Delivered - s.Archived
-		for _, r := range cfg.Channels[ch].Rules() {
-			if r.Limit.Name == s.Bottleneck {
-				s.CapPerKey = float64(r.Limit.Rate.Limit) / r.Limit.Rate.Period.Seconds()
-			}
+		if r, ok := cfg.Channels[ch].Rule(s.Bottleneck); ok {
+			s.CapPerKey = float64(r.Limit.Rate.Limit) / r.Limit.Rate.Period.Seconds()
 		}
 		s.BottleneckKeys, s.AchievedPerKey, s.Seconds = achieved(records, ch)
 		for _, n := range emulator.MaxInSpan(records, ch, time.Second) {

@@ -24,13 +24,9 @@ import (
 // defaultRule returns the default configuration's rule of channel named name.
 func defaultRule(t *testing.T, channel, name string) rules.Rule {
 	t.Helper()
-	for _, r := range config.Default().Channels[channel].Rules() {
-		if r.Limit.Name == name {
-			return r
-		}
-	}
-	t.Fatalf("no default rule %s/%s", channel, name)
-	return rules.Rule{}
+	r, ok := config.Default().Channels[channel].Rule(name)
+	require.True(t, ok, "no default rule %s/%s", channel, name)
+	return r
 }
 
 // consume takes one unit n times and returns the last decision.

@@ -21,16 +21,12 @@ import (
 	"github.com/sluice-dev/sluice/throttle"
 )
 
-// rule returns the default configuration's rule name of channel.
+// rule returns cfg's rule name of channel.
 func rule(t *testing.T, cfg *config.Config, channel, name string) rules.Rule {
 	t.Helper()
-	for _, r := range cfg.Channels[channel].Rules() {
-		if r.Limit.Name == name {
-			return r
-		}
-	}
-	t.Fatalf("no rule %s/%s", channel, name)
-	return rules.Rule{}
+	r, ok := cfg.Channels[channel].Rule(name)
+	require.True(t, ok, "no rule %s/%s", channel, name)
+	return r
 }
 
 // limitsServer starts a redis-server, a limiter over it with the default

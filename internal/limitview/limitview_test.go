@@ -14,15 +14,12 @@ import (
 	"github.com/sluice-dev/sluice/throttle"
 )
 
+// rule returns cfg's rule name of channel.
 func rule(t *testing.T, cfg *config.Config, channel, name string) rules.Rule {
 	t.Helper()
-	for _, r := range cfg.Channels[channel].Rules() {
-		if r.Limit.Name == name {
-			return r
-		}
-	}
-	t.Fatalf("no rule %s/%s", channel, name)
-	return rules.Rule{}
+	r, ok := cfg.Channels[channel].Rule(name)
+	require.True(t, ok, "no rule %s/%s", channel, name)
+	return r
 }
 
 // The dashboard passes the overrides and adaptations it read once; limits
