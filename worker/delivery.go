@@ -130,14 +130,17 @@ func archiveReason(err error) string {
 // ce.RetryAfter or the channel's backoff, capped by MaxRetryAfter; it
 // raises provider.throttled and provider.paused, counts
 // sluice_provider_throttles_total, and lowers the adaptive limits the
-// scope concerns (the send's time is unknown: AdaptSignal.Sent is zero).
-// No task is requeued: the message has already gone.
+// scope concerns. sent is when the provider accepted the send (this host's
+// clock; zero when unknown): a throttle of a send made before the last
+// decrease, at the old rate, does not lower the rate again
+// (throttle.AdaptSignal.Sent). No task is requeued: the message has
+// already gone.
 //
 // It returns the pause key ("sms:paused:sender:+12025550100"), "" when the
 // channel pauses no such scope, a field is empty, or the limiter cannot
 // pause (throttle.Local). The error names an unknown channel or a ce that
 // is not a throttle (nil, or Class other than channels.Throttled).
-func (w *Worker) Feedback(ctx context.Context, channel string, fields map[string]string, ce *channels.Error) (pauseKey string, err error) {
+func (w *Worker) Feedback(ctx context.Context, channel string, fields map[string]string, ce *channels.Error, sent time.Time) (pauseKey string, err error) {
 	h, ok := w.handlers[channel]
 	if !ok {
 		return "", fmt.Errorf("worker: feedback: unknown channel %.40q", channel)
@@ -145,6 +148,6 @@ func (w *Worker) Feedback(ctx context.Context, channel string, fields map[string
 	if ce == nil || ce.Class != channels.Throttled {
 		return "", fmt.Errorf("worker: feedback for channel %s: want a throttle (channels.Throttled)", channel)
 	}
-	key, _ := h.providerThrottled(ctx, ce, fields, h.rules.Requests(fields), time.Time{})
+	key, _ := h.providerThrottled(ctx, ce, fields, h.rules.Requests(fields), sent)
 	return key, nil
 }

@@ -154,7 +154,7 @@ func TestFeedbackPausesTheScopeAndLowersTheRate(t *testing.T) {
 	ce, ok := channels.CodeError(channels.ProviderTwilio, 30022, "carrier throughput", time.Now())
 	require.True(t, ok)
 	fields := map[string]string{"from": "+12025550100", "sender": "+12025550100", "to": "+12025550123", "account_sid": "AC0123456789abcdef0123456789abcdef"}
-	key, err := w.Feedback(ctx, "sms", fields, ce)
+	key, err := w.Feedback(ctx, "sms", fields, ce, time.Time{})
 	require.NoError(t, err)
 	require.Equal(t, "sms:paused:sender:+12025550100", key)
 
@@ -172,15 +172,15 @@ func TestFeedbackPausesTheScopeAndLowersTheRate(t *testing.T) {
 	require.Zero(t, tasksTotal(t, reg, "sms", OutcomeProviderThrottle), "no task attempt is counted: the message has gone")
 
 	// A scope whose fields are missing pauses nothing.
-	key, err = w.Feedback(ctx, "sms", map[string]string{"to": "+12025550123"}, ce)
+	key, err = w.Feedback(ctx, "sms", map[string]string{"to": "+12025550123"}, ce, time.Time{})
 	require.NoError(t, err)
 	require.Empty(t, key)
 
-	_, err = w.Feedback(ctx, "fax", fields, ce)
+	_, err = w.Feedback(ctx, "fax", fields, ce, time.Time{})
 	require.ErrorContains(t, err, `unknown channel "fax"`)
-	_, err = w.Feedback(ctx, "sms", fields, &channels.Error{Class: channels.Permanent, Code: 21211})
+	_, err = w.Feedback(ctx, "sms", fields, &channels.Error{Class: channels.Permanent, Code: 21211}, time.Time{})
 	require.ErrorContains(t, err, "want a throttle")
-	_, err = w.Feedback(ctx, "sms", fields, nil)
+	_, err = w.Feedback(ctx, "sms", fields, nil, time.Time{})
 	require.Error(t, err)
 }
 

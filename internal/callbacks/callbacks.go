@@ -46,7 +46,8 @@ type Store interface {
 // FeedbackFunc applies a provider throttle reported in a callback, as
 // worker.Worker.Feedback does: it pauses the scope ce names, rendered
 // from fields, and returns the pause key ("" when none).
-type FeedbackFunc func(ctx context.Context, channel string, fields map[string]string, ce *channels.Error) (pauseKey string, err error)
+// sent is when the provider accepted the send (zero when unknown).
+type FeedbackFunc func(ctx context.Context, channel string, fields map[string]string, ce *channels.Error, sent time.Time) (pauseKey string, err error)
 
 // Options configures the handler.
 type Options struct {
@@ -224,19 +225,19 @@ func (s *server) apply(ctx context.Context, provider string, st status) error {
 	// throttle. A status whose send is not recorded yet (found false) is
 	// fed back once now, as it will not be when it is applied later.
 	if st.code != 0 && (u.Moved || !found) {
-		s.feedback(ctx, provider, st)
+		s.feedback(ctx, provider, st, u.SentAt)
 	}
 	return nil
 }
 
 // feedback hands a throttle code to Options.Feedback. Its failure is
 // logged: the status is recorded anyway.
-func (s *server) feedback(ctx context.Context, provider string, st status) {
+func (s *server) feedback(ctx context.Context, provider string, st status, sent time.Time) {
 	ce, ok := channels.CodeError(provider, st.code, st.reason, s.opts.Now())
 	if !ok || ce.Class != channels.Throttled || s.opts.Feedback == nil {
 		return
 	}
-	key, err := s.opts.Feedback(ctx, st.channel, st.fields, ce)
+	key, err := s.opts.Feedback(ctx, st.channel, st.fields, ce, sent)
 	if err != nil {
 		s.log.Warn("delivery callback: could not apply the provider's throttle", "channel", st.channel, "code", st.code, "provider_id", st.providerID, "err", err)
 		return

@@ -51,8 +51,8 @@ func TestEmulatedTwilioCallbacks(t *testing.T) {
 	// The callbacks server comes first (its URL is the StatusCallback),
 	// the worker it feeds back to after.
 	var wk atomic.Pointer[worker.Worker]
-	feedback := func(ctx context.Context, ch string, f map[string]string, ce *channels.Error) (string, error) {
-		return wk.Load().Feedback(ctx, ch, f, ce)
+	feedback := func(ctx context.Context, ch string, f map[string]string, ce *channels.Error, sent time.Time) (string, error) {
+		return wk.Load().Feedback(ctx, ch, f, ce, sent)
 	}
 	served := make(chan int, 10)
 	var cb atomic.Pointer[http.Handler]

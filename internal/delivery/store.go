@@ -269,7 +269,7 @@ const maxUpdateRounds = 3
 // (or never sent: another app's, or older than the TTL): the status then
 // waits PendingTTL for RecordSent. Two round trips.
 func (s *Store) Update(ctx context.Context, channel, providerID string, st Status) (taskID string, found bool, err error) {
-	u, err := s.Apply(ctx, channel, providerID, st)
+	u, err := s.update(ctx, channel, providerID, st)
 	return u.TaskID, u.Found, err
 }
 
@@ -283,23 +283,25 @@ type Applied struct {
 	// repeated or late status does not move it, so feedback on it must
 	// not be applied twice.
 	Moved bool
+	// SentAt is when the provider accepted the send (the worker's clock),
+	// when Moved; zero when unknown.
+	SentAt time.Time
 }
 
 // Apply is Update, also reporting whether the record moved.
 func (s *Store) Apply(ctx context.Context, channel, providerID string, st Status) (Applied, error) {
-	taskID, found, moved, err := s.update(ctx, channel, providerID, st)
-	return Applied{TaskID: taskID, Found: found, Moved: moved}, err
+	return s.update(ctx, channel, providerID, st)
 }
 
-func (s *Store) update(ctx context.Context, channel, providerID string, st Status) (taskID string, found, moved bool, err error) {
+func (s *Store) update(ctx context.Context, channel, providerID string, st Status) (Applied, error) {
 	if !st.State.Reported() {
-		return "", false, false, fmt.Errorf("delivery: update: state %.40q, want queued, sent, delivered, read, failed or undelivered", st.State)
+		return Applied{}, fmt.Errorf("delivery: update: state %.40q, want queued, sent, delivered, read, failed or undelivered", st.State)
 	}
 	if err := checkChannel(channel); err != nil {
-		return "", false, false, fmt.Errorf("delivery: update: %w", err)
+		return Applied{}, fmt.Errorf("delivery: update: %w", err)
 	}
 	if err := checkID("provider id", providerID); err != nil {
-		return "", false, false, fmt.Errorf("delivery: update: %w", err)
+		return Applied{}, fmt.Errorf("delivery: update: %w", err)
 	}
 	if st.At.IsZero() {
 		st.At = time.Now()
@@ -308,7 +310,7 @@ func (s *Store) update(ctx context.Context, channel, providerID string, st Statu
 	for range maxUpdateRounds {
 		cur, err := s.rdb.HMGet(ctx, index, "task", "group").Result()
 		if err != nil {
-			return "", false, false, fmt.Errorf("delivery: update %s: %w", providerID, err)
+			return Applied{}, fmt.Errorf("delivery: update %s: %w", providerID, err)
 		}
 		task, group := str(cur, 0), str(cur, 1)
 		keys := []string{index}
@@ -318,25 +320,31 @@ func (s *Store) update(ctx context.Context, channel, providerID string, st Statu
 		res, err := updateScript.Run(ctx, s.rdb, keys, task, string(st.State), st.Code, CleanReason(st.Reason),
 			unixMilli(st.At), s.wait.Milliseconds(), group).Slice()
 		if err != nil {
-			return "", false, false, fmt.Errorf("delivery: update %s: %w", providerID, err)
+			return Applied{}, fmt.Errorf("delivery: update %s: %w", providerID, err)
 		}
-		if len(res) != 2 {
-			return "", false, false, fmt.Errorf("delivery: update %s: malformed reply of %d values", providerID, len(res))
+		if len(res) < 2 {
+			return Applied{}, fmt.Errorf("delivery: update %s: malformed reply of %d values", providerID, len(res))
 		}
 		code, ok1 := res[0].(int64)
 		id, ok2 := res[1].(string)
 		if !ok1 || !ok2 {
-			return "", false, false, fmt.Errorf("delivery: update %s: malformed reply %T %T", providerID, res[0], res[1])
+			return Applied{}, fmt.Errorf("delivery: update %s: malformed reply %T %T", providerID, res[0], res[1])
 		}
 		switch code {
 		case -1:
 			continue
 		case 2:
-			return "", false, false, nil
+			return Applied{}, nil
 		}
-		return id, true, code == 1, nil
+		a := Applied{TaskID: id, Found: true, Moved: code == 1}
+		if len(res) > 2 {
+			if ms, ok := res[2].(string); ok {
+				a.SentAt = fromMilli(ms)
+			}
+		}
+		return a, nil
 	}
-	return "", false, false, fmt.Errorf("delivery: update %s: its index kept changing", providerID)
+	return Applied{}, fmt.Errorf("delivery: update %s: its index kept changing", providerID)
 }
 
 // Get returns the task's record, or ErrNotFound.

@@ -285,3 +285,24 @@ func TestCampaignCountersAreTheTenants(t *testing.T) {
 	// A name that would collide without the tenant's length does not.
 	require.NotEqual(t, delivery.Group("a:b", "c"), delivery.Group("a", "b:c"))
 }
+
+func TestApplySaysWhetherTheRecordMovedAndWhenItWasSent(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newStore(t)
+	ctx := context.Background()
+	require.NoError(t, s.RecordSent(ctx, sent("task-1", "SM1", 0)))
+	u, err := s.Apply(ctx, "sms", "SM1", delivery.Status{State: delivery.StateUndelivered, Code: 30022, At: t0.Add(time.Second)})
+	require.NoError(t, err)
+	require.Equal(t, "task-1", u.TaskID)
+	require.True(t, u.Found && u.Moved)
+	require.True(t, u.SentAt.Equal(t0), "sent at %v, want %v", u.SentAt, t0)
+	// The same status again (a provider's retry, a replay) moves nothing.
+	u, err = s.Apply(ctx, "sms", "SM1", delivery.Status{State: delivery.StateUndelivered, Code: 30022, At: t0.Add(time.Second)})
+	require.NoError(t, err)
+	require.True(t, u.Found)
+	require.False(t, u.Moved)
+	// A message the worker has not recorded: pending, not found.
+	u, err = s.Apply(ctx, "sms", "SM-later", delivery.Status{State: delivery.StateSent})
+	require.NoError(t, err)
+	require.Equal(t, delivery.Applied{}, u)
+}

@@ -10,9 +10,10 @@
 -- ARGV[7]: the counters' group it read
 -- ARGV[2..5]: state, code, reason, at (Unix ms)
 -- ARGV[6]: TTL of a pending state, ms
--- Returns: {result, task id}: result 1 moved, 0 stale (the record was
--- already as far), 2 kept pending (no task yet), -1 the index changed since
--- the caller read it (read again).
+-- Returns: {result, task id, sent at}: result 1 moved, 0 stale (the record
+-- was already as far), 2 kept pending (no task yet), -1 the index changed
+-- since the caller read it (read again); sent at is the record's sent_at
+-- (Unix ms, "" when unknown), for the feedback of a throttle status.
 local index = KEYS[1]
 local cur = redis.call('HMGET', index, 'task', 'group')
 local task, group = cur[1] or '', cur[2] or ''
@@ -26,4 +27,5 @@ if task == '' then
   return {2, ''}
 end
 if redis.call('EXISTS', KEYS[2]) == 0 then return {0, task} end
-return {apply(KEYS[2], KEYS[3], ARGV[2], ARGV[3], ARGV[4], ARGV[5]), task}
+local moved = apply(KEYS[2], KEYS[3], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+return {moved, task, redis.call('HGET', KEYS[2], 'sent_at') or ''}
