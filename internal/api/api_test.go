@@ -456,6 +456,7 @@ func TestTenantIsolation(t *testing.T) {
 		return e.do("GET", "/v1/tasks/"+id, nil, bearer(key), specValid)
 	}
 	require.Equal(t, http.StatusOK, get(acmeKey, acme.ID).Status)
+	require.Equal(t, http.StatusOK, get(acmeKey, "order-1").Status, "a tenant's key finds its task by the idempotency key it sent")
 	require.Equal(t, http.StatusNotFound, get(globexKey, acme.ID).Status, "another tenant's task is not found")
 	require.Equal(t, http.StatusNotFound, get(acmeKey, globex.ID).Status)
 	var st api.TaskStatus

@@ -46,7 +46,9 @@ type TaskStatus struct {
 // getTask serves GET /v1/tasks/{id}: the task with that ID in the first
 // enabled channel's queue holding one (whatsapp, sms, webhook, http). A key
 // bound to a tenant sees only tasks whose payload has its tenant; another's
-// task is "not found", as is a task that does not exist.
+// task is "not found", as is a task that does not exist. Such a key may
+// give the id the API returned ("t-…:order-1") or the idempotency key it
+// sent ("order-1"), which is namespaced for it.
 func (h *handler) getTask(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !validTaskID(id) {
@@ -55,6 +57,9 @@ func (h *handler) getTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p, _ := PrincipalFrom(r.Context())
+	if p.Tenant != "" && !namespaceRE.MatchString(id) {
+		id = TenantNamespace(p.Tenant) + id
+	}
 	for _, name := range tasks.Channels() {
 		cc := h.cfg.Channels[name]
 		if cc == nil || !cc.Enabled {
