@@ -125,7 +125,12 @@ func TestExpiredTokenPausesTheChannelUntilAProbeSucceeds(t *testing.T) {
 			qi.Retry, qi.Pending, qi.Active, qi.Archived, st)
 	})
 	st := c.emu.Stats()[emulator.ChannelWhatsApp]
-	require.Equal(t, 1, st.Rejected, "provider calls with the expired token: only the first send")
+	// The first send's 190, and at most the sends already on their way when
+	// it came back (the number's pace is one every 12.5 ms; under the race
+	// detector an answer can take longer): Sluice cannot recall those.
+	refused := st.Rejected
+	require.GreaterOrEqual(t, refused, 1)
+	require.LessOrEqual(t, refused, 3, "provider calls with the expired token: the first send and those in flight")
 	require.Zero(t, st.Accepted)
 	qi, err := c.insp.GetQueueInfo("whatsapp")
 	require.NoError(t, err)
@@ -134,8 +139,8 @@ func TestExpiredTokenPausesTheChannelUntilAProbeSucceeds(t *testing.T) {
 	require.Contains(t, out, "whatsapp:paused:channel paused until ")
 	require.Contains(t, out, "code 190")
 	probesWhileExpired := st.Probes
-	t.Logf("token expired: 1 send refused, %d probes refused, 0 accepted, 0 archived, %d tasks waiting\n%s",
-		probesWhileExpired, rows, strings.TrimSpace(out))
+	t.Logf("token expired: %d send(s) refused, %d probes refused, 0 accepted, 0 archived, %d tasks waiting\n%s",
+		refused, probesWhileExpired, rows, strings.TrimSpace(out))
 
 	c.emu.ClearFaults() // the token works again
 	fixed := time.Now()
@@ -143,11 +148,11 @@ func TestExpiredTokenPausesTheChannelUntilAProbeSucceeds(t *testing.T) {
 	st = c.emu.Stats()[emulator.ChannelWhatsApp]
 	require.Equal(t, rows, st.Unique)
 	require.Zero(t, st.Duplicates)
-	require.Equal(t, 1, st.Rejected, "no further refused sends")
+	require.Equal(t, refused, st.Rejected, "no further refused sends")
 	require.Zero(t, st.Throttled, "the resumed backlog is paced within the provider's limits")
 	qi, err = c.insp.GetQueueInfo("whatsapp")
 	require.NoError(t, err)
 	require.Zero(t, qi.Archived)
-	t.Logf("after the fix: %d delivered once in %v, %d probes in all (%d while expired), 1 refused send in the whole run",
-		rows, time.Since(fixed).Round(100*time.Millisecond), st.Probes, probesWhileExpired)
+	t.Logf("after the fix: %d delivered once in %v, %d probes in all (%d while expired), %d refused send(s) in the whole run",
+		rows, time.Since(fixed).Round(100*time.Millisecond), st.Probes, probesWhileExpired, refused)
 }
