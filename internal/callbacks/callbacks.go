@@ -40,7 +40,7 @@ const (
 
 // Store applies statuses; *delivery.Store implements it.
 type Store interface {
-	Apply(ctx context.Context, channel, providerID string, s delivery.Status) (delivery.Applied, error)
+	Update(ctx context.Context, channel, providerID string, s delivery.Status) (delivery.Applied, error)
 }
 
 // FeedbackFunc applies a provider throttle reported in a callback, as
@@ -209,7 +209,7 @@ func (s *server) apply(ctx context.Context, provider string, st status) error {
 		s.log.Debug("delivery callback: status not tracked", "provider", provider, "provider_id", st.providerID, "status", st.raw)
 		return nil
 	}
-	u, err := s.opts.Store.Apply(ctx, st.channel, st.providerID, delivery.Status{State: st.state, Code: st.code, Reason: st.reason, At: st.at})
+	u, err := s.opts.Store.Update(ctx, st.channel, st.providerID, delivery.Status{State: st.state, Code: st.code, Reason: st.reason, At: st.at})
 	if err != nil {
 		return err
 	}

@@ -397,7 +397,7 @@ func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[str
 // failingStore is a Store whose Redis is down.
 type failingStore struct{}
 
-func (failingStore) Apply(context.Context, string, string, delivery.Status) (delivery.Applied, error) {
+func (failingStore) Update(context.Context, string, string, delivery.Status) (delivery.Applied, error) {
 	return delivery.Applied{}, errors.New("dial tcp 127.0.0.1:6379: connection refused")
 }
 

@@ -259,21 +259,7 @@ func (s *Store) RecordFailed(ctx context.Context, f Failed) error {
 // (the worker recording the send at that instant).
 const maxUpdateRounds = 3
 
-// Update applies a status a provider reported for its message providerID
-// on channel (st.State, one of the Reported states, with st.Code,
-// st.Reason and st.At; a zero At means now). It returns the message's task
-// and found true when the worker recorded the send; the record then moves
-// to st.State only if that ranks above its state (a late "sent" after
-// "delivered" changes nothing), and the move is counted in the campaign's
-// Progress. found is false for a message the worker has not recorded yet
-// (or never sent: another app's, or older than the TTL): the status then
-// waits PendingTTL for RecordSent. Two round trips.
-func (s *Store) Update(ctx context.Context, channel, providerID string, st Status) (taskID string, found bool, err error) {
-	u, err := s.update(ctx, channel, providerID, st)
-	return u.TaskID, u.Found, err
-}
-
-// Applied is what Apply did with a status.
+// Applied is what Update did with a status.
 type Applied struct {
 	// TaskID is the message's task, when Found.
 	TaskID string
@@ -288,12 +274,16 @@ type Applied struct {
 	SentAt time.Time
 }
 
-// Apply is Update, also reporting whether the record moved.
-func (s *Store) Apply(ctx context.Context, channel, providerID string, st Status) (Applied, error) {
-	return s.update(ctx, channel, providerID, st)
-}
-
-func (s *Store) update(ctx context.Context, channel, providerID string, st Status) (Applied, error) {
+// Update applies a status a provider reported for its message providerID
+// on channel (st.State, one of the Reported states, with st.Code,
+// st.Reason and st.At; a zero At means now). Found is true when the worker
+// recorded the send (TaskID names its task); the record then moves to
+// st.State only if that ranks above its state (a late "sent" after
+// "delivered" changes nothing: Moved false), and the move is counted in the
+// campaign's Progress. Found is false for a message the worker has not
+// recorded yet (or never sent: another app's, or older than the TTL): the
+// status then waits PendingTTL for RecordSent. Two round trips.
+func (s *Store) Update(ctx context.Context, channel, providerID string, st Status) (Applied, error) {
 	if !st.State.Reported() {
 		return Applied{}, fmt.Errorf("delivery: update: state %.40q, want queued, sent, delivered, read, failed or undelivered", st.State)
 	}

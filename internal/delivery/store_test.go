@@ -75,7 +75,8 @@ func TestStatusesNeverGoBack(t *testing.T) {
 			ctx := context.Background()
 			require.NoError(t, s.RecordSent(ctx, sent("task-1", "SM1", 0)))
 			for i, st := range tc.steps {
-				id, found, err := s.Update(ctx, "sms", "SM1", delivery.Status{State: st.state, Code: st.code, At: t0.Add(time.Duration(i+1) * time.Second)})
+				u, err := s.Update(ctx, "sms", "SM1", delivery.Status{State: st.state, Code: st.code, At: t0.Add(time.Duration(i+1) * time.Second)})
+				id, found := u.TaskID, u.Found
 				require.NoError(t, err)
 				require.True(t, found)
 				require.Equal(t, "task-1", id)
@@ -97,7 +98,7 @@ func TestRecordKeepsTheFailure(t *testing.T) {
 	s, _, _ := newStore(t)
 	ctx := context.Background()
 	require.NoError(t, s.RecordSent(ctx, sent("task-1", "SM1", 0)))
-	_, _, err := s.Update(ctx, "sms", "SM1", delivery.Status{State: delivery.StateUndelivered, Code: 30003, Reason: "Unreachable destination handset", At: t0.Add(5 * time.Second)})
+	_, err := s.Update(ctx, "sms", "SM1", delivery.Status{State: delivery.StateUndelivered, Code: 30003, Reason: "Unreachable destination handset", At: t0.Add(5 * time.Second)})
 	require.NoError(t, err)
 	got, err := s.Get(ctx, "task-1")
 	require.NoError(t, err)
@@ -113,11 +114,12 @@ func TestStatusBeforeTheSendIsRecordedWaits(t *testing.T) {
 	s, _, _ := newStore(t)
 	ctx := context.Background()
 	// The provider's callback comes before the worker records the send.
-	id, found, err := s.Update(ctx, "whatsapp", "wamid.X1", delivery.Status{State: delivery.StateDelivered, At: t0.Add(time.Second)})
+	u, err := s.Update(ctx, "whatsapp", "wamid.X1", delivery.Status{State: delivery.StateDelivered, At: t0.Add(time.Second)})
+	id, found := u.TaskID, u.Found
 	require.NoError(t, err)
 	require.False(t, found)
 	require.Empty(t, id)
-	_, _, err = s.Update(ctx, "whatsapp", "wamid.X1", delivery.Status{State: delivery.StateSent, At: t0.Add(time.Second)})
+	u, err = s.Update(ctx, "whatsapp", "wamid.X1", delivery.Status{State: delivery.StateSent, At: t0.Add(time.Second)})
 	require.NoError(t, err)
 	_, err = s.Get(ctx, "task-w")
 	require.ErrorIs(t, err, delivery.ErrNotFound)
@@ -132,12 +134,14 @@ func TestStatusBeforeTheSendIsRecordedWaits(t *testing.T) {
 	require.Equal(t, delivery.Progress{Sent: 1, Delivered: 1}, p)
 
 	// Now the index names the task.
-	id, found, err = s.Update(ctx, "whatsapp", "wamid.X1", delivery.Status{State: delivery.StateRead})
+	u, err = s.Update(ctx, "whatsapp", "wamid.X1", delivery.Status{State: delivery.StateRead})
+	id, found = u.TaskID, u.Found
 	require.NoError(t, err)
 	require.True(t, found)
 	require.Equal(t, "task-w", id)
 	// The same id on another channel is another message.
-	_, found, err = s.Update(ctx, "sms", "wamid.X1", delivery.Status{State: delivery.StateRead})
+	u, err = s.Update(ctx, "sms", "wamid.X1", delivery.Status{State: delivery.StateRead})
+	found = u.Found
 	require.NoError(t, err)
 	require.False(t, found)
 }
@@ -195,7 +199,7 @@ func TestEveryKeyHasATTL(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, s.RecordSent(ctx, sent("task-1", "SM1", 0)))
 	require.NoError(t, s.RecordFailed(ctx, delivery.Failed{TaskID: "task-2", Queue: "sms", Channel: "sms", Reason: "x"}))
-	_, _, err := s.Update(ctx, "sms", "SM-unknown", delivery.Status{State: delivery.StateSent})
+	_, err := s.Update(ctx, "sms", "SM-unknown", delivery.Status{State: delivery.StateSent})
 	require.NoError(t, err)
 	keys, err := rdb.Keys(ctx, prefix+":*").Result()
 	require.NoError(t, err)
@@ -235,7 +239,7 @@ func TestHostileInputIsRefused(t *testing.T) {
 		"state":           {"sms", "SM1", "archived", `state "archived", want queued`},
 		"unknown state":   {"sms", "SM1", "exploded", `state "exploded"`},
 	} {
-		_, _, err := s.Update(ctx, tc.channel, tc.id, delivery.Status{State: tc.st})
+		_, err := s.Update(ctx, tc.channel, tc.id, delivery.Status{State: tc.st})
 		require.ErrorContains(t, err, tc.want, name)
 	}
 	r := sent("task 1", "SM1", 0)
@@ -249,7 +253,7 @@ func TestHostileInputIsRefused(t *testing.T) {
 	require.ErrorContains(t, err, "over 256 bytes")
 	// A long reason is cut, on a rune boundary.
 	require.NoError(t, s.RecordSent(ctx, sent("task-1", "SM1", 0)))
-	_, _, err = s.Update(ctx, "sms", "SM1", delivery.Status{State: delivery.StateFailed, Reason: strings.Repeat("é", 400)})
+	_, err = s.Update(ctx, "sms", "SM1", delivery.Status{State: delivery.StateFailed, Reason: strings.Repeat("é", 400)})
 	require.NoError(t, err)
 	got, err := s.Get(ctx, "task-1")
 	require.NoError(t, err)
@@ -291,18 +295,18 @@ func TestApplySaysWhetherTheRecordMovedAndWhenItWasSent(t *testing.T) {
 	s, _, _ := newStore(t)
 	ctx := context.Background()
 	require.NoError(t, s.RecordSent(ctx, sent("task-1", "SM1", 0)))
-	u, err := s.Apply(ctx, "sms", "SM1", delivery.Status{State: delivery.StateUndelivered, Code: 30022, At: t0.Add(time.Second)})
+	u, err := s.Update(ctx, "sms", "SM1", delivery.Status{State: delivery.StateUndelivered, Code: 30022, At: t0.Add(time.Second)})
 	require.NoError(t, err)
 	require.Equal(t, "task-1", u.TaskID)
 	require.True(t, u.Found && u.Moved)
 	require.True(t, u.SentAt.Equal(t0), "sent at %v, want %v", u.SentAt, t0)
 	// The same status again (a provider's retry, a replay) moves nothing.
-	u, err = s.Apply(ctx, "sms", "SM1", delivery.Status{State: delivery.StateUndelivered, Code: 30022, At: t0.Add(time.Second)})
+	u, err = s.Update(ctx, "sms", "SM1", delivery.Status{State: delivery.StateUndelivered, Code: 30022, At: t0.Add(time.Second)})
 	require.NoError(t, err)
 	require.True(t, u.Found)
 	require.False(t, u.Moved)
 	// A message the worker has not recorded: pending, not found.
-	u, err = s.Apply(ctx, "sms", "SM-later", delivery.Status{State: delivery.StateSent})
+	u, err = s.Update(ctx, "sms", "SM-later", delivery.Status{State: delivery.StateSent})
 	require.NoError(t, err)
 	require.Equal(t, delivery.Applied{}, u)
 }
