@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -18,7 +17,6 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
@@ -28,11 +26,9 @@ import (
 	"github.com/sluice-dev/sluice/internal/api"
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/campaign"
-	"github.com/sluice-dev/sluice/internal/delivery"
 	"github.com/sluice-dev/sluice/internal/emulator"
 	"github.com/sluice-dev/sluice/internal/server"
 	"github.com/sluice-dev/sluice/redact"
-	"github.com/sluice-dev/sluice/throttle"
 	"github.com/sluice-dev/sluice/worker"
 )
 
@@ -225,7 +221,8 @@ func runDemo(parent context.Context, g *globals, o demoOptions) error {
 		ln.Close()
 		return err
 	}
-	stopServer, err := serveDemoHTTP(ln, cfg, rdb, lim, reg, store, w, secretOf, g)
+	stopServer, err := server.Start(ln, server.Parts{Config: cfg, Redis: rdb, Limiter: lim, Registry: reg, Store: store, Worker: w,
+		Secrets: secretOf, Logger: g.logger().With("component", "http")})
 	if err != nil {
 		return err
 	}
@@ -533,26 +530,4 @@ func demoListener(listen string, g *globals) (net.Listener, string, error) {
 		return nil, "", fmt.Errorf("--listen: the demo has no API keys: %w", err)
 	}
 	return ln, "http://" + ln.Addr().String(), nil
-}
-
-// serveDemoHTTP serves what `sluice serve` serves (server.Handler, with
-// the delivery callbacks) on ln, and returns a function that stops it.
-func serveDemoHTTP(ln net.Listener, cfg *config.Config, rdb redis.UniversalClient, lim *throttle.Redis, reg *prometheus.Registry,
-	store *delivery.Store, w *worker.Worker, secrets app.Secrets, g *globals) (func(), error) {
-	cb, err := server.NewCallbacks(cfg, server.CallbackOptions{Store: store, Worker: w, Limiter: lim, Secrets: secrets, Registerer: reg, Logger: g.logger().With("component", "callbacks")})
-	if err == nil {
-		var h http.Handler
-		h, err = server.Handler(server.Options{Config: cfg, Redis: rdb, Limiter: lim, Gatherer: reg, Deliveries: server.Deliveries(store), Counted: store.AddEnqueued, Callbacks: cb, Logger: g.logger().With("component", "http")})
-		if err == nil {
-			srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-			go func() { _ = srv.Serve(ln) }()
-			return func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				_ = srv.Shutdown(ctx)
-			}, nil
-		}
-	}
-	ln.Close()
-	return nil, err
 }

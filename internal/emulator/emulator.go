@@ -394,13 +394,20 @@ func (s *Server) serve(ln net.Listener, h http.Handler) {
 	s.serving.Go(func() { _ = srv.Serve(ln) }) // returns http.ErrServerClosed after Close
 }
 
-// Close stops all listeners, aborts Latency waits, and waits up to 5 seconds
-// for in-flight requests to finish. It is safe to call more than once.
+// closeGrace bounds Close's wait for requests in flight. It is longer than
+// the 5 seconds net/http's Shutdown counts a connection accepted without a
+// request yet (a client's dial cut short by its own shutdown) as active,
+// so such a connection never makes Close fail.
+const closeGrace = 6 * time.Second
+
+// Close stops all listeners, aborts Latency waits, and waits up to
+// closeGrace for in-flight requests to finish. It is safe to call more
+// than once.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.done)
 		s.cancelCallbacks()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), closeGrace)
 		defer cancel()
 		var errs []error
 		for _, srv := range s.servers {

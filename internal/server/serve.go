@@ -2,13 +2,10 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
-	"time"
 
 	"github.com/sluice-dev/sluice/config"
 	"github.com/sluice-dev/sluice/internal/api"
@@ -67,25 +64,12 @@ func Serve(ctx context.Context, cfg *config.Config, redisURL string, logger *slo
 	}
 	defer func() { <-cr.Stop().Done() }()
 
-	var srv *http.Server
+	stopHTTP := func() {}
 	if ln != nil {
-		cb, err := NewCallbacks(cfg, CallbackOptions{Store: store, Worker: w, Limiter: lim, Registerer: reg, Logger: logger.With("component", "callbacks")})
-		if err != nil {
+		if stopHTTP, err = Start(ln, Parts{Config: cfg, Redis: rdb, Limiter: lim, Registry: reg, Store: store, Worker: w, Keys: keys, Logger: logger}); err != nil {
 			return err
 		}
-		h, err := Handler(Options{Config: cfg, Redis: rdb, Limiter: lim, Gatherer: reg, Registerer: reg, Keys: keys,
-			Deliveries: Deliveries(store), Counted: store.AddEnqueued, Callbacks: cb, Logger: logger})
-		if err != nil {
-			return err
-		}
-		srv = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: time.Minute,
-			WriteTimeout: 2 * time.Minute, IdleTimeout: 2 * time.Minute}
-		defer srv.Close() // on an early return; the graceful Shutdown below comes first
-		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				logger.Error("http server stopped", "err", err)
-			}
-		}()
+		defer stopHTTP() // on an early return; after the worker's shutdown below otherwise
 		logger.Info("http listening", "addr", ln.Addr().String(), "api_keys", keys.Len(),
 			"paths", "/v1/ /queues/ /limits/ /callbacks/ /healthz /metrics")
 	}
@@ -96,11 +80,7 @@ func Serve(ctx context.Context, cfg *config.Config, redisURL string, logger *slo
 	<-ctx.Done()
 	logger.Info("shutting down: finishing in-flight sends", "timeout", cfg.Worker.ShutdownTimeout)
 	w.Shutdown()
-	if srv != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}
+	stopHTTP()
 	logger.Info("stopped")
 	return nil
 }

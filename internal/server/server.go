@@ -97,8 +97,9 @@ func Handler(o Options) (http.Handler, error) {
 		return o.Keys.Require(api.RequireOptions{Basic: true}, operatorOnly(h))
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/healthz", app.HTTPHandler(o.Redis, o.Gatherer))
-	mux.Handle("/metrics", app.HTTPHandler(o.Redis, o.Gatherer))
+	health := app.HTTPHandler(o.Redis, o.Gatherer) // GET /healthz and /metrics
+	mux.Handle("/healthz", health)
+	mux.Handle("/metrics", health)
 	mux.Handle("/v1/", v1)
 	mux.Handle("/queues/", operator(queues))
 	mux.Handle("/limits/", operator(limits))
