@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-dev/sluice/config"
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/campaign"
+	"github.com/sluice-dev/sluice/internal/delivery"
 	"github.com/sluice-dev/sluice/internal/server"
 	"github.com/sluice-dev/sluice/worker"
 )
@@ -104,9 +105,9 @@ Examples:
 				}
 			}
 			var counted func(context.Context, int) error
+			var store *delivery.Store
 			if rdb != nil {
-				store, err := server.NewStore(cfg, rdb)
-				if err != nil {
+				if store, err = server.NewStore(cfg, rdb); err != nil {
 					return err
 				}
 				counted = func(ctx context.Context, n int) error { return store.AddEnqueued(ctx, m.TaskTenant(), m.Campaign, n) }
@@ -123,8 +124,8 @@ Examples:
 			if rep.Rejected > 0 {
 				fmt.Fprintf(g.stdout, "rejected rows written to %s\n", rep.Rejects)
 			}
-			if wait && rdb != nil {
-				if err := waitDeliveries(ctx, g, cfg, rdb, rep); err != nil {
+			if wait && store != nil {
+				if err := waitDeliveries(ctx, g, store, rep); err != nil {
 					return err
 				}
 			}
@@ -322,14 +323,10 @@ func withConfig(m *campaign.Message, cfg *config.Config) {
 
 // waitDeliveries follows the campaign of rep with waitCampaign, reading the
 // delivery store's counters of the campaign, and prints the outcome.
-func waitDeliveries(ctx context.Context, g *globals, cfg *config.Config, rdb redis.UniversalClient, rep *sendReport) error {
+func waitDeliveries(ctx context.Context, g *globals, store *delivery.Store, rep *sendReport) error {
 	total := int64(rep.Enqueued + rep.Already)
 	if total == 0 {
 		return nil
-	}
-	store, err := server.NewStore(cfg, rdb)
-	if err != nil {
-		return err
 	}
 	poll := func(ctx context.Context) (campaignCounts, error) {
 		p, err := store.Progress(ctx, rep.Tenant, rep.Campaign)
