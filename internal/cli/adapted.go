@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -70,9 +69,7 @@ the lowest rate throttled (the ceiling the rate stays under) and the last change
 					}
 					out = append(out, j)
 				}
-				enc := json.NewEncoder(g.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(out)
+				return printJSON(g.stdout, out)
 			}
 			if len(all) == 0 {
 				fmt.Fprintln(g.stderr, "no adapted limits")

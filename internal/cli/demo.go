@@ -3,7 +3,6 @@ package cli
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -286,9 +285,7 @@ func runDemo(parent context.Context, g *globals, o demoOptions) error {
 	sum.Elapsed = time.Since(started).Seconds()
 	sum.Channels = summarize(cfg, em, insp, reg, enqueued, len(res.Rows))
 	if o.json {
-		enc := json.NewEncoder(g.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(sum)
+		return printJSON(g.stdout, sum)
 	}
 	printSummary(g.stdout, sum)
 	if !complete {

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -207,9 +206,7 @@ func newLimitsOverridesCmd(g *globals) *cobra.Command {
 					}
 					out = append(out, j)
 				}
-				enc := json.NewEncoder(g.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(out)
+				return printJSON(g.stdout, out)
 			}
 			if len(keys) == 0 {
 				fmt.Fprintln(g.stderr, "no overrides")

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -81,9 +80,7 @@ ranked). Each ranked key costs one round trip.`,
 				for _, u := range st.Top {
 					out.Top = append(out.Top, keyUseJSON(u))
 				}
-				enc := json.NewEncoder(g.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(out)
+				return printJSON(g.stdout, out)
 			}
 			w := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
 			fmt.Fprintf(w, "keys\t%d\n", st.Keys)

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"io"
 	"os"
 
@@ -14,4 +15,11 @@ func terminalOrNil(w io.Writer) io.Writer {
 		return w
 	}
 	return nil
+}
+
+// printJSON writes v to w as indented JSON, the form of every --json output.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
