@@ -70,6 +70,20 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
 	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
 	require.NoError(t, err)
+	saveArtifact(t, name, png)
+}
+
+// screenshotOf saves the element sel matches (scrolled into view) as a PNG
+// artifact: a part of the page below the viewport.
+func screenshotOf(t *testing.T, ctx context.Context, sel, name string) {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.Screenshot(sel))
+	require.NoError(t, err)
+	saveArtifact(t, name, png)
+}
+
+func saveArtifact(t *testing.T, name string, png []byte) {
+	t.Helper()
 	path := filepath.Join(artifactsDir(t), name)
 	require.NoError(t, os.WriteFile(path, png, 0o644))
 	t.Logf("screenshot: %s", path)
@@ -256,6 +270,7 @@ func TestBrowserShowsALiveCampaign(t *testing.T) {
 	t.Logf("paused scope: by %s, code %s, reason %q", p.By, p.Code, p.Reason)
 	require.NoError(t, chromedp.Do(cctx, chromedp.WaitVisible(`tr[data-event="provider.paused"]`)), "the provider.paused event")
 	screenshot(t, cctx, "limits.png")
+	screenshotOf(t, cctx, "#events", "limits-events.png")
 
 	// The queue dashboard: the whatsapp queue with its counts.
 	require.NoError(t, chromedp.Do(cctx, chromedp.Navigate(srv.URL+"/queues/")))
