@@ -33,6 +33,13 @@ const (
 // for a retried producer this usually means success.
 var ErrDuplicate = errors.New("duplicate task")
 
+// ErrKeyInUse is returned (wrapped) by worker.Enqueuer when a task's ID is
+// already claimed by a task of another type: asynq keeps task IDs unique
+// only within a queue, so without the claim one idempotency key could be a
+// WhatsApp send and a webhook at once. Nothing was enqueued; use a new key
+// for a new send.
+var ErrKeyInUse = errors.New("idempotency key already used for a task of another type")
+
 // NewWhatsAppSendTask normalizes p (sets V, rewrites To as E.164), validates
 // it and returns a whatsapp:send task. Options, in order: Queue("whatsapp"),
 // MaxRetry(DefaultMaxRetry), Retention(DefaultRetention), TaskID(key) when

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/tasks"
@@ -75,13 +76,28 @@ func NewEnqueuer(client *asynq.Client, limiter *throttle.Redis, chans []Channel)
 	return e, nil
 }
 
+// ClaimTTL is how long an idempotency key stays claimed for its task type
+// (ErrKeyInUse): asynq's retention of completed tasks (24h) and an hour.
+const ClaimTTL = tasks.DefaultRetention + time.Hour
+
+// ClaimKey is the Redis key of an ID's claim: "<prefix>:_idem:<id>", with
+// the limiter's prefix (redis.key_prefix, "sluice"); a string, the task
+// type. The leading '_' keeps it out of the limiter's key listings, and it
+// has no hash tag, so claims spread over Redis Cluster's slots.
+func ClaimKey(prefix, id string) string { return prefix + ":_idem:" + id }
+
 // Enqueue plans and enqueues ts, in order; opts apply to every task (after
 // the task's own options), a MaxRetry below 1 among them raised to 1
 // (tasks.MinMaxRetry). With asynq.ProcessAt or ProcessIn among opts the
 // caller's schedule is kept and nothing is planned now. The error is for a
-// failed plan (Redis): then nothing is enqueued and no place is kept. Each
-// task's own outcome is in its Enqueued; a task whose enqueue fails gives
-// its new place back.
+// failed plan or claim (Redis): then nothing is enqueued and no place is
+// kept. Each task's own outcome is in its Enqueued; a task whose enqueue
+// fails gives its new place back.
+//
+// A task with a chosen ID (an idempotency key, or the one asynq.TaskID
+// among opts gives) claims it for its task type for ClaimTTL
+// (ClaimKey): the same ID on another type is refused
+// with tasks.ErrKeyInUse, in every queue.
 func (e *Enqueuer) Enqueue(ctx context.Context, ts []*asynq.Task, opts ...asynq.Option) ([]Enqueued, error) {
 	out := make([]Enqueued, len(ts))
 	type pending struct {
@@ -103,22 +119,37 @@ func (e *Enqueuer) Enqueue(ctx context.Context, ts []*asynq.Task, opts ...asynq.
 			optID, _ = o.Value().(string)
 		}
 	}
+	var claims []int // tasks with a chosen ID
+	fs := make([]facts, len(ts))
 	for i, t := range ts {
 		out[i].ETA = now
-		ch := e.chans[t.Type()]
 		f, err := payloadFacts(t)
 		if err != nil {
 			out[i].Err = err
 			continue
 		}
+		fs[i] = f
+		chosen := true
 		switch {
 		case optID != "" && len(ts) == 1:
 			out[i].ID = optID
 		case f.key != "":
 			out[i].ID = f.key
 		default:
-			out[i].ID = randomID()
+			out[i].ID, chosen = randomID(), false
 		}
+		if chosen {
+			claims = append(claims, i)
+		}
+	}
+	if err := e.claim(ctx, ts, claims, out); err != nil {
+		return nil, err
+	}
+	for i, t := range ts {
+		if out[i].Err != nil {
+			continue
+		}
+		ch, f := e.chans[t.Type()], fs[i]
 		if ch == nil || f.high || scheduled {
 			continue
 		}
@@ -175,6 +206,54 @@ func (e *Enqueuer) Enqueue(ctx context.Context, ts []*asynq.Task, opts ...asynq.
 		}
 	}
 	return out, nil
+}
+
+// claim claims the IDs of ts[idx] for their task types (one pipeline, and
+// one more for the IDs already claimed) and sets tasks.ErrKeyInUse on the
+// tasks whose ID another type holds. The error is Redis's.
+func (e *Enqueuer) claim(ctx context.Context, ts []*asynq.Task, idx []int, out []Enqueued) error {
+	if len(idx) == 0 {
+		return nil
+	}
+	rdb := e.limiter.Client()
+	key := func(id string) string { return ClaimKey(e.limiter.Prefix(), id) }
+	set := make([]*redis.BoolCmd, len(idx))
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for k, i := range idx {
+			set[k] = p.SetNX(ctx, key(out[i].ID), ts[i].Type(), ClaimTTL)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("worker: enqueue: claim idempotency keys: %w", err)
+	}
+	var held []int
+	for k, i := range idx {
+		if !set[k].Val() {
+			held = append(held, i)
+		}
+	}
+	if len(held) == 0 {
+		return nil
+	}
+	get := make([]*redis.StringCmd, len(held))
+	_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for k, i := range held {
+			get[k] = p.Get(ctx, key(out[i].ID))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("worker: enqueue: read idempotency key claims: %w", err)
+	}
+	for k, i := range held {
+		// A claim that expired between the two calls (redis.Nil) is no
+		// conflict: asynq's own ID check still applies.
+		if typ := get[k].Val(); typ != "" && typ != ts[i].Type() {
+			out[i].Err = fmt.Errorf("enqueue %s (id %q): %w (a %s task)", ts[i].Type(), out[i].ID, tasks.ErrKeyInUse, typ)
+		}
+	}
+	return nil
 }
 
 // release gives back the new place of a task whose enqueue failed. A place

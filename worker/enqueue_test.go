@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,5 +68,67 @@ func TestEnqueuerPlansAndKeepsTheCallersOptions(t *testing.T) {
 	}
 	if b, _ := lim.Backlog(ctx, "whatsapp:number:1065"); b.Planned != 3 {
 		t.Fatalf("backlog %d, want 3: neither the scheduled nor the high-priority send holds a place", b.Planned)
+	}
+}
+
+// asynq keeps task IDs unique per queue only: the Enqueuer's claim refuses
+// one idempotency key on two task types (two queues) and takes no place
+// for the refused send.
+func TestEnqueuerRefusesOneKeyOnTwoTaskTypes(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	lim := throttle.NewRedis(rdb, throttle.Options{OverrideRefresh: -1})
+	rs := []rules.Rule{{Key: "whatsapp:number:{phone_number_id}", Limit: throttle.Limit{Name: "throughput", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(1), Burst: 1}}}
+	enq, err := worker.NewEnqueuer(asynq.NewClientFromRedisClient(rdb), lim, []worker.Channel{
+		{Name: "whatsapp", TaskType: tasks.TypeWhatsAppSend, Rules: rs},
+		{Name: "sms", TaskType: tasks.TypeSMSSend},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wa, err := tasks.NewWhatsAppSendTask(tasks.WhatsAppSend{PhoneNumberID: "1065", To: "+12025550101", Text: "hi", IdempotencyKey: "order-7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sms, err := tasks.NewSMSSendTask(tasks.SMSSend{From: "+12025550100", To: "+12025550101", Body: "hi", IdempotencyKey: "order-7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := enq.Enqueue(ctx, []*asynq.Task{sms})
+	if err != nil || out[0].Err != nil {
+		t.Fatalf("first use of the key: %v %+v", err, out)
+	}
+	out, err = enq.Enqueue(ctx, []*asynq.Task{wa})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(out[0].Err, tasks.ErrKeyInUse) || out[0].Info != nil {
+		t.Fatalf("the key on another type: %+v", out[0])
+	}
+	t.Logf("refused: %v", out[0].Err)
+	if b, _ := lim.Backlog(ctx, "whatsapp:number:1065"); b.Planned != 0 {
+		t.Fatalf("backlog %d, want 0: a refused send keeps no place", b.Planned)
+	}
+	// The same type again is asynq's duplicate, as before.
+	out, _ = enq.Enqueue(ctx, []*asynq.Task{sms})
+	if !errors.Is(out[0].Err, tasks.ErrDuplicate) {
+		t.Fatalf("repeat on the same type: %v", out[0].Err)
+	}
+	if typ, err := rdb.Get(ctx, worker.ClaimKey(lim.Prefix(), "order-7")).Result(); err != nil || typ != tasks.TypeSMSSend {
+		t.Fatalf("claim: %q %v", typ, err)
+	}
+	if ttl := rdb.TTL(ctx, worker.ClaimKey(lim.Prefix(), "order-7")).Val(); ttl <= tasks.DefaultRetention {
+		t.Fatalf("claim TTL %v, want more than the retention", ttl)
+	}
+	// The claims stay out of the limiter's key listings.
+	keys, _, err := lim.List(ctx, "", 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if strings.Contains(k, "idem") {
+			t.Fatalf("limiter keys list a claim: %q", k)
+		}
 	}
 }

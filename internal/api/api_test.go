@@ -264,6 +264,19 @@ func TestIdempotency(t *testing.T) {
 		// The original is untouched.
 		require.Contains(t, string(e.task(a.Queue, a.ID).Payload), "123456")
 	})
+	t.Run("the key on another channel", func(t *testing.T) {
+		// asynq's IDs are unique per queue only; Sluice's claim makes the
+		// key one send across channels.
+		r := e.do("POST", "/v1/webhooks", webhook("otp-1"), bearer(adminKey), specValid)
+		require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%s", r.Body)
+		p := r.problem(t)
+		require.True(t, strings.HasSuffix(p.Type, "#idempotency-key-reused"), p.Type)
+		require.Contains(t, p.Detail, "another channel")
+		g := e.do("GET", "/v1/tasks/otp-1", nil, bearer(adminKey), specValid)
+		var st api.TaskStatus
+		g.json(t, &st)
+		require.Equal(t, "sms:send", st.Type, "the key's task is still the SMS")
+	})
 	t.Run("header and body differ", func(t *testing.T) {
 		r := e.do("POST", "/v1/messages", with(sms(), "idempotency_key", "otp-2"), withHeader(bearer(adminKey), "Idempotency-Key", "otp-3"), specValid)
 		require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%s", r.Body)
@@ -464,6 +477,12 @@ func TestTenantIsolation(t *testing.T) {
 	require.Equal(t, http.StatusOK, g.Status)
 	g.json(t, &st)
 	require.Equal(t, "acme", st.Tenant)
+
+	// A send without a key gets a random ID, which its tenant's key reads.
+	r, random := send(acmeKey, sms())
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+	require.Equal(t, http.StatusOK, get(acmeKey, random.ID).Status, "a tenant's key reads its task with a random ID")
+	require.Equal(t, http.StatusNotFound, get(globexKey, random.ID).Status)
 
 	// A task without a tenant is not a tenant's either.
 	r, plain := send(adminKey, sms())

@@ -322,6 +322,8 @@ func (h *handler) enqueue(ctx context.Context, items []prepared) ([]outcome, err
 			}
 		case errors.Is(r.Err, tasks.ErrDuplicate):
 			out[i] = h.duplicate(t, r.ID)
+		case errors.Is(r.Err, tasks.ErrKeyInUse):
+			out[i] = outcome{status: http.StatusUnprocessableEntity, problem: keyReused("this idempotency key was already used for a send on another channel; use a new key for a new send")}
 		default:
 			h.logger.LogAttrs(ctx, slog.LevelWarn, "api: enqueue failed", slog.String("task_id", r.ID), slog.String("type", t.Type()), slog.Any("err", r.Err))
 			out[i] = outcome{status: http.StatusServiceUnavailable, problem: unavailable("the task could not be enqueued; retry")}
@@ -355,8 +357,7 @@ func (h *handler) duplicate(t *asynq.Task, id string) outcome {
 		return outcome{status: http.StatusServiceUnavailable, problem: unavailable("the task could not be read; retry")}
 	}
 	if info.Type != t.Type() || !bytes.Equal(info.Payload, t.Payload()) {
-		return outcome{status: http.StatusUnprocessableEntity, problem: &Problem{Type: typeIdempotency, Title: "Idempotency key reused", Status: http.StatusUnprocessableEntity,
-			Detail: "this idempotency key was already used for a different request; use a new key for a new send"}}
+		return outcome{status: http.StatusUnprocessableEntity, problem: keyReused("this idempotency key was already used for a different request; use a new key for a new send")}
 	}
 	eta := info.NextProcessAt
 	switch {
@@ -370,6 +371,11 @@ func (h *handler) duplicate(t *asynq.Task, id string) outcome {
 	return outcome{status: http.StatusOK, accepted: &Accepted{
 		ID: info.ID, Type: info.Type, Queue: info.Queue, State: stateName(info.State), ETA: eta.UTC(), Duplicate: true,
 	}}
+}
+
+// keyReused is the 422 of an idempotency key used for another request.
+func keyReused(detail string) *Problem {
+	return &Problem{Type: typeIdempotency, Title: "Idempotency key reused", Status: http.StatusUnprocessableEntity, Detail: detail}
 }
 
 func unavailable(detail string) *Problem {

@@ -47,8 +47,8 @@ type TaskStatus struct {
 // enabled channel's queue holding one (whatsapp, sms, webhook, http). A key
 // bound to a tenant sees only tasks whose payload has its tenant; another's
 // task is "not found", as is a task that does not exist. Such a key may
-// give the id the API returned ("t-…:order-1") or the idempotency key it
-// sent ("order-1"), which is namespaced for it.
+// give the id the API returned ("t-…:order-1", or a random ID) or the
+// idempotency key it sent ("order-1"), which is namespaced for it.
 func (h *handler) getTask(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !validTaskID(id) {
@@ -57,9 +57,24 @@ func (h *handler) getTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p, _ := PrincipalFrom(r.Context())
+	ids := []string{id}
 	if p.Tenant != "" && !namespaceRE.MatchString(id) {
-		id = TenantNamespace(p.Tenant) + id
+		// The idempotency key the tenant sent, namespaced; else the id
+		// as given (a random ID, or a key enqueued without the API).
+		ids = []string{TenantNamespace(p.Tenant) + id, id}
 	}
+	for _, id := range ids {
+		if h.serveTask(w, r, p, id) {
+			return
+		}
+	}
+	writeProblem(w, &Problem{Type: typeNotFound, Title: "Not Found", Status: http.StatusNotFound, Detail: "no task with this id"})
+}
+
+// serveTask answers with the task id in the first enabled channel's queue
+// holding one that p may see, or with a 503 when Redis fails; false when
+// there is none.
+func (h *handler) serveTask(w http.ResponseWriter, r *http.Request, p Principal, id string) bool {
 	for _, name := range tasks.Channels() {
 		cc := h.cfg.Channels[name]
 		if cc == nil || !cc.Enabled {
@@ -72,7 +87,7 @@ func (h *handler) getTask(w http.ResponseWriter, r *http.Request) {
 		case err != nil:
 			h.backendFailed(r, err)
 			writeProblem(w, unavailable("the task could not be read; retry"))
-			return
+			return true
 		}
 		tenant := payloadTenant(info.Payload)
 		if p.Tenant != "" && tenant != p.Tenant {
@@ -98,9 +113,9 @@ func (h *handler) getTask(w http.ResponseWriter, r *http.Request) {
 			st.Delivery = d
 		}
 		writeJSON(w, http.StatusOK, st)
-		return
+		return true
 	}
-	writeProblem(w, &Problem{Type: typeNotFound, Title: "Not Found", Status: http.StatusNotFound, Detail: "no task with this id"})
+	return false
 }
 
 func validTaskID(id string) bool {

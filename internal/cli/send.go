@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/campaign"
 	"github.com/sluice-dev/sluice/internal/delivery"
 	"github.com/sluice-dev/sluice/internal/server"
+	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/worker"
 )
 
@@ -194,6 +195,10 @@ func sendFile(ctx context.Context, enq *worker.Enqueuer, m *campaign.Message, pa
 				switch {
 				case errors.Is(r.Err, asynq.ErrTaskIDConflict) || errors.Is(r.Err, asynq.ErrDuplicateTask):
 					rep.Already++
+				case errors.Is(r.Err, tasks.ErrKeyInUse):
+					// The row's key is another channel's task: this row is
+					// not that send, so it goes to the rejects file.
+					rep.rejectAll = append(rep.rejectAll, campaign.Reject{Line: rows[k].Line, Raw: rows[k].Raw, Reason: r.Err.Error()})
 				case r.Err != nil:
 					return fmt.Errorf("enqueue line %d: %w (re-running the file is safe)", rows[k].Line, r.Err)
 				default:
