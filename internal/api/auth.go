@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"unicode"
 
 	"github.com/sluice-dev/sluice/tasks"
 )
@@ -46,9 +47,10 @@ type Keys struct {
 //   - an empty item ("a,,b", a trailing comma);
 //   - a key under MinKeyBytes bytes, or with a byte outside printable ASCII
 //     (spaces and control characters included);
-//   - "key:" with nothing after the colon, or a tenant tasks.ValidTenant
-//     refuses (the tenant is not shown either: with a wrong separator it
-//     may hold a key);
+//   - "key:" with nothing after the colon, a tenant tasks.ValidTenant
+//     refuses, or one with whitespace or ';' (the tenant is not shown
+//     either: with a wrong separator, "k1:acme k2" or "k1:acme;k2", it
+//     would hold the next key);
 //   - the same key twice, or two keys whose Principal.ID would be the same
 //     (a 1 in 4 billion chance per pair: replace one of them).
 //
@@ -74,10 +76,10 @@ func ParseKeys(value string) (*Keys, error) {
 		if bound && tenant == "" {
 			return nil, fmt.Errorf("%s: item %d: nothing after ':' (want key:tenant, or the key alone for every tenant)", envName, pos)
 		}
-		if tasks.ValidTenant(tenant) != nil {
-			// Not shown: a list with a wrong separator ("k1:acme\nk2")
+		if tasks.ValidTenant(tenant) != nil || strings.ContainsFunc(tenant, func(r rune) bool { return unicode.IsSpace(r) || r == ';' }) {
+			// Not shown: a list with a wrong separator ("k1:acme k2")
 			// would put a key in the tenant.
-			return nil, fmt.Errorf("%s: item %d: tenant is not at most %d bytes of UTF-8 without control characters (the value is not shown)",
+			return nil, fmt.Errorf("%s: item %d: tenant is not at most %d bytes of UTF-8 without whitespace, control characters or ';' (separate items with ','; the value is not shown)",
 				envName, pos, tasks.MaxTenantBytes)
 		}
 		d := sha256.Sum256([]byte(key))

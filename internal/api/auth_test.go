@@ -57,7 +57,9 @@ func TestParseKeysErrors(t *testing.T) {
 		{"0123456789abcdef\x00", "item 1: key has a space"},
 		{"0123456789abcdefé", "item 1: key has a space"},
 		{adminKey + ":", "item 1: nothing after ':'"},
-		{adminKey + ":acme\n" + acmeKey, "item 1: tenant is not at most 128 bytes of UTF-8 without control characters (the value is not shown)"},
+		{adminKey + ":acme\n" + acmeKey, "item 1: tenant is not at most 128 bytes of UTF-8 without whitespace, control characters or ';' (separate items with ','; the value is not shown)"},
+		{adminKey + ":acme " + acmeKey, "item 1: tenant is not"},
+		{adminKey + ":acme;" + acmeKey, "item 1: tenant is not"},
 		{adminKey + ":" + strings.Repeat("t", 129), "item 1: tenant is not at most 128 bytes"},
 		{adminKey + "," + acmeKey + "," + adminKey + ":acme", "items 1 and 3 are the same key"},
 	} {

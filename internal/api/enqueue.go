@@ -157,7 +157,7 @@ func (h *handler) prepare(base string, raw json.RawMessage, kinds []*kind, p Pri
 	d := it.delivery()
 	if p.Tenant != "" {
 		if d.Tenant != "" && d.Tenant != p.Tenant {
-			return reject(FieldError{Pointer: base + "/tenant", Detail: fmt.Sprintf("tenant: this API key sends for tenant %.40q only; leave tenant out or give that one", p.Tenant)})
+			return reject(FieldError{Pointer: base + "/tenant", Detail: "tenant: this API key sends for its own tenant only; leave tenant out or give that one"})
 		}
 		d.Tenant = p.Tenant
 	}
