@@ -223,8 +223,9 @@ func (s *server) apply(ctx context.Context, provider string, st status) error {
 	// A repeat (a provider retrying its post, or a replayed one) moves
 	// nothing and is not fed back again: a pause and a rate cut per
 	// throttle. A status whose send is not recorded yet (found false) is
-	// fed back once now, as it will not be when it is applied later.
-	if st.code != 0 && (u.Moved || !found) {
+	// fed back once, when it first waits, as it will not be when it is
+	// applied later.
+	if st.code != 0 && u.Moved {
 		s.feedback(ctx, provider, st, u.SentAt)
 	}
 	return nil

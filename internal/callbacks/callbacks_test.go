@@ -325,6 +325,32 @@ func TestTwilioThrottleCodePausesTheSender(t *testing.T) {
 	require.Greater(t, time.Until(pz.Until), time.Minute, "30023 waits for the daily reset")
 }
 
+// A throttle status for a send the worker has not recorded yet (the
+// callback won the race, or the message is another app's) is fed back
+// once: Twilio's repeats of it neither renew the pause nor count again.
+func TestThrottleStatusBeforeTheRecordIsFedBackOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	p := statusParams("undelivered", "30022")
+	code, _ := e.do(twilioRequest("/callbacks/twilio", p, twilioSign(authToken, publicURL, p)))
+	require.Equal(t, http.StatusOK, code)
+	pz, err := e.lim.PauseOf(ctx, "sms:paused:sender:"+sender)
+	require.NoError(t, err)
+	require.NotNil(t, pz, "the first report pauses the sender")
+	for range 2 {
+		code, _ = e.do(twilioRequest("/callbacks/twilio", p, twilioSign(authToken, publicURL, p)))
+		require.Equal(t, http.StatusOK, code)
+	}
+	again, err := e.lim.PauseOf(ctx, "sms:paused:sender:"+sender)
+	require.NoError(t, err)
+	require.Equal(t, pz.Since, again.Since, "a repeat renewed the pause")
+	require.Equal(t, 1, again.InARow, "a repeat counted as another throttle")
+	// The send recorded afterwards takes the waiting status.
+	e.recordSent("sms", messageSID)
+	require.Equal(t, delivery.StateUndelivered, e.state())
+}
+
 func TestNotConfiguredProvidersAnswer404(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(o *callbacks.Options) { o.TwilioAuthToken, o.WhatsAppAppSecret = "", "" })

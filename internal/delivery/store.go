@@ -265,9 +265,10 @@ type Applied struct {
 	TaskID string
 	// Found: the worker had recorded the send; else the status waits.
 	Found bool
-	// Moved: the record moved to the status (Found and not stale). A
-	// repeated or late status does not move it, so feedback on it must
-	// not be applied twice.
+	// Moved: the record moved to the status (Found and not stale), or,
+	// when not Found, the status waiting for the record did. A repeated or
+	// late status does not move either, so feedback on it must not be
+	// applied twice.
 	Moved bool
 	// SentAt is when the provider accepted the send (the worker's clock),
 	// when Moved; zero when unknown.
@@ -282,7 +283,8 @@ type Applied struct {
 // "delivered" changes nothing: Moved false), and the move is counted in the
 // campaign's Progress. Found is false for a message the worker has not
 // recorded yet (or never sent: another app's, or older than the TTL): the
-// status then waits PendingTTL for RecordSent. Two round trips.
+// status then waits PendingTTL for RecordSent, and Moved says whether it
+// ranks above the status already waiting. Two round trips.
 func (s *Store) Update(ctx context.Context, channel, providerID string, st Status) (Applied, error) {
 	if !st.State.Reported() {
 		return Applied{}, fmt.Errorf("delivery: update: state %.40q, want queued, sent, delivered, read, failed or undelivered", st.State)
@@ -325,6 +327,8 @@ func (s *Store) Update(ctx context.Context, channel, providerID string, st Statu
 			continue
 		case 2:
 			return Applied{}, nil
+		case 3:
+			return Applied{Moved: true}, nil
 		}
 		a := Applied{TaskID: id, Found: true, Moved: code == 1}
 		if len(res) > 2 {

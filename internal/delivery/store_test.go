@@ -305,7 +305,11 @@ func TestApplySaysWhetherTheRecordMovedAndWhenItWasSent(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, u.Found)
 	require.False(t, u.Moved)
-	// A message the worker has not recorded: pending, not found.
+	// A message the worker has not recorded: pending, not found; the first
+	// report moves the waiting state, its repeat does not.
+	u, err = s.Update(ctx, "sms", "SM-later", delivery.Status{State: delivery.StateSent})
+	require.NoError(t, err)
+	require.Equal(t, delivery.Applied{Moved: true}, u)
 	u, err = s.Update(ctx, "sms", "SM-later", delivery.Status{State: delivery.StateSent})
 	require.NoError(t, err)
 	require.Equal(t, delivery.Applied{}, u)

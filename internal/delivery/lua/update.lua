@@ -11,7 +11,8 @@
 -- ARGV[2..5]: state, code, reason, at (Unix ms)
 -- ARGV[6]: TTL of a pending state, ms
 -- Returns: {result, task id, sent at}: result 1 moved, 0 stale (the record
--- was already as far), 2 kept pending (no task yet), -1 the index changed
+-- was already as far), 3 kept pending and moved it (no task yet), 2 no task
+-- yet and the pending state was already as far, -1 the index changed
 -- since the caller read it (read again); sent at is the record's sent_at
 -- (Unix ms, "" when unknown), for the feedback of a throttle status.
 local index = KEYS[1]
@@ -23,6 +24,7 @@ if task == '' then
   if rank(ARGV[2]) > rank(p) then
     redis.call('HSET', index, 'state', ARGV[2], 'code', ARGV[3], 'reason', ARGV[4], 'at', ARGV[5])
     redis.call('PEXPIRE', index, ARGV[6])
+    return {3, ''}
   end
   return {2, ''}
 end
