@@ -51,9 +51,12 @@ type DeliveryLookup func(ctx context.Context, taskID string) (*Delivery, error)
 // Delivery is a provider's latest report on a sent task, as GET
 // /v1/tasks/{id} shows it under "delivery".
 type Delivery struct {
-	// Status is the provider's status word: Twilio's MessageStatus
-	// ("queued", "sent", "delivered", "undelivered", "failed", "read") or
-	// WhatsApp's statuses[].status ("sent", "delivered", "read", "failed").
+	// Status is the worker's record moved on by the provider's callbacks:
+	// "sent" (accepted), "sent_unconfirmed" (a 2xx whose reply was cut
+	// off) or "archived" (given up; ErrorTitle says why) from the worker;
+	// Twilio's MessageStatus ("queued", "sent", "delivered", "undelivered",
+	// "failed", "read") or WhatsApp's statuses[].status ("sent",
+	// "delivered", "read", "failed") from the provider.
 	Status string `json:"status"`
 	// ProviderID is the provider's message ID (Twilio's SM…/MM… SID,
 	// WhatsApp's wamid.…); "" if unknown.
@@ -61,7 +64,8 @@ type Delivery struct {
 	// ErrorCode is the provider's error code for a failed delivery (Twilio
 	// 30007, WhatsApp 131026); 0 for none.
 	ErrorCode int `json:"error_code,omitempty"`
-	// ErrorTitle is the provider's short description of ErrorCode.
+	// ErrorTitle is the provider's short description of ErrorCode, or
+	// why the worker archived the task.
 	ErrorTitle string `json:"error_title,omitempty"`
 	// UpdatedAt is when the provider reported Status.
 	UpdatedAt time.Time `json:"updated_at"`

@@ -329,8 +329,13 @@ func (h *handler) enqueue(ctx context.Context, items []prepared) ([]outcome, err
 			out[i] = outcome{status: http.StatusServiceUnavailable, problem: unavailable("the task could not be enqueued; retry")}
 		}
 	}
+	// The tasks are enqueued: count them even if the client has gone, or
+	// its retry (a duplicate, never counted) would leave the campaign's
+	// progress short.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
 	for g, n := range fresh {
-		if err := h.counted(ctx, g.tenant, g.campaign, n); err != nil {
+		if err := h.counted(cctx, g.tenant, g.campaign, n); err != nil {
 			h.logger.Warn("api: counting a campaign's new tasks failed; its progress will end early", "err", err)
 		}
 	}

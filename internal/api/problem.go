@@ -52,7 +52,22 @@ const (
 	typeNotFound     = ProblemBase + "#not-found"
 	typeMethod       = ProblemBase + "#method-not-allowed"
 	typeUnavailable  = ProblemBase + "#unavailable"
+	typeForbidden    = ProblemBase + "#forbidden"
+	typeMisdirected  = ProblemBase + "#misdirected"
 )
+
+// WriteForbidden answers 403 with a problem: for the server's guards in
+// front of /v1 (a cross-origin state-changing request).
+func WriteForbidden(w http.ResponseWriter, detail string) {
+	writeProblem(w, &Problem{Type: typeForbidden, Title: "Forbidden", Status: http.StatusForbidden, Detail: detail})
+}
+
+// WriteMisdirected answers 421 Misdirected Request with a problem: for
+// the server's guard in front of /v1 when it has no API keys and the Host
+// is not a loopback name.
+func WriteMisdirected(w http.ResponseWriter, detail string) {
+	writeProblem(w, &Problem{Type: typeMisdirected, Title: "Misdirected Request", Status: http.StatusMisdirectedRequest, Detail: detail})
+}
 
 func writeProblem(w http.ResponseWriter, p *Problem) {
 	body, err := json.Marshal(p)

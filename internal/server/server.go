@@ -116,7 +116,16 @@ func Handler(o Options) (http.Handler, error) {
 	// Browsers resend HTTP Basic credentials on their own, also on a
 	// form another site posts: state-changing requests from another
 	// origin (the queue dashboard's delete, run, pause) are refused.
-	var h http.Handler = http.NewCrossOriginProtection().Handler(mux)
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		const detail = "cross-origin request refused: a state-changing request must come from this server's own pages or from a non-browser client"
+		if strings.HasPrefix(r.URL.Path, "/v1/") {
+			api.WriteForbidden(w, detail)
+			return
+		}
+		http.Error(w, detail, http.StatusForbidden)
+	}))
+	var h http.Handler = cop.Handler(mux)
 	if o.Keys.Empty() {
 		h = loopbackHostOnly(h)
 	}
@@ -135,7 +144,12 @@ func loopbackHostOnly(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		http.Error(w, "this server has no API keys and answers only requests for localhost, 127.0.0.1 or [::1]", http.StatusMisdirectedRequest)
+		const detail = "this server has no API keys and answers only requests for localhost, 127.0.0.1 or [::1]"
+		if strings.HasPrefix(r.URL.Path, "/v1/") {
+			api.WriteMisdirected(w, detail)
+			return
+		}
+		http.Error(w, detail, http.StatusMisdirectedRequest)
 	})
 }
 

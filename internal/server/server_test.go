@@ -143,6 +143,20 @@ func TestWithoutKeysOnlyLoopbackHostsAreAnswered(t *testing.T) {
 			t.Errorf("Host %q: %d, want %d", c.host, resp.StatusCode, c.want)
 		}
 	}
+	// On the API the refusal is a problem, as every other API error.
+	req, err := http.NewRequest("GET", srv.URL+"/v1/tasks/x", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = "rebind.attacker.example"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMisdirectedRequest || resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Errorf("API from another host: %d %s, want 421 application/problem+json", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
 }
 
 func TestCrossSiteActionsAreRefused(t *testing.T) {
@@ -161,6 +175,22 @@ func TestCrossSiteActionsAreRefused(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("cross-site POST to the queue dashboard: %d, want 403", resp.StatusCode)
+	}
+	// A cross-site POST to the API is refused with a problem.
+	req, err = http.NewRequest("POST", srv.URL+"/v1/calls", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+operatorKey)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("cross-site POST to the API: %d %s, want 403 application/problem+json", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
 }
 
