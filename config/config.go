@@ -52,7 +52,9 @@ type RedisConfig struct {
 
 // WorkerConfig tunes the asynq server.
 type WorkerConfig struct {
-	// Concurrency is the number of tasks processed at once. Default 50.
+	// Concurrency is the number of tasks processed at once. Default 400
+	// (worker.DefaultConcurrency): planned sends wait for their slot in a
+	// worker, so most of them are waiting, not sending.
 	Concurrency int
 	// DelayedTaskCheckInterval is how often asynq moves due retry and
 	// scheduled tasks to pending. At most 1s, so a throttled task runs close to

@@ -48,6 +48,7 @@ type demoOptions struct {
 	timeout    time.Duration
 	serve      bool
 	listen     string
+	listenSet  bool // --listen was given
 }
 
 func newDemoCmd(g *globals) *cobra.Command {
@@ -72,6 +73,7 @@ campaign, until Ctrl-C, and the dashboards' URLs are printed: /limits/,
 only) and the API at /v1/.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.listenSet = cmd.Flags().Changed("listen")
 			return runDemo(cmd.Context(), g, o)
 		},
 	}
@@ -197,7 +199,7 @@ func runDemo(parent context.Context, g *globals, o demoOptions) error {
 	}
 	// The server `sluice serve` runs, on loopback with no API keys. The
 	// emulated Twilio posts its signed status callbacks to it.
-	ln, base, err := demoListener(o.listen, g)
+	ln, base, err := demoListener(o.listen, o.listenSet, g)
 	if err != nil {
 		return err
 	}
@@ -262,7 +264,11 @@ func runDemo(parent context.Context, g *globals, o demoOptions) error {
 		for _, r := range res.Rejects {
 			fmt.Fprintf(g.stdout, "  rejected %s:%d: %s\n", name, r.Line, r.Reason)
 		}
-		fmt.Fprintf(g.stdout, "every send's slot is planned; the last is expected in %s\n", eta(last))
+		if when := eta(last); when == "now" {
+			fmt.Fprintln(g.stdout, "every send's slot is planned; all are due now")
+		} else {
+			fmt.Fprintf(g.stdout, "every send's slot is planned; the last is expected in %s\n", when)
+		}
 	}
 	if err := w.Start(); err != nil {
 		return err
@@ -304,7 +310,7 @@ func runDemo(parent context.Context, g *globals, o demoOptions) error {
 // serveDemo keeps the worker, the server and the emulators up until ctx
 // ends (Ctrl-C), so the dashboards and the API can be tried.
 func serveDemo(ctx context.Context, out io.Writer, base string) {
-	fmt.Fprintf(out, "\nServing until Ctrl-C:\n  limits dashboard  %s/limits/\n  queue dashboard   %s/queues/ (read-only)\n  enqueue API       %s/v1/ (described at %s/v1/openapi.json)\n  metrics           %s/metrics\n",
+	fmt.Fprintf(out, "\nServing until Ctrl-C (no API keys: any Bearer value is taken):\n  limits dashboard  %s/limits/\n  queue dashboard   %s/queues/ (read-only)\n  enqueue API       POST %s/v1/messages, /v1/webhooks, /v1/calls (and /batch)\n  API description   %s/v1/openapi.json\n  metrics           %s/metrics\n",
 		base, base, base, base, base)
 	<-ctx.Done()
 }
@@ -511,10 +517,18 @@ func printSummary(w io.Writer, s *DemoSummary) {
 }
 
 // demoListener listens on listen, which must be a loopback address (the
-// demo has no API keys); a busy port falls back to any free one. It returns
+// demo has no API keys). When the default port is busy it falls back to any
+// free one; a port the user chose (explicit) that is busy is an error, as
+// the examples they run against it would reach another server. It returns
 // the listener and its base URL.
-func demoListener(listen string, g *globals) (net.Listener, string, error) {
+func demoListener(listen string, explicit bool, g *globals) (net.Listener, string, error) {
+	if err := app.CheckListen(listen, false); err != nil {
+		return nil, "", fmt.Errorf("--listen: the demo has no API keys: %w", err)
+	}
 	ln, err := net.Listen("tcp", listen)
+	if err != nil && explicit {
+		return nil, "", fmt.Errorf("--listen %s: %w (pick another port, or port 0 for any free one)", listen, err)
+	}
 	if err != nil {
 		host, _, _ := net.SplitHostPort(listen)
 		if ln, err = net.Listen("tcp", net.JoinHostPort(host, "0")); err != nil {
@@ -522,7 +536,7 @@ func demoListener(listen string, g *globals) (net.Listener, string, error) {
 		}
 		fmt.Fprintf(g.stderr, "--listen %s is taken; serving on %s\n", listen, ln.Addr())
 	}
-	if err := app.CheckExposure(ln.Addr(), false); err != nil {
+	if err := app.CheckExposure(listen, ln.Addr(), false); err != nil {
 		ln.Close()
 		return nil, "", fmt.Errorf("--listen: the demo has no API keys: %w", err)
 	}

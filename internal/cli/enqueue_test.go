@@ -79,5 +79,5 @@ func TestSendRejectsTemplateParameterRows(t *testing.T) {
 	require.Equal(t, 3, r.code, "some rows rejected:\n%s\n%s", r.stdout, r.stderr)
 	require.Contains(t, r.stderr, path+":3: template.parameters[0] ({{1}}): has a newline")
 	require.Contains(t, r.stderr, path+":5: template.parameters[0] ({{1}}): has more than 4 consecutive spaces")
-	require.Contains(t, r.stdout, "3 rows: 1 enqueued, 0 already enqueued, 2 rejected")
+	require.Contains(t, r.stdout, "3 rows: 1 would be enqueued, 2 rejected (dry run: nothing was enqueued)")
 }

@@ -117,8 +117,13 @@ Examples:
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(g.stdout, "%s: %d rows: %d enqueued, %d already enqueued, %d rejected\n",
-				csvPath, rep.Rows, rep.Enqueued, rep.Already, rep.Rejected)
+			if dryRun {
+				fmt.Fprintf(g.stdout, "%s: %d rows: %d would be enqueued, %d rejected (dry run: nothing was enqueued)\n",
+					csvPath, rep.Rows, rep.Enqueued, rep.Rejected)
+			} else {
+				fmt.Fprintf(g.stdout, "%s: %d rows: %d enqueued, %d already enqueued, %d rejected\n",
+					csvPath, rep.Rows, rep.Enqueued, rep.Already, rep.Rejected)
+			}
 			if !rep.Last.IsZero() {
 				fmt.Fprintf(g.stdout, "last send expected at %s (in %s)\n", rep.Last.Format(time.RFC3339), eta(rep.Last))
 			}
@@ -138,7 +143,7 @@ Examples:
 	}
 	f := cmd.Flags()
 	f.StringVar(&m.Channel, "channel", "", "whatsapp, sms or webhook")
-	f.StringVar(&csvPath, "csv", "", "recipients CSV with a header row and a `to` column")
+	f.StringVar(&csvPath, "csv", "", "recipients CSV with a header row and a \"to\" column")
 	f.StringVar(&rejectsPath, "rejects", "", "where rejected rows go (default: FILE.rejects.csv)")
 	f.StringVar(&m.Campaign, "campaign", "", "campaign name, part of each idempotency key (default: the file's base name)")
 	f.StringVar(&m.Priority, "priority", "", "high: every row overtakes planned bulk sends on the same limits (a \"priority\" column sets it per row)")

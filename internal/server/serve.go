@@ -28,11 +28,14 @@ func Serve(ctx context.Context, cfg *config.Config, redisURL string, logger *slo
 	}
 	var ln net.Listener
 	if cfg.HTTP.Listen != "" {
+		if err := app.CheckListen(cfg.HTTP.Listen, !keys.Empty()); err != nil {
+			return err
+		}
 		if ln, err = net.Listen("tcp", cfg.HTTP.Listen); err != nil {
 			return fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
 		}
 		defer ln.Close()
-		if err := app.CheckExposure(ln.Addr(), !keys.Empty()); err != nil {
+		if err := app.CheckExposure(cfg.HTTP.Listen, ln.Addr(), !keys.Empty()); err != nil {
 			return err
 		}
 	}
