@@ -56,17 +56,20 @@ const (
 	typeMisdirected  = ProblemBase + "#misdirected"
 )
 
-// WriteForbidden answers 403 with a problem: for the server's guards in
-// front of /v1 (a cross-origin state-changing request).
-func WriteForbidden(w http.ResponseWriter, detail string) {
-	writeProblem(w, &Problem{Type: typeForbidden, Title: "Forbidden", Status: http.StatusForbidden, Detail: detail})
-}
-
-// WriteMisdirected answers 421 Misdirected Request with a problem: for
-// the server's guard in front of /v1 when it has no API keys and the Host
-// is not a loopback name.
-func WriteMisdirected(w http.ResponseWriter, detail string) {
-	writeProblem(w, &Problem{Type: typeMisdirected, Title: "Misdirected Request", Status: http.StatusMisdirectedRequest, Detail: detail})
+// WriteRefusal answers a request the server's guards in front of /v1
+// refuse with a problem: status 403 (#forbidden, a cross-origin
+// state-changing request) or 421 (#misdirected, a Host that is not
+// loopback on a server without API keys); any other status is written
+// with type about:blank.
+func WriteRefusal(w http.ResponseWriter, status int, detail string) {
+	p := &Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail}
+	switch status {
+	case http.StatusForbidden:
+		p.Type = typeForbidden
+	case http.StatusMisdirectedRequest:
+		p.Type = typeMisdirected
+	}
+	writeProblem(w, p)
 }
 
 func writeProblem(w http.ResponseWriter, p *Problem) {

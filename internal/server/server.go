@@ -118,12 +118,7 @@ func Handler(o Options) (http.Handler, error) {
 	// origin (the queue dashboard's delete, run, pause) are refused.
 	cop := http.NewCrossOriginProtection()
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		const detail = "cross-origin request refused: a state-changing request must come from this server's own pages or from a non-browser client"
-		if strings.HasPrefix(r.URL.Path, "/v1/") {
-			api.WriteForbidden(w, detail)
-			return
-		}
-		http.Error(w, detail, http.StatusForbidden)
+		refuse(w, r, http.StatusForbidden, "cross-origin request refused: a state-changing request must come from this server's own pages or from a non-browser client")
 	}))
 	var h http.Handler = cop.Handler(mux)
 	if o.Keys.Empty() {
@@ -144,13 +139,18 @@ func loopbackHostOnly(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		const detail = "this server has no API keys and answers only requests for localhost, 127.0.0.1 or [::1]"
-		if strings.HasPrefix(r.URL.Path, "/v1/") {
-			api.WriteMisdirected(w, detail)
-			return
-		}
-		http.Error(w, detail, http.StatusMisdirectedRequest)
+		refuse(w, r, http.StatusMisdirectedRequest, "this server has no API keys and answers only requests for localhost, 127.0.0.1 or [::1]")
 	})
+}
+
+// refuse answers a request a guard refuses: an RFC 9457 problem on the API
+// (/v1/), as its other errors are, and plain text elsewhere.
+func refuse(w http.ResponseWriter, r *http.Request, status int, detail string) {
+	if strings.HasPrefix(r.URL.Path, "/v1/") {
+		api.WriteRefusal(w, status, detail)
+		return
+	}
+	http.Error(w, detail, status)
 }
 
 // loopbackHost reports whether a Host header names the loopback interface.
