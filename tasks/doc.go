@@ -29,7 +29,9 @@
 //   - it lasts for DefaultRetention after completion; after that the same key
 //     is accepted and sent again;
 //   - task IDs are unique per queue, so overriding the queue (asynq.Queue)
-//     gives the key a different scope;
+//     gives the key a different scope, and these helpers accept a key that a
+//     task of another channel holds; worker.Enqueuer (the CLI and the HTTP
+//     API) refuses that with ErrKeyInUse;
 //   - an archived task (retries exhausted) also keeps its ID; to send it again,
 //     delete or re-run the archived task or use a new key;
 //   - a payload without a key gets a random ID and is never deduplicated.

@@ -28,11 +28,13 @@ type Enqueuer struct {
 	client  *asynq.Client
 	limiter *throttle.Redis
 	chans   map[string]*enqueueChannel // by task type
+	order   []*enqueueChannel          // as given to NewEnqueuer
 }
 
 type enqueueChannel struct {
 	ch    Channel
 	rules *rules.Set
+	queue string // ch.Queue, or the type's default queue
 }
 
 // Enqueued is the outcome of one task of Enqueuer.Enqueue.
@@ -71,14 +73,22 @@ func NewEnqueuer(client *asynq.Client, limiter *throttle.Redis, chans []Channel)
 		if err != nil {
 			return nil, fmt.Errorf("worker: enqueuer: channels[%d]: %w", i, err)
 		}
-		e.chans[ch.TaskType] = &enqueueChannel{ch: ch, rules: set}
+		q := ch.Queue
+		if q == "" {
+			q = tasks.DefaultQueue(ch.TaskType)
+		}
+		ec := &enqueueChannel{ch: ch, rules: set, queue: q}
+		e.chans[ch.TaskType] = ec
+		e.order = append(e.order, ec)
 	}
 	return e, nil
 }
 
-// ClaimTTL is how long an idempotency key stays claimed for its task type
-// (ErrKeyInUse): asynq's retention of completed tasks (24h) and an hour.
-const ClaimTTL = tasks.DefaultRetention + time.Hour
+// ClaimTTL is how long a claim on an idempotency key lasts: it only has to
+// outlast one Enqueue call, so that two producers sending one key on two
+// channels at once cannot both find it free. After that, asynq's own
+// record of the task (in its queue while it exists) is what holds the key.
+const ClaimTTL = 10 * time.Minute
 
 // ClaimKey is the Redis key of an ID's claim: "<prefix>:_idem:<id>", with
 // the limiter's prefix (redis.key_prefix, "sluice"); a string, the task
@@ -94,10 +104,14 @@ func ClaimKey(prefix, id string) string { return prefix + ":_idem:" + id }
 // kept. Each task's own outcome is in its Enqueued; a task whose enqueue
 // fails gives its new place back.
 //
-// A task with a chosen ID (an idempotency key, or the one asynq.TaskID
-// among opts gives) claims it for its task type for ClaimTTL
-// (ClaimKey): the same ID on another type is refused
-// with tasks.ErrKeyInUse, in every queue.
+// One ID is one send across channels: asynq keeps task IDs unique only
+// within a queue. A task with a chosen ID (an idempotency key, or the one
+// asynq.TaskID among opts gives) is refused with tasks.ErrKeyInUse while a
+// task of another type holds it: one in another channel's queue (asynq's
+// record, pending to completed within its retention), or one being
+// enqueued at the same moment (a claim, ClaimKey, kept for ClaimTTL; it is
+// given back when the task is not enqueued). Tasks enqueued without the
+// Enqueuer (tasks.Enqueue…) take no claim but are found in their queue.
 func (e *Enqueuer) Enqueue(ctx context.Context, ts []*asynq.Task, opts ...asynq.Option) ([]Enqueued, error) {
 	out := make([]Enqueued, len(ts))
 	type pending struct {
@@ -142,9 +156,12 @@ func (e *Enqueuer) Enqueue(ctx context.Context, ts []*asynq.Task, opts ...asynq.
 			claims = append(claims, i)
 		}
 	}
-	if err := e.claim(ctx, ts, claims, out); err != nil {
+	claimed, err := e.claim(ctx, ts, claims, out)
+	if err != nil {
 		return nil, err
 	}
+	// The claims set here are given back for every task not enqueued.
+	defer e.unclaim(ctx, out, claimed)
 	for i, t := range ts {
 		if out[i].Err != nil {
 			continue
@@ -208,52 +225,95 @@ func (e *Enqueuer) Enqueue(ctx context.Context, ts []*asynq.Task, opts ...asynq.
 	return out, nil
 }
 
-// claim claims the IDs of ts[idx] for their task types (one pipeline, and
-// one more for the IDs already claimed) and sets tasks.ErrKeyInUse on the
-// tasks whose ID another type holds. The error is Redis's.
-func (e *Enqueuer) claim(ctx context.Context, ts []*asynq.Task, idx []int, out []Enqueued) error {
+// claimScript sets a claim unless one is there: KEYS[1] the claim,
+// ARGV[1] the task type, ARGV[2] its TTL in ms. It returns "" when it set
+// the claim, else the type that holds it. One script, so two producers
+// cannot both find the key free.
+var claimScript = redis.NewScript(`local cur = redis.call('GET', KEYS[1])
+if cur then return cur end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return ''`)
+
+// asynqTaskKey is the key of asynq's record of task id in queue, which
+// exists while the task does (pending to completed within its retention);
+// asynq's internal/base.TaskKey. TestAsynqTaskKeyIsAsynqs checks it.
+func asynqTaskKey(queue, id string) string { return "asynq:{" + queue + "}:t:" + id }
+
+// claim checks the chosen IDs of ts[idx] across task types, in one
+// pipeline: each ID's claim (claimScript) and whether asynq holds a task
+// with that ID in another channel's queue. A task whose ID another type
+// holds gets tasks.ErrKeyInUse. It returns the claims it set, to give back
+// (unclaim) for the tasks that are not enqueued. The error is Redis's;
+// then no claim is kept.
+func (e *Enqueuer) claim(ctx context.Context, ts []*asynq.Task, idx []int, out []Enqueued) (map[int]bool, error) {
 	if len(idx) == 0 {
-		return nil
+		return nil, nil
 	}
-	rdb := e.limiter.Client()
-	key := func(id string) string { return ClaimKey(e.limiter.Prefix(), id) }
-	set := make([]*redis.BoolCmd, len(idx))
-	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	type check struct {
+		claim  *redis.Cmd
+		others []*redis.IntCmd // by e.order, nil for the task's own type
+	}
+	checks := make([]check, len(idx))
+	_, err := e.limiter.Client().Pipelined(ctx, func(p redis.Pipeliner) error {
 		for k, i := range idx {
-			set[k] = p.SetNX(ctx, key(out[i].ID), ts[i].Type(), ClaimTTL)
+			typ := ts[i].Type()
+			checks[k].claim = claimScript.Eval(ctx, p, []string{ClaimKey(e.limiter.Prefix(), out[i].ID)}, typ, ClaimTTL.Milliseconds())
+			checks[k].others = make([]*redis.IntCmd, len(e.order))
+			for c, ch := range e.order {
+				if ch.ch.TaskType != typ {
+					checks[k].others[c] = p.Exists(ctx, asynqTaskKey(ch.queue, out[i].ID))
+				}
+			}
 		}
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("worker: enqueue: claim idempotency keys: %w", err)
-	}
-	var held []int
+	set := map[int]bool{}
 	for k, i := range idx {
-		if !set[k].Val() {
-			held = append(held, i)
+		if holder, cerr := checks[k].claim.Text(); cerr == nil && holder == "" {
+			set[i] = true
 		}
 	}
-	if len(held) == 0 {
-		return nil
+	if err != nil {
+		e.unclaim(ctx, out, set)
+		return nil, fmt.Errorf("worker: enqueue: claim idempotency keys: %w", err)
 	}
-	get := make([]*redis.StringCmd, len(held))
-	_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for k, i := range held {
-			get[k] = p.Get(ctx, key(out[i].ID))
+	for k, i := range idx {
+		holder, _ := checks[k].claim.Text()
+		if holder == "" || holder == ts[i].Type() {
+			holder = ""
+			for c, n := range checks[k].others {
+				if n != nil && n.Val() > 0 {
+					holder = e.order[c].ch.TaskType
+					break
+				}
+			}
+		}
+		if holder != "" {
+			out[i].Err = fmt.Errorf("enqueue %s (id %q): %w (a %s task)", ts[i].Type(), out[i].ID, tasks.ErrKeyInUse, holder)
+		}
+	}
+	return set, nil
+}
+
+// unclaim deletes the claims this call set for tasks it did not enqueue
+// (set[i] and no Info), so a key whose send failed stays free.
+func (e *Enqueuer) unclaim(ctx context.Context, out []Enqueued, set map[int]bool) {
+	var keys []string
+	for i := range set {
+		if out[i].Info == nil {
+			keys = append(keys, ClaimKey(e.limiter.Prefix(), out[i].ID))
+		}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	_, _ = e.limiter.Client().Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, k := range keys {
+			p.Del(ctx, k) // one key per command: claims may be in different Cluster slots
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("worker: enqueue: read idempotency key claims: %w", err)
-	}
-	for k, i := range held {
-		// A claim that expired between the two calls (redis.Nil) is no
-		// conflict: asynq's own ID check still applies.
-		if typ := get[k].Val(); typ != "" && typ != ts[i].Type() {
-			out[i].Err = fmt.Errorf("enqueue %s (id %q): %w (a %s task)", ts[i].Type(), out[i].ID, tasks.ErrKeyInUse, typ)
-		}
-	}
-	return nil
 }
 
 // release gives back the new place of a task whose enqueue failed. A place

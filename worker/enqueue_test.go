@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-dev/sluice/internal/redistest"
 	"github.com/sluice-dev/sluice/rules"
@@ -115,11 +116,51 @@ func TestEnqueuerRefusesOneKeyOnTwoTaskTypes(t *testing.T) {
 	if !errors.Is(out[0].Err, tasks.ErrDuplicate) {
 		t.Fatalf("repeat on the same type: %v", out[0].Err)
 	}
-	if typ, err := rdb.Get(ctx, worker.ClaimKey(lim.Prefix(), "order-7")).Result(); err != nil || typ != tasks.TypeSMSSend {
+	// A send whose enqueue fails gives its claim back, so the key stays
+	// free for a retry on any channel: an asynq client on a closed
+	// connection fails every enqueue after the claim.
+	closed := srv.Client(t)
+	require.NoError(t, closed.Close())
+	broken, err := worker.NewEnqueuer(asynq.NewClientFromRedisClient(closed), lim, []worker.Channel{{Name: "sms", TaskType: tasks.TypeSMSSend}})
+	require.NoError(t, err)
+	fresh, err := tasks.NewSMSSendTask(tasks.SMSSend{From: "+12025550100", To: "+12025550101", Body: "hi", IdempotencyKey: "order-9"})
+	require.NoError(t, err)
+	out, err = broken.Enqueue(ctx, []*asynq.Task{fresh})
+	require.NoError(t, err)
+	require.Error(t, out[0].Err, "the enqueue on a closed connection")
+	require.Zero(t, rdb.Exists(ctx, worker.ClaimKey(lim.Prefix(), "order-9")).Val(), "the failed send kept its claim")
+	claim := worker.ClaimKey(lim.Prefix(), "order-7")
+	if typ, err := rdb.Get(ctx, claim).Result(); err != nil || typ != tasks.TypeSMSSend {
 		t.Fatalf("claim: %q %v", typ, err)
 	}
-	if ttl := rdb.TTL(ctx, worker.ClaimKey(lim.Prefix(), "order-7")).Val(); ttl <= tasks.DefaultRetention {
-		t.Fatalf("claim TTL %v, want more than the retention", ttl)
+	if ttl := rdb.PTTL(ctx, claim).Val(); ttl <= 0 || ttl > worker.ClaimTTL {
+		t.Fatalf("claim TTL %v, want up to %v", ttl, worker.ClaimTTL)
+	}
+	// Once the claim is gone (its TTL outlasts only the enqueue), the SMS
+	// task in its queue still holds the key; the refused send leaves no
+	// claim behind.
+	if err := rdb.Del(ctx, claim).Err(); err != nil {
+		t.Fatal(err)
+	}
+	out, err = enq.Enqueue(ctx, []*asynq.Task{wa})
+	if err != nil || !errors.Is(out[0].Err, tasks.ErrKeyInUse) {
+		t.Fatalf("the key held by a task in another queue: %v %+v", err, out)
+	}
+	if n := rdb.Exists(ctx, claim).Val(); n != 0 {
+		t.Fatal("a refused send kept its claim")
+	}
+	// Two types with one key in one batch: the first takes it.
+	wa2, err := tasks.NewWhatsAppSendTask(tasks.WhatsAppSend{PhoneNumberID: "1065", To: "+12025550101", Text: "hi", IdempotencyKey: "order-8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sms2, err := tasks.NewSMSSendTask(tasks.SMSSend{From: "+12025550100", To: "+12025550101", Body: "hi", IdempotencyKey: "order-8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err = enq.Enqueue(ctx, []*asynq.Task{wa2, sms2})
+	if err != nil || out[0].Err != nil || !errors.Is(out[1].Err, tasks.ErrKeyInUse) {
+		t.Fatalf("one key twice in a batch: %v %+v", err, out)
 	}
 	// The claims stay out of the limiter's key listings.
 	keys, _, err := lim.List(ctx, "", 0, 1000)

@@ -67,6 +67,11 @@ type Pauser interface {
 type Channel struct {
 	Name     string // "whatsapp"; the limiter scope and the metrics label
 	TaskType string // "whatsapp:send"
+	// Queue is the asynq queue the channel's tasks are enqueued to
+	// (channels.<name>.queue); Enqueuer looks there for a task holding an
+	// idempotency key another channel's send asks for. Empty means
+	// tasks.DefaultQueue(TaskType).
+	Queue string
 	// Rules are the channel's limits (rules.Rule); Handler compiles them
 	// with rules.Compile, placeholders checked against
 	// tasks.FieldNames(TaskType) when the tasks registry knows the type.

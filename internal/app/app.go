@@ -268,7 +268,7 @@ func NewEnqueuer(cfg *config.Config, rdb redis.UniversalClient, lim *throttle.Re
 			continue
 		}
 		taskType, _ := tasks.ChannelTaskType(name)
-		chans = append(chans, worker.Channel{Name: name, TaskType: taskType, Rules: cc.Rules(), Headroom: headroom(cc), TenantWeights: weights(cc)})
+		chans = append(chans, worker.Channel{Name: name, TaskType: taskType, Queue: cc.Queue, Rules: cc.Rules(), Headroom: headroom(cc), TenantWeights: weights(cc)})
 	}
 	return worker.NewEnqueuer(asynq.NewClientFromRedisClient(rdb), lim, chans)
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/sluice-dev/sluice/config"
 	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/campaign"
 	"github.com/sluice-dev/sluice/internal/emulator"
 	"github.com/sluice-dev/sluice/internal/redistest"
 	"github.com/sluice-dev/sluice/rules"
@@ -376,4 +377,30 @@ func TestDemoListener(t *testing.T) {
 
 	_, _, err = demoListener("0.0.0.0:0", true, g)
 	require.ErrorIs(t, err, app.ErrExposed)
+}
+
+// A row whose key is already another channel's task (asynq keeps IDs apart
+// per queue only) is not that send: it goes to the rejects file with the
+// reason, and the other rows are enqueued and counted.
+func TestSendRejectsARowWhoseKeyAnotherChannelHolds(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	csvText := "to,name\n+12025550101,Ann\n+12125550102,Bob\n"
+	path := writeFile(t, "taken.csv", csvText)
+	res, err := campaign.Read(strings.NewReader(csvText), campaign.Options{})
+	require.NoError(t, err)
+	key := campaign.IdempotencyKey("taken", "sms", res.Rows[1], res.Columns)
+	hook, err := tasks.NewWebhookDeliverTask(tasks.WebhookDeliver{URL: "https://example.com/h", EventType: "e", Payload: []byte(`{}`), IdempotencyKey: key})
+	require.NoError(t, err)
+	_, err = asynq.NewClientFromRedisClient(rdb).Enqueue(hook)
+	require.NoError(t, err)
+
+	r := run(t, "send", "--channel", "sms", "--csv", path, "--from", "+12025550100", "--body", "Hi {name}", "--redis", srv.URL())
+	require.Equal(t, 3, r.code, "exit code: a row rejected")
+	require.Contains(t, r.stdout, path+": 2 rows: 1 enqueued, 0 already enqueued, 1 rejected")
+	rejects, err := os.ReadFile(strings.TrimSuffix(path, ".csv") + ".rejects.csv")
+	require.NoError(t, err)
+	require.Contains(t, string(rejects), "3,")
+	require.Contains(t, string(rejects), "idempotency key already used for a task of another type (a webhook:deliver task)")
 }

@@ -196,6 +196,7 @@ func sendFile(ctx context.Context, enq *worker.Enqueuer, m *campaign.Message, pa
 				return fmt.Errorf("enqueue lines %d-%d: %w (re-running the file is safe)", rows[0].Line, rows[len(rows)-1].Line, err)
 			}
 			fresh := 0
+			var failed error // the batch's first failed enqueue; the others go on
 			for k, r := range out {
 				switch {
 				case errors.Is(r.Err, asynq.ErrTaskIDConflict) || errors.Is(r.Err, asynq.ErrDuplicateTask):
@@ -205,7 +206,9 @@ func sendFile(ctx context.Context, enq *worker.Enqueuer, m *campaign.Message, pa
 					// not that send, so it goes to the rejects file.
 					rep.rejectAll = append(rep.rejectAll, campaign.Reject{Line: rows[k].Line, Raw: rows[k].Raw, Reason: r.Err.Error()})
 				case r.Err != nil:
-					return fmt.Errorf("enqueue line %d: %w (re-running the file is safe)", rows[k].Line, r.Err)
+					if failed == nil {
+						failed = fmt.Errorf("enqueue line %d: %w (re-running the file is safe)", rows[k].Line, r.Err)
+					}
 				default:
 					fresh++
 					rep.Enqueued++
@@ -215,40 +218,60 @@ func sendFile(ctx context.Context, enq *worker.Enqueuer, m *campaign.Message, pa
 				}
 			}
 			bar.IncrBy(len(rows))
+			// The rows enqueued are counted even when others failed: a
+			// re-run finds them already enqueued and would not count them.
 			if counted != nil && enq != nil {
 				if err := counted(ctx, fresh); err != nil {
 					return fmt.Errorf("enqueue lines %d-%d: enqueued, but not counted for --wait: %w", rows[0].Line, rows[len(rows)-1].Line, err)
 				}
 			}
-			return nil
+			return failed
 		})
 	if err != nil {
 		bar.Abort(false)
 		wait()
+		// The rows rejected so far are still written, with their reasons.
+		if werr := writeRejects(rep, res.Columns, path, rejectsPath, progress); werr != nil {
+			return nil, errors.Join(err, werr)
+		}
+		if rep.Rejects != "" {
+			err = fmt.Errorf("%w; the %d rows rejected before it are in %s", err, rep.Rejected, rep.Rejects)
+		}
 		return nil, err
 	}
 	bar.SetTotal(-1, true)
 	wait()
+	if err := writeRejects(rep, res.Columns, path, rejectsPath, progress); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// writeRejects reports rep's rejected rows on progress (path:line: reason)
+// and writes them to rejectsPath with the file's columns, setting
+// rep.Rejected and rep.Rejects.
+func writeRejects(rep *sendReport, columns []string, path, rejectsPath string, progress io.Writer) error {
 	rep.Rejected = len(rep.rejectAll)
 	slices.SortStableFunc(rep.rejectAll, func(a, b campaign.Reject) int { return a.Line - b.Line })
 	for _, r := range rep.rejectAll {
 		fmt.Fprintf(progress, "%s:%d: %s\n", path, r.Line, r.Reason)
 	}
-	if rep.Rejected > 0 {
-		out, err := os.Create(rejectsPath)
-		if err != nil {
-			return nil, err
-		}
-		if err := campaign.WriteRejects(out, res.Columns, rep.rejectAll); err != nil {
-			out.Close()
-			return nil, err
-		}
-		if err := out.Close(); err != nil {
-			return nil, err
-		}
-		rep.Rejects = rejectsPath
+	if rep.Rejected == 0 {
+		return nil
 	}
-	return rep, nil
+	out, err := os.Create(rejectsPath)
+	if err != nil {
+		return err
+	}
+	if err := campaign.WriteRejects(out, columns, rep.rejectAll); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	rep.Rejects = rejectsPath
+	return nil
 }
 
 // enqueueBatch is the rows planned and enqueued together.
