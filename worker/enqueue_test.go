@@ -88,14 +88,17 @@ func TestEnqueuerRefusesOneKeyOnTwoTaskTypes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wa, err := tasks.NewWhatsAppSendTask(tasks.WhatsAppSend{PhoneNumberID: "1065", To: "+12025550101", Text: "hi", IdempotencyKey: "order-7"})
-	if err != nil {
-		t.Fatal(err)
+	waTask := func(key string) *asynq.Task {
+		task, err := tasks.NewWhatsAppSendTask(tasks.WhatsAppSend{PhoneNumberID: "1065", To: "+12025550101", Text: "hi", IdempotencyKey: key})
+		require.NoError(t, err)
+		return task
 	}
-	sms, err := tasks.NewSMSSendTask(tasks.SMSSend{From: "+12025550100", To: "+12025550101", Body: "hi", IdempotencyKey: "order-7"})
-	if err != nil {
-		t.Fatal(err)
+	smsTask := func(key string) *asynq.Task {
+		task, err := tasks.NewSMSSendTask(tasks.SMSSend{From: "+12025550100", To: "+12025550101", Body: "hi", IdempotencyKey: key})
+		require.NoError(t, err)
+		return task
 	}
+	wa, sms := waTask("order-7"), smsTask("order-7")
 	out, err := enq.Enqueue(ctx, []*asynq.Task{sms})
 	if err != nil || out[0].Err != nil {
 		t.Fatalf("first use of the key: %v %+v", err, out)
@@ -123,9 +126,7 @@ func TestEnqueuerRefusesOneKeyOnTwoTaskTypes(t *testing.T) {
 	require.NoError(t, closed.Close())
 	broken, err := worker.NewEnqueuer(asynq.NewClientFromRedisClient(closed), lim, []worker.Channel{{Name: "sms", TaskType: tasks.TypeSMSSend}})
 	require.NoError(t, err)
-	fresh, err := tasks.NewSMSSendTask(tasks.SMSSend{From: "+12025550100", To: "+12025550101", Body: "hi", IdempotencyKey: "order-9"})
-	require.NoError(t, err)
-	out, err = broken.Enqueue(ctx, []*asynq.Task{fresh})
+	out, err = broken.Enqueue(ctx, []*asynq.Task{smsTask("order-9")})
 	require.NoError(t, err)
 	require.Error(t, out[0].Err, "the enqueue on a closed connection")
 	require.Zero(t, rdb.Exists(ctx, worker.ClaimKey(lim.Prefix(), "order-9")).Val(), "the failed send kept its claim")
@@ -150,15 +151,7 @@ func TestEnqueuerRefusesOneKeyOnTwoTaskTypes(t *testing.T) {
 		t.Fatal("a refused send kept its claim")
 	}
 	// Two types with one key in one batch: the first takes it.
-	wa2, err := tasks.NewWhatsAppSendTask(tasks.WhatsAppSend{PhoneNumberID: "1065", To: "+12025550101", Text: "hi", IdempotencyKey: "order-8"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sms2, err := tasks.NewSMSSendTask(tasks.SMSSend{From: "+12025550100", To: "+12025550101", Body: "hi", IdempotencyKey: "order-8"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err = enq.Enqueue(ctx, []*asynq.Task{wa2, sms2})
+	out, err = enq.Enqueue(ctx, []*asynq.Task{waTask("order-8"), smsTask("order-8")})
 	if err != nil || out[0].Err != nil || !errors.Is(out[1].Err, tasks.ErrKeyInUse) {
 		t.Fatalf("one key twice in a batch: %v %+v", err, out)
 	}
