@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-dev/sluice/examples"
 	"github.com/sluice-dev/sluice/internal/api"
 	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/callbacks"
 	"github.com/sluice-dev/sluice/internal/campaign"
 	"github.com/sluice-dev/sluice/internal/emulator"
 	"github.com/sluice-dev/sluice/internal/server"
@@ -148,7 +149,21 @@ func runDemo(parent context.Context, g *globals, o demoOptions) error {
 	}
 	defer rdb.Close()
 
-	em, err := emulator.Start(emulator.Options{WebhookEndpoints: demoWebhookHosts})
+	// The server `sluice serve` runs, on loopback with no API keys. The
+	// emulated Twilio posts its signed status callbacks to it (the URL
+	// comes with each SMS), the emulated WhatsApp its status webhooks (the
+	// app's URL, set here).
+	ln, base, err := demoListener(o.listen, o.listenSet, g)
+	if err != nil {
+		return err
+	}
+	serving := false // server.Start owns ln from then on
+	defer func() {
+		if !serving {
+			ln.Close()
+		}
+	}()
+	em, err := emulator.Start(emulator.Options{WebhookEndpoints: demoWebhookHosts, WhatsAppWebhookURL: base + callbacks.WhatsAppPath})
 	if err != nil {
 		return err
 	}
@@ -196,19 +211,17 @@ func runDemo(parent context.Context, g *globals, o demoOptions) error {
 		"TWILIO_ACCOUNT_SID": emulator.DefaultTwilioAccountSID,
 		"TWILIO_AUTH_TOKEN":  emulator.DefaultTwilioAuthToken,
 		"WEBHOOK_SECRET":     emulator.DefaultWebhookSecret,
-	}
-	// The server `sluice serve` runs, on loopback with no API keys. The
-	// emulated Twilio posts its signed status callbacks to it.
-	ln, base, err := demoListener(o.listen, o.listenSet, g)
-	if err != nil {
-		return err
+		// The WhatsApp status webhooks: the app secret signs them; the
+		// verify token is for Meta's subscription check, which the
+		// emulator does not make.
+		"WHATSAPP_APP_SECRET":   emulator.DefaultWhatsAppAppSecret,
+		"WHATSAPP_VERIFY_TOKEN": "sluice-demo-verify-token",
 	}
 	cfg.HTTP.PublicURL = base
 	reg := app.NewRegistry(rdb)
 	lim := app.NewLimiter(cfg, rdb, nil)
 	store, err := server.NewStore(cfg, rdb)
 	if err != nil {
-		ln.Close()
 		return err
 	}
 	secretOf := func(env string) (string, error) { return secrets[env], nil }
@@ -219,7 +232,6 @@ func runDemo(parent context.Context, g *globals, o demoOptions) error {
 		Delivery: store,
 	})
 	if err != nil {
-		ln.Close()
 		return err
 	}
 	stopServer, err := server.Start(ln, server.Parts{Config: cfg, Redis: rdb, Limiter: lim, Registry: reg, Store: store, Worker: w,
@@ -227,6 +239,7 @@ func runDemo(parent context.Context, g *globals, o demoOptions) error {
 	if err != nil {
 		return err
 	}
+	serving = true
 	defer stopServer()
 
 	// Enqueued through the HTTP API: each send's slot is planned at

@@ -41,6 +41,7 @@ per calendar second instead. The pair interval is exact.`,
 	f.IntVar(&opts.WhatsAppMPS, "whatsapp-mps", 80, "WhatsApp messages/s per phone number")
 	f.IntVar(&opts.TwilioMPS, "twilio-mps", 1, "Twilio messages/s per From")
 	f.IntVar(&opts.WebhookRPS, "webhook-rps", 10, "webhook requests/s per receiver")
+	f.StringVar(&opts.WhatsAppWebhookURL, "whatsapp-webhook", "", "URL to post WhatsApp message statuses to, signed with the app secret (serve's /callbacks/whatsapp; \"\": none)")
 	f.BoolVar(&opts.CalendarSeconds, "calendar-seconds", false, "count the per-second caps per calendar second instead of in any 1-s span (sliding window)")
 	return cmd
 }

@@ -5,10 +5,14 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha1"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -85,6 +89,96 @@ func (s *Server) statusCallbacks(callback, sid string, f twilioForm) {
 				p.Set("ErrorCode", code)
 			}
 			if !s.postStatus(hc, callback, p) {
+				return
+			}
+		}
+	})
+}
+
+// waWebhook is a WhatsApp Cloud API webhook post of message statuses
+// (Meta's "messages" field; value.statuses).
+type waWebhook struct {
+	Object string      `json:"object"`
+	Entry  []waHookEnt `json:"entry"`
+}
+
+type waHookEnt struct {
+	ID      string         `json:"id"`
+	Changes []waHookChange `json:"changes"`
+}
+
+type waHookChange struct {
+	Field string      `json:"field"`
+	Value waHookValue `json:"value"`
+}
+
+type waHookValue struct {
+	MessagingProduct string       `json:"messaging_product"`
+	Metadata         waHookMeta   `json:"metadata"`
+	Statuses         []waHookStat `json:"statuses"`
+}
+
+type waHookMeta struct {
+	DisplayPhoneNumber string `json:"display_phone_number"`
+	PhoneNumberID      string `json:"phone_number_id"`
+}
+
+type waHookStat struct {
+	ID          string `json:"id"`
+	Status      string `json:"status"`
+	Timestamp   string `json:"timestamp"`
+	RecipientID string `json:"recipient_id"`
+}
+
+// whatsAppSignature is X-Hub-Signature-256: "sha256=" and the hex
+// HMAC-SHA256 of the raw body, keyed with the app secret (Meta's webhook
+// docs, "Validating payloads").
+func whatsAppSignature(secret string, body []byte) string {
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write(body)
+	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// whatsAppStatuses posts an accepted WhatsApp message's statuses to
+// Options.WhatsAppWebhookURL, signed, one post per status as Meta does:
+// "sent", then "delivered". Best effort, in the background; Close cancels
+// them. Nothing is posted without a webhook URL.
+func (s *Server) whatsAppStatuses(phoneID, wamid, digits string) {
+	hook := s.opts.WhatsAppWebhookURL
+	if hook == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ctx.Err() != nil {
+		return // closing
+	}
+	s.posts.Go(func() {
+		hc := &http.Client{Timeout: statusCallbackTimeout,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		for _, status := range []string{"sent", "delivered"} {
+			post := waWebhook{Object: "whatsapp_business_account", Entry: []waHookEnt{{ID: "emulated-waba", Changes: []waHookChange{{
+				Field: "messages",
+				Value: waHookValue{MessagingProduct: "whatsapp", Metadata: waHookMeta{DisplayPhoneNumber: phoneID, PhoneNumberID: phoneID},
+					Statuses: []waHookStat{{ID: wamid, Status: status, Timestamp: strconv.FormatInt(s.opts.Clock().Unix(), 10), RecipientID: digits}}},
+			}}}}}
+			body, err := json.Marshal(post)
+			if err != nil {
+				return
+			}
+			req, err := http.NewRequestWithContext(s.ctx, http.MethodPost, hook, bytes.NewReader(body))
+			if err != nil {
+				return
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("User-Agent", "facebookexternalua")
+			req.Header.Set("X-Hub-Signature-256", whatsAppSignature(s.opts.WhatsAppAppSecret, body))
+			resp, err := hc.Do(req)
+			if err != nil {
+				return
+			}
+			resp.Body.Close()
+			if s.ctx.Err() != nil {
 				return
 			}
 		}

@@ -1,7 +1,11 @@
 package emulator
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -98,4 +102,75 @@ func TestTwilioRefusesABadStatusCallback(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, r.status, cb)
 		require.Contains(t, string(r.body), "21609", cb)
 	}
+}
+
+// The WhatsApp emulator posts each accepted message's statuses to the
+// app's webhook as Meta does: one post per status, "sent" then
+// "delivered", signed with X-Hub-Signature-256 over the raw body.
+func TestWhatsAppPostsSignedStatusWebhooks(t *testing.T) {
+	t.Parallel()
+	type post struct {
+		body []byte
+		sig  string
+	}
+	posts := make(chan post, 10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		posts <- post{b, r.Header.Get("X-Hub-Signature-256")}
+	}))
+	t.Cleanup(srv.Close)
+	h := newHarness(t, Options{WhatsAppWebhookURL: srv.URL + "/callbacks/whatsapp"})
+	r := h.waText(phoneID, "+16505551234")
+	require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
+	var sent struct {
+		Messages []struct {
+			ID string `json:"id"`
+		} `json:"messages"`
+	}
+	require.NoError(t, json.Unmarshal(r.body, &sent))
+
+	for _, want := range []string{"sent", "delivered"} {
+		var p post
+		select {
+		case p = <-posts:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no %s status within 10s", want)
+		}
+		mac := hmac.New(sha256.New, []byte(DefaultWhatsAppAppSecret))
+		mac.Write(p.body)
+		require.Equal(t, "sha256="+hex.EncodeToString(mac.Sum(nil)), p.sig)
+		var hook struct {
+			Object string `json:"object"`
+			Entry  []struct {
+				Changes []struct {
+					Field string `json:"field"`
+					Value struct {
+						Metadata struct {
+							PhoneNumberID string `json:"phone_number_id"`
+						} `json:"metadata"`
+						Statuses []struct {
+							ID, Status, Timestamp string
+							RecipientID           string `json:"recipient_id"`
+						} `json:"statuses"`
+					} `json:"value"`
+				} `json:"changes"`
+			} `json:"entry"`
+		}
+		require.NoError(t, json.Unmarshal(p.body, &hook))
+		require.Equal(t, "whatsapp_business_account", hook.Object)
+		c := hook.Entry[0].Changes[0]
+		require.Equal(t, "messages", c.Field)
+		require.Equal(t, phoneID, c.Value.Metadata.PhoneNumberID)
+		st := c.Value.Statuses[0]
+		require.Equal(t, want, st.Status)
+		require.Equal(t, sent.Messages[0].ID, st.ID)
+		require.Equal(t, "16505551234", st.RecipientID)
+		require.NotEmpty(t, st.Timestamp)
+	}
+}
+
+func TestWhatsAppWebhookURLIsChecked(t *testing.T) {
+	t.Parallel()
+	_, err := Start(Options{WhatsAppWebhookURL: "ftp://example.com/hook"})
+	require.ErrorContains(t, err, "WhatsAppWebhookURL")
 }

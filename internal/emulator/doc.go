@@ -181,6 +181,15 @@
 // may arrive before the create request's answer is read, follow no
 // redirects, and are dropped when they fail; Close cancels them.
 //
+// With Options.WhatsAppWebhookURL set, an accepted WhatsApp message's
+// statuses are posted there as Meta's webhooks post them: a JSON body with
+// object "whatsapp_business_account" and one entry whose change has field
+// "messages" and value {messaging_product, metadata {display_phone_number,
+// phone_number_id}, statuses [{id (the wamid), status, timestamp (Unix
+// seconds), recipient_id}]}, signed with X-Hub-Signature-256 ("sha256=" and
+// the hex HMAC-SHA256 of the raw body, keyed with WhatsAppAppSecret). One
+// post per status: "sent", then "delivered"; best effort, as above.
+//
 // # Introspection
 //
 // The WhatsApp listener also serves, for a test process reading a standalone

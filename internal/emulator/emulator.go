@@ -31,6 +31,9 @@ const (
 	DefaultWhatsAppToken    = "test-token"
 	DefaultTwilioAccountSID = "AC0123456789abcdef0123456789abcdef"
 	DefaultTwilioAuthToken  = "test-auth-token"
+	// DefaultWhatsAppAppSecret is the Meta app secret that signs the
+	// WhatsApp emulator's status webhooks (X-Hub-Signature-256).
+	DefaultWhatsAppAppSecret = "test-app-secret"
 	// DefaultWebhookSecret is the example secret of the Standard Webhooks
 	// specification (24 bytes once decoded).
 	DefaultWebhookSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -68,6 +71,14 @@ type Options struct {
 	// CalendarSeconds) [80]. Over it: HTTP 400, code 130429. The count is
 	// exact: Tolerance does not apply.
 	WhatsAppMPS int
+	// WhatsAppWebhookURL is the app's webhook callback URL (an absolute
+	// http(s) URL), where the WhatsApp emulator posts each accepted
+	// message's statuses, "sent" then "delivered", as Meta's webhooks do
+	// (field "messages", value.statuses) [""; none are posted].
+	WhatsAppWebhookURL string
+	// WhatsAppAppSecret is the Meta app secret that signs those posts
+	// with X-Hub-Signature-256 [DefaultWhatsAppAppSecret].
+	WhatsAppAppSecret string
 	// PairInterval is the minimum spacing of accepted messages from one
 	// phone-number-id to one recipient, less Tolerance [6s]: with the default
 	// Tolerance a message is accepted iff it comes at least PairInterval after
@@ -235,6 +246,12 @@ func resolve(opts Options) (Options, error) {
 	}
 	if opts.TwilioAccountSID == "" {
 		opts.TwilioAccountSID = DefaultTwilioAccountSID
+	}
+	if opts.WhatsAppAppSecret == "" {
+		opts.WhatsAppAppSecret = DefaultWhatsAppAppSecret
+	}
+	if opts.WhatsAppWebhookURL != "" && !validCallbackURL(opts.WhatsAppWebhookURL) {
+		return opts, fmt.Errorf("emulator: WhatsAppWebhookURL %q: want an absolute http(s) URL", opts.WhatsAppWebhookURL)
 	}
 	if opts.TwilioAuthToken == "" {
 		opts.TwilioAuthToken = DefaultTwilioAuthToken
@@ -624,6 +641,9 @@ func (s *Server) writeSummary(w io.Writer, given Options) error {
 	fmt.Fprintf(&b, "whatsapp  %s/v23.0/{phone-number-id}/messages\n", s.whatsappURL)
 	fmt.Fprintf(&b, "          bearer token %s; %d msg/s per phone-number-id (130429); 1 per %s per recipient (131056)\n",
 		show(given.WhatsAppToken, o.WhatsAppToken), o.WhatsAppMPS, o.PairInterval)
+	if o.WhatsAppWebhookURL != "" {
+		fmt.Fprintf(&b, "          statuses posted to %s, signed with app secret %s\n", o.WhatsAppWebhookURL, show(given.WhatsAppAppSecret, o.WhatsAppAppSecret))
+	}
 	fmt.Fprintf(&b, "sms       %s/2010-04-01/Accounts/%s/Messages.json\n", s.twilioURL, o.TwilioAccountSID)
 	fmt.Fprintf(&b, "          auth token %s; %d msg/s per From; %d concurrent requests (20429)\n",
 		show(given.TwilioAuthToken, o.TwilioAuthToken), o.TwilioMPS, o.TwilioConcurrency)

@@ -266,6 +266,7 @@ func (s *Server) handleWhatsApp(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 
 	s.process(ch)
+	s.whatsAppStatuses(phoneID, rec.ProviderID, digits)
 	writeJSON(w, http.StatusOK, waResponse{
 		MessagingProduct: "whatsapp",
 		Contacts:         []waContact{{Input: req.To, WaID: digits}},

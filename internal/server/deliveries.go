@@ -66,7 +66,7 @@ func NewCallbacks(cfg *config.Config, o CallbackOptions) (http.Handler, error) {
 	if cc := cfg.Channels["whatsapp"]; cc != nil && cc.Enabled && cc.AppSecretEnv != "" && cc.VerifyTokenEnv != "" {
 		secret, err1 := secrets(cc.AppSecretEnv)
 		verify, err2 := secrets(cc.VerifyTokenEnv)
-		if err1 == nil && err2 == nil {
+		if err1 == nil && err2 == nil && secret != "" && verify != "" {
 			co.WhatsAppAppSecret, co.WhatsAppVerifyToken = secret, verify
 			whatsapp = "on"
 		} else {
