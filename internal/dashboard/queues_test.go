@@ -39,6 +39,12 @@ func TestQueuesServesAsynqmonOnSluicesRedis(t *testing.T) {
 	res, body := get(t, srv.URL+"/queues/")
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Contains(t, body, `window.FLAG_ROOT_PATH="\/queues"`, "asynqmon's page, rooted at /queues")
+	// The page may load nothing from elsewhere (asynqmon's Google Fonts
+	// stylesheet) and no frame may embed it.
+	csp := res.Header.Get("Content-Security-Policy")
+	require.Contains(t, csp, "default-src 'self'")
+	require.Contains(t, csp, "frame-ancestors 'none'")
+	require.Contains(t, body, "fonts.googleapis.com", "asynqmon's build still asks for Google Fonts: the CSP is what stops it")
 
 	res, body = get(t, srv.URL+"/queues/api/queues")
 	require.Equal(t, http.StatusOK, res.StatusCode)
