@@ -55,7 +55,8 @@ type Enqueued struct {
 	Err error
 }
 
-// NewEnqueuer plans with limiter using chans' Rules, Headroom and
+// NewEnqueuer plans with limiter (which must use the Redis of client: it
+// also looks there for tasks holding an ID) using chans' Rules, Headroom and
 // TenantWeights (the same values the workers use; Name and TaskType are
 // required, Prepare is not used). Channels whose TaskType the tasks package does not know are
 // enqueued to run now.
@@ -104,14 +105,19 @@ func ClaimKey(prefix, id string) string { return prefix + ":_idem:" + id }
 // kept. Each task's own outcome is in its Enqueued; a task whose enqueue
 // fails gives its new place back.
 //
+// Each task goes to its channel's queue (Channel.Queue), which the workers
+// serve, whatever queue its own options named, unless opts has an
+// asynq.Queue.
+//
 // One ID is one send across channels: asynq keeps task IDs unique only
 // within a queue. A task with a chosen ID (an idempotency key, or the one
 // asynq.TaskID among opts gives) is refused with tasks.ErrKeyInUse while a
-// task of another type holds it: one in another channel's queue (asynq's
-// record, pending to completed within its retention), or one being
-// enqueued at the same moment (a claim, ClaimKey, kept for ClaimTTL; it is
-// given back when the task is not enqueued). Tasks enqueued without the
-// Enqueuer (tasks.Enqueue…) take no claim but are found in their queue.
+// task of another type holds it: one in another queue of the Enqueuer's
+// channels or in another type's default queue (asynq's record, pending to
+// completed within its retention), or one being enqueued at the same
+// moment (a claim, ClaimKey, kept for ClaimTTL, given back when the task is
+// not enqueued). Tasks enqueued without the Enqueuer (tasks.Enqueue…) take
+// no claim but are found in their queue.
 func (e *Enqueuer) Enqueue(ctx context.Context, ts []*asynq.Task, opts ...asynq.Option) ([]Enqueued, error) {
 	out := make([]Enqueued, len(ts))
 	type pending struct {
@@ -124,19 +130,30 @@ func (e *Enqueuer) Enqueue(ctx context.Context, ts []*asynq.Task, opts ...asynq.
 	now := time.Now()
 	// A caller's own schedule (ProcessAt, ProcessIn) wins: such tasks are
 	// not planned now; they take their place when they are first dequeued.
-	scheduled, optID := false, ""
+	scheduled, optID, optQueue := false, "", ""
 	for _, o := range opts {
 		switch o.Type() {
 		case asynq.ProcessAtOpt, asynq.ProcessInOpt:
 			scheduled = true
 		case asynq.TaskIDOpt:
 			optID, _ = o.Value().(string)
+		case asynq.QueueOpt:
+			optQueue, _ = o.Value().(string)
 		}
 	}
-	var claims []int // tasks with a chosen ID
+	var keyed []int // tasks with a chosen ID
 	fs := make([]facts, len(ts))
+	queues := make([]string, len(ts))
 	for i, t := range ts {
 		out[i].ETA = now
+		switch ch := e.chans[t.Type()]; {
+		case optQueue != "":
+			queues[i] = optQueue
+		case ch != nil:
+			queues[i] = ch.queue
+		default:
+			queues[i] = tasks.DefaultQueue(t.Type())
+		}
 		f, err := payloadFacts(t)
 		if err != nil {
 			out[i].Err = err
@@ -153,10 +170,10 @@ func (e *Enqueuer) Enqueue(ctx context.Context, ts []*asynq.Task, opts ...asynq.
 			out[i].ID, chosen = randomID(), false
 		}
 		if chosen {
-			claims = append(claims, i)
+			keyed = append(keyed, i)
 		}
 	}
-	claimed, err := e.claim(ctx, ts, claims, out)
+	claimed, err := e.claim(ctx, ts, keyed, queues, out)
 	if err != nil {
 		return nil, err
 	}
@@ -208,6 +225,9 @@ func (e *Enqueuer) Enqueue(ctx context.Context, ts []*asynq.Task, opts ...asynq.
 			continue
 		}
 		o := append(tasks.FloorMaxRetry(opts), asynq.TaskID(out[i].ID))
+		if optQueue == "" && e.chans[t.Type()] != nil {
+			o = append(o, asynq.Queue(queues[i])) // the channel's queue, which its workers serve
+		}
 		if due := out[i].ETA.Truncate(time.Second); due.After(time.Now()) && !scheduled {
 			o = append(o, asynq.ProcessAt(due))
 		}
@@ -225,83 +245,139 @@ func (e *Enqueuer) Enqueue(ctx context.Context, ts []*asynq.Task, opts ...asynq.
 	return out, nil
 }
 
-// claimScript sets a claim unless one is there: KEYS[1] the claim,
-// ARGV[1] the task type, ARGV[2] its TTL in ms. It returns "" when it set
-// the claim, else the type that holds it. One script, so two producers
+// claimScript takes a claim: KEYS[1] the claim; ARGV[1] the task type,
+// ARGV[2] the caller's token, ARGV[3] the TTL in ms. A claim's value is
+// "<type>|<token>". With no claim, or one of the same type (a repeat of
+// the send, which asynq then answers itself), the caller's value is set
+// and "" returned; else the type holding it. One script, so two producers
 // cannot both find the key free.
 var claimScript = redis.NewScript(`local cur = redis.call('GET', KEYS[1])
-if cur then return cur end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if cur and string.sub(cur, 1, #ARGV[1] + 1) ~= ARGV[1] .. '|' then
+  return string.match(cur, '^[^|]*')
+end
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[2], 'PX', ARGV[3])
 return ''`)
+
+// unclaimScript deletes KEYS[1] if it still holds ARGV[1]: a claim a later
+// caller of the same type took over is theirs to give back.
+var unclaimScript = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0`)
 
 // asynqTaskKey is the key of asynq's record of task id in queue, which
 // exists while the task does (pending to completed within its retention);
 // asynq's internal/base.TaskKey. TestAsynqTaskKeyIsAsynqs checks it.
 func asynqTaskKey(queue, id string) string { return "asynq:{" + queue + "}:t:" + id }
 
+// watched is a queue the Enqueuer looks in for an ID, with the task type
+// whose tasks it holds.
+type watched struct{ queue, taskType string }
+
+// watchedQueues are the queues of the Enqueuer's channels and the default
+// queues of every task type the tasks package knows (a disabled channel's
+// tasks, or those a producer enqueued with the tasks package's defaults),
+// each once.
+func (e *Enqueuer) watchedQueues() []watched {
+	var ws []watched
+	seen := map[string]bool{}
+	add := func(q, typ string) {
+		if !seen[q] {
+			seen[q] = true
+			ws = append(ws, watched{q, typ})
+		}
+	}
+	for _, ch := range e.order {
+		add(ch.queue, ch.ch.TaskType)
+	}
+	for _, name := range tasks.Channels() {
+		if typ, ok := tasks.ChannelTaskType(name); ok {
+			add(tasks.DefaultQueue(typ), typ)
+		}
+	}
+	return ws
+}
+
 // claim checks the chosen IDs of ts[idx] across task types, in one
 // pipeline: each ID's claim (claimScript) and whether asynq holds a task
-// with that ID in another channel's queue. A task whose ID another type
-// holds gets tasks.ErrKeyInUse. It returns the claims it set, to give back
-// (unclaim) for the tasks that are not enqueued. The error is Redis's;
+// with that ID in another queue Sluice's channels use (queues[i] is task
+// i's own, where asynq itself refuses a second task with the ID). A task
+// whose ID a task of another type holds gets tasks.ErrKeyInUse, and its
+// claim is given back at once. It returns the claims it holds, to give
+// back (unclaim) for the tasks that are not enqueued. The error is Redis's;
 // then no claim is kept.
-func (e *Enqueuer) claim(ctx context.Context, ts []*asynq.Task, idx []int, out []Enqueued) (map[int]bool, error) {
+func (e *Enqueuer) claim(ctx context.Context, ts []*asynq.Task, idx []int, queues []string, out []Enqueued) (claims, error) {
+	c := claims{token: randomID(), held: map[int]string{}}
 	if len(idx) == 0 {
-		return nil, nil
+		return c, nil
 	}
+	ws := e.watchedQueues()
 	type check struct {
 		claim  *redis.Cmd
-		others []*redis.IntCmd // by e.order, nil for the task's own type
+		others []*redis.IntCmd // by ws; nil for the task's own queue
 	}
 	checks := make([]check, len(idx))
 	_, err := e.limiter.Client().Pipelined(ctx, func(p redis.Pipeliner) error {
 		for k, i := range idx {
-			typ := ts[i].Type()
-			checks[k].claim = claimScript.Eval(ctx, p, []string{ClaimKey(e.limiter.Prefix(), out[i].ID)}, typ, ClaimTTL.Milliseconds())
-			checks[k].others = make([]*redis.IntCmd, len(e.order))
-			for c, ch := range e.order {
-				if ch.ch.TaskType != typ {
-					checks[k].others[c] = p.Exists(ctx, asynqTaskKey(ch.queue, out[i].ID))
+			checks[k].claim = claimScript.Eval(ctx, p, []string{ClaimKey(e.limiter.Prefix(), out[i].ID)}, ts[i].Type(), c.token, ClaimTTL.Milliseconds())
+			checks[k].others = make([]*redis.IntCmd, len(ws))
+			for w, q := range ws {
+				if q.queue != queues[i] {
+					checks[k].others[w] = p.Exists(ctx, asynqTaskKey(q.queue, out[i].ID))
 				}
 			}
 		}
 		return nil
 	})
-	set := map[int]bool{}
 	for k, i := range idx {
 		if holder, cerr := checks[k].claim.Text(); cerr == nil && holder == "" {
-			set[i] = true
+			c.held[i] = ts[i].Type() + "|" + c.token
 		}
 	}
 	if err != nil {
-		e.unclaim(ctx, out, set)
-		return nil, fmt.Errorf("worker: enqueue: claim idempotency keys: %w", err)
+		e.unclaim(ctx, out, c)
+		return claims{}, fmt.Errorf("worker: enqueue: claim idempotency keys: %w", err)
 	}
+	refused := claims{token: c.token, held: map[int]string{}}
 	for k, i := range idx {
 		holder, _ := checks[k].claim.Text()
-		if holder == "" || holder == ts[i].Type() {
-			holder = ""
-			for c, n := range checks[k].others {
+		if holder == "" {
+			for w, n := range checks[k].others {
 				if n != nil && n.Val() > 0 {
-					holder = e.order[c].ch.TaskType
+					holder = ws[w].taskType
 					break
 				}
 			}
 		}
-		if holder != "" {
-			out[i].Err = fmt.Errorf("enqueue %s (id %q): %w (a %s task)", ts[i].Type(), out[i].ID, tasks.ErrKeyInUse, holder)
+		if holder == "" {
+			continue
+		}
+		out[i].Err = fmt.Errorf("enqueue %s (id %q): %w (a %s task)", ts[i].Type(), out[i].ID, tasks.ErrKeyInUse, holder)
+		if v, ok := c.held[i]; ok {
+			refused.held[i] = v
+			delete(c.held, i)
 		}
 	}
-	return set, nil
+	// A refused send's claim would make the key's real owner look like
+	// another channel to its own retries while this batch runs.
+	e.unclaim(ctx, out, refused)
+	return c, nil
 }
 
-// unclaim deletes the claims this call set for tasks it did not enqueue
-// (set[i] and no Info), so a key whose send failed stays free.
-func (e *Enqueuer) unclaim(ctx context.Context, out []Enqueued, set map[int]bool) {
-	var keys []string
-	for i := range set {
+// claims are the claims one Enqueue call holds: by task index, the value
+// it set (type and token).
+type claims struct {
+	token string
+	held  map[int]string
+}
+
+// unclaim gives back the claims of c whose tasks were not enqueued (no
+// Info), each only if it still holds this call's value.
+func (e *Enqueuer) unclaim(ctx context.Context, out []Enqueued, c claims) {
+	var keys, vals []string
+	for i, v := range c.held {
 		if out[i].Info == nil {
-			keys = append(keys, ClaimKey(e.limiter.Prefix(), out[i].ID))
+			keys, vals = append(keys, ClaimKey(e.limiter.Prefix(), out[i].ID)), append(vals, v)
 		}
 	}
 	if len(keys) == 0 {
@@ -309,8 +385,8 @@ func (e *Enqueuer) unclaim(ctx context.Context, out []Enqueued, set map[int]bool
 	}
 	ctx = context.WithoutCancel(ctx)
 	_, _ = e.limiter.Client().Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, k := range keys {
-			p.Del(ctx, k) // one key per command: claims may be in different Cluster slots
+		for k := range keys {
+			unclaimScript.Eval(ctx, p, []string{keys[k]}, vals[k]) // one key each: claims may be in different Cluster slots
 		}
 		return nil
 	})

@@ -103,6 +103,13 @@ func TestEnqueuerRefusesOneKeyOnTwoTaskTypes(t *testing.T) {
 	if err != nil || out[0].Err != nil {
 		t.Fatalf("first use of the key: %v %+v", err, out)
 	}
+	claim := worker.ClaimKey(lim.Prefix(), "order-7")
+	if v, err := rdb.Get(ctx, claim).Result(); err != nil || !strings.HasPrefix(v, tasks.TypeSMSSend+"|") {
+		t.Fatalf("claim: %q %v, want the type and the caller's token", v, err)
+	}
+	if ttl := rdb.PTTL(ctx, claim).Val(); ttl <= 0 || ttl > worker.ClaimTTL {
+		t.Fatalf("claim TTL %v, want up to %v", ttl, worker.ClaimTTL)
+	}
 	out, err = enq.Enqueue(ctx, []*asynq.Task{wa})
 	if err != nil {
 		t.Fatal(err)
@@ -130,16 +137,9 @@ func TestEnqueuerRefusesOneKeyOnTwoTaskTypes(t *testing.T) {
 	require.NoError(t, err)
 	require.Error(t, out[0].Err, "the enqueue on a closed connection")
 	require.Zero(t, rdb.Exists(ctx, worker.ClaimKey(lim.Prefix(), "order-9")).Val(), "the failed send kept its claim")
-	claim := worker.ClaimKey(lim.Prefix(), "order-7")
-	if typ, err := rdb.Get(ctx, claim).Result(); err != nil || typ != tasks.TypeSMSSend {
-		t.Fatalf("claim: %q %v", typ, err)
-	}
-	if ttl := rdb.PTTL(ctx, claim).Val(); ttl <= 0 || ttl > worker.ClaimTTL {
-		t.Fatalf("claim TTL %v, want up to %v", ttl, worker.ClaimTTL)
-	}
-	// Once the claim is gone (its TTL outlasts only the enqueue), the SMS
-	// task in its queue still holds the key; the refused send leaves no
-	// claim behind.
+	// Once the claim is gone (its TTL outlasts only the enqueue; the
+	// repeat above took it over and gave it back), the SMS task in its
+	// queue still holds the key; the refused send leaves no claim behind.
 	if err := rdb.Del(ctx, claim).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -165,4 +165,55 @@ func TestEnqueuerRefusesOneKeyOnTwoTaskTypes(t *testing.T) {
 			t.Fatalf("limiter keys list a claim: %q", k)
 		}
 	}
+}
+
+// Two channels may share a queue: a repeat of a keyed send there is asynq's
+// duplicate, not another channel's key. A same-type repeat takes the claim
+// over, so the first caller giving its claim back cannot free the key
+// while the second is still enqueuing.
+func TestEnqueuerOnASharedQueue(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	lim := throttle.NewRedis(rdb, throttle.Options{OverrideRefresh: -1})
+	enq, err := worker.NewEnqueuer(asynq.NewClientFromRedisClient(rdb), lim, []worker.Channel{
+		{Name: "whatsapp", TaskType: tasks.TypeWhatsAppSend, Queue: "msgs"},
+		{Name: "sms", TaskType: tasks.TypeSMSSend, Queue: "msgs"},
+	})
+	require.NoError(t, err)
+	sms, err := tasks.NewSMSSendTask(tasks.SMSSend{From: "+12025550100", To: "+12025550101", Body: "hi", IdempotencyKey: "k"})
+	require.NoError(t, err)
+	out, err := enq.Enqueue(ctx, []*asynq.Task{sms})
+	require.NoError(t, err)
+	require.NoError(t, out[0].Err)
+	require.Equal(t, "msgs", out[0].Info.Queue, "the channel's queue")
+	first, err := rdb.Get(ctx, worker.ClaimKey(lim.Prefix(), "k")).Result()
+	require.NoError(t, err)
+
+	out, err = enq.Enqueue(ctx, []*asynq.Task{sms})
+	require.NoError(t, err)
+	require.ErrorIs(t, out[0].Err, tasks.ErrDuplicate, "a repeat on a shared queue")
+	// The repeat took the claim over (its value replaced the first
+	// caller's, so the first caller's give-back could no longer free it)
+	// and, not enqueued, gave it back.
+	require.NotEmpty(t, first)
+	require.Zero(t, rdb.Exists(ctx, worker.ClaimKey(lim.Prefix(), "k")).Val())
+	// A failed repeat takes the claim over from another caller of its
+	// type, then gives back its own.
+	require.NoError(t, rdb.Set(ctx, worker.ClaimKey(lim.Prefix(), "k"), tasks.TypeSMSSend+"|someone-else", time.Minute).Err())
+	closed := srv.Client(t)
+	require.NoError(t, closed.Close())
+	broken, err := worker.NewEnqueuer(asynq.NewClientFromRedisClient(closed), lim, []worker.Channel{{Name: "sms", TaskType: tasks.TypeSMSSend, Queue: "msgs"}})
+	require.NoError(t, err)
+	out, err = broken.Enqueue(ctx, []*asynq.Task{sms})
+	require.NoError(t, err)
+	require.Error(t, out[0].Err)
+	require.Zero(t, rdb.Exists(ctx, worker.ClaimKey(lim.Prefix(), "k")).Val(), "the failed repeat took the claim over, so it gives it back")
+
+	wa, err := tasks.NewWhatsAppSendTask(tasks.WhatsAppSend{PhoneNumberID: "1065", To: "+12025550101", Text: "hi", IdempotencyKey: "k"})
+	require.NoError(t, err)
+	require.NoError(t, rdb.Del(ctx, worker.ClaimKey(lim.Prefix(), "k")).Err())
+	out, err = enq.Enqueue(ctx, []*asynq.Task{wa})
+	require.NoError(t, err)
+	require.ErrorIs(t, out[0].Err, tasks.ErrDuplicate, "the same queue holds the key: asynq refuses it")
 }

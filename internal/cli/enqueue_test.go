@@ -81,3 +81,17 @@ func TestSendRejectsTemplateParameterRows(t *testing.T) {
 	require.Contains(t, r.stderr, path+":5: template.parameters[0] ({{1}}): has more than 4 consecutive spaces")
 	require.Contains(t, r.stdout, "3 rows: 1 would be enqueued, 2 rejected (dry run: nothing was enqueued)")
 }
+
+// A channel's configured queue is where the CLI enqueues: the workers serve
+// that queue, not the channel's default name.
+func TestEnqueueUsesTheChannelsQueue(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	cfg := writeFile(t, "sluice.yaml", "channels:\n  sms:\n    queue: texts\n")
+	r := run(t, "--config", cfg, "enqueue", "sms", "--from", "+12025550100", "--to", "+12025550123", "--body", "hi", "--key", "q-1", "--redis", srv.URL())
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "queue=texts")
+	info, err := asynq.NewInspectorFromRedisClient(srv.Client(t)).GetTaskInfo("texts", "q-1")
+	require.NoError(t, err)
+	require.Equal(t, "sms:send", info.Type)
+}

@@ -218,10 +218,13 @@ func sendFile(ctx context.Context, enq *worker.Enqueuer, m *campaign.Message, pa
 				}
 			}
 			bar.IncrBy(len(rows))
-			// The rows enqueued are counted even when others failed: a
-			// re-run finds them already enqueued and would not count them.
+			// The rows enqueued are counted even when others failed (or
+			// the command was interrupted): a re-run finds them already
+			// enqueued and would not count them.
 			if counted != nil && enq != nil {
-				if err := counted(ctx, fresh); err != nil {
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				if err := counted(cctx, fresh); err != nil {
 					return fmt.Errorf("enqueue lines %d-%d: enqueued, but not counted for --wait: %w", rows[0].Line, rows[len(rows)-1].Line, err)
 				}
 			}
