@@ -307,10 +307,10 @@ func (e *Enqueuer) watchedQueues() []watched {
 // back (unclaim) for the tasks that are not enqueued. The error is Redis's;
 // then no claim is kept.
 func (e *Enqueuer) claim(ctx context.Context, ts []*asynq.Task, idx []int, queues []string, out []Enqueued) (claims, error) {
-	c := claims{token: randomID(), held: map[int]string{}}
 	if len(idx) == 0 {
-		return c, nil
+		return claims{}, nil
 	}
+	c := claims{token: randomID(), held: map[int]string{}}
 	ws := e.watchedQueues()
 	type check struct {
 		claim  *redis.Cmd
