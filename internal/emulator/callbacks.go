@@ -70,14 +70,7 @@ func (s *Server) statusCallbacks(callback, sid string, f twilioForm) {
 	if f.service != "" {
 		base.Set("MessagingServiceSid", f.service)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ctx.Err() != nil {
-		return // closing
-	}
-	s.posts.Go(func() {
-		hc := &http.Client{Timeout: statusCallbackTimeout,
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	s.inBackground(func(hc *http.Client) {
 		for _, status := range []string{"sent", final} {
 			p := url.Values{}
 			for k, v := range base {
@@ -148,14 +141,7 @@ func (s *Server) whatsAppStatuses(phoneID, wamid, digits string) {
 	if hook == "" {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ctx.Err() != nil {
-		return // closing
-	}
-	s.posts.Go(func() {
-		hc := &http.Client{Timeout: statusCallbackTimeout,
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	s.inBackground(func(hc *http.Client) {
 		for _, status := range []string{"sent", "delivered"} {
 			post := waWebhook{Object: "whatsapp_business_account", Entry: []waHookEnt{{ID: "emulated-waba", Changes: []waHookChange{{
 				Field: "messages",
@@ -201,6 +187,21 @@ func (s *Server) postStatus(hc *http.Client, callback string, p url.Values) bool
 	}
 	resp.Body.Close()
 	return s.ctx.Err() == nil
+}
+
+// inBackground runs post, a status poster, in the background with a client
+// that follows no redirects, unless the server is closing; Close cancels
+// and waits for it.
+func (s *Server) inBackground(post func(hc *http.Client)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ctx.Err() != nil {
+		return // closing
+	}
+	s.posts.Go(func() {
+		post(&http.Client{Timeout: statusCallbackTimeout,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }})
+	})
 }
 
 // cancelCallbacks ends the status callbacks in flight and waits for them
