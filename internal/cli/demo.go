@@ -241,6 +241,22 @@ func runDemo(parent context.Context, g *globals, o demoOptions) error {
 	}
 	serving = true
 	defer stopServer()
+	// The worker runs before anything is enqueued, as a deployment's do: a
+	// plan starts when it is made, and a worker that started only after
+	// every channel was enqueued (a second and more on the embedded Redis)
+	// found the first planned seconds gone, and the sends it had to plan
+	// again went to the end of the campaign.
+	if err := w.Start(); err != nil {
+		return err
+	}
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			w.Shutdown()
+		}
+	}
+	defer stop()
 
 	// Enqueued through the HTTP API: each send's slot is planned at
 	// enqueue, so the worker dequeues it once, at its second, and holds it
@@ -283,17 +299,6 @@ func runDemo(parent context.Context, g *globals, o demoOptions) error {
 			fmt.Fprintf(g.stdout, "every send's slot is planned; the last is expected in %s\n", when)
 		}
 	}
-	if err := w.Start(); err != nil {
-		return err
-	}
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			w.Shutdown()
-		}
-	}
-	defer stop()
 	insp := asynq.NewInspectorFromRedisClient(rdb)
 	complete := waitDemo(ctx, g, em, insp, cfg, enqueued, !o.json)
 	if !o.serve {
