@@ -28,7 +28,7 @@ type Enqueuer struct {
 	client  *asynq.Client
 	limiter *throttle.Redis
 	chans   map[string]*enqueueChannel // by task type
-	order   []*enqueueChannel          // as given to NewEnqueuer
+	watched []watched                  // where an ID may already be held
 }
 
 type enqueueChannel struct {
@@ -62,6 +62,7 @@ type Enqueued struct {
 // enqueued to run now.
 func NewEnqueuer(client *asynq.Client, limiter *throttle.Redis, chans []Channel) (*Enqueuer, error) {
 	e := &Enqueuer{client: client, limiter: limiter, chans: map[string]*enqueueChannel{}}
+	var chanQueues []watched
 	for i, ch := range chans {
 		fields, known := tasks.FieldNames(ch.TaskType)
 		if !known {
@@ -78,10 +79,10 @@ func NewEnqueuer(client *asynq.Client, limiter *throttle.Redis, chans []Channel)
 		if q == "" {
 			q = tasks.DefaultQueue(ch.TaskType)
 		}
-		ec := &enqueueChannel{ch: ch, rules: set, queue: q}
-		e.chans[ch.TaskType] = ec
-		e.order = append(e.order, ec)
+		e.chans[ch.TaskType] = &enqueueChannel{ch: ch, rules: set, queue: q}
+		chanQueues = append(chanQueues, watched{q, ch.TaskType})
 	}
+	e.watched = watchedQueues(chanQueues)
 	return e, nil
 }
 
@@ -274,11 +275,11 @@ func asynqTaskKey(queue, id string) string { return "asynq:{" + queue + "}:t:" +
 // whose tasks it holds.
 type watched struct{ queue, taskType string }
 
-// watchedQueues are the queues of the Enqueuer's channels and the default
-// queues of every task type the tasks package knows (a disabled channel's
-// tasks, or those a producer enqueued with the tasks package's defaults),
-// each once.
-func (e *Enqueuer) watchedQueues() []watched {
+// watchedQueues are the queues of the Enqueuer's channels (chans, in
+// order) and the default queues of every task type the tasks package knows
+// (a disabled channel's tasks, or those a producer enqueued with the tasks
+// package's defaults), each once.
+func watchedQueues(chans []watched) []watched {
 	var ws []watched
 	seen := map[string]bool{}
 	add := func(q, typ string) {
@@ -287,8 +288,8 @@ func (e *Enqueuer) watchedQueues() []watched {
 			ws = append(ws, watched{q, typ})
 		}
 	}
-	for _, ch := range e.order {
-		add(ch.queue, ch.ch.TaskType)
+	for _, c := range chans {
+		add(c.queue, c.taskType)
 	}
 	for _, name := range tasks.Channels() {
 		if typ, ok := tasks.ChannelTaskType(name); ok {
@@ -311,7 +312,7 @@ func (e *Enqueuer) claim(ctx context.Context, ts []*asynq.Task, idx []int, queue
 		return claims{}, nil
 	}
 	c := claims{token: randomID(), held: map[int]string{}}
-	ws := e.watchedQueues()
+	ws := e.watched
 	type check struct {
 		claim  *redis.Cmd
 		others []*redis.IntCmd // by ws; nil for the task's own queue
