@@ -152,35 +152,29 @@ func (s *Server) whatsAppStatuses(phoneID, wamid, digits string) {
 			if err != nil {
 				return
 			}
-			req, err := http.NewRequestWithContext(s.ctx, http.MethodPost, hook, bytes.NewReader(body))
-			if err != nil {
-				return
-			}
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("User-Agent", "facebookexternalua")
-			req.Header.Set("X-Hub-Signature-256", whatsAppSignature(s.opts.WhatsAppAppSecret, body))
-			resp, err := hc.Do(req)
-			if err != nil {
-				return
-			}
-			resp.Body.Close()
-			if s.ctx.Err() != nil {
+			if !s.post(hc, hook, body, http.Header{"Content-Type": {"application/json"}, "User-Agent": {"facebookexternalua"},
+				"X-Hub-Signature-256": {whatsAppSignature(s.opts.WhatsAppAppSecret, body)}}) {
 				return
 			}
 		}
 	})
 }
 
-// postStatus posts one status callback; it reports whether to go on.
+// postStatus posts one Twilio status callback; it reports whether to go on.
 func (s *Server) postStatus(hc *http.Client, callback string, p url.Values) bool {
-	body := p.Encode()
-	req, err := http.NewRequestWithContext(s.ctx, http.MethodPost, callback, bytes.NewReader([]byte(body)))
+	return s.post(hc, callback, []byte(p.Encode()), http.Header{"Content-Type": {"application/x-www-form-urlencoded"},
+		"User-Agent": {"TwilioProxy/1.1"}, "X-Twilio-Signature": {twilioSignature(s.opts.TwilioAuthToken, callback, p)}})
+}
+
+// post posts one status (body, with header) to u, dropping the answer; it
+// reports whether to go on: the post was made and the server is not
+// closing.
+func (s *Server) post(hc *http.Client, u string, body []byte, header http.Header) bool {
+	req, err := http.NewRequestWithContext(s.ctx, http.MethodPost, u, bytes.NewReader(body))
 	if err != nil {
 		return false
 	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("User-Agent", "TwilioProxy/1.1")
-	req.Header.Set("X-Twilio-Signature", twilioSignature(s.opts.TwilioAuthToken, callback, p))
+	req.Header = header
 	resp, err := hc.Do(req)
 	if err != nil {
 		return false
