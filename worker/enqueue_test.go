@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-dev/sluice/internal/redistest"
@@ -17,19 +18,27 @@ import (
 	"github.com/sluice-dev/sluice/worker"
 )
 
+// numberAt1PerSecond paces a WhatsApp number at 1 send a second.
+var numberAt1PerSecond = []rules.Rule{{Key: "whatsapp:number:{phone_number_id}", Limit: throttle.Limit{Name: "throughput", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(1), Burst: 1}}}
+
+// enqueuerOn starts a redis-server and returns it, a client, a limiter and
+// an Enqueuer of chans on it.
+func enqueuerOn(t *testing.T, chans ...worker.Channel) (*redistest.Server, *redis.Client, *throttle.Redis, *worker.Enqueuer) {
+	t.Helper()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	lim := throttle.NewRedis(rdb, throttle.Options{OverrideRefresh: -1})
+	enq, err := worker.NewEnqueuer(asynq.NewClientFromRedisClient(rdb), lim, chans)
+	require.NoError(t, err)
+	return srv, rdb, lim, enq
+}
+
 // The Enqueuer plans bulk sends (a place in the number's backlog, scheduled
 // for its second), keeps a caller's TaskID and schedule, refuses a taken ID
 // without keeping a second place, and plans nothing for high priority.
 func TestEnqueuerPlansAndKeepsTheCallersOptions(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
+	_, _, lim, enq := enqueuerOn(t, worker.Channel{Name: "whatsapp", TaskType: tasks.TypeWhatsAppSend, Rules: numberAt1PerSecond})
 	ctx := context.Background()
-	lim := throttle.NewRedis(rdb, throttle.Options{OverrideRefresh: -1})
-	rs := []rules.Rule{{Key: "whatsapp:number:{phone_number_id}", Limit: throttle.Limit{Name: "throughput", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(1), Burst: 1}}}
-	enq, err := worker.NewEnqueuer(asynq.NewClientFromRedisClient(rdb), lim, []worker.Channel{{Name: "whatsapp", TaskType: tasks.TypeWhatsAppSend, Rules: rs}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	send := func(key, priority string) *asynq.Task {
 		task, err := tasks.NewWhatsAppSendTask(tasks.WhatsAppSend{Delivery: tasks.Delivery{Priority: priority}, PhoneNumberID: "1065", To: "+12025550101", Text: "hi", IdempotencyKey: key})
 		if err != nil {
@@ -76,18 +85,10 @@ func TestEnqueuerPlansAndKeepsTheCallersOptions(t *testing.T) {
 // one idempotency key on two task types (two queues) and takes no place
 // for the refused send.
 func TestEnqueuerRefusesOneKeyOnTwoTaskTypes(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
+	srv, rdb, lim, enq := enqueuerOn(t,
+		worker.Channel{Name: "whatsapp", TaskType: tasks.TypeWhatsAppSend, Rules: numberAt1PerSecond},
+		worker.Channel{Name: "sms", TaskType: tasks.TypeSMSSend})
 	ctx := context.Background()
-	lim := throttle.NewRedis(rdb, throttle.Options{OverrideRefresh: -1})
-	rs := []rules.Rule{{Key: "whatsapp:number:{phone_number_id}", Limit: throttle.Limit{Name: "throughput", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(1), Burst: 1}}}
-	enq, err := worker.NewEnqueuer(asynq.NewClientFromRedisClient(rdb), lim, []worker.Channel{
-		{Name: "whatsapp", TaskType: tasks.TypeWhatsAppSend, Rules: rs},
-		{Name: "sms", TaskType: tasks.TypeSMSSend},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	waTask := func(key string) *asynq.Task {
 		task, err := tasks.NewWhatsAppSendTask(tasks.WhatsAppSend{PhoneNumberID: "1065", To: "+12025550101", Text: "hi", IdempotencyKey: key})
 		require.NoError(t, err)
@@ -172,15 +173,10 @@ func TestEnqueuerRefusesOneKeyOnTwoTaskTypes(t *testing.T) {
 // over, so the first caller giving its claim back cannot free the key
 // while the second is still enqueuing.
 func TestEnqueuerOnASharedQueue(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
+	srv, rdb, lim, enq := enqueuerOn(t,
+		worker.Channel{Name: "whatsapp", TaskType: tasks.TypeWhatsAppSend, Queue: "msgs"},
+		worker.Channel{Name: "sms", TaskType: tasks.TypeSMSSend, Queue: "msgs"})
 	ctx := context.Background()
-	lim := throttle.NewRedis(rdb, throttle.Options{OverrideRefresh: -1})
-	enq, err := worker.NewEnqueuer(asynq.NewClientFromRedisClient(rdb), lim, []worker.Channel{
-		{Name: "whatsapp", TaskType: tasks.TypeWhatsAppSend, Queue: "msgs"},
-		{Name: "sms", TaskType: tasks.TypeSMSSend, Queue: "msgs"},
-	})
-	require.NoError(t, err)
 	sms, err := tasks.NewSMSSendTask(tasks.SMSSend{From: "+12025550100", To: "+12025550101", Body: "hi", IdempotencyKey: "k"})
 	require.NoError(t, err)
 	out, err := enq.Enqueue(ctx, []*asynq.Task{sms})
