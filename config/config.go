@@ -220,6 +220,13 @@ type ChannelConfig struct {
 	// (throttle.DefaultHeadroom), at most 50%; raise it when the provider is
 	// far away.
 	Headroom float64
+	// MaxMargin bounds the pacing margin a worker measures: the spacing of
+	// the channel's paced limits widens from Headroom's margin (15ms at
+	// 1.5%) to how late the channel's sends actually leave on the worker's
+	// host, and to what throttles after late departures taught, never past
+	// MaxMargin (docs/pacing.md, Margin). Default 50ms
+	// (worker.DefaultMaxMargin); 0 keeps the headroom fixed; at most 500ms.
+	MaxMargin time.Duration
 	// Hold is the longest a worker holds a send with a firm slot before its
 	// instant. asynq schedules in whole seconds, so it is at least 1s.
 	// Default 2s (throttle.DefaultHold), at most 10s.
@@ -318,6 +325,7 @@ func Default() *Config {
 			MaxPayloadBytes: tasks.MaxPayloadBytes(taskType),
 			Headroom:        throttle.DefaultHeadroom,
 			Hold:            throttle.DefaultHold,
+			MaxMargin:       worker.DefaultMaxMargin,
 			Adaptive:        defaultAdaptive(),
 		}
 	}

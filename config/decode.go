@@ -272,6 +272,9 @@ func (d *decoder) boolean(n *yaml.Node, path string, dst *bool) {
 const (
 	minHold = time.Second
 	maxHold = 10 * time.Second
+	// maxMargin bounds channels.*.max_margin: half a second is a third of
+	// every limit's cap.
+	maxMargin = 500 * time.Millisecond
 )
 
 // percent reads "N%" (N a decimal number) as a fraction from 0 to hi.
@@ -592,7 +595,7 @@ var (
 
 func (d *decoder) channel(n *yaml.Node, path string, c *ChannelConfig) {
 	fields := append([]string{"enabled", "queue", "priority"}, channelFields[c.Name]...)
-	fields = append(fields, "timeout", "throttle_backoff", "max_retry_after", "max_payload_bytes", "headroom", "hold", "tenant_weights", "adaptive", "limits", "retry")
+	fields = append(fields, "timeout", "throttle_backoff", "max_retry_after", "max_payload_bytes", "headroom", "max_margin", "hold", "tenant_weights", "adaptive", "limits", "retry")
 	d.mapping(n, path, "field", fields, func(key string, _, v *yaml.Node) {
 		p := join(path, key)
 		switch key {
@@ -664,6 +667,14 @@ func (d *decoder) channel(n *yaml.Node, path string, c *ChannelConfig) {
 		case "headroom":
 			if h, ok := d.percent(v, p, throttle.MaxHeadroom); ok {
 				c.Headroom = h
+			}
+		case "max_margin":
+			if m, ok := d.duration(v, p); ok {
+				if m < 0 || m > maxMargin {
+					d.errorf(resolve(v), p, "want 0 to %s: the widest the measured pacing margin may make the spacing (0 keeps the headroom fixed), got %s", maxMargin, m)
+					return
+				}
+				c.MaxMargin = m
 			}
 		case "hold":
 			if h, ok := d.duration(v, p); ok {

@@ -71,6 +71,10 @@ type attempt struct {
 	p        Prepared
 	sent     bool
 	resp     channels.Response
+	// slot is the instant the send was paced for (this host's clock; zero
+	// when it was not paced), late how long after it the send left.
+	slot time.Time
+	late time.Duration
 }
 
 // record reports the attempt's end to the DeliveryRecorder: a send the

@@ -16,6 +16,8 @@ type Metrics struct {
 	calls    *prometheus.CounterVec
 	hold     *prometheus.HistogramVec
 	late     *prometheus.HistogramVec
+	depart   *prometheus.HistogramVec
+	margins  *marginCollector // sluice_pacing_margin_seconds (margin.go)
 	provider *prometheus.CounterVec
 	probes   *prometheus.CounterVec
 	adaptive *adaptiveCollector // sluice_limit_effective_rate and _configured_rate (adapt.go)
@@ -83,6 +85,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.05, 0.1},
 		}, []string{"channel"}),
 	}
+	m.depart = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "sluice_send_late_seconds",
+		Help:    "How late a paced send left for the provider after its slot, on this host's clock: what the channel's pacing margin absorbs (sluice_pacing_margin_seconds).",
+		Buckets: []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25},
+	}, []string{"channel"})
+	m.margins = newMarginCollector()
 	m.provider = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_provider_throttles_total",
 		Help: "Provider throttle responses by channel, the provider's error code (0: none, HTTP 429) and the scope it names (sender, pair, account, channel for refused credentials, or empty).",
@@ -93,7 +101,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}, []string{"channel", "result"})
 	m.adaptive = newAdaptiveCollector()
 	if reg != nil {
-		reg.MustRegister(m.tasks, m.throttle, m.wait, m.send, m.calls, m.hold, m.late, m.provider, m.probes, m.adaptive)
+		reg.MustRegister(m.tasks, m.throttle, m.wait, m.send, m.calls, m.hold, m.late, m.depart, m.margins, m.provider, m.probes, m.adaptive)
 	}
 	return m
 }
@@ -144,5 +152,11 @@ func (m *Metrics) held(channel string, seconds float64) {
 func (m *Metrics) woke(channel string, lateSeconds float64) {
 	if m != nil {
 		m.late.WithLabelValues(channel).Observe(lateSeconds)
+	}
+}
+
+func (m *Metrics) departed(channel string, lateSeconds float64) {
+	if m != nil {
+		m.depart.WithLabelValues(channel).Observe(lateSeconds)
 	}
 }

@@ -95,6 +95,15 @@ type Channel struct {
 	// 78.8/s). Zero means throttle.DefaultHeadroom; enqueue-time planning
 	// must use the same value. Negative means none.
 	Headroom float64
+	// MaxMargin bounds the pacing margin the worker measures (margin.go):
+	// the spacing of the channel's paced limits absorbs a send leaving up
+	// to the margin after its slot, and the margin widens, from the
+	// Headroom's, to how late the channel's sends actually leave on this
+	// host (the 99.5th percentile of the last 10-20s) and to what throttles
+	// after late departures taught, never past MaxMargin. Zero means
+	// DefaultMaxMargin (50ms: 4.8% headroom); negative keeps the Headroom
+	// fixed.
+	MaxMargin time.Duration
 	// Hold is the longest a send with a firm reservation is held in the
 	// worker before its instant. Zero means throttle.DefaultHold (2s:
 	// asynq schedules in whole seconds).
@@ -315,6 +324,7 @@ func New(opts Options) (*Worker, error) {
 		known[ch.TaskType] = ch.Name
 	}
 	w.mux.Use(w.exactTypes(known))
+	opts.Metrics.watchMargins(w)
 	w.srv = asynq.NewServerFromRedisClient(opts.Redis, asynq.Config{
 		Concurrency:              opts.Concurrency,
 		Queues:                   opts.Queues,
@@ -364,7 +374,8 @@ func (w *Worker) startBackground() {
 		}
 	}
 	probe = probe && len(probed) > 0
-	if !watch && !probe {
+	mp, publish := w.opts.Limiter.(marginPublisher)
+	if !watch && !probe && !publish {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -381,6 +392,9 @@ func (w *Worker) startBackground() {
 				}
 			}
 		})
+	}
+	if publish {
+		wg.Go(func() { w.publishMargins(ctx, mp) })
 	}
 	if probe {
 		tick := w.probeTick
@@ -468,7 +482,7 @@ func (w *Worker) handler(ch Channel) (*handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &handler{w: w, ch: ch, rules: set, now: time.Now}
+	h := &handler{w: w, ch: ch, rules: set, now: time.Now, margin: newMarginBook(ch.Headroom, ch.maxMargin())}
 	if err := h.initBudget(fields); err != nil {
 		return nil, err
 	}
@@ -529,6 +543,7 @@ type handler struct {
 	jitter   func(n int64) int64            // [0, n): the schedule's jitter
 	meta     func(context.Context) taskMeta // the task's ID and retry counts
 	adapt    *adaptBinding                  // nil: no adaptive limits
+	margin   *marginBook                    // the pacing margin (margin.go)
 }
 
 // pauseScope is a Channel.PauseScopes entry, its key compiled.
@@ -570,7 +585,7 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, a *attempt) error 
 		}
 	}
 	if res, ok := h.w.opts.Limiter.(Reserver); ok && throttle.Reservable(reqs) {
-		leases, err := h.reserve(ctx, res, p, reqs)
+		leases, err := h.reserve(ctx, res, p, reqs, &a.slot)
 		if err != nil {
 			if len(leases) > 0 {
 				h.release(ctx, leases) // shut down during the hold: the send never went
@@ -598,6 +613,7 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, a *attempt) error 
 		}
 	}
 	start := time.Now()
+	a.late = h.departed(start, a.slot)
 	resp, err := p.Send(ctx)
 	m.sent(name, time.Since(start).Seconds())
 	if err == nil {
@@ -660,6 +676,13 @@ func (h *handler) providerThrottled(ctx context.Context, ce *channels.Error, fie
 		wait = h.pause(ctx, key, ce, wait)
 	}
 	h.w.opts.Metrics.providerThrottle(h.ch.Name, ce.Code, ce.Scope)
+	if ce.IsRate() && h.margin.jitter(h.now(), start, h.jitterSpan(ce.Scope)) {
+		// A send left later than the margin allowed just before: the
+		// spacing, not the rate, was short (margin.go).
+		h.w.logger.Info("provider throttle after a late departure: the pacing margin widens, the rate stays",
+			"channel", h.ch.Name, "code", ce.Code, "scope", ce.Scope, "margin", h.margin.margin(h.now()).Round(time.Millisecond/10))
+		return key, wait
+	}
 	h.adaptDown(ctx, ce, fields, reqs, start)
 	return key, wait
 }
@@ -714,12 +737,13 @@ func (h *handler) recordPause(ctx context.Context, key string, pz throttle.Pause
 // its instant; more rounds only happen under contention.
 const maxHoldRounds = 3
 
-// maxLate is how late a held send may wake up after its slot and still go
-// in it. A later one would come closer than the interval to the send after
-// it on a sub-second limit, eating the headroom (1.5% of a second is 15ms)
-// that network jitter needs; it gives up that slot (a gap, never a crowd)
-// and takes the limit's next free one. Wake-ups that late are rare (the e2e
-// run: 1 in 20,000 over 10ms).
+// maxLate is how late a held send may always wake up after its slot and
+// still go in it; past it, and past the channel's margin (margin.go), a
+// later one would come closer than the interval to the send after it,
+// eating the spacing that network jitter needs: it gives up that slot (a
+// gap, never a crowd) and takes the limit's next free one. On an idle host
+// wake-ups that late are rare (the e2e run: 1 in 20,000 over 10ms); on a
+// busy one the margin widens so that they stay rare.
 const maxLate = 5 * time.Millisecond
 
 // retake gives a send that woke up late a new slot on its sub-second
@@ -730,17 +754,25 @@ const maxLate = 5 * time.Millisecond
 // margin is only 1.5% of a second). It keeps window counts and leases. If
 // no slot comes within the hold the send goes now, late: the headroom is
 // there for that. The error is ctx's, when it ends during the wait.
-func (h *handler) retake(ctx context.Context, res Reserver, reqs []throttle.Request) error {
+//
+// It sets *slot to the instant the send now goes at (this host's clock):
+// the new slot, or the retake's own instant on slow limits.
+func (h *handler) retake(ctx context.Context, res Reserver, reqs []throttle.Request, slot *time.Time) error {
 	paced := gcraLimits(reqs)
 	if len(paced) == 0 {
 		return nil
 	}
-	r, err := res.Reserve(ctx, throttle.ReserveOptions{Priority: throttle.High, Retake: true, Hold: h.ch.Hold, Headroom: h.ch.Headroom}, paced...)
+	asked := h.now()
+	r, err := res.Reserve(ctx, throttle.ReserveOptions{Priority: throttle.High, Retake: true, Hold: h.ch.Hold, Headroom: h.headroom(asked)}, paced...)
 	h.w.opts.Metrics.call(h.ch.Name, "reserve")
 	if err != nil || !r.Firm {
 		return nil
 	}
-	if w := h.clock.local(r.At).Sub(h.now()); w > 0 && w <= h.ch.Hold && !sleep(ctx, w) {
+	*slot = asked
+	if at := h.clock.local(r.At); at.After(asked) {
+		*slot = at
+	}
+	if w := slot.Sub(h.now()); w > 0 && w <= h.ch.Hold && !sleep(ctx, w) {
 		return ctx.Err()
 	}
 	return nil
@@ -772,11 +804,13 @@ func gcraLimits(reqs []throttle.Request) []throttle.Request {
 
 // reserve takes the send's firm slot and holds the send until its instant,
 // or returns a *ThrottledError that brings the task back for its planned
-// slot. It returns the Concurrency leases the reservation took.
-func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []throttle.Request) ([]throttle.Lease, error) {
+// slot. It returns the Concurrency leases the reservation took, and sets
+// *slot to the instant the send was given (this host's clock; zero for a
+// prefetched slot), from which its departure's lateness is measured.
+func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []throttle.Request, slot *time.Time) ([]throttle.Lease, error) {
 	m, name := h.w.opts.Metrics, h.ch.Name
 	id, _ := asynq.GetTaskID(ctx)
-	opts := throttle.ReserveOptions{TaskID: id, Priority: p.Priority, Hold: h.ch.Hold, Headroom: h.ch.Headroom,
+	opts := throttle.ReserveOptions{TaskID: id, Priority: p.Priority, Hold: h.ch.Hold, Headroom: h.headroom(h.now()),
 		Tenant: p.Tenant, Weight: h.ch.weight(p.Tenant)}
 	for round := 1; ; round++ {
 		sent := h.now()
@@ -789,6 +823,7 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 		if r.Local {
 			// A slot an earlier call prefetched: firm now, no round trip,
 			// unless a pause this worker knows of came since.
+			*slot = time.Time{}
 			return nil, h.pausedMeanwhile(reqs, time.Time{})
 		}
 		m.call(name, "reserve")
@@ -798,19 +833,21 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 		// nor the reply's latency moves the send.
 		delay := r.Delay()
 		if r.Firm || (delay <= h.ch.Hold && round < maxHoldRounds && r.Planned) {
-			if wait := h.clock.local(r.At).Sub(h.now()); wait > 0 && delay > 0 {
+			*slot = h.clock.local(r.At)
+			if wait := slot.Sub(h.now()); wait > 0 && delay > 0 {
 				if wait > delay+h.ch.Hold {
 					wait = delay // the clock mapping jumped: trust the reply
 				}
 				deadline := h.now().Add(wait)
+				*slot = deadline
 				if !sleep(ctx, wait) {
 					m.outcome(name, OutcomeTransient)
 					return r.Leases, ctx.Err() // shutdown: asynq puts the task back
 				}
 				late := h.now().Sub(deadline)
 				m.woke(name, late.Seconds())
-				if late > maxLate && r.Firm && round < maxHoldRounds {
-					if err := h.retake(ctx, res, reqs); err != nil {
+				if late > max(maxLate, h.margin.margin(deadline)) && r.Firm && round < maxHoldRounds {
+					if err := h.retake(ctx, res, reqs, slot); err != nil {
 						m.outcome(name, OutcomeTransient)
 						return r.Leases, err
 					}

@@ -229,6 +229,10 @@ func buildChannel(cc *config.ChannelConfig, egress channels.Egress, secrets Secr
 	ch.MaxRetryAfter = cc.MaxRetryAfter
 	ch.MaxPayloadBytes = cc.MaxPayloadBytes
 	ch.Headroom, ch.Hold, ch.TenantWeights = headroom(cc), cc.Hold, weights(cc)
+	ch.MaxMargin = cc.MaxMargin
+	if ch.MaxMargin == 0 {
+		ch.MaxMargin = -1 // max_margin: 0 keeps the headroom fixed
+	}
 	ch.Retry = cc.Retry
 	ch.Adaptive = cc.Adaptive
 	return ch, nil

@@ -1,0 +1,383 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-dev/sluice/channels"
+	"github.com/sluice-dev/sluice/throttle"
+)
+
+// The pacing margin. A strict provider counts its cap over any 1-second
+// span of the arrival times it sees. Sends paced at intervals T leave at
+// their slots plus a lateness L (the host did not run the sending goroutine
+// at once, the HTTP client took a while), so the span from one send to the
+// one a cap after it is cap·T + L(later) − L(earlier), and the provider
+// counts cap+1 in a second when cap·T − 1s < L(earlier) − L(later). With
+// the channel's headroom h, cap·T = 1s/(1−h): the spacing absorbs a
+// lateness of up to M = h/(1−h) seconds, the margin (1.5% is 15.2ms). On a
+// busy host, sends leave later than that.
+//
+// So each channel measures how late its sends leave, relative to their
+// slots on this host's clock, and keeps the margin wide enough for it:
+//
+//	margin = min(MaxMargin, max(configured, measured, feedback))
+//
+// measured is a high quantile (lateQuantile) of the departures of the last
+// two windows of marginWindow; feedback is what provider throttles that
+// followed a late departure taught (jitter, not a wrong limit), decaying
+// by half every marginDecay. Reservations are paced at the headroom of the
+// margin, h = M/(1s+M).
+
+// DefaultMaxMargin is Channel.MaxMargin's default: the widest a measured
+// margin may make the channel's spacing, 50ms (4.8% of a second). A host
+// whose sends leave later than that keeps drawing throttles; a wider
+// margin would cost more than a tenth of the cap of every limit.
+const DefaultMaxMargin = 50 * time.Millisecond
+
+const (
+	// marginWindow is how long one window of departures is kept; the
+	// margin reads the current and the previous one, so it follows a host
+	// that becomes idle within two windows.
+	marginWindow = 10 * time.Second
+	// lateQuantile is the share of departures the measured margin covers.
+	lateQuantile = 0.995
+	// marginDecay halves the feedback margin.
+	marginDecay = time.Minute
+	// marginMinSamples is how many departures a window needs before its
+	// quantile counts: a few sends say nothing about the host.
+	marginMinSamples = 50
+	// lateBucket is the histogram's resolution; lateBuckets of them span
+	// 0 to 256ms, the last one holding everything later.
+	lateBucket  = time.Millisecond
+	lateBuckets = 256
+)
+
+// lateWindow is a histogram of departure lateness.
+type lateWindow struct {
+	n      int
+	counts [lateBuckets]uint32
+}
+
+func (w *lateWindow) add(late time.Duration) {
+	i := int(late / lateBucket)
+	if i < 0 {
+		i = 0
+	}
+	if i >= lateBuckets {
+		i = lateBuckets - 1
+	}
+	w.counts[i]++
+	w.n++
+}
+
+// marginBook keeps one channel's margin. Safe for concurrent use.
+type marginBook struct {
+	base, most time.Duration
+
+	mu       sync.Mutex
+	cur      lateWindow
+	prev     lateWindow
+	curStart time.Time
+	feedback time.Duration // from jitter throttles, at feedbackAt
+	feedAt   time.Time
+	// lastLate is the last departure later than the margin then in force,
+	// lateBy by how much it was late.
+	lastLate time.Time
+	lateBy   time.Duration
+}
+
+// newMarginBook returns the margin of a channel paced at headroom h (a
+// fraction, >= 0) and bounded by most.
+func newMarginBook(h float64, most time.Duration) *marginBook {
+	base := headroomMargin(h)
+	return &marginBook{base: base, most: max(most, base)}
+}
+
+// headroomMargin is the lateness a headroom h absorbs in a 1-second span:
+// h/(1−h) seconds.
+func headroomMargin(h float64) time.Duration {
+	if h <= 0 {
+		return 0
+	}
+	if h >= 1 {
+		h = 0.99
+	}
+	return time.Duration(h / (1 - h) * float64(time.Second))
+}
+
+// marginHeadroom is the headroom that absorbs a lateness of m: m/(1s+m).
+func marginHeadroom(m time.Duration) float64 {
+	if m <= 0 {
+		return 0
+	}
+	return m.Seconds() / (1 + m.Seconds())
+}
+
+// observe records a departure late by late (negative: early, counted as
+// on time) at now, this host's clock.
+func (b *marginBook) observe(now time.Time, late time.Duration) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	in := b.marginLocked(now)
+	b.cur.add(late)
+	if late > in {
+		b.lastLate, b.lateBy = now, late
+	}
+}
+
+// rollLocked starts a new window when the current one is over.
+func (b *marginBook) rollLocked(now time.Time) {
+	age := now.Sub(b.curStart)
+	if age < marginWindow && !b.curStart.IsZero() {
+		return
+	}
+	b.prev = b.cur
+	if age >= 2*marginWindow {
+		b.prev = lateWindow{} // idle for a window: nothing to go on
+	}
+	b.cur, b.curStart = lateWindow{}, now
+}
+
+// quantile is the q-quantile of the departures of a and b, rounded up to
+// the bucket's end; 0 with too few departures.
+func quantile(a, b *lateWindow, q float64) time.Duration {
+	n := a.n + b.n
+	if n < marginMinSamples {
+		return 0
+	}
+	over := int(float64(n)*(1-q)) + 1 // departures at or past the quantile
+	seen := 0
+	for i := lateBuckets - 1; i >= 0; i-- {
+		seen += int(a.counts[i]) + int(b.counts[i])
+		if seen >= over {
+			return time.Duration(i+1) * lateBucket
+		}
+	}
+	return 0
+}
+
+// margin returns the margin in force at now.
+func (b *marginBook) margin(now time.Time) time.Duration {
+	if b == nil {
+		return 0
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.marginLocked(now)
+}
+
+func (b *marginBook) marginLocked(now time.Time) time.Duration {
+	b.rollLocked(now)
+	m := max(b.base, quantile(&b.cur, &b.prev, lateQuantile), b.feedbackLocked(now))
+	return min(m, b.most)
+}
+
+func (b *marginBook) feedbackLocked(now time.Time) time.Duration {
+	if b.feedback <= 0 {
+		return 0
+	}
+	halves := now.Sub(b.feedAt) / marginDecay
+	if halves >= 16 {
+		return 0
+	}
+	return b.feedback >> uint(max(halves, 0))
+}
+
+// headroom returns the headroom the channel's sends are paced at now: the
+// margin's, at least the configured one.
+func (h *handler) headroom(now time.Time) float64 {
+	if h.margin == nil {
+		return h.ch.Headroom
+	}
+	return max(h.ch.Headroom, marginHeadroom(h.margin.margin(now)))
+}
+
+// jitter judges a provider throttle of a send that started at start (this
+// host's clock; zero when unknown) and reports whether it was jitter: a
+// departure of the channel within span before it (the provider's counting
+// span: 1s, a pair's 6s), or the send itself, left later than the margin
+// then in force, and the margin can still widen. A jitter throttle widens
+// the margin to cover that lateness (and a quarter more, at least 5ms);
+// it says nothing about the limit's rate. With the margin at its bound,
+// no throttle is jitter: the rate must come down instead.
+func (b *marginBook) jitter(now, start time.Time, span time.Duration) bool {
+	if b == nil {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	in := b.marginLocked(now)
+	if in >= b.most || b.lastLate.IsZero() {
+		return false
+	}
+	if start.IsZero() {
+		start = now
+	}
+	if b.lastLate.Before(start.Add(-span-in)) || b.lastLate.After(start.Add(time.Second)) {
+		return false
+	}
+	want := min(max(b.lateBy+b.lateBy/4, in+5*time.Millisecond), b.most)
+	if want > b.feedbackLocked(now) {
+		b.feedback, b.feedAt = want, now
+	}
+	return true
+}
+
+// snapshot returns the margin's parts at now, for metrics and /limits/.
+func (b *marginBook) snapshot(now time.Time) MarginSnapshot {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m := b.marginLocked(now)
+	return MarginSnapshot{
+		Margin:     m,
+		Headroom:   marginHeadroom(m),
+		Configured: b.base,
+		Measured:   quantile(&b.cur, &b.prev, lateQuantile),
+		Feedback:   b.feedbackLocked(now),
+		Max:        b.most,
+	}
+}
+
+// MarginSnapshot is a channel's pacing margin in one worker process.
+type MarginSnapshot struct {
+	// Margin is the lateness the spacing absorbs now (the largest of the
+	// three below, within Max); Headroom its fraction, Margin/(1s+Margin),
+	// by which the channel's paced limits are widened.
+	Margin   time.Duration
+	Headroom float64
+	// Configured is the configured headroom's margin; Measured the 99.5th
+	// percentile of how late the last 10-20s of sends left after their
+	// slots (0 with under 50 sends); Feedback what provider throttles after
+	// late departures added, halving every minute.
+	Configured, Measured, Feedback time.Duration
+	// Max bounds Margin (Channel.MaxMargin).
+	Max time.Duration
+}
+
+// maxMargin is MaxMargin with its default; negative: the headroom's own
+// margin, fixed.
+func (ch Channel) maxMargin() time.Duration {
+	switch {
+	case ch.MaxMargin == 0:
+		return DefaultMaxMargin
+	case ch.MaxMargin < 0:
+		return 0
+	}
+	return ch.MaxMargin
+}
+
+// departed records a send leaving at start (this host's clock) for its
+// slot (zero: not paced, nothing to measure) and returns how late it left.
+func (h *handler) departed(start, slot time.Time) time.Duration {
+	if slot.IsZero() {
+		return 0
+	}
+	late := max(start.Sub(slot), 0)
+	h.margin.observe(start, late)
+	h.w.opts.Metrics.departed(h.ch.Name, late.Seconds())
+	return late
+}
+
+// jitterSpan is the span a provider counts a throttle of scope over: a
+// pair's interval (WhatsApp 131056, 6s), else a second.
+func (h *handler) jitterSpan(scope string) time.Duration {
+	if scope == channels.ScopePair {
+		return h.ch.PairBackoff
+	}
+	return time.Second
+}
+
+// Margins returns the pacing margin of every channel in this process,
+// by channel name (/limits/, metrics).
+func (w *Worker) Margins() map[string]MarginSnapshot {
+	now := time.Now()
+	out := make(map[string]MarginSnapshot, len(w.handlers))
+	for name, h := range w.handlers {
+		out[name] = h.margin.snapshot(now)
+	}
+	return out
+}
+
+// marginCollector reports the channels' margins at each scrape.
+type marginCollector struct {
+	src  atomic.Pointer[func() map[string]MarginSnapshot]
+	desc *prometheus.Desc
+}
+
+func newMarginCollector() *marginCollector {
+	return &marginCollector{desc: prometheus.NewDesc("sluice_pacing_margin_seconds",
+		"A channel's pacing margin in this process, by part: in_force (what its paced limits are widened for), configured (its headroom's), measured (99.5th percentile of how late sends left, last 10-20s), feedback (from throttles after late departures), max (the bound).",
+		[]string{"channel", "part"}, nil)}
+}
+
+func (c *marginCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *marginCollector) Collect(ch chan<- prometheus.Metric) {
+	src := c.src.Load()
+	if src == nil {
+		return
+	}
+	for name, s := range (*src)() {
+		for _, p := range []struct {
+			part string
+			d    time.Duration
+		}{{"in_force", s.Margin}, {"configured", s.Configured}, {"measured", s.Measured}, {"feedback", s.Feedback}, {"max", s.Max}} {
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, p.d.Seconds(), name, p.part)
+		}
+	}
+}
+
+// watchMargins makes the metrics report w's margins.
+func (m *Metrics) watchMargins(w *Worker) {
+	if m == nil || m.margins == nil {
+		return
+	}
+	f := w.Margins
+	m.margins.src.Store(&f)
+}
+
+// marginPublisher is implemented by limiters that share the processes'
+// margins (*throttle.Redis), for /limits/.
+type marginPublisher interface {
+	PublishMargins(ctx context.Context, ms []throttle.Margin) error
+}
+
+// marginPublishEvery is how often a worker publishes its margins.
+const marginPublishEvery = 2 * time.Second
+
+// publishMargins publishes w's margins every marginPublishEvery until ctx
+// ends. Failures are logged once a minute at most: the margins only inform.
+func (w *Worker) publishMargins(ctx context.Context, p marginPublisher) {
+	host, _ := os.Hostname()
+	proc := fmt.Sprintf("%s:%d", host, os.Getpid())
+	t := time.NewTicker(marginPublishEvery)
+	defer t.Stop()
+	var warned time.Time
+	for {
+		now := time.Now()
+		var ms []throttle.Margin
+		for name, s := range w.Margins() {
+			ms = append(ms, throttle.Margin{Channel: name, Process: proc, Margin: s.Margin, Headroom: s.Headroom,
+				Configured: s.Configured, Measured: s.Measured, Feedback: s.Feedback, Max: s.Max, At: now})
+		}
+		if err := p.PublishMargins(ctx, ms); err != nil && ctx.Err() == nil && now.Sub(warned) > time.Minute {
+			warned = now
+			w.logger.Warn("pacing margins: could not publish them for /limits/", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,119 @@
+package worker
+
+import (
+	"testing"
+	"time"
+)
+
+func TestHeadroomAndMarginAreInverse(t *testing.T) {
+	for _, h := range []float64{0, 0.015, 0.025, 0.048, 0.1} {
+		if got := marginHeadroom(headroomMargin(h)); got < h-1e-6 || got > h+1e-6 {
+			t.Errorf("headroom %v → margin %v → headroom %v", h, headroomMargin(h), got)
+		}
+	}
+	if m := headroomMargin(0.015); m < 15*time.Millisecond || m > 16*time.Millisecond {
+		t.Errorf("1.5%% headroom absorbs %v, want 15.2ms", m)
+	}
+}
+
+// The measured margin is the 99.5th percentile of the departures of the
+// current and the previous window; an idle host's few late sends do not
+// move it, a busy host's do, and two quiet windows later it is back.
+func TestMarginFollowsHowLateSendsLeave(t *testing.T) {
+	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	b := newMarginBook(0.015, DefaultMaxMargin)
+	base := headroomMargin(0.015)
+	at := t0
+	send := func(n int, late func(i int) time.Duration) {
+		for i := range n {
+			b.observe(at, late(i))
+			at = at.Add(10 * time.Millisecond)
+		}
+	}
+	// Idle: 1ms late, and 2 in 1,000 at 40ms: under the quantile.
+	send(1000, func(i int) time.Duration {
+		if i%500 == 7 {
+			return 40 * time.Millisecond
+		}
+		return time.Millisecond
+	})
+	if m := b.margin(at); m != base {
+		t.Fatalf("idle host: margin %v, want the headroom's %v", m, base)
+	}
+	// Busy: 2% of sends leave 30ms late.
+	send(1000, func(i int) time.Duration {
+		if i%50 == 0 {
+			return 30 * time.Millisecond
+		}
+		return 3 * time.Millisecond
+	})
+	if m := b.margin(at); m != 31*time.Millisecond {
+		t.Fatalf("busy host: margin %v, want 31ms (the 30ms bucket's end)", m)
+	}
+	if hr := marginHeadroom(b.margin(at)); hr < 0.03 || hr > 0.031 {
+		t.Fatalf("busy host: headroom %v, want 3.0%%", hr)
+	}
+	// Far later than the bound: the margin stops at it.
+	send(1000, func(int) time.Duration { return 200 * time.Millisecond })
+	if m := b.margin(at); m != DefaultMaxMargin {
+		t.Fatalf("margin %v, want the bound %v", m, DefaultMaxMargin)
+	}
+	// Idle again: two windows later, the headroom's margin.
+	send(2100, func(int) time.Duration { return time.Millisecond })
+	if m := b.margin(at); m != base {
+		t.Fatalf("idle again: margin %v, want %v", m, base)
+	}
+}
+
+// A throttle right after a send left later than the margin is jitter: the
+// margin widens to cover it, then halves every minute. Without a late
+// departure, or with the margin at its bound, a throttle is not jitter.
+func TestThrottleAfterALateDepartureWidensTheMargin(t *testing.T) {
+	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	b := newMarginBook(0.015, DefaultMaxMargin)
+	base := headroomMargin(0.015)
+	b.observe(t0, 2*time.Millisecond)
+	if b.jitter(t0.Add(300*time.Millisecond), t0.Add(300*time.Millisecond), time.Second) {
+		t.Fatal("no late departure: a throttle is about the rate")
+	}
+	b.observe(t0.Add(time.Second), 24*time.Millisecond) // over the 15ms margin
+	start := t0.Add(1500 * time.Millisecond)
+	if b.jitter(start.Add(40*time.Millisecond), start, time.Second) != true {
+		t.Fatal("a throttle 0.5s after a send left 24ms late is jitter")
+	}
+	if m := b.margin(start); m != 30*time.Millisecond {
+		t.Fatalf("margin %v, want 30ms (24ms and a quarter)", m)
+	}
+	if m := b.margin(start.Add(61 * time.Second)); m != base {
+		t.Fatalf("a minute later: margin %v, want the headroom's %v (15ms of feedback is under it)", m, base)
+	}
+	// A throttle 3s after the late send, on a 1s span: not jitter. On a
+	// pair's 6s span it is.
+	late := t0.Add(5 * time.Minute)
+	b.observe(late, 40*time.Millisecond)
+	if b.jitter(late.Add(3*time.Second), late.Add(3*time.Second), time.Second) {
+		t.Fatal("a late send 3s before does not crowd a 1s span")
+	}
+	if !b.jitter(late.Add(3*time.Second), late.Add(3*time.Second), 6*time.Second) {
+		t.Fatal("a late send 3s before crowds a 6s pair span")
+	}
+	if m := b.margin(late.Add(3 * time.Second)); m != DefaultMaxMargin {
+		t.Fatalf("margin %v, want the bound %v (40ms and a quarter is over it)", m, DefaultMaxMargin)
+	}
+	b.observe(late.Add(4*time.Second), 80*time.Millisecond)
+	if b.jitter(late.Add(4500*time.Millisecond), late.Add(4500*time.Millisecond), time.Second) {
+		t.Fatal("with the margin at its bound a throttle must lower the rate")
+	}
+}
+
+func TestNilMarginBook(t *testing.T) {
+	var b *marginBook
+	b.observe(time.Now(), time.Second)
+	if b.margin(time.Now()) != 0 || b.jitter(time.Now(), time.Time{}, time.Second) {
+		t.Fatal("a nil margin book measures nothing")
+	}
+	h := &handler{ch: Channel{Headroom: 0.02}}
+	if h.headroom(time.Now()) != 0.02 {
+		t.Fatal("without a margin book, the configured headroom")
+	}
+}
