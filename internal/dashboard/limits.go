@@ -253,7 +253,25 @@ type Snapshot struct {
 	PausesMore bool              `json:"pauses_more"`
 	// Events are the latest limits.* and provider.* events, newest first.
 	Events []limitview.Event `json:"events"`
+	// Margins are the pacing margins the worker processes published in the
+	// last throttle.MarginTTL, by channel then process.
+	Margins []MarginRow `json:"margins"`
 }
+
+// MarginRow is one worker process's pacing margin for one channel
+// (throttle.Margin): durations in milliseconds.
+type MarginRow struct {
+	Channel    string  `json:"channel"`
+	Process    string  `json:"process"`
+	Margin     float64 `json:"margin_ms"`
+	Headroom   float64 `json:"headroom"`
+	Configured float64 `json:"configured_ms"`
+	Measured   float64 `json:"measured_ms"`
+	Feedback   float64 `json:"feedback_ms"`
+	Max        float64 `json:"max_ms"`
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // KeyRow is one limiter key.
 type KeyRow struct {
@@ -378,6 +396,15 @@ func (h *Limits) Snapshot(ctx context.Context, prefix string) (Snapshot, error) 
 	}
 	for _, e := range evs[:min(len(evs), h.o.MaxEvents)] {
 		snap.Events = append(snap.Events, limitview.EventOf(e))
+	}
+	margins, err := lim.Margins(ctx, time.Now())
+	if err != nil {
+		return snap, err
+	}
+	snap.Margins = make([]MarginRow, 0, len(margins))
+	for _, m := range margins {
+		snap.Margins = append(snap.Margins, MarginRow{Channel: m.Channel, Process: m.Process, Margin: ms(m.Margin), Headroom: m.Headroom,
+			Configured: ms(m.Configured), Measured: ms(m.Measured), Feedback: ms(m.Feedback), Max: ms(m.Max)})
 	}
 	return snap, nil
 }

@@ -130,6 +130,22 @@ func TestLimitsDataJSON(t *testing.T) {
 	require.Equal(t, "operator", snap.Pauses[0].By)
 	require.Equal(t, 1, snap.KeysSeen)
 	require.False(t, snap.KeysMore)
+	require.Empty(t, snap.Margins, "no worker published a margin")
+
+	// A worker's published margin is shown; a stale one is not.
+	now := time.Now()
+	require.NoError(t, lim.PublishMargins(ctx, []throttle.Margin{
+		{Channel: "sms", Process: "host-a:41", Margin: 31 * time.Millisecond, Headroom: 0.0301, Configured: 15228 * time.Microsecond,
+			Measured: 31 * time.Millisecond, Max: 50 * time.Millisecond, At: now},
+		{Channel: "sms", Process: "host-b:7", Margin: 15 * time.Millisecond, At: now.Add(-time.Minute)},
+	}))
+	_, body = get(t, srv.URL+"/limits/data.json")
+	snap = Snapshot{}
+	require.NoError(t, json.Unmarshal([]byte(body), &snap))
+	require.Equal(t, []MarginRow{{Channel: "sms", Process: "host-a:41", Margin: 31, Headroom: 0.0301, Configured: 15.228, Measured: 31, Max: 50}}, snap.Margins)
+	_, page := get(t, srv.URL+"/limits/")
+	require.Contains(t, page, `<tr data-margin="sms">`)
+	require.Contains(t, page, "31.0ms")
 }
 
 // Keys, reasons and events come from tasks and providers: the page must

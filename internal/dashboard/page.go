@@ -20,6 +20,7 @@ var limitsPage = template.Must(template.New("limits").Funcs(template.FuncMap{
 	"rate":    throttle.FormatPerSecond,
 	"seconds": func(d time.Duration) int64 { return int64(math.Ceil(d.Seconds())) },
 	"millis":  func(d time.Duration) int64 { return d.Milliseconds() },
+	"pct":     func(f float64) float64 { return 100 * f },
 }).Parse(limitsHTML))
 
 // pageData is what the template reads.
