@@ -88,14 +88,18 @@ only) and the API at /v1/.`,
 
 // ChannelSummary is one channel's line of the demo summary.
 type ChannelSummary struct {
-	Channel           string `json:"channel"`
-	Valid             int    `json:"valid_rows"`
-	Enqueued          int    `json:"enqueued"`
-	Delivered         int    `json:"delivered"`
-	Duplicates        int    `json:"duplicates"`
-	Archived          int    `json:"archived"`
-	Lost              int    `json:"lost"`
-	ProviderThrottled int    `json:"provider_throttle_responses"`
+	Channel    string `json:"channel"`
+	Valid      int    `json:"valid_rows"`
+	Enqueued   int    `json:"enqueued"`
+	Delivered  int    `json:"delivered"`
+	Duplicates int    `json:"duplicates"`
+	Archived   int    `json:"archived"`
+	// Waiting are the tasks still in their queue when the demo ended
+	// (pending, scheduled, retrying or running: a paused scope's sends
+	// wait there); Lost the ones neither delivered, archived nor waiting.
+	Waiting           int `json:"waiting"`
+	Lost              int `json:"lost"`
+	ProviderThrottled int `json:"provider_throttle_responses"`
 	// DequeuesPerSend and LimiterCallsPerSend are the Redis work per
 	// delivered send: task attempts (sluice_tasks_total) and limiter round
 	// trips (sluice_limiter_calls_total) over deliveries.
@@ -399,6 +403,15 @@ func archivedCount(insp *asynq.Inspector, queue string) int {
 	return qi.Archived
 }
 
+// waitingCount is how many of queue's tasks asynq still holds to run.
+func waitingCount(insp *asynq.Inspector, queue string) int {
+	qi, err := insp.GetQueueInfo(queue)
+	if err != nil {
+		return 0
+	}
+	return qi.Pending + qi.Active + qi.Scheduled + qi.Retry
+}
+
 // summarize computes each channel's line from the emulators' records: they
 // are the providers' view, the ground truth of what was delivered.
 func summarize(cfg *config.Config, em *emulator.Server, insp *asynq.Inspector, reg *prometheus.Registry, enqueued map[string]int, valid int) []ChannelSummary {
@@ -419,7 +432,8 @@ func summarize(cfg *config.Config, em *emulator.Server, insp *asynq.Inspector, r
 			s.DequeuesPerSend = float64(dequeues[ch]) / float64(st.Unique)
 			s.LimiterCallsPerSend = float64(calls[ch]) / float64(st.Unique)
 		}
-		s.Lost = s.Enqueued - s.Delivered - s.Archived
+		s.Waiting = waitingCount(insp, cfg.Channels[ch].Queue)
+		s.Lost = max(0, s.Enqueued-s.Delivered-s.Archived-s.Waiting)
 		if r, ok := cfg.Channels[ch].Rule(s.Bottleneck); ok {
 			s.CapPerKey = float64(r.Limit.Rate.Limit) / r.Limit.Rate.Period.Seconds()
 		}
@@ -517,10 +531,10 @@ func counterValues(reg *prometheus.Registry, name, label, value string) map[stri
 func printSummary(w io.Writer, s *DemoSummary) {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "channel\tvalid\tdelivered\tdup\tlost\tarchived\tprovider throttles\tbottleneck\tkeys\tcap/s/key\tachieved/s/key\tratio\tmax in any 1s\tdequeues/send\tlimiter calls/send\tseconds\t")
+	fmt.Fprintln(tw, "channel\tvalid\tdelivered\tdup\twaiting\tlost\tarchived\tprovider throttles\tbottleneck\tkeys\tcap/s/key\tachieved/s/key\tratio\tmax in any 1s\tdequeues/send\tlimiter calls/send\tseconds\t")
 	for _, c := range s.Channels {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%.0f\t%.2f\t%.2f\t%d\t%.2f\t%.2f\t%.1f\t\n",
-			c.Channel, c.Valid, c.Delivered, c.Duplicates, c.Lost, c.Archived, c.ProviderThrottled,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%.0f\t%.2f\t%.2f\t%d\t%.2f\t%.2f\t%.1f\t\n",
+			c.Channel, c.Valid, c.Delivered, c.Duplicates, c.Waiting, c.Lost, c.Archived, c.ProviderThrottled,
 			c.Bottleneck, c.BottleneckKeys, c.CapPerKey, c.AchievedPerKey, c.Ratio, c.MaxInAnySecond,
 			c.DequeuesPerSend, c.LimiterCallsPerSend, c.Seconds)
 	}
