@@ -603,6 +603,7 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, a *attempt) error 
 	if err == nil {
 		a.resp, a.sent = resp, true
 		h.adaptUp(ctx, reqs)
+		h.endPauseRuns(ctx, reqs, start)
 		if resp.Incomplete {
 			m.outcome(name, OutcomeUnconfirmed)
 			id, _ := asynq.GetTaskID(ctx)
