@@ -12,7 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-dev/sluice/channels"
+	"github.com/sluice-dev/sluice/internal/emulator"
 	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
 )
 
@@ -95,4 +97,61 @@ func TestAcceptedSendEndsThePauseRun(t *testing.T) {
 	require.Equal(t, 30*time.Second, backoff(p), "a 20429's pause grows to at most 30 s")
 	require.NoError(t, send("accept"))
 	require.Equal(t, 1, throttleOnce().InARow)
+}
+
+// TestUncodedWhatsApp429PausesTheNumberInEveryWorker: a WhatsApp 429 with
+// no error code and Retry-After: 5 (the strict emulator's bare 429) pauses
+// the number, whatsapp:paused:sender:<id>, for 5 s in Redis: another
+// Worker sharing it sends nothing to that number until the pause ends,
+// and another number goes on.
+func TestUncodedWhatsApp429PausesTheNumberInEveryWorker(t *testing.T) {
+	t.Parallel()
+	emu, err := emulator.Start(emulator.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = emu.Close() })
+	rdb := redistest.Start(t).Client(t)
+	clock := &stepClock{t: time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)}
+	lim := throttle.NewRedis(rdb, throttle.Options{Prefix: "pw", Clock: clock.Now, OverrideRefresh: -1})
+	wa := &channels.WhatsApp{BaseURL: emu.WhatsAppURL(), Token: emulator.DefaultWhatsAppToken}
+	var hs []*handler
+	for range 2 {
+		w, err := New(Options{Redis: rdb, Limiter: lim, Channels: []Channel{WhatsAppChannel(wa, nil)}, Logger: slog.New(slog.DiscardHandler)})
+		require.NoError(t, err)
+		h := w.handlers["whatsapp"]
+		h.now = clock.Now
+		hs = append(hs, h)
+	}
+	const number, other = "106540352242922", "106540352242923"
+	ctx := context.Background()
+	send := func(h *handler, from, to string) error {
+		task, err := tasks.NewWhatsAppSendTask(tasks.WhatsAppSend{PhoneNumberID: from, To: to, Text: "hi", IdempotencyKey: from + ":" + to[1:]})
+		require.NoError(t, err)
+		return h.process(ctx, task, &attempt{})
+	}
+	emu.FaultWith(emulator.ChannelWhatsApp, number, emulator.FaultOptions{Code: emulator.Bare429, RetryAfter: 5 * time.Second})
+
+	var te *ThrottledError
+	require.ErrorAs(t, send(hs[0], number, "+12025550101"), &te)
+	key := throttle.PauseKey("whatsapp", channels.ScopeSender, number)
+	require.Equal(t, ProviderLimit, te.Limit)
+	require.Equal(t, key, te.Key, "the uncoded 429 paused the number")
+	p, err := lim.PauseOf(ctx, key)
+	require.NoError(t, err)
+	require.NotNil(t, p)
+	require.Equal(t, 5*time.Second, p.Until.Sub(p.Since), "for its Retry-After")
+	require.Equal(t, 0, p.Code)
+
+	// The other worker: blocked by the pause, without a request.
+	require.ErrorAs(t, send(hs[1], number, "+12025550102"), &te)
+	require.Equal(t, throttle.PauseName, te.Limit)
+	require.Equal(t, key, te.Key)
+	require.Equal(t, 5*time.Second, te.Wait)
+	require.NoError(t, send(hs[1], other, "+12025550102"), "another number is not paused")
+	st := emu.Stats()[emulator.ChannelWhatsApp]
+	require.Equal(t, 1, st.Accepted, "only the other number's send reached the provider")
+	require.Equal(t, map[string]int{"429": 1}, st.ThrottledByCode)
+
+	clock.Advance(5 * time.Second)
+	require.NoError(t, send(hs[1], number, "+12025550102"), "the pause has ended")
+	require.Equal(t, 2, emu.Stats()[emulator.ChannelWhatsApp].Accepted)
 }
