@@ -38,7 +38,8 @@ func TestWhatsAppClassification(t *testing.T) {
 	}{
 		{"4 app rate limit", 429, nil, waErrBody(4, false), &Error{Class: Throttled, Code: 4, Scope: ScopeAccount, Growth: 2}},
 		{"80007 WABA rate limit", 400, nil, waErrBody(80007, false), &Error{Class: Throttled, Code: 80007, Scope: ScopeAccount, Growth: 2}},
-		{"130429 throughput", 400, nil, waErrBody(130429, false), &Error{Class: Throttled, Code: 130429, Scope: ScopeSender, Growth: 2}},
+		{"130429 throughput", 400, nil, waErrBody(130429, false), &Error{Class: Throttled, Code: 130429, Scope: ScopeSender, Growth: 2, MaxWait: 30 * time.Second}},
+		{"130429 Retry-After wins", 400, http.Header{"Retry-After": {"3"}}, waErrBody(130429, false), &Error{Class: Throttled, Code: 130429, Scope: ScopeSender, RetryAfter: 3 * time.Second}},
 		{"131056 pair", 400, nil, waErrBody(131056, false), &Error{Class: Throttled, Code: 131056, Scope: ScopePair, Growth: 4}},
 		{"131057 upgrade", 400, nil, waErrBody(131057, false), &Error{Class: Throttled, Code: 131057, Scope: ScopeSender, RetryAfter: time.Minute}},
 		{"131048 spam default 1h", 400, nil, waErrBody(131048, false), &Error{Class: Throttled, Code: 131048, Scope: ScopeSender, RetryAfter: time.Hour}},
@@ -55,11 +56,17 @@ func TestWhatsAppClassification(t *testing.T) {
 		{"other code 4xx", 400, nil, waErrBody(100, false), &Error{Class: Permanent, Code: 100}},
 		{"other code is_transient", 400, nil, waErrBody(100, true), &Error{Class: Transient, Code: 100}},
 		{"other code 5xx", 502, nil, waErrBody(100, false), &Error{Class: Transient, Code: 100}},
-		{"other code 429", 429, nil, waErrBody(613, false), &Error{Class: Throttled, Code: 613}},
-		{"throttle code beats is_transient", 400, nil, waErrBody(130429, true), &Error{Class: Throttled, Code: 130429, Scope: ScopeSender, Growth: 2}},
+		// Every 429 counts: without a code the tables know it pauses the
+		// number (the phone number ID), for its Retry-After or the backoff.
+		{"other code 429", 429, nil, waErrBody(613, false), &Error{Class: Throttled, Code: 613, Scope: ScopeSender, Growth: 2, MaxWait: 30 * time.Second}},
+		{"other code 429, Retry-After", 429, http.Header{"Retry-After": {"5"}}, waErrBody(613, false), &Error{Class: Throttled, Code: 613, Scope: ScopeSender, RetryAfter: 5 * time.Second}},
+		{"other code is_transient 429", 429, nil, waErrBody(613, true), &Error{Class: Transient, Code: 613}},
+		{"throttle code beats is_transient", 400, nil, waErrBody(130429, true), &Error{Class: Throttled, Code: 130429, Scope: ScopeSender, Growth: 2, MaxWait: 30 * time.Second}},
 		{"5xx no body", 503, nil, "", &Error{Class: Transient, Message: "Service Unavailable"}},
 		{"5xx html", 502, nil, "<html>bad gateway</html>", &Error{Class: Transient, Message: "<html>bad gateway</html>"}},
-		{"429 no body, Retry-After", 429, http.Header{"Retry-After": {"30"}}, "", &Error{Class: Throttled, RetryAfter: 30 * time.Second, Message: "Too Many Requests"}},
+		{"429 no body, Retry-After", 429, http.Header{"Retry-After": {"5"}}, "", &Error{Class: Throttled, Scope: ScopeSender, RetryAfter: 5 * time.Second, Message: "Too Many Requests"}},
+		{"429 no body", 429, nil, "", &Error{Class: Throttled, Scope: ScopeSender, Growth: 2, MaxWait: 30 * time.Second, Message: "Too Many Requests"}},
+		{"429 JSON without error", 429, http.Header{"Retry-After": {"5"}}, `{"detail":"slow down"}`, &Error{Class: Throttled, Scope: ScopeSender, RetryAfter: 5 * time.Second, Message: `{"detail":"slow down"}`}},
 		{"4xx no JSON", 404, nil, "not found", &Error{Class: Permanent, Message: "not found"}},
 		{"BUC header on throttle", 400, http.Header{"X-Business-Use-Case-Usage": {`{"102290129340398":[{"type":"whatsapp_business_management","call_count":100,"estimated_time_to_regain_access":0},{"type":"whatsapp","call_count":100,"estimated_time_to_regain_access":15}]}`}},
 			waErrBody(80007, false), &Error{Class: Throttled, Code: 80007, Scope: ScopeAccount, RetryAfter: 15 * time.Minute}},
@@ -100,13 +107,18 @@ func TestTwilioClassification(t *testing.T) {
 		body   string
 		want   *Error
 	}{
-		{"20429", 429, nil, body(20429, 429), &Error{Class: Throttled, Code: 20429, Scope: ScopeAccount, Growth: 2}},
-		{"HTTP 429 unknown code", 429, nil, body(29999, 429), &Error{Class: Throttled, Code: 29999, Scope: ScopeAccount, Growth: 2}},
-		{"HTTP 429 no body", 429, http.Header{"Retry-After": {"2"}}, "", &Error{Class: Throttled, Scope: ScopeAccount, RetryAfter: 2 * time.Second, Message: "Too Many Requests"}},
-		{"30022", 400, nil, body(30022, 400), &Error{Class: Throttled, Code: 30022, Scope: ScopeSender, Growth: 2}},
+		// 20429 is the account's API concurrency: the account, for the
+		// provider's wait, else a backoff that grows to at most 30 s.
+		{"20429", 429, nil, body(20429, 429), &Error{Class: Throttled, Code: 20429, Scope: ScopeAccount, Growth: 2, MaxWait: 30 * time.Second}},
+		{"20429 Retry-After wins", 429, http.Header{"Retry-After": {"3"}}, body(20429, 429), &Error{Class: Throttled, Code: 20429, Scope: ScopeAccount, RetryAfter: 3 * time.Second}},
+		// Any other 429 pauses the sender.
+		{"HTTP 429 unknown code", 429, nil, body(29999, 429), &Error{Class: Throttled, Code: 29999, Scope: ScopeSender, Growth: 2, MaxWait: 30 * time.Second}},
+		{"HTTP 429 no body, Retry-After", 429, http.Header{"Retry-After": {"2"}}, "", &Error{Class: Throttled, Scope: ScopeSender, RetryAfter: 2 * time.Second, Message: "Too Many Requests"}},
+		{"HTTP 429 no body", 429, nil, "", &Error{Class: Throttled, Scope: ScopeSender, Growth: 2, MaxWait: 30 * time.Second, Message: "Too Many Requests"}},
+		{"30022", 400, nil, body(30022, 400), &Error{Class: Throttled, Code: 30022, Scope: ScopeSender, Growth: 2, MaxWait: 30 * time.Second}},
 		{"21611", 400, nil, body(21611, 400), &Error{Class: Throttled, Code: 21611, Scope: ScopeSender, RetryAfter: time.Minute, Growth: 2}},
 		{"30001", 400, nil, body(30001, 400), &Error{Class: Throttled, Code: 30001, Scope: ScopeSender, RetryAfter: time.Minute, Growth: 2}},
-		{"63017", 400, nil, body(63017, 400), &Error{Class: Throttled, Code: 63017, Scope: ScopeAccount, Growth: 2}},
+		{"63017", 400, nil, body(63017, 400), &Error{Class: Throttled, Code: 63017, Scope: ScopeAccount, Growth: 2, MaxWait: 30 * time.Second}},
 		{"30023 until LA midnight", 400, nil, body(30023, 400), &Error{Class: Throttled, Code: 30023, Scope: ScopeSender, RetryAfter: 20 * time.Hour}},
 		{"30023 Retry-After wins", 400, http.Header{"Retry-After": {"60"}}, body(30023, 400), &Error{Class: Throttled, Code: 30023, Scope: ScopeSender, RetryAfter: time.Minute}},
 		{"63038 24h", 400, nil, body(63038, 400), &Error{Class: Throttled, Code: 63038, Scope: ScopeAccount, RetryAfter: 24 * time.Hour}},

@@ -52,7 +52,8 @@ func (c Class) String() string {
 // Scope values of Error.Scope: what a throttle applies to.
 const (
 	// ScopeSender: the sending number (WhatsApp phone number ID, Twilio From or
-	// Messaging Service), or the whole host for webhooks and HTTP calls.
+	// Messaging Service), or the whole host for webhooks and HTTP calls. A
+	// WhatsApp or Twilio 429 without a known code names it too.
 	ScopeSender = "sender"
 	// ScopePair: one sender/recipient pair only (WhatsApp 131056, Twilio 14107);
 	// other recipients are unaffected.
@@ -113,8 +114,16 @@ type Error struct {
 	// grows its pause: each pause in a row multiplies the wait (4 for
 	// WhatsApp's pair limit, whose documented backoff is 4^n s; 2 for
 	// Twilio 20429, exponential backoff). 0 or 1 means a fixed wait, for
-	// waits the provider or its documentation gives exactly.
+	// waits the provider or its documentation gives exactly. Pauses grow
+	// only while they come with no accepted send between them on the scope
+	// (throttle.Redis.EndPauseRun).
 	Growth float64
+	// MaxWait caps a grown wait (Growth) for throttles of limits that have
+	// room again within a second of the traffic stopping (per-second rates,
+	// requests in flight: see perSecondMaxWait); 0 means the caller's cap
+	// (worker.Channel.MaxRetryAfter). A RetryAfter longer than it is still
+	// waited in full: the provider's wait always wins.
+	MaxWait time.Duration
 	// Message is the provider's message (plus details) or the start of the
 	// response body (at most 512 bytes of it), for archive reasons. It never
 	// contains tokens, secrets or URL queries.
@@ -183,7 +192,23 @@ type codeRule struct {
 	retry func(now time.Time) time.Duration
 	// growth is Error.Growth for a throttle with no RetryAfter of its own.
 	growth float64
+	// most is Error.MaxWait for such a throttle; 0: none.
+	most time.Duration
 }
+
+// perSecondMaxWait is the longest a pause grows (Error.MaxWait) for a
+// throttle of a limit counted per second or in requests in flight, when the
+// provider names no wait: Twilio 20429 (the account's API concurrency: a
+// slot frees as soon as any request in flight ends; Twilio documents it as
+// "safe to retry after backing off", with no Retry-After) and 63017 (the
+// account's MPS), WhatsApp 130429 (the number's messages per second),
+// Twilio 30022 (carrier MPS), and a WhatsApp or Twilio 429 without a known
+// code (docs/providers.md). Such a limit has room again a second after the
+// traffic stops, so a longer pause only idles the scope: the backoff goes
+// 1, 2, 4, 8, 16, 30 s (plus jitter) while nothing gets through, and the
+// first accepted send starts it over. 30 s is Sluice's choice, not a
+// provider's figure.
+const perSecondMaxWait = 30 * time.Second
 
 func fixed(d time.Duration) func(time.Time) time.Duration {
 	return func(time.Time) time.Duration { return d }
@@ -205,7 +230,7 @@ func CodeError(provider string, code int, message string, now time.Time) (*Error
 	}
 	e := &Error{Class: r.class, Provider: provider, Code: code, Scope: r.scope, Message: cleanMessage(message, nil)}
 	if r.class == Throttled {
-		e.Growth = r.growth
+		e.Growth, e.MaxWait = r.growth, r.most
 		if r.retry != nil {
 			e.RetryAfter = r.retry(now)
 		}

@@ -112,14 +112,12 @@ func TestProvidersDocMatchesClassification(t *testing.T) {
 				if e.RetryAfter != wait {
 					t.Errorf("%s: %d waits %v, the table says %q (%v)", where, r.code, e.RetryAfter, r.wait, wait)
 				}
-				growth := 0.0
-				if r.repeat != "" {
-					if growth, err = strconv.ParseFloat(r.repeat, 64); err != nil {
-						t.Fatalf("%s: repeats %q: %v", where, r.repeat, err)
-					}
-				}
+				growth, most := parseRepeats(t, where, r.repeat)
 				if max(e.Growth, 1) != max(growth, 1) {
 					t.Errorf("%s: %d grows ×%v on repeats, the table says ×%v", where, r.code, e.Growth, growth)
+				}
+				if e.MaxWait != most {
+					t.Errorf("%s: %d grows to at most %v, the table says %v", where, r.code, e.MaxWait, most)
 				}
 			})
 		}
@@ -129,4 +127,24 @@ func TestProvidersDocMatchesClassification(t *testing.T) {
 			}
 		}
 	}
+}
+
+// parseRepeats reads a "repeats" cell: "" (fixed), "2", or "2, at most
+// 30s" (the growth and its bound, Error.MaxWait).
+func parseRepeats(t *testing.T, where, cell string) (growth float64, most time.Duration) {
+	t.Helper()
+	if cell == "" {
+		return 0, 0
+	}
+	g, bound, capped := strings.Cut(cell, ", at most ")
+	growth, err := strconv.ParseFloat(g, 64)
+	if err != nil {
+		t.Fatalf("%s: repeats %q: %v", where, cell, err)
+	}
+	if capped {
+		if most, err = time.ParseDuration(bound); err != nil {
+			t.Fatalf("%s: repeats %q: %v", where, cell, err)
+		}
+	}
+	return growth, most
 }

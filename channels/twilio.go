@@ -107,8 +107,10 @@ func CheckAccountSID(sid string) error {
 // Errors are *Error, classified on the JSON body's code, then on the HTTP status
 // (docs/providers.md, Twilio table; Twilio error dictionary):
 //
-//   - 20429 or HTTP 429 (too many concurrent requests), 63017 (account MPS cap):
-//     Throttled, ScopeAccount;
+//   - 20429 (too many concurrent requests), 63017 (account MPS cap):
+//     Throttled, ScopeAccount, the backoff growing to at most 30 s;
+//   - HTTP 429 without a code or with one not listed here: Throttled,
+//     ScopeSender (see uncodedThrottle), the backoff growing to at most 30 s;
 //   - 30022 (carrier throughput), 21611 and 30001 (sender queue full): Throttled,
 //     ScopeSender;
 //   - 30023 (10DLC daily cap): Throttled, ScopeSender, RetryAfter until the next
@@ -192,20 +194,20 @@ func twilioForm(p tasks.SMSSend) (url.Values, error) {
 // twilioCodes is docs/providers.md's Twilio table (source: Twilio error dictionary,
 // API concurrency and messaging throughput docs).
 var twilioCodes = map[int]codeRule{
-	20429: {Throttled, ScopeAccount, "too many concurrent requests", nil, 2},
-	30022: {Throttled, ScopeSender, "carrier throughput exceeded", nil, 2},
+	20429: {Throttled, ScopeAccount, "too many concurrent requests", nil, 2, perSecondMaxWait},
+	30022: {Throttled, ScopeSender, "carrier throughput exceeded", nil, 2, perSecondMaxWait},
 	// Twilio queues up to 10 h of a sender's messages before 21611: the
 	// queue drains at the sender's rate, so wait minutes, not seconds.
-	21611: {Throttled, ScopeSender, "sender queue full", fixed(time.Minute), 2},
-	30001: {Throttled, ScopeSender, "queue overflow", fixed(time.Minute), 2},
-	63017: {Throttled, ScopeAccount, "account MPS cap", nil, 2},
-	30023: {Throttled, ScopeSender, "daily cap reached", untilPacificMidnight, 0},
-	63038: {Throttled, ScopeAccount, "account daily limit", fixed(24 * time.Hour), 0},
-	14107: {Throttled, ScopePair, "pair reply rate limit", fixed(30 * time.Second), 0},
-	21211: {Permanent, "", "invalid To number", nil, 0},
-	21610: {Permanent, "", "recipient unsubscribed", nil, 0},
-	63016: {Permanent, "", "outside 24 h window", nil, 0},
-	20003: {Unauthorized, ScopeChannel, "authentication failed", nil, 0},
+	21611: {Throttled, ScopeSender, "sender queue full", fixed(time.Minute), 2, 0},
+	30001: {Throttled, ScopeSender, "queue overflow", fixed(time.Minute), 2, 0},
+	63017: {Throttled, ScopeAccount, "account MPS cap", nil, 2, perSecondMaxWait},
+	30023: {Throttled, ScopeSender, "daily cap reached", untilPacificMidnight, 0, 0},
+	63038: {Throttled, ScopeAccount, "account daily limit", fixed(24 * time.Hour), 0, 0},
+	14107: {Throttled, ScopePair, "pair reply rate limit", fixed(30 * time.Second), 0, 0},
+	21211: {Permanent, "", "invalid To number", nil, 0, 0},
+	21610: {Permanent, "", "recipient unsubscribed", nil, 0, 0},
+	63016: {Permanent, "", "outside 24 h window", nil, 0, 0},
+	20003: {Unauthorized, ScopeChannel, "authentication failed", nil, 0, 0},
 }
 
 // pacific is America/Los_Angeles, or a fixed UTC-8 when the zone database is
@@ -262,7 +264,7 @@ func twilioResult(r *reply, now time.Time, secrets ...string) (Response, error) 
 	if rule, ok := twilioCodes[e.Code]; ok {
 		e.Class, e.Scope = rule.class, rule.scope
 		if e.RetryAfter == 0 && rule.class == Throttled {
-			e.Growth = rule.growth
+			e.Growth, e.MaxWait = rule.growth, rule.most
 			if rule.retry != nil {
 				e.RetryAfter = rule.retry(now)
 			}
@@ -277,10 +279,7 @@ func twilioResult(r *reply, now time.Time, secrets ...string) (Response, error) 
 	}
 	switch e.Class {
 	case Throttled:
-		e.Scope = ScopeAccount // HTTP 429: the account's API concurrency limit
-		if e.RetryAfter == 0 {
-			e.Growth = 2
-		}
+		uncodedThrottle(e) // a 429 without 20429: the sender
 	case Unauthorized:
 		e.Scope = ScopeChannel // HTTP 401/403: the account's credentials
 	}

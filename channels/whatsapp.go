@@ -95,10 +95,11 @@ func (c *WhatsApp) Validate() error {
 //     channel's token: pause the channel, probe, never archive;
 //   - 1, 2, 131000: Transient; is_transient:true makes any other code Transient;
 //   - 368, 131026, 131047: Permanent; any other code by its HTTP status: 5xx
-//     Transient, 429 Throttled, 401 Unauthorized, else (403 included: a
-//     permission of the token, such as 10 or 131005, often for one number)
-//     Permanent;
-//   - no parsable error body: by HTTP status, 401 and 403 Unauthorized.
+//     Transient, 429 Throttled with ScopeSender, 401 Unauthorized, else (403
+//     included: a permission of the token, such as 10 or 131005, often for
+//     one number) Permanent;
+//   - no parsable error body: by HTTP status, 429 Throttled with ScopeSender
+//     (the phone number ID: see uncodedThrottle), 401 and 403 Unauthorized.
 //
 // RetryAfter comes from the x-business-use-case-usage header
 // (estimated_time_to_regain_access, minutes) or a Retry-After header, whichever
@@ -213,20 +214,20 @@ func whatsappBody(p tasks.WhatsAppSend) ([]byte, error) {
 // whatsappCodes is docs/providers.md's WhatsApp table (source: Meta, Cloud API error
 // codes and throughput docs).
 var whatsappCodes = map[int]codeRule{
-	4:      {Throttled, ScopeAccount, "app rate limit", nil, 2},
-	80007:  {Throttled, ScopeAccount, "WABA rate limit", nil, 2},
-	130429: {Throttled, ScopeSender, "throughput limit", nil, 2},
-	131056: {Throttled, ScopePair, "pair rate limit", nil, 4},
-	131057: {Throttled, ScopeSender, "throughput upgrade in progress", fixed(time.Minute), 0},
-	131048: {Throttled, ScopeSender, "spam rate limit", fixed(time.Hour), 0},
-	131049: {Throttled, ScopePair, "per-user marketing limit", fixed(24 * time.Hour), 0},
-	1:      {Transient, "", "unknown error", nil, 0},
-	2:      {Transient, "", "service unavailable", nil, 0},
-	131000: {Transient, "", "something went wrong", nil, 0},
-	368:    {Permanent, "", "blocked for policy violation", nil, 0},
-	131026: {Permanent, "", "undeliverable", nil, 0},
-	131047: {Permanent, "", "outside 24 h window", nil, 0},
-	190:    {Unauthorized, ScopeChannel, "access token expired or invalid", nil, 0},
+	4:      {Throttled, ScopeAccount, "app rate limit", nil, 2, 0},
+	80007:  {Throttled, ScopeAccount, "WABA rate limit", nil, 2, 0},
+	130429: {Throttled, ScopeSender, "throughput limit", nil, 2, perSecondMaxWait},
+	131056: {Throttled, ScopePair, "pair rate limit", nil, 4, 0},
+	131057: {Throttled, ScopeSender, "throughput upgrade in progress", fixed(time.Minute), 0, 0},
+	131048: {Throttled, ScopeSender, "spam rate limit", fixed(time.Hour), 0, 0},
+	131049: {Throttled, ScopePair, "per-user marketing limit", fixed(24 * time.Hour), 0, 0},
+	1:      {Transient, "", "unknown error", nil, 0, 0},
+	2:      {Transient, "", "service unavailable", nil, 0, 0},
+	131000: {Transient, "", "something went wrong", nil, 0, 0},
+	368:    {Permanent, "", "blocked for policy violation", nil, 0, 0},
+	131026: {Permanent, "", "undeliverable", nil, 0, 0},
+	131047: {Permanent, "", "outside 24 h window", nil, 0, 0},
+	190:    {Unauthorized, ScopeChannel, "access token expired or invalid", nil, 0, 0},
 }
 
 // whatsappResponse holds the fields of the 200 body (MessageResponsePayload)
@@ -271,6 +272,7 @@ func whatsappResult(r *reply, now time.Time, secrets ...string) (Response, error
 		if e.Class == Unauthorized {
 			e.Scope = ScopeChannel
 		}
+		uncodedThrottle(e)
 		e.Message = bodyMessage(r, secrets)
 		return resp, e
 	}
@@ -285,7 +287,7 @@ func whatsappResult(r *reply, now time.Time, secrets ...string) (Response, error
 	case known && rule.class == Throttled:
 		e.Class, e.Scope = Throttled, rule.scope
 		if e.RetryAfter == 0 {
-			e.Growth = rule.growth
+			e.Growth, e.MaxWait = rule.growth, rule.most
 			if rule.retry != nil {
 				e.RetryAfter = rule.retry(now)
 			}
@@ -303,11 +305,34 @@ func whatsappResult(r *reply, now time.Time, secrets ...string) (Response, error
 		e.Class = Permanent
 	default:
 		e.Class = statusClass(r.status)
+		uncodedThrottle(e)
 	}
 	if e.Class == Unauthorized {
 		e.Scope = ScopeChannel
 	}
 	return resp, e
+}
+
+// uncodedThrottle gives a throttle that carries no code the tables know
+// (an HTTP 429 with no error body, or with a code not in them) its scope
+// and backoff. WhatsApp: the sender, as Cloud API limits throughput per
+// business phone number (130429, docs/providers.md), the number in the
+// request's URL. Twilio: the sender too; Twilio documents HTTP 429 only with
+// code 20429 (the account's API concurrency), which keeps the account scope
+// through its table row, so a 429 without it (no body, an unknown code:
+// a proxy, an edge, a limit Twilio does not document) names no scope and
+// the narrowest one that stops the requests that drew it is paused. Either
+// way every 429 pauses something, in every worker: for its Retry-After,
+// else the channel's backoff doubling while nothing gets through, at most
+// perSecondMaxWait.
+func uncodedThrottle(e *Error) {
+	if e.Class != Throttled {
+		return
+	}
+	e.Scope = ScopeSender
+	if e.RetryAfter == 0 {
+		e.Growth, e.MaxWait = 2, perSecondMaxWait
+	}
 }
 
 // statusClass classifies a non-2xx response the provider gave no known code

@@ -18,6 +18,15 @@ import (
 // script as the send's limits, so a pause set by one worker stops the next
 // send of every other at once. A paused send is not planned: it comes back
 // once, when the pause ends (Decision.RetryAfter).
+//
+// Runs: a scope throttled again soon after a pause ended is paused longer
+// (PauseOptions.Growth), but only while nothing gets through: a run is the
+// pauses set with no accepted send between them on the scope. A worker
+// whose send on a scope is accepted after the scope's pause ended calls
+// EndPauseRun once for that pause (it learns of pauses from WatchPauses,
+// so the common path makes no extra Redis call), and the scope's next pause
+// starts again at PauseOptions.Wait. Recording every accepted send in
+// Redis instead would cost a write per send.
 
 // PauseName is the Limit.Name of PauseRequest's limit.
 const PauseName = "paused"
@@ -32,13 +41,15 @@ type PauseOptions struct {
 	// Wait is the first pause's length (> 0).
 	Wait time.Duration
 	// Growth multiplies the wait of each pause in a row (a pause set within
-	// Memory after the previous one ended): 4 gives 6s, 24s, 96s... for a
-	// pair that keeps being throttled. Zero or 1 means a fixed wait.
+	// Memory after the previous one ended, with no accepted send on the
+	// scope since: EndPauseRun): 4 gives 6s, 24s, 96s... for a pair that
+	// keeps being throttled. Zero or 1 means a fixed wait.
 	Growth float64
-	// Max caps a grown wait; zero means Wait × 4^5.
+	// Max caps a grown wait (never a Wait longer than it); zero means
+	// Wait × 4^5.
 	Max time.Duration
 	// Memory is how long after a pause ends another counts as in a row;
-	// zero means 10 minutes.
+	// zero means DefaultPauseMemory.
 	Memory time.Duration
 	// Code and Reason are the provider's error code and message, for
 	// `sluice channels status` and `limits show` (at most 256 bytes kept).
@@ -55,7 +66,7 @@ type Paused struct {
 	Key    string    // the limiter key (unprefixed)
 	Until  time.Time // when it ends (Redis clock)
 	Since  time.Time // when it was last set or extended
-	InARow int       // pauses in a row, this one included
+	InARow int       // pauses in a row (no accepted send between), this one included
 	Code   int
 	Reason string
 	// Operator reports an operator's pause (PauseOptions.Operator).
@@ -65,12 +76,15 @@ type Paused struct {
 }
 
 var (
-	pauseSetScript = redis.NewScript(joinLua("prelude.lua", "pause_set.lua"))
-	pauseEndScript = redis.NewScript(joinLua("prelude.lua", "pause_end.lua"))
+	pauseSetScript    = redis.NewScript(joinLua("prelude.lua", "pause_set.lua"))
+	pauseEndScript    = redis.NewScript(joinLua("prelude.lua", "pause_end.lua"))
+	pauseRunEndScript = redis.NewScript(joinLua("prelude.lua", "pause_run_end.lua"))
 )
 
-// defaultPauseMemory is PauseOptions.Memory's default.
-const defaultPauseMemory = 10 * time.Minute
+// DefaultPauseMemory is PauseOptions.Memory's default: a pause set within
+// 10 minutes of the end of the previous one, with no accepted send between
+// (EndPauseRun), is in a row with it.
+const DefaultPauseMemory = 10 * time.Minute
 
 // maxPauseReason bounds the reason kept with a pause.
 const maxPauseReason = 256
@@ -97,7 +111,7 @@ func (l *Redis) Pause(ctx context.Context, key string, o PauseOptions) (Paused, 
 	}
 	memory := o.Memory
 	if memory <= 0 {
-		memory = defaultPauseMemory
+		memory = DefaultPauseMemory
 	}
 	reason := o.Reason
 	if len(reason) > maxPauseReason {
@@ -120,6 +134,30 @@ func (l *Redis) Pause(ctx context.Context, key string, o PauseOptions) (Paused, 
 	l.prefetch.dropKey(l.Key(key))
 	l.announce(ctx, key, p.Until.Sub(p.Since))
 	return p, nil
+}
+
+// EndPauseRun ends key's run of pauses: the provider accepted a send on
+// the scope after its pause ended, so the scope's next Pause starts again
+// at its first wait (Paused.InARow 1) instead of growing. It changes
+// nothing while key is paused (a pause set since, by any process, keeps
+// its run) and reports whether a run was ended: false also for a key with
+// no pause within the memory, or whose run had already ended. Workers call
+// it once per pause, from the first accepted send that left after the
+// pause ended (worker/pauserun.go). Errors: ErrBadRequest for a bad key,
+// else Redis'.
+func (l *Redis) EndPauseRun(ctx context.Context, key string) (bool, error) {
+	if err := checkPauseKey(key); err != nil {
+		return false, err
+	}
+	var now int64
+	if l.clock != nil {
+		now = l.clock().UnixMicro()
+	}
+	n, err := pauseRunEndScript.Run(ctx, l.rdb, []string{l.Key(key)}, now).Int64()
+	if err != nil {
+		return false, fmt.Errorf("throttle: end pause run %q: %w", key, err)
+	}
+	return n == 1, nil
 }
 
 // PausesChannel is the pub/sub channel on which Pause and Resume announce
@@ -169,9 +207,9 @@ func (l *Redis) WatchPauses(ctx context.Context, fn func(key string, left time.D
 }
 
 // Resume ends key's pause now, and its probe record (SetProbe); it
-// reports whether key was paused. The pause is remembered for 10 minutes
-// (PauseOptions.Memory's default), so that a pause of the same scope soon
-// after counts in a row.
+// reports whether key was paused. The pause is remembered for
+// DefaultPauseMemory, so that a pause of the same scope soon after, with
+// no accepted send between (EndPauseRun), counts in a row.
 func (l *Redis) Resume(ctx context.Context, key string) (bool, error) {
 	if err := checkPauseKey(key); err != nil {
 		return false, err
@@ -181,7 +219,7 @@ func (l *Redis) Resume(ctx context.Context, key string) (bool, error) {
 		now = l.clock().UnixMicro()
 	}
 	k := l.Key(key)
-	u, err := pauseEndScript.Run(ctx, l.rdb, []string{k, k + probeSuffix, k + probeLockSuffix}, now, defaultPauseMemory.Microseconds()).Int64()
+	u, err := pauseEndScript.Run(ctx, l.rdb, []string{k, k + probeSuffix, k + probeLockSuffix}, now, DefaultPauseMemory.Microseconds()).Int64()
 	if err != nil {
 		return false, fmt.Errorf("throttle: resume %q: %w", key, err)
 	}

@@ -103,6 +103,68 @@ func TestPausesInARowGrow(t *testing.T) {
 	}
 }
 
+// A run of pauses grows only while no send on the scope is accepted: the
+// first accepted send after a pause ended (EndPauseRun) brings the next
+// pause back to its first wait; while a pause is on, EndPauseRun changes
+// nothing.
+func TestAcceptedSendEndsAPauseRun(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		clock := &fakeClock{t: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)}
+		l := throttle.NewRedis(rdb, throttle.Options{Clock: clock.Now, OverrideRefresh: -1})
+		ctx := context.Background()
+		key := throttle.PauseKey("sms", "account", "AC1")
+		o := throttle.PauseOptions{Wait: time.Second, Growth: 2, Max: 30 * time.Second, Code: 20429}
+		var until time.Time
+		for i, step := range []struct {
+			name     string
+			advance  time.Duration // from the last pause's end (0: now)
+			accepted bool          // a send accepted: EndPauseRun, then Pause
+			wantEnd  bool          // EndPauseRun's answer
+			wantRow  int
+			wantWait time.Duration
+		}{
+			{"first throttle", 0, false, false, 1, time.Second},
+			{"throttled again, nothing accepted between", 100 * time.Millisecond, false, false, 2, 2 * time.Second},
+			{"and again", 100 * time.Millisecond, false, false, 3, 4 * time.Second},
+			{"a send accepted, then a throttle", time.Second, true, true, 1, time.Second},
+			{"nothing accepted since", 0, false, false, 2, 2 * time.Second},
+			{"accepted a minute later", time.Minute, true, true, 1, time.Second},
+		} {
+			if !until.IsZero() {
+				clock.Set(until.Add(step.advance))
+			}
+			if step.accepted {
+				ended, err := l.EndPauseRun(ctx, key)
+				if err != nil || ended != step.wantEnd {
+					t.Fatalf("step %d (%s): EndPauseRun %v, %v; want %v", i, step.name, ended, err, step.wantEnd)
+				}
+				if again, err := l.EndPauseRun(ctx, key); err != nil || again {
+					t.Fatalf("step %d (%s): a second EndPauseRun ended a run (%v, %v)", i, step.name, again, err)
+				}
+			}
+			p, err := l.Pause(ctx, key, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.InARow != step.wantRow || p.Until.Sub(clock.Now()) != step.wantWait {
+				t.Fatalf("step %d (%s): %d in a row for %v, want %d for %v", i, step.name, p.InARow, p.Until.Sub(clock.Now()), step.wantRow, step.wantWait)
+			}
+			// While the pause is on, an accepted send (one in flight when
+			// it was set) ends nothing.
+			if ended, err := l.EndPauseRun(ctx, key); err != nil || ended {
+				t.Fatalf("step %d (%s): EndPauseRun during the pause: %v, %v; want false", i, step.name, ended, err)
+			}
+			until = p.Until
+		}
+		if ended, err := l.EndPauseRun(ctx, throttle.PauseKey("sms", "account", "AC2")); err != nil || ended {
+			t.Fatalf("a scope never paused: %v, %v; want false", ended, err)
+		}
+		if _, err := l.EndPauseRun(ctx, "sms:{x}"); err == nil {
+			t.Fatal("a bad key was accepted")
+		}
+	})
+}
+
 func TestPauseErrors(t *testing.T) {
 	l, _ := reserveLimiter(t)
 	ctx := context.Background()

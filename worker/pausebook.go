@@ -17,6 +17,10 @@ import (
 // taken before that was paced before the provider refused a send, at a
 // rate an adaptive limit may have lowered since, and is not used even if
 // the pause has ended by its instant (see since).
+//
+// And it remembers whether each pause's run is still open here: the first
+// send on the scope that the provider accepts after the pause ended ends
+// the run in Redis (worker/pauserun.go), once per pause and worker.
 type pauseBook struct {
 	mu sync.Mutex
 	m  map[string]pauseMark // pause key → its last pause
@@ -25,6 +29,9 @@ type pauseBook struct {
 type pauseMark struct {
 	since time.Time // when it was last paused or extended (local clock)
 	until time.Time // end; not after since once it ended
+	// run: no send accepted after this pause has ended its run yet
+	// (takeRuns); set by every pause or extension.
+	run bool
 }
 
 // set records key as paused for left from now (0: ended).
@@ -43,12 +50,13 @@ func (b *pauseBook) set(key string, left time.Duration, now time.Time) {
 		}
 		return
 	}
-	b.m[key] = pauseMark{since: now, until: now.Add(left)}
+	b.m[key] = pauseMark{since: now, until: now.Add(left), run: true}
 	if len(b.m) > 10000 {
 		for k, p := range b.m {
 			// (a slot is held at most the hold, seconds: a mark a minute
-			// past its end can no longer concern one)
-			if now.Sub(p.until) > time.Minute {
+			// past its end can no longer concern one; an open run only
+			// matters within the pause memory)
+			if age := now.Sub(p.until); age > time.Minute && (!p.run || age > throttle.DefaultPauseMemory) {
 				delete(b.m, k)
 			}
 		}
@@ -92,4 +100,41 @@ func (b *pauseBook) paused(key string, now time.Time) bool {
 	defer b.mu.Unlock()
 	p, ok := b.m[key]
 	return ok && p.until.After(now)
+}
+
+// takeRuns returns the pause keys among reqs whose pause had ended when a
+// send with reqs left (sent), and whose run is still open, and closes
+// them: the caller ends those runs (throttle.Redis.EndPauseRun). A send
+// that left before a pause ended (in flight when it was set, or meanwhile
+// paused again) ends nothing. nil when there are none, which is the
+// common path: one lock, no allocation.
+func (b *pauseBook) takeRuns(reqs []throttle.Request, sent time.Time) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.m) == 0 {
+		return nil
+	}
+	var keys []string
+	for _, r := range reqs {
+		if r.Limit.Algorithm != throttle.Pause {
+			continue
+		}
+		if p, ok := b.m[r.Key]; ok && p.run && !p.until.After(sent) {
+			p.run = false
+			b.m[r.Key] = p
+			keys = append(keys, r.Key)
+		}
+	}
+	return keys
+}
+
+// reopenRun marks key's run open again, when ending it failed, so that the
+// next accepted send tries again.
+func (b *pauseBook) reopenRun(key string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p, ok := b.m[key]; ok {
+		p.run = true
+		b.m[key] = p
+	}
 }

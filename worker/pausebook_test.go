@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -55,5 +56,52 @@ func TestPauseBookDropsSlotsTakenBeforeAPause(t *testing.T) {
 	}
 	if k, _ := b.blocked(reqs, t0.Add(4*time.Second), t0.Add(3500*time.Millisecond)); k != "" {
 		t.Fatalf("slot taken after the resume: blocked by %q", k)
+	}
+}
+
+// The first accepted send that left after a pause ended takes the pause's
+// run (to end it in Redis), once; a send that left during the pause (in
+// flight when it was set) takes nothing, and a new pause opens a new run.
+func TestPauseBookTakesARunOnceAfterThePause(t *testing.T) {
+	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	account, sender := "sms:paused:account:AC1", "sms:paused:sender:+12025550100"
+	reqs := []throttle.Request{
+		{Key: "sms:sender:+12025550100", Limit: throttle.Limit{Name: "sender", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(1)}},
+		throttle.PauseRequest(account), throttle.PauseRequest(sender),
+	}
+	var b pauseBook
+	if k := b.takeRuns(reqs, t0); k != nil {
+		t.Fatalf("empty book: took %v", k)
+	}
+	b.set(account, time.Second, t0) // a 20429: the account paused for 1s
+	for _, step := range []struct {
+		name string
+		sent time.Time
+		want []string
+	}{
+		{"left during the pause", t0.Add(500 * time.Millisecond), nil},
+		{"left as it ended", t0.Add(time.Second), []string{account}},
+		{"the run is taken once", t0.Add(2 * time.Second), nil},
+	} {
+		if got := b.takeRuns(reqs, step.sent); !slices.Equal(got, step.want) {
+			t.Errorf("%s: took %v, want %v", step.name, got, step.want)
+		}
+	}
+	// Paused again (an announcement from another worker), and ending the
+	// run failed once: the next send that left after the pause takes it.
+	b.set(account, time.Second, t0.Add(3*time.Second))
+	b.set(sender, 2*time.Second, t0.Add(3*time.Second))
+	if got := b.takeRuns(reqs, t0.Add(4*time.Second)); !slices.Equal(got, []string{account}) {
+		t.Fatalf("after the account's pause, during the sender's: took %v, want the account", got)
+	}
+	b.reopenRun(account)
+	if got := b.takeRuns(reqs, t0.Add(5*time.Second)); !slices.Equal(got, []string{account, sender}) {
+		t.Fatalf("after both pauses: took %v, want both", got)
+	}
+	// A resume ends a pause: a send after it ends the run.
+	b.set(sender, time.Hour, t0.Add(6*time.Second))
+	b.set(sender, 0, t0.Add(7*time.Second))
+	if got := b.takeRuns(reqs, t0.Add(8*time.Second)); !slices.Equal(got, []string{sender}) {
+		t.Fatalf("after a resume: took %v, want the sender", got)
 	}
 }

@@ -619,6 +619,7 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, a *attempt) error 
 	if err == nil {
 		a.resp, a.sent = resp, true
 		h.adaptUp(ctx, reqs)
+		h.endPauseRuns(ctx, reqs, start)
 		if resp.Incomplete {
 			m.outcome(name, OutcomeUnconfirmed)
 			id, _ := asynq.GetTaskID(ctx)
@@ -688,12 +689,13 @@ func (h *handler) providerThrottled(ctx context.Context, ce *channels.Error, fie
 }
 
 // pause pauses the scope a provider throttle named (key) in every worker,
-// for wait or, when the throttle grows (ce.Growth) and repeats, longer;
-// it returns the time left of the pause, the task's wait. A scope already
-// paused is only extended. The first pause of a scope is logged at WARN
-// and raises provider.paused; every throttle raises provider.throttled
-// (once a second per scope). If the pause cannot be written the task
-// still waits wait.
+// for wait or, when the throttle grows (ce.Growth) and repeats with no
+// accepted send between (endPauseRuns), longer, up to ce.MaxWait within
+// MaxRetryAfter; it returns the time left of the pause, the task's wait.
+// A scope already paused is only extended. The first pause of a scope is
+// logged at WARN and raises provider.paused; every throttle raises
+// provider.throttled (once a second per scope). If the pause cannot be
+// written the task still waits wait.
 func (h *handler) pause(ctx context.Context, key string, ce *channels.Error, wait time.Duration) time.Duration {
 	growth := ce.Growth
 	if growth > 1 {
@@ -702,7 +704,11 @@ func (h *handler) pause(ctx context.Context, key string, ce *channels.Error, wai
 		// all end their pauses at once.
 		wait = min(wait+time.Duration(rand.Int64N(int64(wait)/5+1)), h.ch.MaxRetryAfter)
 	}
-	pz, err := h.pauser.Pause(ctx, key, throttle.PauseOptions{Wait: wait, Growth: growth, Max: h.ch.MaxRetryAfter, Code: ce.Code, Reason: ce.Message})
+	most := h.ch.MaxRetryAfter
+	if ce.MaxWait > 0 {
+		most = min(most, ce.MaxWait)
+	}
+	pz, err := h.pauser.Pause(ctx, key, throttle.PauseOptions{Wait: wait, Growth: growth, Max: most, Code: ce.Code, Reason: ce.Message})
 	if err != nil {
 		h.w.logger.Warn("pause scope after a provider throttle", "channel", h.ch.Name, "key", key, "code", ce.Code, "err", err)
 		return wait

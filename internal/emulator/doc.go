@@ -205,6 +205,12 @@
 //     Server.MaxInAnySecond).
 //   - POST /_emulator/reset: 204; clears records, counters, seen keys and
 //     limiter state, as Server.Reset does.
+//   - POST /_emulator/faults {"channel": "whatsapp"|"sms", "sender",
+//     "code", "count", "retry_after"}: 204; the sender's next count
+//     requests (0: 1, negative: until cleared) fail with the provider's
+//     error code, or with a bare 429 (code 429: no error code, text/plain
+//     body), with a Retry-After header of retry_after seconds when over 0,
+//     as Server.FaultWith does. DELETE /_emulator/faults: 204; clears them.
 //
 // They are not authenticated: the listeners bind 127.0.0.1 by default.
 package emulator

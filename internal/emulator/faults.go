@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 )
 
 // Faults: a test makes a sender's next requests fail with a provider error
@@ -13,11 +14,33 @@ import (
 // to see what the sender's client does with it. Faults are checked after
 // authentication and validation and before the limits; a faulted request
 // is not accepted and counts as throttled (the throttle codes of
-// docs/providers.md) or rejected.
+// docs/providers.md, and Bare429) or rejected.
+
+// Bare429 is the fault code of a bare HTTP 429: no error code and no
+// error body the provider documents (text/plain "Too Many Requests"), as a
+// proxy, an edge or an undocumented limit answers; with
+// FaultOptions.RetryAfter it carries a Retry-After header. It counts as
+// throttled with code "429".
+const Bare429 = 429
+
+// FaultOptions is what a sender's next requests are answered with
+// (FaultWith).
+type FaultOptions struct {
+	// Code is the provider's error code, answered with the provider's HTTP
+	// status for it (see Fault), or Bare429.
+	Code int
+	// Count is how many requests fail; 0 means 1, negative until
+	// ClearFaults.
+	Count int
+	// RetryAfter, when over 0, is sent as a Retry-After header in whole
+	// seconds, rounded up.
+	RetryAfter time.Duration
+}
 
 type fault struct {
-	code int
-	left int // requests still to fail; < 0: until cleared
+	code       int
+	left       int // requests still to fail; < 0: until cleared
+	retryAfter time.Duration
 }
 
 // Fault makes the next n requests of sender on channel (ChannelWhatsApp: a
@@ -26,12 +49,26 @@ type fault struct {
 // status is the provider's for the code: WhatsApp 4 429, 190 401, others
 // 400; Twilio 20429 429, 20003 401, others 400.
 func (s *Server) Fault(channel, sender string, code, n int) {
+	s.setFault(channel, sender, fault{code: code, left: n})
+}
+
+// FaultWith makes sender's next requests on channel fail as o says: Fault
+// with a Retry-After header, or a bare 429 (Bare429). It replaces the
+// sender's fault, if any.
+func (s *Server) FaultWith(channel, sender string, o FaultOptions) {
+	if o.Count == 0 {
+		o.Count = 1
+	}
+	s.setFault(channel, sender, fault{code: o.Code, left: o.Count, retryAfter: o.RetryAfter})
+}
+
+func (s *Server) setFault(channel, sender string, f fault) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.faults == nil {
 		s.faults = map[string]*fault{}
 	}
-	s.faults[channel+"|"+sender] = &fault{code: code, left: n}
+	s.faults[channel+"|"+sender] = &f
 }
 
 // ClearFaults ends every fault.
@@ -41,28 +78,45 @@ func (s *Server) ClearFaults() {
 	s.faults = nil
 }
 
-// takeFault returns the code a request of sender must fail with, if any.
-func (s *Server) takeFault(channel, sender string) (int, bool) {
+// takeFault returns the fault a request of sender must fail with, if any.
+func (s *Server) takeFault(channel, sender string) (fault, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.faults[channel+"|"+sender]
 	if f == nil || f.left == 0 {
-		return 0, false
+		return fault{}, false
 	}
 	if f.left > 0 {
 		f.left--
 	}
 	switch f.code {
-	case 4, 80007, 130429, 131048, 131049, 131056, 131057, 20429, 30022, 30023, 63017, 63038, 21611, 30001, 14107:
+	case Bare429, 4, 80007, 130429, 131048, 131049, 131056, 131057, 20429, 30022, 30023, 63017, 63038, 21611, 30001, 14107:
 		s.throttledLocked(channel, strconv.Itoa(f.code))
 	default:
 		s.stats[channel].Rejected++
 	}
-	return f.code, true
+	return *f, true
+}
+
+// writeFaultHeader writes f's Retry-After, if any, and reports whether f
+// is a bare 429, which it then answers whole.
+func writeFaultHeader(w http.ResponseWriter, f fault) (answered bool) {
+	if f.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.FormatInt(int64((f.retryAfter+time.Second-1)/time.Second), 10))
+	}
+	if f.code != Bare429 {
+		return false
+	}
+	http.Error(w, http.StatusText(http.StatusTooManyRequests), http.StatusTooManyRequests)
+	return true
 }
 
 // writeWhatsAppFault answers a faulted WhatsApp request.
-func writeWhatsAppFault(w http.ResponseWriter, code int) {
+func writeWhatsAppFault(w http.ResponseWriter, f fault) {
+	if writeFaultHeader(w, f) {
+		return
+	}
+	code := f.code
 	status := http.StatusBadRequest
 	switch code {
 	case 4:
@@ -76,7 +130,11 @@ func writeWhatsAppFault(w http.ResponseWriter, code int) {
 }
 
 // writeTwilioFault answers a faulted Twilio request.
-func writeTwilioFault(w http.ResponseWriter, code int) {
+func writeTwilioFault(w http.ResponseWriter, f fault) {
+	if writeFaultHeader(w, f) {
+		return
+	}
+	code := f.code
 	status := http.StatusBadRequest
 	switch code {
 	case 20429:
@@ -88,25 +146,24 @@ func writeTwilioFault(w http.ResponseWriter, code int) {
 }
 
 // faultsHandler serves POST /_emulator/faults {"channel","sender","code",
-// "count"} (count 0 means 1, negative until cleared) and DELETE
-// /_emulator/faults.
+// "count","retry_after"} (FaultWith: code 429 is a bare 429; count 0 means
+// 1, negative until cleared; retry_after in whole seconds, 0 for no
+// Retry-After header) and DELETE /_emulator/faults.
 func (s *Server) faultsHandler(mux *http.ServeMux) {
 	mux.HandleFunc("POST /_emulator/faults", func(w http.ResponseWriter, r *http.Request) {
 		var f struct {
-			Channel string `json:"channel"`
-			Sender  string `json:"sender"`
-			Code    int    `json:"code"`
-			Count   int    `json:"count"`
+			Channel    string `json:"channel"`
+			Sender     string `json:"sender"`
+			Code       int    `json:"code"`
+			Count      int    `json:"count"`
+			RetryAfter int64  `json:"retry_after"`
 		}
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&f); err != nil || f.Sender == "" || f.Code == 0 ||
-			(f.Channel != ChannelWhatsApp && f.Channel != ChannelSMS) {
-			http.Error(w, `want {"channel":"whatsapp"|"sms","sender":"…","code":N,"count":N}`, http.StatusBadRequest)
+			(f.Channel != ChannelWhatsApp && f.Channel != ChannelSMS) || f.RetryAfter < 0 || f.RetryAfter > 86400 {
+			http.Error(w, `want {"channel":"whatsapp"|"sms","sender":"…","code":N (429: a bare 429),"count":N,"retry_after":0..86400 (seconds)}`, http.StatusBadRequest)
 			return
 		}
-		if f.Count == 0 {
-			f.Count = 1
-		}
-		s.Fault(f.Channel, f.Sender, f.Code, f.Count)
+		s.FaultWith(f.Channel, f.Sender, FaultOptions{Code: f.Code, Count: f.Count, RetryAfter: time.Duration(f.RetryAfter) * time.Second})
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("DELETE /_emulator/faults", func(w http.ResponseWriter, _ *http.Request) {

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -40,5 +41,48 @@ func TestFaultsAnswerASendersNextRequests(t *testing.T) {
 	require.Equal(t, http.StatusTooManyRequests, r.status)
 	assert.Equal(t, 4, r.graphErr(t).Code)
 	r = h.do(http.MethodPost, h.s.WhatsAppURL()+"/_emulator/faults", strings.NewReader(`{"channel":"fax"}`), nil)
+	assert.Equal(t, http.StatusBadRequest, r.status)
+}
+
+// A bare 429 (Bare429) has no error code and no provider error body, and
+// carries a Retry-After header when asked; a coded fault can carry one
+// too. Both count as throttled; the sender's next request goes through.
+func TestBare429FaultWithRetryAfter(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{Tolerance: -1})
+	const from = "+14155550101"
+	h.s.FaultWith(ChannelWhatsApp, phoneID, FaultOptions{Code: Bare429, RetryAfter: 4500 * time.Millisecond})
+	h.s.FaultWith(ChannelSMS, from, FaultOptions{Code: Bare429, Count: 2})
+	r := h.waText(phoneID, "+16505551234")
+	require.Equal(t, http.StatusTooManyRequests, r.status)
+	assert.Equal(t, "5", r.header.Get("Retry-After"), "whole seconds, rounded up")
+	assert.Equal(t, "Too Many Requests\n", string(r.body))
+	assert.NotContains(t, r.header.Get("Content-Type"), "json", "no error body to read a code from")
+	assert.Equal(t, http.StatusOK, h.waText(phoneID, "+16505551235").status, "count 0 means 1")
+
+	for range 2 {
+		r = h.sms(smsForm(from, "+14155552345"), nil)
+		require.Equal(t, http.StatusTooManyRequests, r.status)
+		assert.Empty(t, r.header.Get("Retry-After"))
+		assert.Equal(t, "Too Many Requests\n", string(r.body))
+	}
+	h.s.FaultWith(ChannelSMS, from, FaultOptions{Code: 20429, RetryAfter: 2 * time.Second})
+	r = h.sms(smsForm(from, "+14155552346"), nil)
+	require.Equal(t, http.StatusTooManyRequests, r.status)
+	assert.Equal(t, "2", r.header.Get("Retry-After"))
+	assert.Contains(t, string(r.body), `"code":20429`)
+
+	assert.Equal(t, map[string]int{"429": 1}, h.s.Stats()[ChannelWhatsApp].ThrottledByCode)
+	assert.Equal(t, map[string]int{"429": 2, "20429": 1}, h.s.Stats()[ChannelSMS].ThrottledByCode)
+
+	// Over HTTP: retry_after in seconds.
+	r = h.do(http.MethodPost, h.s.WhatsAppURL()+"/_emulator/faults",
+		strings.NewReader(`{"channel":"whatsapp","sender":"`+phoneID+`","code":429,"retry_after":5}`), nil)
+	require.Equal(t, http.StatusNoContent, r.status)
+	r = h.waText(phoneID, "+16505551236")
+	require.Equal(t, http.StatusTooManyRequests, r.status)
+	assert.Equal(t, "5", r.header.Get("Retry-After"))
+	r = h.do(http.MethodPost, h.s.WhatsAppURL()+"/_emulator/faults",
+		strings.NewReader(`{"channel":"whatsapp","sender":"`+phoneID+`","code":429,"retry_after":-1}`), nil)
 	assert.Equal(t, http.StatusBadRequest, r.status)
 }

@@ -65,7 +65,7 @@ func (s *Server) handleWhatsAppProbe(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if code, ok := s.peekFault(ch, phoneID); ok && code == 190 {
-		writeWhatsAppFault(w, code)
+		writeWhatsAppFault(w, fault{code: code})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"id": phoneID})

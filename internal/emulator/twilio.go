@@ -167,8 +167,8 @@ func (s *Server) handleTwilio(w http.ResponseWriter, r *http.Request) {
 	if sender == "" {
 		sender = f.service
 	}
-	if code, ok := s.takeFault(ch, sender); ok {
-		writeTwilioFault(w, code)
+	if ft, ok := s.takeFault(ch, sender); ok {
+		writeTwilioFault(w, ft)
 		return
 	}
 	key := r.Header.Get("Idempotency-Key")

@@ -224,8 +224,8 @@ func (s *Server) handleWhatsApp(w http.ResponseWriter, r *http.Request) {
 	}
 
 	phoneID := r.PathValue("phoneID")
-	if code, ok := s.takeFault(ch, phoneID); ok {
-		writeWhatsAppFault(w, code)
+	if ft, ok := s.takeFault(ch, phoneID); ok {
+		writeWhatsAppFault(w, ft)
 		return
 	}
 	key := r.Header.Get("Idempotency-Key")

@@ -2,10 +2,12 @@
 -- WhatsApp number after 131048, a pair after 131056, a Twilio account after
 -- 20429. It is a limit with no capacity until the pause ends.
 --
--- KEYS: key        hash {u = us the pause ends, n = pauses in a row, code,
+-- KEYS: key        hash {u = us the pause ends, n = pauses in a row (0 once
+--                  a send was accepted after it: pause_run_end.lua), code,
 --                  reason, at = us it was set}; see pause_set.lua
 -- ARGV (per limit): nothing of its own (limit, period, burst are 0)
--- State: the hash, written only by pause_set.lua; deciding never writes.
+-- State: the hash, written by pause_set.lua, pause_end.lua and
+-- pause_run_end.lua; deciding never writes.
 -- Returns: see prelude.lua. Paused: ok 0, retry = wait = the rest of the
 -- pause, reset = its end. Else ok 1, remaining 1. It takes nothing.
 local function pause_decide(key, now)

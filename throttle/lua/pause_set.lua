@@ -5,6 +5,9 @@
 -- ARGV[3] growth: each pause in a row multiplies the wait (1 = fixed)
 -- ARGV[4] most wait us                ARGV[5] memory us: a pause set within
 --         this long after the last one ended is "in a row"
+-- A run of pauses in a row (n) lasts while no send on the scope is
+-- accepted: pause_run_end.lua sets n to 0 after the first send accepted
+-- once a pause ended, so the next pause is n 1, the first wait.
 -- ARGV[6] code                        ARGV[7] reason
 -- ARGV[8] operator: "1" for an operator's pause (`sluice channels pause`).
 -- An operator's pause that is still on keeps its code, reason and flag: a
