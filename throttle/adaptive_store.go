@@ -113,7 +113,7 @@ type AdaptChange struct {
 	Configured, Effective, Previous float64
 	Ceiling                         float64 // 0: none
 	Code                            int     // the provider's, for a decrease
-	Reason                          string  // ReasonThrottled, ReasonQuiet, ReasonRecovered or the provider's message
+	Reason                          string  // ReasonThrottled, ReasonQuiet, ReasonRecovered, ReasonRestored or the provider's message
 	Decrease                        bool
 }
 
@@ -127,8 +127,9 @@ const maxAdaptTries = 4
 // one, within Options.OverrideRefresh in the others. The requests carry
 // the configured limits (runtime overrides are applied here). It returns
 // the changes made (none when the throttle did not count: see
-// AdaptOptions.Reaction and AdaptSignal.Sent), each also written to the
-// events stream as limits.adapted. Errors are Redis'.
+// AdaptOptions.Reaction and AdaptSignal.Sent; none either when it marked
+// a storm, Adaptation.Storm), each also written to the events stream as
+// limits.adapted. Errors are Redis'.
 func (l *Redis) AdaptDown(ctx context.Context, o AdaptOptions, sig AdaptSignal, reqs ...Request) ([]AdaptChange, error) {
 	if o.Disabled || l.adaptive == nil {
 		return nil, nil
@@ -252,7 +253,10 @@ func (l *Redis) adaptKey(ctx context.Context, o AdaptOptions, key string, reqs [
 			} else {
 				next.limits[r.Limit.Name] = n
 			}
-			if n.Changed.Equal(now) && n.Rate != n.Previous || remove {
+			// A change of the effective rate is an event; a restored
+			// configured rate that held (removed at the rate it was) and a
+			// storm's mark (no rate changed) are not.
+			if n.Changed.Equal(now) && n.Rate != n.Previous || remove && n.Previous != cfg {
 				changes = append(changes, AdaptChange{Key: key, Limit: r.Limit.Name, Configured: cfg, Effective: n.Effective(cfg),
 					Previous: n.Previous, Ceiling: n.Ceiling, Code: n.Code, Reason: n.Reason, Decrease: n.Rate < n.Previous})
 			}
