@@ -284,3 +284,24 @@ func TestAdaptiveStormIsUndone(t *testing.T) {
 		}
 	})
 }
+
+// A throttle the worker blames on the send's lateness (AdaptSignal.Jitter)
+// changes nothing: the worker widens its pacing margin instead.
+func TestAdaptDownIgnoresJitter(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		l := throttle.NewRedis(rdb, throttle.Options{})
+		req := throttle.Request{Key: "sms:sender:+12025550100", Limit: senderLimit}
+		ch, err := l.AdaptDown(ctx, throttle.AdaptOptions{}, throttle.AdaptSignal{Code: 20429, Jitter: true}, req)
+		if err != nil || len(ch) != 0 {
+			t.Fatalf("changes %+v err %v; want none", ch, err)
+		}
+		if ad, err := l.Adaptations(ctx); err != nil || len(ad) != 0 {
+			t.Fatalf("adaptations %+v err %v; want none", ad, err)
+		}
+		// The same throttle without the mark lowers the rate.
+		if ch, err := l.AdaptDown(ctx, throttle.AdaptOptions{}, throttle.AdaptSignal{Code: 20429}, req); err != nil || len(ch) != 1 {
+			t.Fatalf("changes %+v err %v; want one", ch, err)
+		}
+	})
+}
