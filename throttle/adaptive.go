@@ -165,6 +165,28 @@ type Adaptation struct {
 	// Blind reports that the rate was set by a deep cut (Decrease) with no
 	// rate known to hold, and has not changed since.
 	Blind bool `json:"blind,omitempty"`
+	// Storm reports a throttle, after the last decrease's reaction time,
+	// with no send through since that decrease and no increase: the
+	// provider refused everything (an outage, a storm of 429s), which says
+	// nothing about the rate; the scope's pause, which grows while nothing
+	// gets through, is the answer. It lowers nothing more. The next quiet
+	// period undoes the decrease (RunFrom) instead of raising the rate one
+	// step.
+	Storm bool `json:"storm,omitempty"`
+	// RunFrom, RunCeil, RunGood and RunThrottled are the rate, ceiling,
+	// good rate and last counted throttle before the last decrease (0 and
+	// zero: none), what a storm after it restores. RunFrom 0: nothing to
+	// restore (the decrease came right after a restore: see Restored).
+	RunFrom      float64   `json:"rfrom,omitempty"`
+	RunCeil      float64   `json:"rceil,omitempty"`
+	RunGood      float64   `json:"rgood,omitempty"`
+	RunThrottled time.Time `json:"rthr,omitzero"`
+	// Restored reports a rate restored after a storm that has not held for
+	// a quiet period yet. A throttle then was no storm's: the decrease it
+	// undid was right (a provider slower than the scope's pause, whose
+	// refusals before its next free slot looked like a storm), and the next
+	// decrease is not undone again, so the two never alternate.
+	Restored bool `json:"restored,omitempty"`
 	// Throttled is when the last counted throttle came, Decreased when it
 	// lowered the rate, Changed when the state last changed, OK when a
 	// worker first saw a send go through at the rate set then (zero: none
@@ -189,6 +211,7 @@ const (
 	ReasonThrottled = "throttled" // a provider throttle lowered the rate
 	ReasonQuiet     = "quiet"     // a quiet period raised it
 	ReasonRecovered = "recovered" // it is back at the configured rate
+	ReasonRestored  = "restored"  // a storm is over: the rate before it is back
 	ReasonExpired   = "expired"   // no traffic for CeilingTTL: forgotten
 )
 
@@ -214,10 +237,16 @@ func (a Adaptation) ceilingExpired(now time.Time) bool {
 
 // down applies a throttle of a send at now: cfg is the limit's configured
 // rate (units/s), sent when the throttled send started (zero: unknown),
-// on the limiter's clock. It returns the new state and whether the
-// throttle counted (the state must be written). A throttle does not count
-// when the send started before the last decrease (it was paced at the old
-// rate) or came within the reaction time of it.
+// on the limiter's clock. It returns the new state and whether the state
+// must be written. A throttle does not count when the send started before
+// the last decrease (it was paced at the old rate) or came within the
+// reaction time of it. Nor does it lower the rate when nothing shows that
+// the rate is the cause: no send went through at the rate now in force
+// and the rate was not raised since the last decrease (a raise needs sends
+// through for a quiet period). The provider refuses everything then; the
+// state is marked a storm (written once) and the next quiet period
+// restores the rate before that decrease (up). A fresh state (the
+// configured rate was in force) always counts.
 func (o AdaptOptions) down(a Adaptation, cfg float64, now, sent time.Time, code int, reason string) (Adaptation, bool) {
 	if a.Rate <= 0 {
 		a = Adaptation{Rate: cfg}
@@ -230,7 +259,24 @@ func (o AdaptOptions) down(a Adaptation, cfg float64, now, sent time.Time, code 
 		if now.Sub(a.Decreased) < max(o.Reaction, perSecondInterval(r)) {
 			return a, false
 		}
+		if !a.Changed.After(a.Decreased) && !a.okSince() {
+			if a.Storm {
+				return a, false
+			}
+			a.Storm = true
+			return a, true
+		}
 	}
+	// What a storm after this decrease restores: the state before it,
+	// unless this throttle disproved a restore.
+	a.RunFrom, a.RunCeil, a.RunGood, a.RunThrottled = 0, 0, 0, time.Time{}
+	if !a.Restored {
+		a.RunFrom = r
+		if a.Ceiling > 0 && !a.ceilingExpired(now) {
+			a.RunCeil, a.RunGood, a.RunThrottled = a.Ceiling, a.Good, a.Throttled
+		}
+	}
+	a.Storm, a.Restored = false, false
 	switch {
 	case a.Ceiling <= 0 || a.ceilingExpired(now):
 		a.Ceiling, a.Above = r, 0
@@ -277,7 +323,10 @@ func (o AdaptOptions) down(a Adaptation, cfg float64, now, sent time.Time, code 
 
 // up raises the rate after a quiet period at now: it returns the new
 // state, whether it changed, and whether the limit is back at its
-// configured rate with nothing to remember (the state is removed).
+// configured rate with nothing to remember (the state is removed). After a
+// storm (Adaptation.Storm) the quiet period restores the rate, ceiling and
+// good rate before the storm's decrease instead, and the rate stays
+// Restored until the next quiet period.
 func (o AdaptOptions) up(a Adaptation, cfg float64, now time.Time) (next Adaptation, changed, remove bool) {
 	if a.Rate <= 0 {
 		return a, false, false
@@ -286,6 +335,13 @@ func (o AdaptOptions) up(a Adaptation, cfg float64, now time.Time) (next Adaptat
 		return a, false, false
 	}
 	r := a.Effective(cfg)
+	if a.Storm && a.RunFrom > 0 {
+		return a.restore(cfg, now), true, false
+	}
+	// A storm with nothing to restore, or a restored rate that held: on as
+	// usual, and the state is written even if the rate stays.
+	flags := a.Storm || a.Restored
+	a.Storm, a.Restored = false, false
 	if a.ceilingExpired(now) {
 		a.Ceiling, a.Good, a.Above, a.Doubt = 0, 0, 0, 0
 	}
@@ -312,11 +368,31 @@ func (o AdaptOptions) up(a Adaptation, cfg float64, now time.Time) (next Adaptat
 		return a, true, true
 	}
 	if n <= r {
-		return a, false, false
+		return a, flags, false
 	}
 	a.Previous, a.Rate, a.Good, a.Configured, a.Blind = r, n, g, cfg, false
 	a.Changed, a.Code, a.Reason = now, 0, ReasonQuiet
 	return a, true, false
+}
+
+// restore undoes the decrease a storm followed, at now: the rate, ceiling
+// (with its lifetime) and good rate before it are back, with no ceiling in
+// doubt, and the rate is Restored until it holds for a quiet period. Back
+// at the configured rate with no ceiling under it, the state stays (at
+// cfg, so nothing is lowered) until then: a throttle of the restored rate
+// is not undone again.
+func (a Adaptation) restore(cfg float64, now time.Time) Adaptation {
+	r := a.Effective(cfg)
+	a.Previous, a.Rate, a.Configured = r, max(a.RunFrom, r), cfg
+	a.Ceiling, a.Good, a.Throttled = a.RunCeil, a.RunGood, a.RunThrottled
+	a.Above, a.Doubt, a.Blind = 0, 0, false
+	a.RunFrom, a.RunCeil, a.RunGood, a.RunThrottled = 0, 0, 0, time.Time{}
+	a.Storm, a.Restored = false, true
+	a.Changed, a.Code, a.Reason = now, 0, ReasonRestored
+	if a.Rate >= cfg && (a.Ceiling <= 0 || a.Ceiling > cfg) {
+		a.Rate, a.Reason = cfg, ReasonRecovered
+	}
+	return a
 }
 
 // okSince reports whether a send went through at the current rate.

@@ -104,6 +104,11 @@ type AdaptSignal struct {
 	// limit's last decrease was paced at the old rate: its throttle does
 	// not count again.
 	Sent time.Time
+	// Jitter reports that the worker judged the throttled send's lateness,
+	// not the rate, the cause: it left later than the pacing margin allowed
+	// (a busy host; issue 19). The worker widens its margin instead, and
+	// AdaptDown changes nothing.
+	Jitter bool
 }
 
 // AdaptChange is one adaptive change AdaptDown or AdaptUp made. Rates are
@@ -113,7 +118,7 @@ type AdaptChange struct {
 	Configured, Effective, Previous float64
 	Ceiling                         float64 // 0: none
 	Code                            int     // the provider's, for a decrease
-	Reason                          string  // ReasonThrottled, ReasonQuiet, ReasonRecovered or the provider's message
+	Reason                          string  // ReasonThrottled, ReasonQuiet, ReasonRecovered, ReasonRestored or the provider's message
 	Decrease                        bool
 }
 
@@ -127,10 +132,11 @@ const maxAdaptTries = 4
 // one, within Options.OverrideRefresh in the others. The requests carry
 // the configured limits (runtime overrides are applied here). It returns
 // the changes made (none when the throttle did not count: see
-// AdaptOptions.Reaction and AdaptSignal.Sent), each also written to the
-// events stream as limits.adapted. Errors are Redis'.
+// AdaptOptions.Reaction, AdaptSignal.Sent and AdaptSignal.Jitter; none
+// either when it marked a storm, Adaptation.Storm), each also written to
+// the events stream as limits.adapted. Errors are Redis'.
 func (l *Redis) AdaptDown(ctx context.Context, o AdaptOptions, sig AdaptSignal, reqs ...Request) ([]AdaptChange, error) {
-	if o.Disabled || l.adaptive == nil {
+	if o.Disabled || l.adaptive == nil || sig.Jitter {
 		return nil, nil
 	}
 	o = o.WithDefaults()
@@ -252,7 +258,10 @@ func (l *Redis) adaptKey(ctx context.Context, o AdaptOptions, key string, reqs [
 			} else {
 				next.limits[r.Limit.Name] = n
 			}
-			if n.Changed.Equal(now) && n.Rate != n.Previous || remove {
+			// A change of the effective rate is an event; a restored
+			// configured rate that held (removed at the rate it was) and a
+			// storm's mark (no rate changed) are not.
+			if n.Changed.Equal(now) && n.Rate != n.Previous || remove && n.Previous != cfg {
 				changes = append(changes, AdaptChange{Key: key, Limit: r.Limit.Name, Configured: cfg, Effective: n.Effective(cfg),
 					Previous: n.Previous, Ceiling: n.Ceiling, Code: n.Code, Reason: n.Reason, Decrease: n.Rate < n.Previous})
 			}

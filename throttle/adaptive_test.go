@@ -2,6 +2,7 @@ package throttle_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -74,9 +75,14 @@ func TestAdaptiveRateIsSharedByEveryProcess(t *testing.T) {
 			}
 		}
 
-		// After the reaction time, throttles that race from both processes
-		// lower the rate once.
+		// After the reaction time a send went through at 1.25/s (b records
+		// it), and throttles that race from both processes lower the rate
+		// once: with nothing through since the decrease they would be a
+		// storm's, which lowers nothing (TestAdaptiveStormIsUndone).
 		clock.Advance(2 * time.Second)
+		if ch, err := b.AdaptUp(ctx, o, req); err != nil || len(ch) != 0 {
+			t.Fatalf("a send through: changes %+v err %v; want none", ch, err)
+		}
 		var mu sync.Mutex
 		var all []throttle.AdaptChange
 		var wg sync.WaitGroup
@@ -193,6 +199,109 @@ func TestCleanupForgetsIdleAdaptations(t *testing.T) {
 		}
 		if ad, err := l.Adaptations(ctx); err != nil || len(ad) != 0 {
 			t.Fatalf("adaptations %+v err %v; want none", ad, err)
+		}
+	})
+}
+
+// A provider storm (every send refused) lowers the rate once, in every
+// process; the quiet period after it restores the configured rate, and
+// the next one forgets the limit. Only the two rate changes are events.
+func TestAdaptiveStormIsUndone(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		clock := &fakeClock{t: time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)}
+		// Two processes that re-read the state at every call, as workers do
+		// once their cache is older than OverrideRefresh.
+		a := throttle.NewRedis(rdb, throttle.Options{Clock: clock.Now, PrefetchSpan: -1, OverrideRefresh: time.Nanosecond})
+		b := throttle.NewRedis(rdb, throttle.Options{Clock: clock.Now, PrefetchSpan: -1, OverrideRefresh: time.Nanosecond})
+		req := throttle.Request{Key: "whatsapp:throughput:106540352242922", Limit: throttle.Limit{Name: "throughput", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(80), Burst: 1}}
+		o := throttle.AdaptOptions{}
+		sig := func() throttle.AdaptSignal {
+			return throttle.AdaptSignal{Code: 130429, Reason: "Rate limit hit", Sent: clock.Now()}
+		}
+		ch, err := a.AdaptDown(ctx, o, sig(), req)
+		if err != nil || len(ch) != 1 || ch[0].Effective != 20 {
+			t.Fatalf("first throttle: changes %+v err %v; want 80/s → 20/s", ch, err)
+		}
+		// The pauses end, one after the other, and each send is refused.
+		for i, d := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second} {
+			clock.Advance(d)
+			l := a
+			if i%2 == 1 {
+				l = b
+			}
+			if ch, err := l.AdaptDown(ctx, o, sig(), req); err != nil || len(ch) != 0 {
+				t.Fatalf("throttle in the storm: changes %+v err %v; want none", ch, err)
+			}
+		}
+		ad, err := a.AdaptationOf(ctx, req.Key)
+		if err != nil || len(ad) != 1 || !ad[0].Storm || ad[0].Rate != 20 || ad[0].RunFrom != 80 {
+			t.Fatalf("in the storm: %+v err %v; want 20/s, a storm, 80/s to restore", ad, err)
+		}
+
+		// The storm is over: sends go through at 20/s for a quiet period.
+		clock.Advance(time.Second)
+		for _, d := range []time.Duration{0, time.Second, 2 * time.Second} {
+			clock.Advance(d)
+			if ch, err = b.AdaptUp(ctx, o, req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(ch) != 1 || ch[0].Effective != 80 || ch[0].Previous != 20 || ch[0].Reason != throttle.ReasonRecovered || ch[0].Ceiling != 0 {
+			t.Fatalf("after a quiet period: %+v, want 20/s → 80/s, recovered, no ceiling", ch)
+		}
+		// Back at 80/s in a too.
+		first := clock.Now()
+		for _, id := range []string{"s1", "s2"} {
+			if r, err := a.Reserve(ctx, throttle.ReserveOptions{TaskID: id, Priority: throttle.High, Hold: 10 * time.Second}, req); err != nil || !r.Firm {
+				t.Fatalf("reserve %s: %+v err %v", id, r, err)
+			} else if id == "s2" && r.At.Sub(first) > 25*time.Millisecond {
+				t.Fatalf("second send at +%v, want 12.5ms on (80/s)", r.At.Sub(first))
+			}
+		}
+		// One more quiet period at 80/s: forgotten, with no event.
+		for _, d := range []time.Duration{time.Second, 3 * time.Second} {
+			clock.Advance(d)
+			if ch, err = a.AdaptUp(ctx, o, req); err != nil || len(ch) != 0 {
+				t.Fatalf("at 80/s: changes %+v err %v; want none", ch, err)
+			}
+		}
+		if ad, err := b.Adaptations(ctx); err != nil || len(ad) != 0 {
+			t.Fatalf("after a quiet period at 80/s: %+v err %v; want none", ad, err)
+		}
+		evs, _, err := a.Events(ctx, "0", 100, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range evs {
+			if e.Type == throttle.EventLimitsAdapted {
+				got = append(got, e.Previous+" → "+e.Effective+" ("+e.Reason+")")
+			}
+		}
+		if want := []string{"80/s → 20/s (Rate limit hit)", "20/s → 80/s (recovered)"}; !slices.Equal(got, want) {
+			t.Fatalf("events %q, want %q", got, want)
+		}
+	})
+}
+
+// A throttle the worker blames on the send's lateness (AdaptSignal.Jitter)
+// changes nothing: the worker widens its pacing margin instead.
+func TestAdaptDownIgnoresJitter(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		l := throttle.NewRedis(rdb, throttle.Options{})
+		req := throttle.Request{Key: "sms:sender:+12025550100", Limit: senderLimit}
+		ch, err := l.AdaptDown(ctx, throttle.AdaptOptions{}, throttle.AdaptSignal{Code: 20429, Jitter: true}, req)
+		if err != nil || len(ch) != 0 {
+			t.Fatalf("changes %+v err %v; want none", ch, err)
+		}
+		if ad, err := l.Adaptations(ctx); err != nil || len(ad) != 0 {
+			t.Fatalf("adaptations %+v err %v; want none", ad, err)
+		}
+		// The same throttle without the mark lowers the rate.
+		if ch, err := l.AdaptDown(ctx, throttle.AdaptOptions{}, throttle.AdaptSignal{Code: 20429}, req); err != nil || len(ch) != 1 {
+			t.Fatalf("changes %+v err %v; want one", ch, err)
 		}
 	})
 }
