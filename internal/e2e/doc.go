@@ -28,5 +28,10 @@
 // takes a new slot). Waits for completion bound a hang (hangBound): they
 // measure nothing.
 //
+// The stress scenarios (stress_test.go, `make e2e-stress`) never run in
+// `make test`: they are skipped unless SLUICE_E2E_STRESS=1, report their
+// figures (one log line, and JSON with SLUICE_E2E_STRESS_OUT) and assert
+// only the invariants above.
+//
 // The package has no non-test code. Its tests are skipped with -short.
 package e2e
