@@ -523,11 +523,8 @@ func TestStressProviderStorm(t *testing.T) {
 	beforeStorm := c.emu.Stats()[emulator.ChannelWhatsApp]
 	c.emu.Fault(emulator.ChannelWhatsApp, numberA, 130429, -1)
 	sleepWatching(t, c, sc.stormHalf)
-	// TODO(issue 19, branch pause): the second half must be a bare HTTP
-	// 429 with Retry-After and no error code, the fault being added to
-	// internal/emulator/faults.go there. Until it lands, the storm goes on
-	// with 130429.
-	c.emu.Fault(emulator.ChannelWhatsApp, numberA, 130429, -1)
+	// The second half: a bare HTTP 429 with Retry-After and no error code.
+	c.emu.FaultWith(emulator.ChannelWhatsApp, numberA, emulator.FaultOptions{Code: emulator.Bare429, Count: -1, RetryAfter: 5 * time.Second})
 	sleepWatching(t, c, sc.stormHalf)
 	c.emu.ClearFaults()
 	stormEnd := time.Now()
@@ -542,7 +539,7 @@ func TestStressProviderStorm(t *testing.T) {
 
 	sum.add("sends", sc.stormSends)
 	sum.add("storm_half_s", sc.stormHalf)
-	sum.add("storm_second_half", "130429 (TODO: bare 429 with Retry-After)")
+	sum.add("storm_second_half", "bare 429, Retry-After: 5")
 	sum.add("done", done)
 	sum.add("wall_s", wall)
 	sum.add("delivered_before_storm", beforeStorm.Unique)
