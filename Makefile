@@ -2,7 +2,7 @@
 GO ?= go
 REDIS_SERVER := $(shell command -v redis-server 2>/dev/null || ls /usr/bin/redis-server 2>/dev/null)
 
-.PHONY: test vet bench e2e-full redis-server demo build
+.PHONY: test vet bench e2e-full e2e-outage redis-server demo build
 # The end-to-end package runs after the others, alone: its strict emulators
 # measure timing, and sharing two cores with the race-enabled unit tests
 # made it see jitter that no deployment of Sluice would run under.
@@ -42,6 +42,15 @@ bench: redis-server
 # 5,000 more from a plain asynq client. `make test` runs it small.
 e2e-full: redis-server
 	SLUICE_E2E_SCALE=full $(GO) test -count=1 -v -timeout 30m -run 'TestPacedDeliveryUnderStrictProviders|TestTenantsTakeTurnsOnOneNumber' ./internal/e2e/
+
+# Redis outages mid-campaign (docs/redis-outages.md), a measurement never
+# run by `make test`: two `sluice serve` processes, strict emulators, 1,000
+# WhatsApp sends and 500 SMS through `sluice send`, Redis (AOF everysec)
+# stopped by SHUTDOWN and by kill -9 for 10, 30 and 60 s; it reports lost and
+# duplicate sends and the time taken (about 3 minutes per outage).
+# SLUICE_E2E_OUTAGE_MODES=shutdown and SLUICE_E2E_OUTAGE_DOWN=10s pick a subset.
+e2e-outage: redis-server
+	SLUICE_E2E_OUTAGE=1 $(GO) test -count=1 -v -timeout 60m -run 'TestRedisOutage' ./internal/e2e/
 
 build:
 	$(GO) build -o bin/sluice ./cmd/sluice
