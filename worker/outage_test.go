@@ -156,6 +156,7 @@ func TestSendIsNotRepeatedAfterRedisWasDown(t *testing.T) {
 	require.NoError(t, insp.RunTask("sms", "blip-1"))
 
 	wait(t, logsB.on("task came back after its send"), "rerun completed without a send")
+	deadline = time.Now().Add(15 * time.Second)
 	for { // asynq's completion has no signal either
 		info, err = insp.GetTaskInfo("sms", "blip-1")
 		require.NoError(t, err)
