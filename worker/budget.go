@@ -222,11 +222,15 @@ func asynqMeta(ctx context.Context) taskMeta {
 // last; Sluice's own blocks pass through untouched.
 //
 // A send the provider accepted and a task archived are then reported to
-// Options.Delivery, when set.
+// Options.Delivery, when set. A task whose send was accepted in an earlier
+// attempt (alreadySent) completes without one.
 func (h *handler) serve(ctx context.Context, t *asynq.Task) error {
+	meta := h.meta(ctx)
+	if done, err := h.alreadySent(ctx, meta); done || err != nil {
+		return h.settle(ctx, t, meta, err)
+	}
 	var a attempt
 	err := h.process(ctx, t, &a)
-	meta := h.meta(ctx)
 	err = h.settle(ctx, t, meta, err)
 	h.record(ctx, meta, &a, err)
 	return err

@@ -15,14 +15,36 @@ import (
 // DeliveryRecorder keeps what became of each task, for delivery callbacks
 // and progress (internal/delivery.Store implements it): the worker calls
 // RecordSent after the provider accepted a send and RecordFailed when it
-// gives a task up. Calls are best-effort: an error is logged at WARN and
-// never fails, retries or delays the task. Implementations must be safe for
-// concurrent use; each call gets a context bounded to 2s that a shutdown
-// does not cancel.
+// gives a task up. An error never fails, retries or delays the task; it is
+// logged at WARN. A RecordSent that fails is kept in the worker's memory
+// and called again with the same Sent, with backoff, until it succeeds
+// (Redis is back), returns an error wrapping ErrInvalidRecord, or the
+// worker shuts down (docs/redis-outages.md), so RecordSent must be
+// idempotent. Implementations must be safe for concurrent use; each call
+// gets a context bounded to 2s that a shutdown does not cancel.
 type DeliveryRecorder interface {
 	RecordSent(ctx context.Context, s Sent) error
 	RecordFailed(ctx context.Context, f Failed) error
 }
+
+// SentLookup is implemented by DeliveryRecorders that can say whether a
+// task's send was recorded (internal/delivery.Store). With one, a task that
+// runs again after the provider accepted its send, because asynq could not
+// record its completion during a Redis outage (docs/redis-outages.md),
+// completes without sending again. The worker asks only on a task's reruns
+// (asynq retry count above 0), never on a first attempt.
+type SentLookup interface {
+	// SentAt returns when the provider accepted the task's send (Sent.At
+	// of the RecordSent call), or the zero time when no send of the task
+	// is recorded. The error is the backend's; the worker then retries the
+	// task later rather than send it blind.
+	SentAt(ctx context.Context, taskID string) (time.Time, error)
+}
+
+// ErrInvalidRecord is wrapped by a DeliveryRecorder's error when it refuses
+// a record for its content (a field too long, a status it does not know):
+// writing it again cannot succeed, so the worker does not keep it.
+var ErrInvalidRecord = errors.New("invalid delivery record")
 
 // Sent is a send the provider accepted.
 type Sent struct {
@@ -101,7 +123,16 @@ func (h *handler) record(ctx context.Context, meta taskMeta, a *attempt, err err
 		}
 		s := Sent{TaskID: meta.id, Queue: meta.queue, Channel: h.ch.Name, Tenant: tenant, Campaign: campaign, ProviderID: a.resp.ProviderID, Status: status, At: h.now()}
 		if err := rec.RecordSent(ctx, s); err != nil {
-			h.w.logger.Warn("delivery record: could not record a send; the send stands", "task_id", meta.id, "channel", h.ch.Name, "err", err)
+			if errors.Is(err, ErrInvalidRecord) || meta.id == "" {
+				h.w.logger.Warn("delivery record: could not record a send; the send stands", "task_id", meta.id, "channel", h.ch.Name, "err", err)
+				return
+			}
+			// Redis is likely down, and asynq will not record the task's
+			// completion either: keep the send and write it when Redis
+			// is back, before asynq runs the task again.
+			h.w.logger.Warn("delivery record: could not record a send; the send stands, and is kept to record when Redis answers",
+				"task_id", meta.id, "channel", h.ch.Name, "err", err)
+			h.w.unrecorded.add(s)
 		}
 		return
 	}
@@ -113,6 +144,48 @@ func (h *handler) record(ctx context.Context, meta taskMeta, a *attempt, err err
 	if err := rec.RecordFailed(ctx, f); err != nil {
 		h.w.logger.Warn("delivery record: could not record an archived task", "task_id", meta.id, "channel", h.ch.Name, "err", err)
 	}
+}
+
+// alreadySent reports whether the provider accepted the task's send in an
+// earlier attempt: the worker keeps its record, unwritten (unrecorded), or,
+// on a rerun (asynq retry count above 0) with a recorder that has a
+// SentLookup, the recorder has it, from within sentWindow. asynq runs such a
+// task again when it could not record the task's completion in a Redis
+// outage (docs/redis-outages.md). A first attempt costs no round trip. The
+// error is the lookup's: the task is retried as after a limiter error,
+// never sent blind.
+func (h *handler) alreadySent(ctx context.Context, meta taskMeta) (bool, error) {
+	m, name := h.w.opts.Metrics, h.ch.Name
+	sent := func(where string, at time.Time) (bool, error) {
+		m.outcome(name, OutcomeAlreadySent)
+		args := []any{"task_id", meta.id, "channel", name, "retried", meta.retried, "record", where}
+		if !at.IsZero() {
+			args = append(args, "sent_at", at.UTC())
+		}
+		h.w.logger.Warn("task came back after its send: completed without sending again (asynq had not recorded its completion)", args...)
+		return true, nil
+	}
+	if meta.id == "" {
+		return false, nil
+	}
+	if h.w.unrecorded.has(meta.queue, meta.id) {
+		return sent("in memory, waiting for Redis", time.Time{})
+	}
+	look, ok := h.w.opts.Delivery.(SentLookup)
+	if meta.retried == 0 || !ok {
+		return false, nil
+	}
+	lctx, cancel := context.WithTimeout(ctx, recordTimeout)
+	defer cancel()
+	at, err := look.SentAt(lctx, meta.id)
+	if err != nil {
+		m.outcome(name, OutcomeLimiterError)
+		return false, fmt.Errorf("%s: delivery record of a rerun: %w", name, err)
+	}
+	if at.IsZero() || h.now().Sub(at) > sentWindow {
+		return false, nil
+	}
+	return sent("in Redis", at)
 }
 
 // archiveReason is err's text without asynq's "skip retry for the task: "

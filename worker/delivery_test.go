@@ -19,7 +19,8 @@ import (
 	"github.com/sluice-dev/sluice/throttle"
 )
 
-// recorder is a DeliveryRecorder that hands every call to the test.
+// recorder is a DeliveryRecorder that hands every call to the test (the
+// first 10 not taken; the worker calls a failing RecordSent again).
 type recorder struct {
 	sent   chan Sent
 	failed chan Failed
@@ -30,8 +31,21 @@ func newRecorder(err error) *recorder {
 	return &recorder{sent: make(chan Sent, 10), failed: make(chan Failed, 10), err: err}
 }
 
-func (r *recorder) RecordSent(_ context.Context, s Sent) error     { r.sent <- s; return r.err }
-func (r *recorder) RecordFailed(_ context.Context, f Failed) error { r.failed <- f; return r.err }
+func (r *recorder) RecordSent(_ context.Context, s Sent) error {
+	select {
+	case r.sent <- s:
+	default:
+	}
+	return r.err
+}
+
+func (r *recorder) RecordFailed(_ context.Context, f Failed) error {
+	select {
+	case r.failed <- f:
+	default:
+	}
+	return r.err
+}
 
 func recv[T any](t *testing.T, c <-chan T) T {
 	t.Helper()

@@ -21,6 +21,9 @@ type Metrics struct {
 	provider *prometheus.CounterVec
 	probes   *prometheus.CounterVec
 	adaptive *adaptiveCollector // sluice_limit_effective_rate and _configured_rate (adapt.go)
+
+	// unrecorded is sluice_delivery_unrecorded (unrecorded.go).
+	unrecorded prometheus.Gauge
 }
 
 // unknownChannel is the channel label of tasks whose type no channel handles.
@@ -47,6 +50,10 @@ const (
 	// transient or provider_throttled) was the last its channel's
 	// RetryBudget allows; the task is archived with the reason.
 	OutcomeBudgetSpent = "budget_spent"
+	// OutcomeAlreadySent: a task came back whose send the provider had
+	// accepted (asynq could not record its completion, in a Redis outage:
+	// docs/redis-outages.md); it completes without sending again.
+	OutcomeAlreadySent = "already_sent"
 )
 
 // NewMetrics creates and registers the series on reg.
@@ -54,7 +61,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		tasks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_tasks_total",
-			Help: "Task attempts (dequeues) by channel and outcome (sent, sent_unconfirmed, planned, throttled, provider_throttled, transient, permanent, malformed, limiter_error, unknown_type, unauthorized), and budget_spent: archives by the retry budget, whose last attempt is also counted under its own outcome.",
+			Help: "Task attempts (dequeues) by channel and outcome (sent, sent_unconfirmed, planned, throttled, provider_throttled, transient, permanent, malformed, limiter_error, unknown_type, unauthorized, already_sent: a rerun whose send was recorded, completed without sending again), and budget_spent: archives by the retry budget, whose last attempt is also counted under its own outcome.",
 		}, []string{"channel", "outcome"}),
 		throttle: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_throttled_total",
@@ -99,9 +106,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "sluice_credential_probes_total",
 		Help: "Probes of a channel paused because the provider refused its credentials, by result (accepted: the channel resumed; refused; error).",
 	}, []string{"channel", "result"})
+	m.unrecorded = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "sluice_delivery_unrecorded",
+		Help: "Sends the provider accepted whose delivery record Redis refused, kept in the worker's memory until it takes them (docs/redis-outages.md).",
+	})
 	m.adaptive = newAdaptiveCollector()
 	if reg != nil {
-		reg.MustRegister(m.tasks, m.throttle, m.wait, m.send, m.calls, m.hold, m.late, m.depart, m.margins, m.provider, m.probes, m.adaptive)
+		reg.MustRegister(m.tasks, m.throttle, m.wait, m.send, m.calls, m.hold, m.late, m.depart, m.margins, m.provider, m.probes, m.unrecorded, m.adaptive)
 	}
 	return m
 }
@@ -158,5 +169,11 @@ func (m *Metrics) woke(channel string, lateSeconds float64) {
 func (m *Metrics) departed(channel string, lateSeconds float64) {
 	if m != nil {
 		m.depart.WithLabelValues(channel).Observe(lateSeconds)
+	}
+}
+
+func (m *Metrics) unrecordedSends(n int) {
+	if m != nil {
+		m.unrecorded.Set(float64(n))
 	}
 }

@@ -247,7 +247,12 @@ type Options struct {
 	Metrics *Metrics
 	// Delivery records each send the provider accepted and each task the
 	// worker gives up on (internal/delivery.Store); nil records nothing.
-	// Its errors are logged, never failing a task.
+	// Its errors are logged, never failing a task; a send whose record
+	// fails is kept in memory and recorded when Redis answers again. With
+	// a recorder that is also a SentLookup, a task that asynq runs again
+	// after its send, having lost its completion in a Redis outage,
+	// completes without a second send (docs/redis-outages.md); nil, or a
+	// recorder without SentLookup, gives no such guard.
 	Delivery DeliveryRecorder
 }
 
@@ -265,6 +270,9 @@ type Worker struct {
 	// probeTick is the probe loop's tick; zero means probeTick (tests
 	// shorten it).
 	probeTick time.Duration
+	// unrecorded keeps the sends whose delivery record Redis refused; nil
+	// without Options.Delivery.
+	unrecorded *unrecorded
 }
 
 // pauseWatcher is implemented by limiters that announce pauses
@@ -309,6 +317,9 @@ func New(opts Options) (*Worker, error) {
 		}
 	}
 	w := &Worker{opts: opts, mux: asynq.NewServeMux(), logger: opts.Logger, handlers: map[string]*handler{}}
+	if opts.Delivery != nil {
+		w.unrecorded = newUnrecorded(opts.Delivery, max(minUnrecorded, 2*opts.Concurrency), opts.Logger, opts.Metrics)
+	}
 	opts.Metrics.watchAdaptive(opts.Limiter)
 	known := make(map[string]string, len(opts.Channels)) // task type → channel
 	for i, ch := range opts.Channels {
@@ -408,13 +419,15 @@ func (w *Worker) startBackground() {
 }
 
 // Shutdown stops fetching tasks, waits up to ShutdownTimeout for in-flight
-// sends, pushes the rest back to their queues, and returns.
+// sends, pushes the rest back to their queues, makes a last attempt (10s at
+// most) to write the delivery records Redis refused, and returns.
 func (w *Worker) Shutdown() {
 	w.srv.Shutdown()
 	if w.stop != nil {
 		w.stop()
 		<-w.done
 	}
+	w.unrecorded.close()
 }
 
 // Run processes tasks until ctx is done, then shuts down gracefully.

@@ -159,7 +159,17 @@ type Store struct {
 	wait   time.Duration
 }
 
-var _ worker.DeliveryRecorder = (*Store)(nil)
+var (
+	_ worker.DeliveryRecorder = (*Store)(nil)
+	_ worker.SentLookup       = (*Store)(nil)
+)
+
+// invalid is a record the store refuses for its content: it is
+// worker.ErrInvalidRecord, so the worker does not keep it to write again.
+type invalid struct{ error }
+
+func (e invalid) Unwrap() error        { return e.error }
+func (e invalid) Is(target error) bool { return target == worker.ErrInvalidRecord }
 
 // New validates o and returns the store.
 func New(o Options) (*Store, error) {
@@ -210,19 +220,20 @@ func joinLua(names ...string) string {
 // RecordSent records a send the provider accepted, in one round trip: the
 // task's record (state s.Status, "sent" or "sent_unconfirmed"), the index
 // from s.ProviderID to the task, a status a callback reported before, and
-// the campaign's Sent counter (once per task). The error names a bad field
-// or wraps Redis's.
+// the campaign's Sent counter (once per task: calling it again for the
+// same send changes nothing but the TTLs). The error names a bad field
+// (wrapping worker.ErrInvalidRecord) or wraps Redis's.
 func (s *Store) RecordSent(ctx context.Context, r Sent) error {
 	st := State(r.Status)
 	if st != StateSent && st != StateSentUnconfirmed {
-		return fmt.Errorf("delivery: record sent: status %.40q, want sent or sent_unconfirmed", r.Status)
+		return invalid{fmt.Errorf("delivery: record sent: status %.40q, want sent or sent_unconfirmed", r.Status)}
 	}
 	if err := checkCommon(r.TaskID, r.Queue, r.Channel, r.Tenant, r.Campaign); err != nil {
-		return fmt.Errorf("delivery: record sent: %w", err)
+		return invalid{fmt.Errorf("delivery: record sent: %w", err)}
 	}
 	if r.ProviderID != "" {
 		if err := checkID("provider id", r.ProviderID); err != nil {
-			return fmt.Errorf("delivery: record sent: %w", err)
+			return invalid{fmt.Errorf("delivery: record sent: %w", err)}
 		}
 	}
 	group := Group(r.Tenant, r.Campaign)
@@ -236,6 +247,26 @@ func (s *Store) RecordSent(ctx context.Context, r Sent) error {
 		return fmt.Errorf("delivery: record sent %s: %w", r.TaskID, err)
 	}
 	return nil
+}
+
+// SentAt returns when the provider accepted the task's send, as recorded by
+// RecordSent (r.At, millisecond precision), or the zero time when the
+// store has no record of an accepted send for it (never sent, archived
+// without one, or older than the TTL). One round trip (HGET). It is the
+// worker's worker.SentLookup: a rerun of a task already sent completes
+// without a second send. The error names a bad id or wraps Redis's.
+func (s *Store) SentAt(ctx context.Context, taskID string) (time.Time, error) {
+	if err := checkID("task id", taskID); err != nil {
+		return time.Time{}, fmt.Errorf("delivery: sent at: %w", err)
+	}
+	v, err := s.rdb.HGet(ctx, RecordKey(s.prefix, taskID), "sent_at").Result()
+	if errors.Is(err, redis.Nil) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("delivery: sent at %s: %w", taskID, err)
+	}
+	return fromMilli(v), nil
 }
 
 // RecordFailed records a task the worker gave up on (state archived, with

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/delivery"
 	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/worker"
 )
 
 var (
@@ -193,6 +194,38 @@ func TestRecordSentTwiceCountsOnce(t *testing.T) {
 	require.Equal(t, delivery.StateSentUnconfirmed, got.State)
 }
 
+// TestSentAtIsTheAcceptedSend: SentAt is when the provider accepted the
+// task's send (worker.SentLookup), zero for a task never sent, archived,
+// or whose record a status callback moved on.
+func TestSentAtIsTheAcceptedSend(t *testing.T) {
+	t.Parallel()
+	s, _, rdb := newStore(t)
+	ctx := context.Background()
+	at, err := s.SentAt(ctx, "task-1")
+	require.NoError(t, err)
+	require.True(t, at.IsZero(), "never sent")
+
+	require.NoError(t, s.RecordFailed(ctx, delivery.Failed{TaskID: "task-1", Queue: "sms", Channel: "sms", Tenant: "acme", Campaign: "spring-sale", Reason: "x", At: t0}))
+	at, err = s.SentAt(ctx, "task-1")
+	require.NoError(t, err)
+	require.True(t, at.IsZero(), "archived, never accepted")
+
+	require.NoError(t, s.RecordSent(ctx, sent("task-1", "SM1", time.Minute)))
+	_, err = s.Update(ctx, "sms", "SM1", delivery.Status{State: delivery.StateDelivered, At: t0.Add(time.Hour)})
+	require.NoError(t, err)
+	require.NoError(t, s.RecordSent(ctx, sent("task-1", "SM1", time.Minute)), "written again by the worker after an outage")
+	at, err = s.SentAt(ctx, "task-1")
+	require.NoError(t, err)
+	require.True(t, at.Equal(t0.Add(time.Minute)), "got %v", at)
+	p, err := s.Progress(ctx, "acme", "spring-sale")
+	require.NoError(t, err)
+	require.Equal(t, delivery.Progress{Sent: 1, Delivered: 1}, p, "a send written twice counts once, and keeps its delivery")
+
+	require.NoError(t, rdb.Close())
+	_, err = s.SentAt(ctx, "task-1")
+	require.Error(t, err, "Redis' error")
+}
+
 func TestEveryKeyHasATTL(t *testing.T) {
 	t.Parallel()
 	s, prefix, rdb := newStore(t)
@@ -243,11 +276,19 @@ func TestHostileInputIsRefused(t *testing.T) {
 		require.ErrorContains(t, err, tc.want, name)
 	}
 	r := sent("task 1", "SM1", 0)
-	require.ErrorContains(t, s.RecordSent(ctx, r), "task id: want printable ASCII")
+	err := s.RecordSent(ctx, r)
+	require.ErrorContains(t, err, "task id: want printable ASCII")
+	require.ErrorIs(t, err, worker.ErrInvalidRecord, "the worker does not keep it to write again")
+	r = sent("task-1", "SM\n1", 0)
+	require.ErrorIs(t, s.RecordSent(ctx, r), worker.ErrInvalidRecord)
 	r = sent("task-1", "SM1", 0)
 	r.Status = "delivered"
-	require.ErrorContains(t, s.RecordSent(ctx, r), "want sent or sent_unconfirmed")
-	_, err := s.Get(ctx, long)
+	err = s.RecordSent(ctx, r)
+	require.ErrorContains(t, err, "want sent or sent_unconfirmed")
+	require.ErrorIs(t, err, worker.ErrInvalidRecord)
+	_, err = s.SentAt(ctx, long)
+	require.ErrorContains(t, err, "task id")
+	_, err = s.Get(ctx, long)
 	require.ErrorContains(t, err, "task id")
 	_, err = s.Progress(ctx, "acme", long)
 	require.ErrorContains(t, err, "over 256 bytes")

@@ -1,8 +1,11 @@
 // Package redistest starts a private redis-server for integration tests.
 //
-// Every Server is a fresh redis-server process on a free 127.0.0.1 port, with
-// persistence off, stopped by t.Cleanup. Tests never touch a server that
-// happens to run on :6379. `make test` installs redis-server when missing.
+// Every Server is a fresh redis-server process on a free 127.0.0.1 port,
+// stopped by t.Cleanup; persistence is off unless StartWith asks for the
+// append-only file, with which a test can stop the server (Shutdown, Kill)
+// and Restart it on the same port with the data it had persisted. Tests
+// never touch a server that happens to run on :6379. `make test` installs
+// redis-server when missing.
 package redistest
 
 import (
@@ -25,6 +28,20 @@ import (
 type Server struct {
 	Addr string // "127.0.0.1:PORT"
 	cmd  *exec.Cmd
+	// exited receives cmd.Wait's result once; nil after Shutdown or Kill
+	// collected it.
+	exited chan error
+	bin    string
+	dir    string
+	opts   Options
+}
+
+// Options configures StartWith. The zero value is Start's server.
+type Options struct {
+	// AppendOnly turns the append-only file on with appendfsync everysec
+	// (a production setting: at most about a second of writes is lost
+	// when the process is killed), so that Restart brings the data back.
+	AppendOnly bool
 }
 
 // URL returns "redis://Addr/0".
@@ -54,48 +71,107 @@ func Binary() (string, error) {
 // Start launches a redis-server for tb and waits until it answers PING.
 func Start(tb testing.TB) *Server {
 	tb.Helper()
+	return StartWith(tb, Options{})
+}
+
+// StartWith is Start with options.
+func StartWith(tb testing.TB, o Options) *Server {
+	tb.Helper()
 	bin, err := Binary()
 	if err != nil {
 		tb.Fatal(err)
 	}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		s, err := start(tb, bin)
-		if err == nil {
+		port, err := freePort()
+		if err != nil {
+			tb.Fatalf("redistest: %v", err)
+		}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin: bin, dir: tb.TempDir(), opts: o}
+		if lastErr = s.start(); lastErr == nil {
+			tb.Cleanup(func() { _ = s.Kill() })
 			return s
 		}
-		lastErr = err // most likely the port was taken between probe and bind
+		// most likely the port was taken between probe and bind
 	}
 	tb.Fatalf("redistest: start redis-server: %v", lastErr)
 	return nil
 }
 
-func start(tb testing.TB, bin string) (*Server, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
+// start runs redis-server on s.Addr in s.dir and waits for PING.
+func (s *Server) start() error {
+	_, port, _ := net.SplitHostPort(s.Addr)
+	aof := []string{"--appendonly", "no"}
+	if s.opts.AppendOnly {
+		aof = []string{"--appendonly", "yes", "--appendfsync", "everysec"}
 	}
-	dir := tb.TempDir()
-	cmd := exec.Command(bin,
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir,
+	args := append([]string{
+		"--port", port, "--bind", "127.0.0.1",
+		"--save", "", "--dir", s.dir,
 		"--daemonize", "no", "--loglevel", "warning",
-		"--logfile", filepath.Join(dir, "redis.log"))
+		"--logfile", filepath.Join(s.dir, "redis.log")}, aof...)
+	cmd := exec.Command(s.bin, args...)
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
+		return fmt.Errorf("start %s: %w", s.bin, err)
 	}
-	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), cmd: cmd}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	if err := waitReady(s.Addr, exited); err != nil {
 		_ = cmd.Process.Kill()
-		return nil, fmt.Errorf("%w (log: %s)", err, readLog(filepath.Join(dir, "redis.log")))
-	}
-	tb.Cleanup(func() {
-		_ = cmd.Process.Kill()
 		<-exited
-	})
-	return s, nil
+		return fmt.Errorf("%w (log: %s)", err, readLog(filepath.Join(s.dir, "redis.log")))
+	}
+	s.cmd, s.exited = cmd, exited
+	return nil
+}
+
+// Shutdown stops the server as `redis-cli shutdown` does (the append-only
+// file is flushed and synced first) and waits until the process has
+// exited. A stopped server's clients get connection errors until Restart.
+// Not safe to call concurrently with Kill or Restart.
+func (s *Server) Shutdown() error {
+	if s.exited == nil {
+		return nil
+	}
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = c.Shutdown(ctx).Err() // the server closes the connection: the reply is an error
+	select {
+	case <-s.exited:
+	case <-ctx.Done():
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+		s.exited = nil
+		return fmt.Errorf("redistest: redis-server on %s did not exit within 10s of SHUTDOWN", s.Addr)
+	}
+	s.exited = nil
+	return nil
+}
+
+// Kill stops the server with SIGKILL, as `kill -9` does: with AppendOnly,
+// up to about a second of writes not yet synced is lost. It waits until the
+// process has exited.
+func (s *Server) Kill() error {
+	if s.exited == nil {
+		return nil
+	}
+	err := s.cmd.Process.Kill()
+	<-s.exited
+	s.exited = nil
+	return err
+}
+
+// Restart starts the stopped server again on the same address and
+// directory, loading what the append-only file kept, and waits until it
+// answers PING (after loading). The error is redis-server's, or the port
+// was taken meanwhile.
+func (s *Server) Restart() error {
+	if s.exited != nil {
+		return fmt.Errorf("redistest: redis-server on %s is running", s.Addr)
+	}
+	return s.start()
 }
 
 func waitReady(addr string, exited <-chan error) error {
