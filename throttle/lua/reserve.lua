@@ -58,6 +58,14 @@ local nsends = tonumber(ARGV[7])
 -- is filled by later plans.
 local SEC = 1000000
 
+-- set_queued sets slow limit l's earliest instant behind its plan tail pt
+-- (nil: none) and its firm book.
+local function set_queued(l, pt)
+  local pa = (pt or now) - now
+  if pa < l.a then pa = l.a end
+  l.queued = now + math.max(0, pa + l.T * l.cost - l.tol)
+end
+
 local function pace(l)
   local T = (l.period / l.limit) / (1 - headroom)
   local tol = T * l.burst
@@ -77,10 +85,7 @@ local function pace(l)
     l.fill = f or 0
     l.swept = tonumber(v[2]) or l.fill -- first second not yet swept
   else
-    local pt = tonumber(redis.call('HGET', l.plan, 't' .. l.extra))
-    local pa = (pt or now) - now
-    if pa < a then pa = a end
-    l.queued = now + math.max(0, pa + T * l.cost - tol) -- earliest behind the plan
+    set_queued(l, tonumber(redis.call('HGET', l.plan, 't' .. l.extra)))
   end
 end
 
@@ -380,25 +385,69 @@ local function unlist(s)
   end
 end
 
+-- leave takes a planned send out of its place (held, us): from its fast
+-- limits' second (unplan; not with paid, when the yield its tenant owed
+-- there was paid instead) and from its backlogs. On a slow limit where it
+-- was the last planned, the plan tail goes back to its place, so the next
+-- send planned there may take it. It reports whether a backlog held it.
+-- (A place in a second that has passed was swept: leaving it changes no
+-- count.)
+local function leave(s, held, paid)
+  if not paid then unplan(s, math.floor(held / SEC), false) end
+  local left = false
+  for _, l in ipairs(s.limits) do
+    if l.algo == 'gcra' then
+      local score = tonumber(redis.call('ZSCORE', l.backlog, s.id))
+      if score then
+        local last = redis.call('ZREVRANGE', l.backlog, 0, 0)[1]
+        redis.call('ZREM', l.backlog, s.id)
+        left = true
+        if not l.fast and last == s.id then
+          local tail = math.ceil(score)
+          if tail > now + l.a then
+            redis.call('HSET', l.plan, 't' .. l.extra, us(tail))
+            set_queued(l, tail)
+          else
+            redis.call('HDEL', l.plan, 't' .. l.extra)
+            set_queued(l, nil)
+          end
+        end
+      end
+    end
+  end
+  return left
+end
+
 -- plan_search finds the earliest instant, from `from` on, at which every
 -- GCRA limit's plan has room for the send; it writes nothing.
-local function plan_search(s, from, back)
+--
+-- A slow limit's sends (a pair, a 1/s sender, a limit adapted below one
+-- send a second) go behind its plan tail, the new ones and the ones that
+-- lost their places alike (a send that came back and cannot go within the
+-- hold, or that a pause holds: it left its place first, with leave, so a
+-- send planned last there takes its own place again). So each of many sends
+-- that lose their places together (a 1/s sender paused for a minute, a
+-- number adapted down to 0.8/s, an overdue backlog) gets a place of its
+-- own, in the order they come back. On the firm book's next slot instead,
+-- they would all get the same one, and all but one would come back to be
+-- planned again, and again: O(n^2) dequeues. The price is order: a send
+-- that lost its place goes behind the sends on its slow limits that still
+-- hold theirs, as it does on its fast limits (behind their fill pointer).
+-- A recipient's message delayed by a pause may so go after that
+-- recipient's next message, planned before it came back; keeping the order
+-- would cost every later send a second dequeue, the churn this avoids.
+local function plan_search(s, from)
   local at = from
   for _, l in ipairs(s.limits) do
-    if l.algo == 'gcra' and not l.fast then
-      -- A send planned before is already behind the slow limit's plan tail.
-      local e = l.queued
-      if back then e = l.firm end
-      if e > at then at = e end
-    end
+    if l.algo == 'gcra' and not l.fast and l.queued > at then at = l.queued end
   end
   local sec = math.floor(at / SEC)
   for _ = 1, 100000 do
     local moved = false
     for _, l in ipairs(s.limits) do
       if l.algo == 'gcra' and l.fast then
-        local from = tenant_from(l, s)
-        if from > sec then sec = from; moved = true; break end
+        local first = tenant_from(l, s)
+        if first > sec then sec = first; moved = true; break end
         if not admit(l, s, sec) then sec = sec + 1; moved = true; break end
       end
     end
@@ -543,25 +592,7 @@ if mode == 'release' then
       if l.algo == 'gcra' then pace(l) end
     end
     -- Its fast limits' seconds: the count (or the yield its tenant owes).
-    unplan(s, math.floor(held / SEC), false)
-    for _, l in ipairs(s.limits) do
-      if l.algo == 'gcra' then
-        local score = tonumber(redis.call('ZSCORE', l.backlog, s.id))
-        if score then
-          local last = redis.call('ZREVRANGE', l.backlog, 0, 0)[1]
-          redis.call('ZREM', l.backlog, s.id)
-          released = 1
-          if not l.fast and last == s.id then
-            local tail = math.ceil(score)
-            if tail > now + l.a then
-              redis.call('HSET', l.plan, 't' .. l.extra, us(tail))
-            else
-              redis.call('HDEL', l.plan, 't' .. l.extra)
-            end
-          end
-        end
-      end
-    end
+    if leave(s, held, false) then released = 1 end
   end
   return {now, released}
 end
@@ -644,7 +675,7 @@ if blocked_wait == 0 and at - now <= hold and not gap and not displaced then
   else
     -- Firm only where the plan puts it now: not behind sends counted in
     -- this second that have not yet come back (their slots would be lost).
-    plan_at, plan_sec = plan_search(s, now, false)
+    plan_at, plan_sec = plan_search(s, now)
     if plan_sec == math.floor(now / SEC) and plan_at <= at + (tmin or 0) then firm = 1 end
   end
 end
@@ -668,6 +699,10 @@ if firm == 1 then
     end
   end
   if back then
+    -- One that goes in a second before its place's (it came back early)
+    -- gives that second's count back.
+    local hsec = math.floor(held / SEC)
+    if hsec > math.floor(at / SEC) then unplan(s, hsec, false) end
     unlist(s)
   else
     -- A send that was not planned takes room in its second, so that later
@@ -708,10 +743,15 @@ else
       end
     end
   end
+  -- A send that held a place gives it up, so that the plan does not
+  -- count it twice: its count in its second (given to the room, or to a
+  -- tenant that owes a yield there), its backlog entries, and a slow
+  -- limit's tail where it was planned last.
+  if back then leave(s, held, displaced) end
   if claim then
     plan_at, plan_sec = claim * SEC, claim
   elseif not plan_at or back or high then
-    plan_at, plan_sec = plan_search(s, now, back)
+    plan_at, plan_sec = plan_search(s, now)
   end
   plan_commit(s, plan_at, plan_sec, claim ~= nil)
   at = plan_at
