@@ -16,8 +16,11 @@ import (
 // requests include PauseRequest(key) is then blocked, in every process,
 // until the pause ends: Reserve and Consume decide the pause in the same
 // script as the send's limits, so a pause set by one worker stops the next
-// send of every other at once. A paused send is not planned: it comes back
-// once, when the pause ends (Decision.RetryAfter).
+// send of every other at once. Reserve and Plan plan a paused bulk send
+// from the first whole second at or after the pause's end (its GCRA limits'
+// plan, Reservation.Planned), so a scope's waiting sends come back once
+// each, at their limits' pace; Consume, and Reserve for a high-priority
+// send, tell it to come back when the pause ends (Decision.RetryAfter).
 //
 // Runs: a scope throttled again soon after a pause ended is paused longer
 // (PauseOptions.Growth), but only while nothing gets through: a run is the

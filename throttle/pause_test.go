@@ -30,13 +30,20 @@ func TestPauseBlocksEveryProcessUntilItEnds(t *testing.T) {
 			t.Fatalf("pause %+v, want new, 1 in a row, until +1h", p)
 		}
 		clock.Advance(time.Second)
-		// Process b's next send is blocked until the pause ends, not planned.
+		// Process b's next send is blocked until the pause ends, and planned
+		// for its end (a whole second).
 		r, err := b.Reserve(ctx, throttle.ReserveOptions{TaskID: "t1"}, reqs...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Firm || r.Planned || r.BlockedBy != throttle.PauseName || !r.At.Equal(p.Until) {
-			t.Fatalf("paused: firm %v planned %v blocked by %q at %v; want blocked by %q until %v", r.Firm, r.Planned, r.BlockedBy, r.At, throttle.PauseName, p.Until)
+		if r.Firm || !r.Planned || r.BlockedBy != throttle.PauseName || !r.At.Equal(p.Until) {
+			t.Fatalf("paused: firm %v planned %v blocked by %q at %v; want planned, blocked by %q until %v", r.Firm, r.Planned, r.BlockedBy, r.At, throttle.PauseName, p.Until)
+		}
+		// A high-priority send is not planned: it comes back when the pause
+		// ends and takes the first free slot then.
+		r, err = b.Reserve(ctx, throttle.ReserveOptions{TaskID: "urgent", Priority: throttle.High}, reqs...)
+		if err != nil || r.Firm || r.Planned || r.BlockedBy != throttle.PauseName || !r.At.Equal(p.Until) {
+			t.Fatalf("paused, high priority: %+v %v; want blocked by %q until %v, not planned", r, err, throttle.PauseName, p.Until)
 		}
 		d, err := b.Consume(ctx, throttle.PauseRequest(pause))
 		if err != nil || d.Allowed || d.RetryAfter != time.Hour-time.Second {

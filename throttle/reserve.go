@@ -140,9 +140,12 @@ type Reservation struct {
 	At time.Time
 	// Planned reports that the send holds a place in the backlogs and At is
 	// that place: it comes back for it (a firm Reserve with its TaskID
-	// takes its slot; ReleasePlanned or the cleanup sweep give it up).
-	// False when a limit that cannot be reserved blocked it: At is then
-	// that limit's wait (a place it held before is kept).
+	// takes its slot; ReleasePlanned or the cleanup sweep give it up). A
+	// bulk send that only a pause blocks is planned too, from the first
+	// whole second at or after the pause's end: BlockedBy is then the
+	// pause (PauseName), and At its place. False when another limit that
+	// cannot be reserved blocked it: At is then that limit's wait (a place
+	// it held before is kept).
 	Planned bool
 	// Local reports a Firm reservation served from slots an earlier call
 	// prefetched (Options.PrefetchSpan), without asking Redis: Now and At
@@ -169,7 +172,12 @@ func (r Reservation) Delay() time.Duration { return max(0, r.At.Sub(r.Now)) }
 // is the reservation book). FixedWindow, SlidingWindowLog,
 // SlidingWindowCounter, MinInterval, Concurrency and Distinct limits are
 // decided at the call's time as Consume does; a send they block comes back
-// after their Wait, without a place.
+// after their Wait, without a place. A Pause (PauseRequest) is decided at
+// the call's time too, but a bulk send that only a pause blocks is planned
+// from the first whole second at or after the pause's end, like a send
+// behind a backlog (Reservation.Planned): a paused scope's sends come back
+// once each, at their limits' pace. A high-priority send comes back when
+// the pause ends, without a place.
 //
 // All requests must share one scope (ErrBadRequest otherwise). Errors are
 // those of Consume.
@@ -220,20 +228,6 @@ func (l *Redis) Reserve(ctx context.Context, opts ReserveOptions, reqs ...Reques
 	return r, nil
 }
 
-// plannedByGCRA reports whether the send was planned: no limit other than
-// GCRA blocked it and it has a GCRA limit.
-func (r Reservation) plannedByGCRA(reqs []Request) bool {
-	gcra := false
-	for i, q := range reqs {
-		if q.Limit.Algorithm == GCRA {
-			gcra = true
-		} else if !r.Limits[i].Allowed {
-			return false
-		}
-	}
-	return gcra
-}
-
 // Send is one send for Plan and ReleasePlanned: its task ID, tenant and
 // requests.
 type Send struct {
@@ -269,8 +263,10 @@ type Planned struct {
 // than one a second (a pair, a 1/s sender) plan first come, first served. A send whose TaskID already holds a place keeps
 // it (Planned.New false). It takes nothing from the limits: each send takes
 // its firm slot with Reserve (same TaskID, Priority Bulk, same Headroom)
-// when it comes back, at about its planned instant. Limits other than GCRA
-// are ignored here and decided by Reserve. Sends are planned in batches of
+// when it comes back, at about its planned instant. Pauses (PauseRequest)
+// are decided: a send whose scope is paused is planned from the first
+// whole second at or after the pause's end, as Reserve plans it. Other
+// limits are ignored here and decided by Reserve. Sends are planned in batches of
 // one script call per scope and up to 256 sends, so planning a campaign
 // costs far less than one call per send. opts.TaskID and Priority are
 // ignored: each Send has its own TaskID, and planning is for bulk sends.
@@ -293,18 +289,18 @@ func (l *Redis) Plan(ctx context.Context, opts ReserveOptions, sends []Send) ([]
 	groups := map[string][]item{}
 	var order []string
 	for i, s := range sends {
-		gcra, fields, err := l.pacedRequests(ctx, s.Requests)
+		paced, fields, err := l.pacedRequests(ctx, s.Requests, true)
 		if err != nil {
 			return nil, fmt.Errorf("throttle: plan sends[%d]: %w", i, err)
 		}
-		if len(gcra) == 0 {
+		if len(paced) == 0 {
 			continue // nothing to pace: due now
 		}
-		sc := scope(gcra[0].Key)
+		sc := scope(paced[0].Key)
 		if _, ok := groups[sc]; !ok {
 			order = append(order, sc)
 		}
-		groups[sc] = append(groups[sc], item{i, gcra, fields})
+		groups[sc] = append(groups[sc], item{i, paced, fields})
 	}
 	slices.Sort(order)
 	const batch = 256
@@ -314,11 +310,13 @@ func (l *Redis) Plan(ctx context.Context, opts ReserveOptions, sends []Send) ([]
 		for lo := 0; lo < len(items); lo += batch {
 			part := items[lo:min(lo+batch, len(items))]
 			ra := l.newReserveArgs("plan", 0, headroom, len(part))
+			var all []Request
 			for _, it := range part {
 				s := sends[it.idx]
 				ra.send(s.TaskID, Bulk, false, "", s.Tenant, s.Weight, it.reqs, it.fields)
+				all = append(all, it.reqs...)
 			}
-			raw, err := reserveScripts[0].Run(ctx, l.rdb, ra.keys, ra.args...).Int64Slice() // GCRA only
+			raw, err := reserveScriptFor(all).Run(ctx, l.rdb, ra.keys, ra.args...).Int64Slice() // GCRA and pauses
 			if err != nil {
 				return nil, fmt.Errorf("throttle: plan %q: %w", part[0].reqs[0].Key, err)
 			}
@@ -355,7 +353,7 @@ func (l *Redis) ReleasePlanned(ctx context.Context, s Send) (bool, error) {
 	if err := checkTenant(s.Tenant, s.Weight); err != nil {
 		return false, err
 	}
-	gcra, fields, err := l.pacedRequests(ctx, s.Requests)
+	gcra, fields, err := l.pacedRequests(ctx, s.Requests, false)
 	if err != nil || len(gcra) == 0 {
 		return false, err
 	}
@@ -441,17 +439,20 @@ func checkTenant(tenant string, weight float64) error {
 }
 
 // pacedRequests returns the GCRA requests of a send (the ones Plan and
-// ReleasePlanned work on), validated, in one scope, with runtime overrides
-// applied, and their shared-key fields; none when the send has no GCRA
-// limit.
-func (l *Redis) pacedRequests(ctx context.Context, reqs []Request) ([]Request, []string, error) {
+// ReleasePlanned work on), and with pauses its Pause requests too (Plan
+// plans a paused send from the pause's end), validated, in one scope, with
+// runtime overrides applied, and their shared-key fields; none when the
+// send has no GCRA limit.
+func (l *Redis) pacedRequests(ctx context.Context, reqs []Request, pauses bool) ([]Request, []string, error) {
 	var gcra []Request
+	paced := false
 	for _, r := range reqs {
-		if r.Limit.Algorithm == GCRA {
+		if r.Limit.Algorithm == GCRA || (pauses && r.Limit.Algorithm == Pause) {
 			gcra = append(gcra, r)
+			paced = paced || r.Limit.Algorithm == GCRA
 		}
 	}
-	if len(gcra) == 0 {
+	if !paced {
 		return nil, nil, nil
 	}
 	fields, err := validate(gcra)

@@ -202,7 +202,7 @@ func (b *reserveBatcher) decodeOne(raw []int64, pos *int, c *reserveCall) reserv
 	d.Allowed = r.Firm
 	r.Decision.Allowed = r.Firm
 	if !r.Firm {
-		r.Planned = c.opts.TaskID != "" && r.plannedByGCRA(c.reqs)
+		r.Planned = c.opts.TaskID != "" && firm < 0
 		r.Leases = nil
 	}
 	return reserveResult{r: r}

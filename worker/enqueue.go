@@ -32,9 +32,10 @@ type Enqueuer struct {
 }
 
 type enqueueChannel struct {
-	ch    Channel
-	rules *rules.Set
-	queue string // ch.Queue, or the type's default queue
+	ch     Channel
+	rules  *rules.Set
+	pauses []pauseScope // as the worker's: a paused send is planned from the pause's end
+	queue  string       // ch.Queue, or the type's default queue
 }
 
 // Enqueued is the outcome of one task of Enqueuer.Enqueue.
@@ -56,9 +57,10 @@ type Enqueued struct {
 }
 
 // NewEnqueuer plans with limiter (which must use the Redis of client: it
-// also looks there for tasks holding an ID) using chans' Rules, Headroom and
-// TenantWeights (the same values the workers use; Name and TaskType are
-// required, Prepare is not used). Channels whose TaskType the tasks package does not know are
+// also looks there for tasks holding an ID) using chans' Rules, PauseScopes,
+// Headroom and TenantWeights (the same values the workers use; Name and
+// TaskType are required, Prepare is not used): a send whose scope is
+// paused is planned from the pause's end. Channels whose TaskType the tasks package does not know are
 // enqueued to run now.
 func NewEnqueuer(client *asynq.Client, limiter *throttle.Redis, chans []Channel) (*Enqueuer, error) {
 	e := &Enqueuer{client: client, limiter: limiter, chans: map[string]*enqueueChannel{}}
@@ -72,6 +74,10 @@ func NewEnqueuer(client *asynq.Client, limiter *throttle.Redis, chans []Channel)
 		if err == nil {
 			err = ch.checkWeights()
 		}
+		var pauses []pauseScope
+		if err == nil {
+			pauses, err = pauseScopes(ch, fields)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("worker: enqueuer: channels[%d]: %w", i, err)
 		}
@@ -79,7 +85,7 @@ func NewEnqueuer(client *asynq.Client, limiter *throttle.Redis, chans []Channel)
 		if q == "" {
 			q = tasks.DefaultQueue(ch.TaskType)
 		}
-		e.chans[ch.TaskType] = &enqueueChannel{ch: ch, rules: set, queue: q}
+		e.chans[ch.TaskType] = &enqueueChannel{ch: ch, rules: set, pauses: pauses, queue: q}
 		chanQueues = append(chanQueues, watched{q, ch.TaskType})
 	}
 	e.watched = watchedQueues(chanQueues)
@@ -188,7 +194,9 @@ func (e *Enqueuer) Enqueue(ctx context.Context, ts []*asynq.Task, opts ...asynq.
 		if ch == nil || f.high || scheduled {
 			continue
 		}
-		reqs := ch.rules.Requests(f.fields)
+		// The pauses the worker reserves against: a send whose scope is
+		// paused is planned from the pause's end.
+		reqs := pauseRequests(ch.rules.Requests(f.fields), ch.pauses, f.fields)
 		if !throttle.Reservable(reqs) {
 			continue
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -501,17 +500,8 @@ func (w *Worker) handler(ch Channel) (*handler, error) {
 	}
 	if p, ok := w.opts.Limiter.(Pauser); ok {
 		h.pauser = p
-		scopes := maps.Clone(ch.PauseScopes)
-		if scopes == nil {
-			scopes = map[string]string{}
-		}
-		scopes[ScopeChannel] = "" // `sluice channels pause`
-		for _, s := range slices.Sorted(maps.Keys(scopes)) {
-			t, err := rules.ParseKey(ch.Name, throttle.PauseKey(ch.Name, s, scopes[s]), fields)
-			if err != nil {
-				return nil, fmt.Errorf("channel %s: pause scope %q: %w", ch.Name, s, err)
-			}
-			h.pauses = append(h.pauses, pauseScope{s, t})
+		if h.pauses, err = pauseScopes(ch, fields); err != nil {
+			return nil, err
 		}
 	}
 	if h.adapt, err = newAdaptBinding(ch, w.opts.Limiter, set, fields, h.pauses); err != nil {
@@ -591,12 +581,7 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, a *attempt) error 
 		return permanent(fmt.Errorf("%s: malformed payload: %w", t.Type(), err))
 	}
 	a.p, a.prepared = p, true
-	reqs := h.rules.Requests(p.Fields)
-	for _, ps := range h.pauses {
-		if k, ok := ps.key.Render(p.Fields); ok {
-			reqs = append(reqs, throttle.PauseRequest(k))
-		}
-	}
+	reqs := pauseRequests(h.rules.Requests(p.Fields), h.pauses, p.Fields)
 	if res, ok := h.w.opts.Limiter.(Reserver); ok && throttle.Reservable(reqs) {
 		leases, err := h.reserve(ctx, res, p, reqs, &a.slot)
 		if err != nil {

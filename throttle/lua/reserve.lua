@@ -29,15 +29,19 @@
 --         limits m, then m times: key index i,
 --         algorithm, limit, period us, burst, cost, extra (as consume.lua)
 -- Only GCRA limits are paced and planned; the other algorithms are decided
--- at now by their own decide/commit ("reserve" mode only; "plan" and
--- "release" skip them).
+-- at now by their own decide/commit ("reserve" mode only; "release" skips
+-- them, and "plan" decides only pauses: a paused send is planned from the
+-- pause's end, as in "reserve").
 --
--- Returns, "reserve": {now, then per send: firm (1|0), at us, then per limit
+-- Returns, "reserve": {now, then per send: firm (1|0|-1), at us, then per limit
 --   the 6 values of consume.lua (ok, remaining, reset, retry, wait, taken)}. firm >= 1:
 --   every limit was taken for `at` (<= now + hold), and firm - 1 more
---   slots were prefetched for the same limits (see prefetch). firm = 0: nothing was
---   taken; `at` is when to come back (a planned slot when the send was
---   planned, else the blocked limits' wait).
+--   slots were prefetched for the same limits (see prefetch). firm <= 0: nothing was
+--   taken; `at` is when to come back: firm = -1, the send's place (it was
+--   planned, or, within the hold, a slower limit holds it back); firm = 0,
+--   the wait of a limit that cannot be planned (a place it held is kept).
+--   A bulk send that only a pause blocks is planned (-1): its GCRA limits
+--   read ok, the pause blocked with wait = at - now.
 -- "plan": {now, then per send: planned us, new (1, or 0 when the task ID
 --   already held a place: it keeps it and is not counted twice)}.   "release": {now, released}.
 local now = clock(ARGV[1])
@@ -58,6 +62,14 @@ local nsends = tonumber(ARGV[7])
 -- is filled by later plans.
 local SEC = 1000000
 
+-- set_queued sets slow limit l's earliest instant behind its plan tail pt
+-- (nil: none) and its firm book.
+local function set_queued(l, pt)
+  local pa = (pt or now) - now
+  if pa < l.a then pa = l.a end
+  l.queued = now + math.max(0, pa + l.T * l.cost - l.tol)
+end
+
 local function pace(l)
   local T = (l.period / l.limit) / (1 - headroom)
   local tol = T * l.burst
@@ -77,10 +89,7 @@ local function pace(l)
     l.fill = f or 0
     l.swept = tonumber(v[2]) or l.fill -- first second not yet swept
   else
-    local pt = tonumber(redis.call('HGET', l.plan, 't' .. l.extra))
-    local pa = (pt or now) - now
-    if pa < a then pa = a end
-    l.queued = now + math.max(0, pa + T * l.cost - tol) -- earliest behind the plan
+    set_queued(l, tonumber(redis.call('HGET', l.plan, 't' .. l.extra)))
   end
 end
 
@@ -380,25 +389,69 @@ local function unlist(s)
   end
 end
 
+-- leave takes a planned send out of its place (held, us): from its fast
+-- limits' second (unplan; not with paid, when the yield its tenant owed
+-- there was paid instead) and from its backlogs. On a slow limit where it
+-- was the last planned, the plan tail goes back to its place, so the next
+-- send planned there may take it. It reports whether a backlog held it.
+-- (A place in a second that has passed was swept: leaving it changes no
+-- count.)
+local function leave(s, held, paid)
+  if not paid then unplan(s, math.floor(held / SEC), false) end
+  local left = false
+  for _, l in ipairs(s.limits) do
+    if l.algo == 'gcra' then
+      local score = tonumber(redis.call('ZSCORE', l.backlog, s.id))
+      if score then
+        local last = redis.call('ZREVRANGE', l.backlog, 0, 0)[1]
+        redis.call('ZREM', l.backlog, s.id)
+        left = true
+        if not l.fast and last == s.id then
+          local tail = math.ceil(score)
+          if tail > now + l.a then
+            redis.call('HSET', l.plan, 't' .. l.extra, us(tail))
+            set_queued(l, tail)
+          else
+            redis.call('HDEL', l.plan, 't' .. l.extra)
+            set_queued(l, nil)
+          end
+        end
+      end
+    end
+  end
+  return left
+end
+
 -- plan_search finds the earliest instant, from `from` on, at which every
 -- GCRA limit's plan has room for the send; it writes nothing.
-local function plan_search(s, from, back)
+--
+-- A slow limit's sends (a pair, a 1/s sender, a limit adapted below one
+-- send a second) go behind its plan tail, the new ones and the ones that
+-- lost their places alike (a send that came back and cannot go within the
+-- hold, or that a pause holds: it left its place first, with leave, so a
+-- send planned last there takes its own place again). So each of many sends
+-- that lose their places together (a 1/s sender paused for a minute, a
+-- number adapted down to 0.8/s, an overdue backlog) gets a place of its
+-- own, in the order they come back. On the firm book's next slot instead,
+-- they would all get the same one, and all but one would come back to be
+-- planned again, and again: O(n^2) dequeues. The price is order: a send
+-- that lost its place goes behind the sends on its slow limits that still
+-- hold theirs, as it does on its fast limits (behind their fill pointer).
+-- A recipient's message delayed by a pause may so go after that
+-- recipient's next message, planned before it came back; keeping the order
+-- would cost every later send a second dequeue, the churn this avoids.
+local function plan_search(s, from)
   local at = from
   for _, l in ipairs(s.limits) do
-    if l.algo == 'gcra' and not l.fast then
-      -- A send planned before is already behind the slow limit's plan tail.
-      local e = l.queued
-      if back then e = l.firm end
-      if e > at then at = e end
-    end
+    if l.algo == 'gcra' and not l.fast and l.queued > at then at = l.queued end
   end
   local sec = math.floor(at / SEC)
   for _ = 1, 100000 do
     local moved = false
     for _, l in ipairs(s.limits) do
       if l.algo == 'gcra' and l.fast then
-        local from = tenant_from(l, s)
-        if from > sec then sec = from; moved = true; break end
+        local first = tenant_from(l, s)
+        if first > sec then sec = first; moved = true; break end
         if not admit(l, s, sec) then sec = sec + 1; moved = true; break end
       end
     end
@@ -509,6 +562,23 @@ local function pace_all(s)
   end
 end
 
+-- pause_from returns the instant from which a send may be planned while
+-- one of its pause limits is paused: the first whole second at or after
+-- the latest pause's end (asynq brings a send back at a whole second: one
+-- planned inside the second the pause ends in would come back paused);
+-- nil when none is. Pause limits are decided at most once a send (l.d).
+local function pause_from(s)
+  local u
+  for _, l in ipairs(s.limits) do
+    if l.algo == 'pause' then
+      l.d = l.d or decide(l.algo, l.key, now, l.limit, l.period, l.burst, l.cost, l.extra)
+      if l.d.ok == 0 and (not u or l.d.reset > u) then u = l.d.reset end
+    end
+  end
+  if not u then return nil end
+  return math.ceil(u / SEC) * SEC
+end
+
 if mode == 'plan' then
   local out = {now}
   local a = 8
@@ -522,8 +592,10 @@ if mode == 'plan' then
       out[#out + 1] = 0
     else
       -- Each send re-reads the books: it shares them with the ones before.
+      -- A paused send is planned from the pause's end, so it comes back
+      -- once, at the limits' pace, when the pause is over.
       pace_all(s)
-      local at, sec = plan_search(s, now)
+      local at, sec = plan_search(s, pause_from(s) or now)
       plan_commit(s, at, sec, false)
       out[#out + 1] = at
       out[#out + 1] = 1
@@ -543,25 +615,7 @@ if mode == 'release' then
       if l.algo == 'gcra' then pace(l) end
     end
     -- Its fast limits' seconds: the count (or the yield its tenant owes).
-    unplan(s, math.floor(held / SEC), false)
-    for _, l in ipairs(s.limits) do
-      if l.algo == 'gcra' then
-        local score = tonumber(redis.call('ZSCORE', l.backlog, s.id))
-        if score then
-          local last = redis.call('ZREVRANGE', l.backlog, 0, 0)[1]
-          redis.call('ZREM', l.backlog, s.id)
-          released = 1
-          if not l.fast and last == s.id then
-            local tail = math.ceil(score)
-            if tail > now + l.a then
-              redis.call('HSET', l.plan, 't' .. l.extra, us(tail))
-            else
-              redis.call('HDEL', l.plan, 't' .. l.extra)
-            end
-          end
-        end
-      end
-    end
+    if leave(s, held, false) then released = 1 end
   end
   return {now, released}
 end
@@ -612,9 +666,10 @@ local displaced = back and unplan(s, math.floor(held / SEC), true)
 -- instant far past its own next slot: the gap would be lost to every other
 -- send on it. When a slower limit (a pair) holds the send that far back,
 -- nothing is taken and the send comes back at that instant.
-local fastmax, slowmax, tmin = now, now, nil
+local fastmax, slowmax, tmin, paced = now, now, nil, false
 for _, l in ipairs(s.limits) do
   if l.algo == 'gcra' then
+    paced = true
     if l.fast then
       if l.firm > fastmax then fastmax = l.firm end
       if not tmin or l.T < tmin then tmin = l.T end
@@ -624,27 +679,39 @@ end
 local at = math.max(fastmax, slowmax)
 local gap = tmin ~= nil and slowmax > fastmax + tmin
 -- The other algorithms are decided at now.
-local blocked_wait = 0
+local blocked_wait, pause_wait = 0, 0
 for _, l in ipairs(s.limits) do
   if l.algo ~= 'gcra' then
     local d = decide(l.algo, l.key, now, l.limit, l.period, l.burst, l.cost, l.extra)
     if not d then error('sluice: unknown algorithm ' .. tostring(l.algo)) end
     l.d = d
-    if d.ok == 0 and d.wait > blocked_wait then blocked_wait = d.wait end
+    if d.ok == 0 and l.algo == 'pause' then
+      if d.wait > pause_wait then pause_wait = d.wait end
+    elseif d.ok == 0 and d.wait > blocked_wait then
+      blocked_wait = d.wait
+    end
   end
 end
+-- A bulk send with GCRA limits that only a pause blocks is planned for the
+-- pause's end (below): the scope's waiting sends then come back once each,
+-- at their limits' pace, instead of all at once when the pause ends. Held
+-- back by another limit too (a daily window), or high priority (it takes
+-- the first free slot when the pause ends, ahead of the plan), it comes
+-- back after the wait, without a place.
+local paused = pause_wait > 0 and blocked_wait == 0 and not high and paced
+if pause_wait > blocked_wait and not paused then blocked_wait = pause_wait end
 
 -- A new bulk send goes now only if the plan has room for it in the current
 -- second: it never overtakes sends planned before it.
 local plan_at, plan_sec
 local firm = 0
-if blocked_wait == 0 and at - now <= hold and not gap and not displaced then
+if blocked_wait == 0 and not paused and at - now <= hold and not gap and not displaced then
   if back or high then
     firm = 1
   else
     -- Firm only where the plan puts it now: not behind sends counted in
     -- this second that have not yet come back (their slots would be lost).
-    plan_at, plan_sec = plan_search(s, now, false)
+    plan_at, plan_sec = plan_search(s, now)
     if plan_sec == math.floor(now / SEC) and plan_at <= at + (tmin or 0) then firm = 1 end
   end
 end
@@ -668,6 +735,10 @@ if firm == 1 then
     end
   end
   if back then
+    -- One that goes in a second before its place's (it came back early:
+    -- its pause was ended) gives that second's count back.
+    local hsec = math.floor(held / SEC)
+    if hsec > math.floor(at / SEC) then unplan(s, hsec, false) end
     unlist(s)
   else
     -- A send that was not planned takes room in its second, so that later
@@ -685,7 +756,7 @@ elseif blocked_wait > 0 then
   for _, l in ipairs(s.limits) do
     if l.d and l.d.ok == 0 and l.d.algo == 'fixed_window' and l.d.wait == blocked_wait then fixed_window_record(l.d) end
   end
-elseif (back or high) and at - now <= hold and not displaced then
+elseif not paused and (back or high) and at - now <= hold and not displaced then
   -- Within the hold, held back by a slower limit (a pair): keep the place
   -- and ask again at that instant, without taking the fast limits' slots
   -- meanwhile.
@@ -698,26 +769,44 @@ else
   -- Planned: a new bulk send behind the plan; a send that fell behind its
   -- place (workers were down) or a high-priority send beyond the hold gets
   -- a new place, so that none of them is polled again before it may go.
-  -- A displaced send takes its tenant's first reservation.
-  local claim
-  if displaced then
-    for _, l in ipairs(s.limits) do
-      if not claim and l.algo == 'gcra' and l.fast and l.active then
-        local sec = first_reserved(l, s.tenant)
-        if sec then claim = sec end
+  -- A paused send gets its place from the first whole second at or after
+  -- the pause's end. A displaced send takes its tenant's first reservation.
+  local from = now
+  if paused then from = pause_from(s) end
+  if paused and back and not displaced and held >= from then
+    -- Its place is past the pause's end already (it came back early).
+    at = held
+  else
+    local claim
+    if displaced then
+      for _, l in ipairs(s.limits) do
+        if not claim and l.algo == 'gcra' and l.fast and l.active then
+          local sec = first_reserved(l, s.tenant)
+          if sec then claim = sec end
+        end
       end
+      -- (a reservation inside the pause would bring it back paused; left
+      -- unclaimed, it only counts in a second the pause wastes anyway)
+      if claim and claim * SEC < from then claim = nil end
     end
+    -- A send that held a place gives it up, so that the plan does not
+    -- count it twice: its count in its second (given to the room, or to a
+    -- tenant that owes a yield there), its backlog entries, and a slow
+    -- limit's tail where it was planned last.
+    if back then leave(s, held, displaced) end
+    if claim then
+      plan_at, plan_sec = claim * SEC, claim
+    elseif not plan_at or back or high or paused then
+      plan_at, plan_sec = plan_search(s, from)
+    end
+    plan_commit(s, plan_at, plan_sec, claim ~= nil)
+    at = plan_at
   end
-  if claim then
-    plan_at, plan_sec = claim * SEC, claim
-  elseif not plan_at or back or high then
-    plan_at, plan_sec = plan_search(s, now, back)
-  end
-  plan_commit(s, plan_at, plan_sec, claim ~= nil)
-  at = plan_at
 end
 
-out[#out + 1] = firm + extra
+-- -1: not firm, and `at` is the send's place (planned, or held back
+-- within the hold by a slower limit: it asks again then).
+if firm == 0 and blocked_wait == 0 then out[#out + 1] = -1 else out[#out + 1] = firm + extra end
 out[#out + 1] = math.ceil(at)
 for _, l in ipairs(s.limits) do
   if l.algo == 'gcra' then
@@ -729,8 +818,11 @@ for _, l in ipairs(s.limits) do
       local new_ahead = l.ahead_after
       rem = math.max(0, floor_units(l.tol - new_ahead, l.T))
       reset = now + math.ceil(new_ahead)
-    elseif blocked_wait > 0 and l.firm - now <= hold then
-      ok = 1 -- this limit alone would have allowed the send
+    elseif paused or (blocked_wait > 0 and l.firm - now <= hold) then
+      -- This limit alone would have allowed the send; or a pause holds it,
+      -- and the pause is reported as what blocked it (its key names the
+      -- tasks to run at once when the pause is ended early).
+      ok = 1
     end
     out[#out + 1] = ok
     out[#out + 1] = rem
@@ -739,6 +831,8 @@ for _, l in ipairs(s.limits) do
     out[#out + 1] = math.ceil(math.max(0, at - now))
     out[#out + 1] = taken
   else
+    -- (a pause that planned the send: its wait is to the planned place)
+    if paused and l.algo == 'pause' and l.d.ok == 0 then l.d.wait = math.max(0, math.ceil(at - now)) end
     emit(out, l.d, firm == 1)
   end
 end
