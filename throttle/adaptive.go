@@ -251,6 +251,9 @@ func (o AdaptOptions) down(a Adaptation, cfg float64, now, sent time.Time, code 
 	if a.Rate <= 0 {
 		a = Adaptation{Rate: cfg}
 	}
+	if a.Storm && !a.okSince() {
+		return a, false // the storm goes on: nothing went through since it began
+	}
 	r := a.Effective(cfg)
 	if !a.Decreased.IsZero() {
 		if !sent.IsZero() && sent.Before(a.Decreased) {
@@ -260,8 +263,14 @@ func (o AdaptOptions) down(a Adaptation, cfg float64, now, sent time.Time, code 
 			return a, false
 		}
 		if !a.Changed.After(a.Decreased) && !a.okSince() {
-			if a.Storm {
-				return a, false
+			// A storm: the decrease is undone at once, so that the sends
+			// the scope's pauses send back are planned at the rate of
+			// before it, not at a quarter of it for minutes after the
+			// storm (issue 19: 0.24 of the cap in the 30s after a 30s
+			// storm). The pauses, which grow while nothing goes through,
+			// hold the sends back meanwhile.
+			if a.RunFrom > 0 {
+				a = a.restore(cfg, now)
 			}
 			a.Storm = true
 			return a, true
