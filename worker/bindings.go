@@ -24,6 +24,21 @@ var (
 	HostPauseScopes = map[string]string{channels.ScopeSender: "{host}"}
 )
 
+// BundledPauseScopes returns the pause scopes of the bundled channel
+// named ("whatsapp", "sms", "webhook", "http"), as its Channel has them,
+// or nil: an Enqueuer given them plans sends past their scopes' pauses.
+func BundledPauseScopes(channel string) map[string]string {
+	switch channel {
+	case "whatsapp":
+		return WhatsAppPauseScopes
+	case "sms":
+		return SMSPauseScopes
+	case "webhook", "http":
+		return HostPauseScopes
+	}
+	return nil
+}
+
 // WhatsAppChannel sends whatsapp:send tasks through the WhatsApp Cloud API.
 // Key fields: phone_number_id, to.
 func WhatsAppChannel(c *channels.WhatsApp, rs []rules.Rule) Channel {

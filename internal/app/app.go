@@ -262,8 +262,8 @@ func headroom(cc *config.ChannelConfig) float64 {
 }
 
 // NewEnqueuer returns the enqueuer that plans sends with the configuration's
-// enabled channels (their rules, headroom and tenant weights, as the
-// workers pace them).
+// enabled channels (their rules, headroom, tenant weights and pause
+// scopes, as the workers pace them).
 func NewEnqueuer(cfg *config.Config, rdb redis.UniversalClient, lim *throttle.Redis) (*worker.Enqueuer, error) {
 	var chans []worker.Channel
 	for _, name := range tasks.Channels() {
@@ -272,7 +272,8 @@ func NewEnqueuer(cfg *config.Config, rdb redis.UniversalClient, lim *throttle.Re
 			continue
 		}
 		taskType, _ := tasks.ChannelTaskType(name)
-		chans = append(chans, worker.Channel{Name: name, TaskType: taskType, Queue: cc.Queue, Rules: cc.Rules(), Headroom: headroom(cc), TenantWeights: weights(cc)})
+		chans = append(chans, worker.Channel{Name: name, TaskType: taskType, Queue: cc.Queue, Rules: cc.Rules(), Headroom: headroom(cc), TenantWeights: weights(cc),
+			PauseScopes: worker.BundledPauseScopes(name)})
 	}
 	return worker.NewEnqueuer(asynq.NewClientFromRedisClient(rdb), lim, chans)
 }

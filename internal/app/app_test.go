@@ -157,3 +157,28 @@ func TestRegistryExposesAsynqQueueSeries(t *testing.T) {
 	}
 	t.Fatalf("no asynq_queue_size{queue=\"sms\"} 3 among %d families", len(mfs))
 }
+
+// `sluice send` and `sluice enqueue` plan past a paused number, as the
+// workers reserve: the sends are not dequeued during the pause only to be
+// planned again for its end.
+func TestEnqueuerPlansPastAPausedNumber(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	cfg := config.Default()
+	lim := NewLimiter(cfg, rdb, nil)
+	enq, err := NewEnqueuer(cfg, rdb, lim)
+	require.NoError(t, err)
+	p, err := lim.Pause(ctx, "whatsapp:paused:sender:1065", throttle.PauseOptions{Wait: time.Minute, Operator: true})
+	require.NoError(t, err)
+	task, err := tasks.NewWhatsAppSendTask(tasks.WhatsAppSend{PhoneNumberID: "1065", To: "+12025551000", Text: "hi"})
+	require.NoError(t, err)
+	other, err := tasks.NewWhatsAppSendTask(tasks.WhatsAppSend{PhoneNumberID: "1066", To: "+12025551000", Text: "hi"})
+	require.NoError(t, err)
+	out, err := enq.Enqueue(ctx, []*asynq.Task{task, other})
+	require.NoError(t, err)
+	require.NoError(t, out[0].Err)
+	require.NoError(t, out[1].Err)
+	require.False(t, out[0].ETA.Before(p.Until.Truncate(time.Second)), "ETA %v: want at the pause's end %v or later", out[0].ETA, p.Until)
+	require.True(t, out[1].ETA.Before(p.Since.Add(2*time.Second)), "another number is not paused: ETA %v", out[1].ETA)
+}
