@@ -75,6 +75,12 @@ const (
 	// book ahead of the plan (high-priority sends, sends that came back
 	// late), so that those planned sends are not planned again.
 	DefaultHold = 2 * time.Second
+	// MaxPlannedPause is the longest pause Plan and Reserve plan sends
+	// past (reserve.lua's PLAN_PAUSE_MAX): an early end of a longer one
+	// (a probe that succeeds, `channels resume`) would leave its sends
+	// scheduled for their planned seconds. A send a longer pause blocks
+	// comes back when it ends, without a place, as other blocks do.
+	MaxPlannedPause = 5 * time.Minute
 	// DefaultHeadroom is the fraction by which paced sends are spaced wider
 	// than their limit (80/s is paced at 78.8/s): the margin that absorbs
 	// jitter between Sluice and the provider, so that no span a provider
@@ -264,8 +270,12 @@ type Planned struct {
 // it (Planned.New false). It takes nothing from the limits: each send takes
 // its firm slot with Reserve (same TaskID, Priority Bulk, same Headroom)
 // when it comes back, at about its planned instant. Pauses (PauseRequest)
-// are decided: a send whose scope is paused is planned from the first
-// whole second at or after the pause's end, as Reserve plans it. Other
+// are decided: a send whose scope is paused for at most MaxPlannedPause
+// is planned from the first whole second at or after the pause's end, as
+// Reserve plans it; a longer pause (credentials refused, an operator's
+// pause until resumed) may end early, so its sends are planned as if it
+// were not there and wait for it when they come back, where a resume
+// finds them. Other
 // limits are ignored here and decided by Reserve. Sends are planned in batches of
 // one script call per scope and up to 256 sends, so planning a campaign
 // costs far less than one call per send. opts.TaskID and Priority are

@@ -414,3 +414,32 @@ func TestSendsOfAPauseEndedEarlyGiveTheirPlacesBack(t *testing.T) {
 	}
 	t.Logf("%d sends run at once: %d reserve calls, the last %v after the resume", n, got.calls, end.Sub(resumed))
 }
+
+// Plan looks past a pause only up to MaxPlannedPause: a longer one
+// (credentials refused until a probe succeeds) may end early, and the
+// sends planned past it would then wait for their planned seconds, out of
+// reach of a resume. They are planned as if it were not there.
+func TestPlanIgnoresALongPause(t *testing.T) {
+	l, clock := reserveLimiter(t)
+	ctx := context.Background()
+	opts := throttle.ReserveOptions{Headroom: 0.015}
+	short, long := throttle.PauseKey("wa", "sender", "1"), throttle.PauseKey("wa", "sender", "2")
+	for key, wait := range map[string]time.Duration{short: throttle.MaxPlannedPause, long: throttle.MaxPlannedPause + time.Second} {
+		if _, err := l.Pause(ctx, key, throttle.PauseOptions{Wait: wait}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plans, err := l.Plan(ctx, opts, []throttle.Send{
+		{TaskID: "s", Requests: []throttle.Request{{Key: "wa:number:1", Limit: mps80}, throttle.PauseRequest(short)}},
+		{TaskID: "l", Requests: []throttle.Request{{Key: "wa:number:2", Limit: mps80}, throttle.PauseRequest(long)}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := plans[0].At.Sub(clock.Now()); d < throttle.MaxPlannedPause {
+		t.Errorf("a %v pause: planned in %v, want past its end", throttle.MaxPlannedPause, d)
+	}
+	if d := plans[1].At.Sub(clock.Now()); d > time.Second {
+		t.Errorf("a longer pause: planned in %v, want now, as if it were not there", d)
+	}
+}

@@ -567,6 +567,11 @@ end
 -- the latest pause's end (asynq brings a send back at a whole second: one
 -- planned inside the second the pause ends in would come back paused);
 -- nil when none is. Pause limits are decided at most once a send (l.d).
+-- PLAN_PAUSE_MAX: the longest pause a send is planned past, at enqueue
+-- ("plan") or when it comes back paused ("reserve"): 5 min,
+-- throttle.MaxPlannedPause.
+local PLAN_PAUSE_MAX = 300 * SEC
+
 local function pause_from(s)
   local u
   for _, l in ipairs(s.limits) do
@@ -593,9 +598,17 @@ if mode == 'plan' then
     else
       -- Each send re-reads the books: it shares them with the ones before.
       -- A paused send is planned from the pause's end, so it comes back
-      -- once, at the limits' pace, when the pause is over.
+      -- once, at the limits' pace, when the pause is over; but only past a
+      -- pause that ends within PLAN_PAUSE_MAX. A longer one (credentials
+      -- refused: until a probe succeeds; an operator's pause until resumed;
+      -- an hour's spam limit) may well end early, and its sends must then
+      -- be found by `channels resume` among the tasks that waited for it:
+      -- they are planned as if it were not there, and wait for it when
+      -- they come back.
       pace_all(s)
-      local at, sec = plan_search(s, pause_from(s) or now)
+      local from = pause_from(s)
+      if from and from - now > PLAN_PAUSE_MAX then from = nil end
+      local at, sec = plan_search(s, from or now)
       plan_commit(s, at, sec, false)
       out[#out + 1] = at
       out[#out + 1] = 1
@@ -698,7 +711,11 @@ end
 -- back by another limit too (a daily window), or high priority (it takes
 -- the first free slot when the pause ends, ahead of the plan), it comes
 -- back after the wait, without a place.
-local paused = pause_wait > 0 and blocked_wait == 0 and not high and paced
+-- Only a pause that ends within PLAN_PAUSE_MAX: a longer one (credentials
+-- refused, an operator's pause until resumed) may end early, and `channels
+-- resume` or a successful probe then runs the sends that wait for it; a
+-- place at its planned end would hold them back for hours.
+local paused = pause_wait > 0 and pause_wait <= PLAN_PAUSE_MAX and blocked_wait == 0 and not high and paced
 if pause_wait > blocked_wait and not paused then blocked_wait = pause_wait end
 
 -- A new bulk send goes now only if the plan has room for it in the current
