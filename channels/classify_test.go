@@ -60,7 +60,7 @@ func TestWhatsAppClassification(t *testing.T) {
 		// number (the phone number ID), for its Retry-After or the backoff.
 		{"other code 429", 429, nil, waErrBody(613, false), &Error{Class: Throttled, Code: 613, Scope: ScopeSender, Growth: 2, MaxWait: 30 * time.Second}},
 		{"other code 429, Retry-After", 429, http.Header{"Retry-After": {"5"}}, waErrBody(613, false), &Error{Class: Throttled, Code: 613, Scope: ScopeSender, RetryAfter: 5 * time.Second}},
-		{"other code is_transient 429", 429, nil, waErrBody(613, true), &Error{Class: Transient, Code: 613}},
+		{"other code is_transient 429: every 429 counts", 429, nil, waErrBody(613, true), &Error{Class: Throttled, Code: 613, Scope: ScopeSender, Growth: 2, MaxWait: 30 * time.Second}},
 		{"throttle code beats is_transient", 400, nil, waErrBody(130429, true), &Error{Class: Throttled, Code: 130429, Scope: ScopeSender, Growth: 2, MaxWait: 30 * time.Second}},
 		{"5xx no body", 503, nil, "", &Error{Class: Transient, Message: "Service Unavailable"}},
 		{"5xx html", 502, nil, "<html>bad gateway</html>", &Error{Class: Transient, Message: "<html>bad gateway</html>"}},

@@ -294,6 +294,11 @@ func whatsappResult(r *reply, now time.Time, secrets ...string) (Response, error
 		}
 	case known && rule.class == Unauthorized:
 		e.Class, e.Scope = Unauthorized, rule.scope
+	case r.status == http.StatusTooManyRequests && !known:
+		// Every 429 counts, is_transient or not: the number is paused for
+		// its Retry-After in every worker (uncodedThrottle).
+		e.Class = Throttled
+		uncodedThrottle(e)
 	case body.Error.IsTransient:
 		e.Class = Transient
 	case known:

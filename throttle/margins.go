@@ -75,22 +75,32 @@ func (l *Redis) PublishMargins(ctx context.Context, ms []Margin) error {
 }
 
 // Margins returns the margins published within MarginTTL of now (this
-// host's clock), by channel then process. Entries that do not parse are
-// skipped. Errors are Redis'.
+// host's clock), by channel then process. Entries that do not parse, or
+// are four MarginTTL old (a process that stopped), are deleted. Errors are
+// Redis'.
 func (l *Redis) Margins(ctx context.Context, now time.Time) ([]Margin, error) {
 	all, err := l.rdb.HGetAll(ctx, l.MarginsKey()).Result()
 	if err != nil {
 		return nil, fmt.Errorf("throttle: margins: %w", err)
 	}
 	out := make([]Margin, 0, len(all))
+	var stale []string
 	for field, v := range all {
 		ch, proc, ok := strings.Cut(field, "|")
 		var m Margin
-		if !ok || json.Unmarshal([]byte(v), &m) != nil || now.Sub(m.At) > MarginTTL {
+		if !ok || json.Unmarshal([]byte(v), &m) != nil || now.Sub(m.At) > 4*MarginTTL {
+			stale = append(stale, field) // a process that stopped, or garbage
+			continue
+		}
+		if now.Sub(m.At) > MarginTTL {
 			continue
 		}
 		m.Channel, m.Process = ch, proc
 		out = append(out, m)
+	}
+	if len(stale) > 0 {
+		// Best effort: the next read drops them again.
+		_ = l.rdb.HDel(ctx, l.MarginsKey(), stale...).Err()
 	}
 	slices.SortFunc(out, func(a, b Margin) int {
 		if c := strings.Compare(a.Channel, b.Channel); c != 0 {

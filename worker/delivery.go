@@ -38,7 +38,7 @@ type SentLookup interface {
 	// of the RecordSent call), or the zero time when no send of the task
 	// is recorded. The error is the backend's; the worker then retries the
 	// task later rather than send it blind.
-	SentAt(ctx context.Context, taskID string) (time.Time, error)
+	SentAt(ctx context.Context, taskID, queue string) (time.Time, error)
 }
 
 // ErrInvalidRecord is wrapped by a DeliveryRecorder's error when it refuses
@@ -177,7 +177,7 @@ func (h *handler) alreadySent(ctx context.Context, meta taskMeta) (bool, error) 
 	}
 	lctx, cancel := context.WithTimeout(ctx, recordTimeout)
 	defer cancel()
-	at, err := look.SentAt(lctx, meta.id)
+	at, err := look.SentAt(lctx, meta.id, meta.queue)
 	if err != nil {
 		m.outcome(name, OutcomeLimiterError)
 		return false, fmt.Errorf("%s: delivery record of a rerun: %w", name, err)

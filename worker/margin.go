@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -87,11 +88,20 @@ type marginBook struct {
 	curStart time.Time
 	feedback time.Duration // from jitter throttles, at feedbackAt
 	feedAt   time.Time
-	// lastLate is the last departure later than the margin then in force,
-	// lateBy by how much it was late.
-	lastLate time.Time
-	lateBy   time.Duration
+	// late holds, by scope key (a sender's or a pair's pause key), the
+	// last departure later than the margin then in force and by how much:
+	// a throttle is jitter only after a late send of its own scope.
+	late map[string]lateMark
 }
+
+type lateMark struct {
+	at time.Time
+	by time.Duration
+}
+
+// maxLateMarks bounds marginBook.late; past it, marks older than a pair's
+// span are dropped.
+const maxLateMarks = 4096
 
 // newMarginBook returns the margin of a channel paced at headroom h (a
 // fraction, >= 0) and bounded by most.
@@ -121,8 +131,8 @@ func marginHeadroom(m time.Duration) float64 {
 }
 
 // observe records a departure late by late (negative: early, counted as
-// on time) at now, this host's clock.
-func (b *marginBook) observe(now time.Time, late time.Duration) {
+// on time) at now, this host's clock, of a send of the scopes keys.
+func (b *marginBook) observe(now time.Time, late time.Duration, keys ...string) {
 	if b == nil {
 		return
 	}
@@ -130,8 +140,23 @@ func (b *marginBook) observe(now time.Time, late time.Duration) {
 	defer b.mu.Unlock()
 	in := b.marginLocked(now)
 	b.cur.add(late)
-	if late > in {
-		b.lastLate, b.lateBy = now, late
+	if late <= in {
+		return
+	}
+	if b.late == nil {
+		b.late = map[string]lateMark{}
+	}
+	if len(b.late) >= maxLateMarks {
+		for k, m := range b.late {
+			if now.Sub(m.at) > 10*time.Second {
+				delete(b.late, k)
+			}
+		}
+	}
+	for _, k := range keys {
+		if k != "" && len(b.late) < maxLateMarks {
+			b.late[k] = lateMark{now, late}
+		}
 	}
 }
 
@@ -199,34 +224,41 @@ func (h *handler) headroom(now time.Time) float64 {
 	if h.margin == nil {
 		return h.ch.Headroom
 	}
-	return max(h.ch.Headroom, marginHeadroom(h.margin.margin(now)))
+	m := marginHeadroom(h.margin.margin(now))
+	if m <= h.ch.Headroom {
+		return h.ch.Headroom
+	}
+	// In steps of 0.1%, rounded up: reservations are coalesced into one
+	// script call only when their headroom is the same.
+	return math.Ceil(m*1000) / 1000
 }
 
-// jitter judges a provider throttle of a send that started at start (this
-// host's clock; zero when unknown) and reports whether it was jitter: a
-// departure of the channel within span before it (the provider's counting
-// span: 1s, a pair's 6s), or the send itself, left later than the margin
-// then in force, and the margin can still widen. A jitter throttle widens
+// jitter judges a provider throttle, of scope key, of a send that started
+// at start (this host's clock; zero when unknown) and reports whether it
+// was jitter: a send of the same scope left later than the margin then in
+// force within span before it (the provider's counting span: 1s, a pair's
+// 6s), or the send itself did, and the margin can still widen. A jitter throttle widens
 // the margin to cover that lateness (and a quarter more, at least 5ms);
 // it says nothing about the limit's rate. With the margin at its bound,
 // no throttle is jitter: the rate must come down instead.
-func (b *marginBook) jitter(now, start time.Time, span time.Duration) bool {
-	if b == nil {
+func (b *marginBook) jitter(now, start time.Time, span time.Duration, key string) bool {
+	if b == nil || key == "" {
 		return false
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	in := b.marginLocked(now)
-	if in >= b.most || b.lastLate.IsZero() {
+	m, ok := b.late[key]
+	if in >= b.most || !ok {
 		return false
 	}
 	if start.IsZero() {
 		start = now
 	}
-	if b.lastLate.Before(start.Add(-span-in)) || b.lastLate.After(start.Add(time.Second)) {
+	if m.at.Before(start.Add(-span-in)) || m.at.After(start.Add(time.Second)) {
 		return false
 	}
-	want := min(max(b.lateBy+b.lateBy/4, in+5*time.Millisecond), b.most)
+	want := min(max(m.by+m.by/4, in+5*time.Millisecond), b.most)
 	if want > b.feedbackLocked(now) {
 		b.feedback, b.feedAt = want, now
 	}
@@ -276,16 +308,27 @@ func (ch Channel) maxMargin() time.Duration {
 	return ch.MaxMargin
 }
 
-// departed records a send leaving at start (this host's clock) for its
-// slot (zero: not paced, nothing to measure) and returns how late it left.
-func (h *handler) departed(start, slot time.Time) time.Duration {
+// departed records a send with fields leaving at start (this host's
+// clock) for its slot (zero: not paced, nothing to measure) and returns
+// how late it left.
+func (h *handler) departed(start, slot time.Time, fields map[string]string) time.Duration {
 	if slot.IsZero() {
 		return 0
 	}
 	late := max(start.Sub(slot), 0)
-	h.margin.observe(start, late)
+	h.margin.observe(start, late, h.pauseKey(channels.ScopeSender, fields), h.pauseKey(channels.ScopePair, fields))
 	h.w.opts.Metrics.departed(h.ch.Name, late.Seconds())
 	return late
+}
+
+// jitterScope is the scope key whose late sends explain a throttle of
+// scope: the pair's for a pair throttle, else the sender's (an account
+// throttle is drawn by its sender's sends).
+func (h *handler) jitterScope(scope string, fields map[string]string) string {
+	if scope == channels.ScopePair {
+		return h.pauseKey(channels.ScopePair, fields)
+	}
+	return h.pauseKey(channels.ScopeSender, fields)
 }
 
 // jitterSpan is the span a provider counts a throttle of scope over: a

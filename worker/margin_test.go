@@ -65,21 +65,26 @@ func TestMarginFollowsHowLateSendsLeave(t *testing.T) {
 	}
 }
 
-// A throttle right after a send left later than the margin is jitter: the
-// margin widens to cover it, then halves every minute. Without a late
-// departure, or with the margin at its bound, a throttle is not jitter.
+// A throttle right after a send of its scope left later than the margin
+// is jitter: the margin widens to cover it, then halves every minute.
+// Without a late departure of its scope, or with the margin at its bound,
+// a throttle is not jitter.
 func TestThrottleAfterALateDepartureWidensTheMargin(t *testing.T) {
 	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
 	b := newMarginBook(0.015, DefaultMaxMargin)
 	base := headroomMargin(0.015)
-	b.observe(t0, 2*time.Millisecond)
-	if b.jitter(t0.Add(300*time.Millisecond), t0.Add(300*time.Millisecond), time.Second) {
+	const sender, other = "sms:paused:sender:+12025550100", "sms:paused:sender:+12025550101"
+	b.observe(t0, 2*time.Millisecond, sender)
+	if b.jitter(t0.Add(300*time.Millisecond), t0.Add(300*time.Millisecond), time.Second, sender) {
 		t.Fatal("no late departure: a throttle is about the rate")
 	}
-	b.observe(t0.Add(time.Second), 24*time.Millisecond) // over the 15ms margin
+	b.observe(t0.Add(time.Second), 24*time.Millisecond, sender) // over the 15ms margin
 	start := t0.Add(1500 * time.Millisecond)
-	if b.jitter(start.Add(40*time.Millisecond), start, time.Second) != true {
-		t.Fatal("a throttle 0.5s after a send left 24ms late is jitter")
+	if b.jitter(start.Add(40*time.Millisecond), start, time.Second, other) {
+		t.Fatal("another sender's late send does not explain this sender's throttle")
+	}
+	if !b.jitter(start.Add(40*time.Millisecond), start, time.Second, sender) {
+		t.Fatal("a throttle 0.5s after a send of its sender left 24ms late is jitter")
 	}
 	if m := b.margin(start); m != 30*time.Millisecond {
 		t.Fatalf("margin %v, want 30ms (24ms and a quarter)", m)
@@ -90,18 +95,18 @@ func TestThrottleAfterALateDepartureWidensTheMargin(t *testing.T) {
 	// A throttle 3s after the late send, on a 1s span: not jitter. On a
 	// pair's 6s span it is.
 	late := t0.Add(5 * time.Minute)
-	b.observe(late, 40*time.Millisecond)
-	if b.jitter(late.Add(3*time.Second), late.Add(3*time.Second), time.Second) {
+	b.observe(late, 40*time.Millisecond, sender)
+	if b.jitter(late.Add(3*time.Second), late.Add(3*time.Second), time.Second, sender) {
 		t.Fatal("a late send 3s before does not crowd a 1s span")
 	}
-	if !b.jitter(late.Add(3*time.Second), late.Add(3*time.Second), 6*time.Second) {
+	if !b.jitter(late.Add(3*time.Second), late.Add(3*time.Second), 6*time.Second, sender) {
 		t.Fatal("a late send 3s before crowds a 6s pair span")
 	}
 	if m := b.margin(late.Add(3 * time.Second)); m != DefaultMaxMargin {
 		t.Fatalf("margin %v, want the bound %v (40ms and a quarter is over it)", m, DefaultMaxMargin)
 	}
-	b.observe(late.Add(4*time.Second), 80*time.Millisecond)
-	if b.jitter(late.Add(4500*time.Millisecond), late.Add(4500*time.Millisecond), time.Second) {
+	b.observe(late.Add(4*time.Second), 80*time.Millisecond, sender)
+	if b.jitter(late.Add(4500*time.Millisecond), late.Add(4500*time.Millisecond), time.Second, sender) {
 		t.Fatal("with the margin at its bound a throttle must lower the rate")
 	}
 }
@@ -109,7 +114,7 @@ func TestThrottleAfterALateDepartureWidensTheMargin(t *testing.T) {
 func TestNilMarginBook(t *testing.T) {
 	var b *marginBook
 	b.observe(time.Now(), time.Second)
-	if b.margin(time.Now()) != 0 || b.jitter(time.Now(), time.Time{}, time.Second) {
+	if b.margin(time.Now()) != 0 || b.jitter(time.Now(), time.Time{}, time.Second, "k") {
 		t.Fatal("a nil margin book measures nothing")
 	}
 	h := &handler{ch: Channel{Headroom: 0.02}}

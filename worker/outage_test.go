@@ -122,7 +122,7 @@ func TestSendIsNotRepeatedAfterRedisWasDown(t *testing.T) {
 	wait(t, logsA.on("wrote the sends kept"), "record written after Redis returned")
 
 	ctx := context.Background()
-	at, err := store.SentAt(ctx, "blip-1")
+	at, err := store.SentAt(ctx, "blip-1", "sms")
 	require.NoError(t, err)
 	require.False(t, at.IsZero(), "the send is recorded")
 	insp := asynq.NewInspectorFromRedisClient(rdb)

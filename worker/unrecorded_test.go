@@ -51,7 +51,7 @@ func (r *flakyRecorder) RecordSent(_ context.Context, s Sent) error {
 
 func (r *flakyRecorder) RecordFailed(context.Context, Failed) error { return nil }
 
-func (r *flakyRecorder) SentAt(_ context.Context, id string) (time.Time, error) {
+func (r *flakyRecorder) SentAt(_ context.Context, id, _ string) (time.Time, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.lookups++

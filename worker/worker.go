@@ -92,7 +92,8 @@ type Channel struct {
 	// fraction, so jitter between Sluice and the provider never puts more
 	// than a limit into any span the provider counts (0.015: 80/s is paced at
 	// 78.8/s). Zero means throttle.DefaultHeadroom; enqueue-time planning
-	// must use the same value. Negative means none.
+	// must use the same value. Negative means none configured: the measured
+	// margin (MaxMargin) may still widen the spacing.
 	Headroom float64
 	// MaxMargin bounds the pacing margin the worker measures (margin.go):
 	// the spacing of the channel's paced limits absorbs a send leaving up
@@ -611,7 +612,7 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, a *attempt) error 
 		}
 	}
 	start := time.Now()
-	a.late = h.departed(start, a.slot)
+	a.late = h.departed(start, a.slot, p.Fields)
 	resp, err := p.Send(ctx)
 	m.sent(name, time.Since(start).Seconds())
 	if err == nil {
@@ -675,7 +676,7 @@ func (h *handler) providerThrottled(ctx context.Context, ce *channels.Error, fie
 		wait = h.pause(ctx, key, ce, wait)
 	}
 	h.w.opts.Metrics.providerThrottle(h.ch.Name, ce.Code, ce.Scope)
-	if ce.IsRate() && h.margin.jitter(h.now(), start, h.jitterSpan(ce.Scope)) {
+	if ce.IsRate() && h.margin.jitter(h.now(), start, h.jitterSpan(ce.Scope), h.jitterScope(ce.Scope, fields)) {
 		// A send left later than the margin allowed just before: the
 		// spacing, not the rate, was short (margin.go).
 		h.w.logger.Info("provider throttle after a late departure: the pacing margin widens, the rate stays",
@@ -875,6 +876,10 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 			// second into the next one. asynq releases at local whole
 			// seconds, so come back at the one nearest its start.
 			te.Due = h.clock.local(r.At.Truncate(time.Second)).Round(time.Second)
+			if r.BlockedBy == throttle.PauseName && te.Due.Before(h.clock.local(r.At)) {
+				// Planned for a pause's end: never back while it lasts.
+				te.Due = te.Due.Add(time.Second)
+			}
 			m.outcome(name, OutcomePlanned)
 		} else {
 			m.outcome(name, OutcomeThrottled)

@@ -399,7 +399,8 @@ func (h *Limits) Snapshot(ctx context.Context, prefix string) (Snapshot, error) 
 	}
 	margins, err := lim.Margins(ctx, time.Now())
 	if err != nil {
-		return snap, err
+		// The margins only inform: the page goes on without them.
+		h.o.Logger.Warn("limits dashboard: read the pacing margins", "err", err)
 	}
 	snap.Margins = make([]MarginRow, 0, len(margins))
 	for _, m := range margins {

@@ -255,18 +255,22 @@ func (s *Store) RecordSent(ctx context.Context, r Sent) error {
 // without one, or older than the TTL). One round trip (HGET). It is the
 // worker's worker.SentLookup: a rerun of a task already sent completes
 // without a second send. The error names a bad id or wraps Redis's.
-func (s *Store) SentAt(ctx context.Context, taskID string) (time.Time, error) {
+func (s *Store) SentAt(ctx context.Context, taskID, queue string) (time.Time, error) {
 	if err := checkID("task id", taskID); err != nil {
 		return time.Time{}, fmt.Errorf("delivery: sent at: %w", err)
 	}
-	v, err := s.rdb.HGet(ctx, RecordKey(s.prefix, taskID), "sent_at").Result()
-	if errors.Is(err, redis.Nil) {
-		return time.Time{}, nil
-	}
+	v, err := s.rdb.HMGet(ctx, RecordKey(s.prefix, taskID), "sent_at", "queue").Result()
 	if err != nil {
 		return time.Time{}, fmt.Errorf("delivery: sent at %s: %w", taskID, err)
 	}
-	return fromMilli(v), nil
+	at, _ := v[0].(string)
+	q, _ := v[1].(string)
+	if at == "" || q != queue {
+		// Not sent, or a record of another queue's task with this ID
+		// (asynq IDs are unique per queue).
+		return time.Time{}, nil
+	}
+	return fromMilli(at), nil
 }
 
 // RecordFailed records a task the worker gave up on (state archived, with

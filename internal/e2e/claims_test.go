@@ -47,9 +47,10 @@ func hangBound(ideal time.Duration) time.Duration { return 2*time.Minute + 5*ide
 // throttleTripwire is the most provider throttle responses the small run
 // allows on a channel that carried sends: a send that leaves late on a
 // busy host can land closer than the cap to the next one and draw a
-// strict provider's throttle (a few in thousands, measured on a loaded
-// 2-core host), while a channel that is not paced draws one on most sends.
-func throttleTripwire(sends int) int { return max(5, sends/20) }
+// strict provider's throttle (0 in 4,000 with two CPU-bound processes
+// beside the workers, issue 19; a few in thousands before the measured
+// margin), while a channel that is not paced draws one on most sends.
+func throttleTripwire(sends int) int { return max(5, sends/100) }
 
 // checkThrottles checks a channel's provider throttle responses, less
 // those the test injected (codes in injected, counted exactly there): none
