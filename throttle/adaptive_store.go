@@ -252,6 +252,7 @@ func (l *Redis) adaptKey(ctx context.Context, o AdaptOptions, key string, reqs [
 			if !changed {
 				continue
 			}
+			n.Key, n.Limit = key, r.Limit.Name // a fresh state has neither, and the cache shows them
 			write = true
 			if remove {
 				delete(next.limits, r.Limit.Name)

@@ -88,20 +88,71 @@ type marginBook struct {
 	curStart time.Time
 	feedback time.Duration // from jitter throttles, at feedbackAt
 	feedAt   time.Time
-	// late holds, by scope key (a sender's or a pair's pause key), the
-	// last departure later than the margin then in force and by how much:
-	// a throttle is jitter only after a late send of its own scope.
-	late map[string]lateMark
+	// marks holds, by scope key (a sender's or a pair's pause key), what
+	// a throttle of the scope is judged by.
+	marks map[string]*scopeMark
 }
 
-type lateMark struct {
-	at time.Time
-	by time.Duration
+// scopeMark is one scope's record: its last departure later than the
+// margin then in force (lateAt, by lateBy), and since when its sends have
+// gone through with no throttle (okSince; zero: none since the last
+// throttle), the last at lastOK.
+type scopeMark struct {
+	lateAt, okSince, lastOK time.Time
+	lateBy                  time.Duration
 }
 
-// maxLateMarks bounds marginBook.late; past it, marks older than a pair's
-// span are dropped.
-const maxLateMarks = 4096
+// maxScopeMarks bounds marginBook.marks; past it, the marks of scopes
+// idle for a minute are dropped.
+const maxScopeMarks = 4096
+
+// heldFor is how long a scope's sends must have gone through, with no
+// throttle, for a throttle with no late send to be judged unseen jitter:
+// adaptive limits' quiet period (throttle.DefaultAdaptQuiet).
+const heldFor = 3 * time.Second
+
+// markLocked returns k's mark, made if needed; nil when the book is full.
+func (b *marginBook) markLocked(now time.Time, k string) *scopeMark {
+	if m := b.marks[k]; m != nil {
+		return m
+	}
+	if b.marks == nil {
+		b.marks = map[string]*scopeMark{}
+	}
+	if len(b.marks) >= maxScopeMarks {
+		for key, m := range b.marks {
+			if now.Sub(m.lateAt) > time.Minute && now.Sub(m.lastOK) > time.Minute {
+				delete(b.marks, key)
+			}
+		}
+		if len(b.marks) >= maxScopeMarks {
+			return nil
+		}
+	}
+	m := &scopeMark{}
+	b.marks[k] = m
+	return m
+}
+
+// accepted records that a send of the scopes keys went through at now.
+func (b *marginBook) accepted(now time.Time, keys ...string) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, k := range keys {
+		if k == "" {
+			continue
+		}
+		if m := b.markLocked(now, k); m != nil {
+			if m.okSince.IsZero() {
+				m.okSince = now
+			}
+			m.lastOK = now
+		}
+	}
+}
 
 // newMarginBook returns the margin of a channel paced at headroom h (a
 // fraction, >= 0) and bounded by most.
@@ -143,19 +194,12 @@ func (b *marginBook) observe(now time.Time, late time.Duration, keys ...string) 
 	if late <= in {
 		return
 	}
-	if b.late == nil {
-		b.late = map[string]lateMark{}
-	}
-	if len(b.late) >= maxLateMarks {
-		for k, m := range b.late {
-			if now.Sub(m.at) > 10*time.Second {
-				delete(b.late, k)
-			}
-		}
-	}
 	for _, k := range keys {
-		if k != "" && len(b.late) < maxLateMarks {
-			b.late[k] = lateMark{now, late}
+		if k == "" {
+			continue
+		}
+		if m := b.markLocked(now, k); m != nil {
+			m.lateAt, m.lateBy = now, late
 		}
 	}
 }
@@ -235,30 +279,53 @@ func (h *handler) headroom(now time.Time) float64 {
 
 // jitter judges a provider throttle, of scope key, of a send that started
 // at start (this host's clock; zero when unknown) and reports whether it
-// was jitter: a send of the same scope left later than the margin then in
-// force within span before it (the provider's counting span: 1s, a pair's
-// 6s), or the send itself did, and the margin can still widen. A jitter throttle widens
-// the margin to cover that lateness (and a quarter more, at least 5ms);
-// it says nothing about the limit's rate. With the margin at its bound,
-// no throttle is jitter: the rate must come down instead.
-func (b *marginBook) jitter(now, start time.Time, span time.Duration, key string) bool {
+// was jitter, while the margin can still widen:
+//   - seen: a send of the same scope left later than the margin then in
+//     force within span before it (the provider's counting span: 1s, a
+//     pair's 6s), or the send itself did. The margin widens to cover that
+//     lateness and a quarter more (at least 5ms more than before);
+//   - unseen: no send was late, but the scope's sends had gone through at
+//     this pace for heldFor with no throttle: a rate that held does not
+//     turn wrong in a moment, the send was delayed where the worker cannot
+//     see (after it left, in the provider's queue). The margin widens by
+//     half (at least 5ms). The next throttle needs another heldFor.
+//
+// unseen is false where the scope's rate is being searched for (an adapted
+// limit): a probe above the provider's rate also fails after a quiet
+// period.
+//
+// A jitter throttle says nothing about the limit's rate. A scope throttled
+// soon after it began sending (a limit set above the provider's rate), or
+// with the margin at its bound, is not jitter: the rate must come down.
+func (b *marginBook) jitter(now, start time.Time, span time.Duration, key string, unseen bool) bool {
 	if b == nil || key == "" {
 		return false
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	in := b.marginLocked(now)
-	m, ok := b.late[key]
-	if in >= b.most || !ok {
+	m := b.marks[key]
+	if m == nil {
 		return false
 	}
 	if start.IsZero() {
 		start = now
 	}
-	if m.at.Before(start.Add(-span-in)) || m.at.After(start.Add(time.Second)) {
+	held := !m.okSince.IsZero() && start.Sub(m.okSince) >= heldFor
+	m.okSince = time.Time{} // a throttle ends the scope's run of sends through
+	if in >= b.most {
 		return false
 	}
-	want := min(max(m.by+m.by/4, in+5*time.Millisecond), b.most)
+	var want time.Duration
+	switch {
+	case !m.lateAt.Before(start.Add(-span-in)) && !m.lateAt.After(start.Add(time.Second)):
+		want = max(m.lateBy+m.lateBy/4, in+5*time.Millisecond)
+	case held && unseen:
+		want = max(in+in/2, in+5*time.Millisecond)
+	default:
+		return false
+	}
+	want = min(want, b.most)
 	if want > b.feedbackLocked(now) {
 		b.feedback, b.feedAt = want, now
 	}
@@ -329,6 +396,22 @@ func (h *handler) jitterScope(scope string, fields map[string]string) string {
 		return h.pauseKey(channels.ScopePair, fields)
 	}
 	return h.pauseKey(channels.ScopeSender, fields)
+}
+
+// adapted reports whether any of reqs' limits is adapted now (this
+// process's cache of the shared state).
+func (h *handler) adapted(ctx context.Context, reqs []throttle.Request) bool {
+	if h.adapt == nil {
+		return false
+	}
+	for _, a := range h.adapt.adapter.CachedAdaptations(ctx) {
+		for _, r := range reqs {
+			if r.Key == a.Key && r.Limit.Name == a.Limit {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // jitterSpan is the span a provider counts a throttle of scope over: a

@@ -75,15 +75,15 @@ func TestThrottleAfterALateDepartureWidensTheMargin(t *testing.T) {
 	base := headroomMargin(0.015)
 	const sender, other = "sms:paused:sender:+12025550100", "sms:paused:sender:+12025550101"
 	b.observe(t0, 2*time.Millisecond, sender)
-	if b.jitter(t0.Add(300*time.Millisecond), t0.Add(300*time.Millisecond), time.Second, sender) {
+	if b.jitter(t0.Add(300*time.Millisecond), t0.Add(300*time.Millisecond), time.Second, sender, true) {
 		t.Fatal("no late departure: a throttle is about the rate")
 	}
 	b.observe(t0.Add(time.Second), 24*time.Millisecond, sender) // over the 15ms margin
 	start := t0.Add(1500 * time.Millisecond)
-	if b.jitter(start.Add(40*time.Millisecond), start, time.Second, other) {
+	if b.jitter(start.Add(40*time.Millisecond), start, time.Second, other, true) {
 		t.Fatal("another sender's late send does not explain this sender's throttle")
 	}
-	if !b.jitter(start.Add(40*time.Millisecond), start, time.Second, sender) {
+	if !b.jitter(start.Add(40*time.Millisecond), start, time.Second, sender, true) {
 		t.Fatal("a throttle 0.5s after a send of its sender left 24ms late is jitter")
 	}
 	if m := b.margin(start); m != 30*time.Millisecond {
@@ -96,17 +96,17 @@ func TestThrottleAfterALateDepartureWidensTheMargin(t *testing.T) {
 	// pair's 6s span it is.
 	late := t0.Add(5 * time.Minute)
 	b.observe(late, 40*time.Millisecond, sender)
-	if b.jitter(late.Add(3*time.Second), late.Add(3*time.Second), time.Second, sender) {
+	if b.jitter(late.Add(3*time.Second), late.Add(3*time.Second), time.Second, sender, true) {
 		t.Fatal("a late send 3s before does not crowd a 1s span")
 	}
-	if !b.jitter(late.Add(3*time.Second), late.Add(3*time.Second), 6*time.Second, sender) {
+	if !b.jitter(late.Add(3*time.Second), late.Add(3*time.Second), 6*time.Second, sender, true) {
 		t.Fatal("a late send 3s before crowds a 6s pair span")
 	}
 	if m := b.margin(late.Add(3 * time.Second)); m != DefaultMaxMargin {
 		t.Fatalf("margin %v, want the bound %v (40ms and a quarter is over it)", m, DefaultMaxMargin)
 	}
 	b.observe(late.Add(4*time.Second), 80*time.Millisecond, sender)
-	if b.jitter(late.Add(4500*time.Millisecond), late.Add(4500*time.Millisecond), time.Second, sender) {
+	if b.jitter(late.Add(4500*time.Millisecond), late.Add(4500*time.Millisecond), time.Second, sender, true) {
 		t.Fatal("with the margin at its bound a throttle must lower the rate")
 	}
 }
@@ -114,11 +114,41 @@ func TestThrottleAfterALateDepartureWidensTheMargin(t *testing.T) {
 func TestNilMarginBook(t *testing.T) {
 	var b *marginBook
 	b.observe(time.Now(), time.Second)
-	if b.margin(time.Now()) != 0 || b.jitter(time.Now(), time.Time{}, time.Second, "k") {
+	if b.margin(time.Now()) != 0 || b.jitter(time.Now(), time.Time{}, time.Second, "k", true) {
 		t.Fatal("a nil margin book measures nothing")
 	}
 	h := &handler{ch: Channel{Headroom: 0.02}}
 	if h.headroom(time.Now()) != 0.02 {
 		t.Fatal("without a margin book, the configured headroom")
+	}
+}
+
+// A throttle with no late send, after the scope's sends went through for
+// heldFor, is jitter the worker cannot see: the margin widens by half. A
+// throttle soon after the scope began sending, or a second one right
+// after, is about the rate.
+func TestThrottleAfterAHeldRateIsUnseenJitter(t *testing.T) {
+	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	b := newMarginBook(0.015, DefaultMaxMargin)
+	base := headroomMargin(0.015)
+	const number, fresh = "whatsapp:paused:sender:1", "whatsapp:paused:sender:2"
+	for i := range 400 {
+		at := t0.Add(time.Duration(i) * 12690 * time.Microsecond)
+		b.observe(at, time.Millisecond, number)
+		b.accepted(at, number)
+	}
+	b.accepted(t0, fresh)
+	now := t0.Add(5 * time.Second)
+	if b.jitter(now, t0.Add(500*time.Millisecond), time.Second, fresh, true) {
+		t.Fatal("throttled 0.5s after its first send: the rate is wrong")
+	}
+	if !b.jitter(now, now, time.Second, number, true) {
+		t.Fatal("throttled after 5s of sends through at 80/s: unseen jitter")
+	}
+	if m := b.margin(now); m < base+base/2 || m > base+base/2+time.Millisecond {
+		t.Fatalf("margin %v, want half as wide again as %v", m, base)
+	}
+	if b.jitter(now.Add(500*time.Millisecond), now.Add(500*time.Millisecond), time.Second, number, true) {
+		t.Fatal("a second throttle before the rate held again is about the rate")
 	}
 }

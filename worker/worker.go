@@ -618,6 +618,7 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, a *attempt) error 
 	if err == nil {
 		a.resp, a.sent = resp, true
 		h.adaptUp(ctx, reqs)
+		h.margin.accepted(h.now(), h.pauseKey(channels.ScopeSender, p.Fields), h.pauseKey(channels.ScopePair, p.Fields))
 		h.endPauseRuns(ctx, reqs, start)
 		if resp.Incomplete {
 			m.outcome(name, OutcomeUnconfirmed)
@@ -676,7 +677,7 @@ func (h *handler) providerThrottled(ctx context.Context, ce *channels.Error, fie
 		wait = h.pause(ctx, key, ce, wait)
 	}
 	h.w.opts.Metrics.providerThrottle(h.ch.Name, ce.Code, ce.Scope)
-	if ce.IsRate() && h.margin.jitter(h.now(), start, h.jitterSpan(ce.Scope), h.jitterScope(ce.Scope, fields)) {
+	if ce.IsRate() && h.margin.jitter(h.now(), start, h.jitterSpan(ce.Scope), h.jitterScope(ce.Scope, fields), !h.adapted(ctx, reqs)) {
 		// A send left later than the margin allowed just before: the
 		// spacing, not the rate, was short (margin.go).
 		h.w.logger.Info("provider throttle after a late departure: the pacing margin widens, the rate stays",
