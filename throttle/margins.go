@@ -32,7 +32,7 @@ type Margin struct {
 	// (Margin/(1s+Margin)).
 	Margin   time.Duration `json:"margin"`
 	Headroom float64       `json:"headroom"`
-	// Configured is the configured headroom's margin, Measured the 99.5th
+	// Configured is the configured headroom's margin, Measured the 99.9th
 	// percentile of how late sends left after their slots (last 10-20s),
 	// Feedback what throttles after late departures added, Max the bound.
 	Configured time.Duration `json:"configured"`

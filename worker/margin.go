@@ -48,7 +48,7 @@ const (
 	// that becomes idle within two windows.
 	marginWindow = 10 * time.Second
 	// lateQuantile is the share of departures the measured margin covers.
-	lateQuantile = 0.995
+	lateQuantile = 0.999
 	// marginDecay halves the feedback margin.
 	marginDecay = time.Minute
 	// marginMinSamples is how many departures a window needs before its
@@ -354,7 +354,7 @@ type MarginSnapshot struct {
 	// by which the channel's paced limits are widened.
 	Margin   time.Duration
 	Headroom float64
-	// Configured is the configured headroom's margin; Measured the 99.5th
+	// Configured is the configured headroom's margin; Measured the 99.9th
 	// percentile of how late the last 10-20s of sends left after their
 	// slots (0 with under 50 sends); Feedback what provider throttles after
 	// late departures added, halving every minute.
@@ -442,7 +442,7 @@ type marginCollector struct {
 
 func newMarginCollector() *marginCollector {
 	return &marginCollector{desc: prometheus.NewDesc("sluice_pacing_margin_seconds",
-		"A channel's pacing margin in this process, by part: in_force (what its paced limits are widened for), configured (its headroom's), measured (99.5th percentile of how late sends left, last 10-20s), feedback (from throttles after late departures), max (the bound).",
+		"A channel's pacing margin in this process, by part: in_force (what its paced limits are widened for), configured (its headroom's), measured (99.9th percentile of how late sends left, last 10-20s), feedback (from throttles after late departures), max (the bound).",
 		[]string{"channel", "part"}, nil)}
 }
 

@@ -99,7 +99,7 @@ type Channel struct {
 	// the spacing of the channel's paced limits absorbs a send leaving up
 	// to the margin after its slot, and the margin widens, from the
 	// Headroom's, to how late the channel's sends actually leave on this
-	// host (the 99.5th percentile of the last 10-20s) and to what throttles
+	// host (the 99.9th percentile of the last 10-20s) and to what throttles
 	// after late departures taught, never past MaxMargin. Zero means
 	// DefaultMaxMargin (50ms: 4.8% headroom); negative keeps the Headroom
 	// fixed.
