@@ -677,7 +677,9 @@ func (h *handler) providerThrottled(ctx context.Context, ce *channels.Error, fie
 		wait = h.pause(ctx, key, ce, wait)
 	}
 	h.w.opts.Metrics.providerThrottle(h.ch.Name, ce.Code, ce.Scope)
-	if ce.IsRate() && h.margin.jitter(h.now(), start, h.jitterSpan(ce.Scope), h.jitterScope(ce.Scope, fields), !h.adapted(ctx, reqs)) {
+	// A throttle a callback reported (start unknown) has no departure to
+	// judge: it lowers the rate, as the provider's later word on it.
+	if ce.IsRate() && !start.IsZero() && h.margin.jitter(h.now(), start, h.jitterSpan(ce.Scope), h.jitterScope(ce.Scope, fields), !h.adapted(ctx, reqs)) {
 		// A send left later than the margin allowed just before: the
 		// spacing, not the rate, was short (margin.go).
 		h.w.logger.Info("provider throttle after a late departure: the pacing margin widens, the rate stays",
@@ -743,13 +745,14 @@ func (h *handler) recordPause(ctx context.Context, key string, pz throttle.Pause
 // its instant; more rounds only happen under contention.
 const maxHoldRounds = 3
 
-// maxLate is how late a held send may always wake up after its slot and
-// still go in it; past it, and past the channel's margin (margin.go), a
-// later one would come closer than the interval to the send after it,
-// eating the spacing that network jitter needs: it gives up that slot (a
-// gap, never a crowd) and takes the limit's next free one. On an idle host
-// wake-ups that late are rare (the e2e run: 1 in 20,000 over 10ms); on a
-// busy one the margin widens so that they stay rare.
+// maxLate is how late a held send may wake up after its slot and still go
+// in it. A later one would come closer than the interval to the send after
+// it, eating the spacing that network jitter needs: on its sub-second
+// limits it gives up that slot (a gap, never a crowd) and takes the next
+// free one; on its slower ones (a 1/s sender, a pair) the next send is
+// spaced from its real instant. On an idle host wake-ups that late are
+// rare (the e2e run: 1 in 20,000 over 10ms); the measured margin (margin.go)
+// covers what a busy host adds after the wake-up.
 const maxLate = 5 * time.Millisecond
 
 // retake gives a send that woke up late a new slot on its sub-second
@@ -852,7 +855,7 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 				}
 				late := h.now().Sub(deadline)
 				m.woke(name, late.Seconds())
-				if late > max(maxLate, h.margin.margin(deadline)) && r.Firm && round < maxHoldRounds {
+				if late > maxLate && r.Firm && round < maxHoldRounds {
 					if err := h.retake(ctx, res, reqs, slot); err != nil {
 						m.outcome(name, OutcomeTransient)
 						return r.Leases, err
