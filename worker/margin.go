@@ -296,7 +296,8 @@ func (h *handler) headroom(now time.Time) float64 {
 //
 // A jitter throttle says nothing about the limit's rate. A scope throttled
 // soon after it began sending (a limit set above the provider's rate), or
-// with the margin at its bound, is not jitter: the rate must come down.
+// twice within heldFor, is not jitter: the rate must come down. With the
+// margin at its bound, only the held case is jitter.
 func (b *marginBook) jitter(now, start time.Time, span time.Duration, key string, unseen bool) bool {
 	if b == nil || key == "" {
 		return false
@@ -311,16 +312,16 @@ func (b *marginBook) jitter(now, start time.Time, span time.Duration, key string
 	if start.IsZero() {
 		start = now
 	}
-	held := !m.okSince.IsZero() && start.Sub(m.okSince) >= heldFor
+	held := !m.okSince.IsZero() && start.Sub(m.okSince) >= heldFor && unseen
 	m.okSince = time.Time{} // a throttle ends the scope's run of sends through
-	if in >= b.most {
-		return false
-	}
+	seen := !m.lateAt.Before(start.Add(-span-in)) && !m.lateAt.After(start.Add(time.Second))
 	var want time.Duration
 	switch {
-	case !m.lateAt.Before(start.Add(-span-in)) && !m.lateAt.After(start.Add(time.Second)):
+	case seen && in < b.most:
 		want = max(m.lateBy+m.lateBy/4, in+5*time.Millisecond)
-	case held && unseen:
+	case held:
+		// Also at the bound: a rate that held is not cut for one
+		// throttle; one that does not hold again is (the next throttle).
 		want = max(in+in/2, in+5*time.Millisecond)
 	default:
 		return false

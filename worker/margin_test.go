@@ -107,7 +107,18 @@ func TestThrottleAfterALateDepartureWidensTheMargin(t *testing.T) {
 	}
 	b.observe(late.Add(4*time.Second), 80*time.Millisecond, sender)
 	if b.jitter(late.Add(4500*time.Millisecond), late.Add(4500*time.Millisecond), time.Second, sender, true) {
-		t.Fatal("with the margin at its bound a throttle must lower the rate")
+		t.Fatal("with the margin at its bound a throttle after a late send must lower the rate")
+	}
+	// At the bound, a throttle after the sender's sends held for 3s is
+	// still not a reason to cut its rate; a second one right after is.
+	held := late.Add(time.Minute)
+	b.accepted(held, sender)
+	b.observe(held.Add(4*time.Second), 80*time.Millisecond, sender)
+	if !b.jitter(held.Add(4*time.Second), held.Add(4*time.Second), time.Second, sender, true) {
+		t.Fatal("at the bound, a throttle after a held rate is jitter")
+	}
+	if b.jitter(held.Add(5*time.Second), held.Add(5*time.Second), time.Second, sender, true) {
+		t.Fatal("a second throttle within 3s lowers the rate")
 	}
 }
 
