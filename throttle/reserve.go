@@ -662,3 +662,85 @@ func (l *Redis) SweepBacklogs(ctx context.Context, grace time.Duration, gone fun
 	}
 	return removed, err
 }
+
+// deferPlanScript is prelude.lua and defer_plan.lua.
+var deferPlanScript = redis.NewScript(joinLua("prelude.lua", "defer_plan.lua"))
+
+// MaxDeferredSends bounds the planned sends DeferPlanned moves in one
+// call: a backlog larger than that is left as it is (its sends come back,
+// find the pause and are planned again past it, one dequeue more each),
+// so that no single call holds Redis for long. 20,000 sends take Redis
+// about 30 ms.
+const MaxDeferredSends = 20000
+
+// Deferred is what DeferPlanned moved.
+type Deferred struct {
+	// Probe is the first planned send, now due alone in the pause's first
+	// whole second; "" when nothing was planned before the pause's end.
+	Probe string
+	// ProbeShift is how much later the probe now is: whole seconds.
+	ProbeShift time.Duration
+	// TaskIDs are the other planned sends moved, each Shift later
+	// (ProbeShift + 1s). The caller moves the queued tasks by the same.
+	TaskIDs []string
+	Shift   time.Duration
+	// TooMany reports a backlog over MaxDeferredSends: nothing was moved.
+	TooMany bool
+}
+
+// DeferPlanned moves the plan of a paused scope past the pause's end
+// (until, on the limiter's clock: Paused.Until): reqs are a send's GCRA
+// limits keyed by exactly the scope's fields (a sender's rate limit for a
+// pause of the sender), whose backlogs hold the scope's planned sends.
+// The first planned send still to come moves to the pause's first whole
+// second, alone (the probe: a storm that goes on throttles one send, not a
+// second's worth), and every other one later by the same whole number of
+// seconds, one more: the sends keep their order and their pace, and none
+// comes back inside the pause to be planned again. The caller moves the
+// queued tasks (Deferred.Probe by ProbeShift, TaskIDs by Shift); a task
+// not moved comes back at its old second and is told to wait for its new
+// place: one dequeue more.
+// Other limits' books of the moved sends (a pair) are left as they are:
+// their places only come earlier than the sends, and firm slots are still
+// taken at the send's instant, so no limit is ever exceeded.
+// Non-GCRA requests are ignored. Errors: ErrBadRequest for invalid
+// requests, or Redis's.
+func (l *Redis) DeferPlanned(ctx context.Context, until time.Time, reqs ...Request) (Deferred, error) {
+	gcra, fields, err := l.pacedRequests(ctx, reqs, false)
+	if err != nil || len(gcra) == 0 {
+		return Deferred{}, err
+	}
+	var now int64
+	if l.clock != nil {
+		now = l.clock().UnixMicro()
+	}
+	keys := make([]string, 0, 2*len(gcra))
+	args := []any{now, until.UnixMicro(), MaxDeferredSends}
+	for i, r := range gcra {
+		k := l.Key(r.Key)
+		keys = append(keys, k+planSuffix, k+backlogSuffix)
+		args = append(args, fieldOf(fields, i))
+	}
+	raw, err := deferPlanScript.Run(ctx, l.rdb, keys, args...).Slice()
+	if err != nil {
+		return Deferred{}, fmt.Errorf("throttle: defer plan %q: %w", gcra[0].Key, err)
+	}
+	if len(raw) < 2 {
+		return Deferred{}, fmt.Errorf("throttle: defer plan %q: reply of %d values", gcra[0].Key, len(raw))
+	}
+	shift, _ := raw[1].(int64)
+	if shift < 0 {
+		return Deferred{TooMany: true}, nil
+	}
+	if shift == 0 || len(raw) < 3 {
+		return Deferred{}, nil
+	}
+	d := Deferred{ProbeShift: time.Duration(shift) * time.Second, Shift: time.Duration(shift+1) * time.Second}
+	d.Probe, _ = raw[2].(string)
+	for _, v := range raw[3:] {
+		if id, ok := v.(string); ok {
+			d.TaskIDs = append(d.TaskIDs, id)
+		}
+	}
+	return d, nil
+}

@@ -508,6 +508,9 @@ func (w *Worker) handler(ch Channel) (*handler, error) {
 	if h.adapt, err = newAdaptBinding(ch, w.opts.Limiter, set, fields, h.pauses); err != nil {
 		return nil, err
 	}
+	if h.deferral, err = newDeferBinding(ch, w.opts.Limiter, set, fields, h.pauses); err != nil {
+		return nil, err
+	}
 	return h, nil
 }
 
@@ -547,6 +550,7 @@ type handler struct {
 	jitter   func(n int64) int64            // [0, n): the schedule's jitter
 	meta     func(context.Context) taskMeta // the task's ID and retry counts
 	adapt    *adaptBinding                  // nil: no adaptive limits
+	deferral *deferBinding                  // nil: pauses move no plans (deferplan.go)
 	margin   *marginBook                    // the pacing margin (margin.go)
 }
 
@@ -674,7 +678,11 @@ func (h *handler) providerThrottled(ctx context.Context, ce *channels.Error, fie
 	}
 	key = h.pauseKey(ce.Scope, fields)
 	if key != "" {
-		wait = h.pause(ctx, key, ce, wait)
+		var until time.Time
+		wait, until = h.pause(ctx, key, ce, wait)
+		if !until.IsZero() && wait <= throttle.MaxPlannedPause {
+			h.deferPlanned(ctx, ce.Scope, fields, reqs, until)
+		}
 	}
 	h.w.opts.Metrics.providerThrottle(h.ch.Name, ce.Code, ce.Scope)
 	// A throttle a callback reported (start unknown) has no departure to
@@ -693,12 +701,13 @@ func (h *handler) providerThrottled(ctx context.Context, ce *channels.Error, fie
 // pause pauses the scope a provider throttle named (key) in every worker,
 // for wait or, when the throttle grows (ce.Growth) and repeats with no
 // accepted send between (endPauseRuns), longer, up to ce.MaxWait within
-// MaxRetryAfter; it returns the time left of the pause, the task's wait.
+// MaxRetryAfter; it returns the time left of the pause, the task's wait,
+// and its end on the limiter's clock (zero when it could not be written).
 // A scope already paused is only extended. The first pause of a scope is
 // logged at WARN and raises provider.paused; every throttle raises
 // provider.throttled (once a second per scope). If the pause cannot be
 // written the task still waits wait.
-func (h *handler) pause(ctx context.Context, key string, ce *channels.Error, wait time.Duration) time.Duration {
+func (h *handler) pause(ctx context.Context, key string, ce *channels.Error, wait time.Duration) (time.Duration, time.Time) {
 	growth := ce.Growth
 	if growth > 1 {
 		// Exponential backoff with jitter (up to +20%, within the cap), so
@@ -713,7 +722,7 @@ func (h *handler) pause(ctx context.Context, key string, ce *channels.Error, wai
 	pz, err := h.pauser.Pause(ctx, key, throttle.PauseOptions{Wait: wait, Growth: growth, Max: most, Code: ce.Code, Reason: ce.Message})
 	if err != nil {
 		h.w.logger.Warn("pause scope after a provider throttle", "channel", h.ch.Name, "key", key, "code", ce.Code, "err", err)
-		return wait
+		return wait, time.Time{}
 	}
 	left := h.recordPause(ctx, key, pz, ce)
 	if pz.New {
@@ -722,7 +731,7 @@ func (h *handler) pause(ctx context.Context, key string, ce *channels.Error, wai
 	} else {
 		h.w.logger.Debug("provider throttle: scope already paused", "channel", h.ch.Name, "key", key, "code", ce.Code, "until", pz.Until.UTC())
 	}
-	return left
+	return left, pz.Until
 }
 
 // recordPause notes a pause set for the provider's answer ce in the
@@ -867,7 +876,15 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 				// A scope paused since the slot was taken (a provider
 				// throttle, in any worker): the slot goes unused, even if
 				// the pause has ended, as it was paced at the rate of
-				// before the throttle (an adaptive limit lowers it).
+				// before the throttle (an adaptive limit lowers it). Asked
+				// again, the limiter plans the send past the pause (it
+				// comes back once, at a place of its own, not with every
+				// send held when the pause was set) or, the pause over,
+				// gives it a slot at the rate of now.
+				// (One attempt, one outcome: the one of the answer.)
+				if key, _ := h.w.pauses.blocked(reqs, h.now(), sent); key != "" && len(r.Leases) == 0 && round < maxHoldRounds {
+					continue
+				}
 				return r.Leases, h.pausedMeanwhile(reqs, sent)
 			}
 			continue // held back by a slower limit: ask again at the instant

@@ -370,16 +370,19 @@ local function unplan(s, sec, pay_only)
 end
 
 -- held_at returns the planned instant of a send that holds a place in any
--- of its backlogs (it was planned earlier), else nil.
+-- of its backlogs (it was planned earlier), else nil: the latest of its
+-- places (they are one instant, unless a pause moved the plan of one of
+-- its scopes later: defer_plan.lua).
 local function held_at(s)
   if s.id == '' then return nil end
+  local held
   for _, l in ipairs(s.limits) do
     if l.algo == 'gcra' then
       local at = tonumber(redis.call('ZSCORE', l.backlog, s.id))
-      if at then return at end
+      if at and (not held or at > held) then held = at end
     end
   end
-  return nil
+  return held
 end
 
 local function unlist(s)
