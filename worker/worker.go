@@ -881,8 +881,12 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 				// comes back once, at a place of its own, not with every
 				// send held when the pause was set) or, the pause over,
 				// gives it a slot at the rate of now.
-				// (One attempt, one outcome: the one of the answer.)
-				if key, _ := h.w.pauses.blocked(reqs, h.now(), sent); key != "" && len(r.Leases) == 0 && round < maxHoldRounds {
+				// Only past a pause the limiter plans past (MaxPlannedPause):
+				// a longer one's waiting sends must name it, so that a
+				// resume or a probe finds them (RunWaiting). (One attempt,
+				// one outcome: the one of the answer.)
+				if key, until := h.w.pauses.blocked(reqs, h.now(), sent); key != "" && until.Sub(h.now()) <= throttle.MaxPlannedPause &&
+					len(r.Leases) == 0 && p.Priority != throttle.High && round < maxHoldRounds {
 					continue
 				}
 				return r.Leases, h.pausedMeanwhile(reqs, sent)

@@ -13,7 +13,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
@@ -50,6 +49,7 @@ type demoOptions struct {
 	serve      bool
 	listen     string
 	listenSet  bool // --listen was given
+	embedded   bool // --embedded-redis: miniredis even when redis-server is installed
 }
 
 func newDemoCmd(g *globals) *cobra.Command {
@@ -57,8 +57,9 @@ func newDemoCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run a sample campaign end to end against local provider emulators",
-		Long: `demo runs the main job in one process with nothing to install: an embedded
-Redis (miniredis) unless --redis or REDIS_URL names a real one, local
+		Long: `demo runs the main job in one process with nothing to install: its own
+Redis unless --redis or REDIS_URL names a real one (a private redis-server on
+a free loopback port when one is installed, else an embedded miniredis), local
 emulators of the WhatsApp Cloud API, Twilio and webhook receivers that enforce
 the providers' real limits, and the worker with the default channel limits.
 It enqueues the bundled campaign (examples/recipients.csv) on the WhatsApp,
@@ -82,6 +83,7 @@ only) and the API at /v1/.`,
 	cmd.Flags().BoolVar(&o.json, "json", false, "print the summary as JSON")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up on the campaign after this long")
 	cmd.Flags().BoolVar(&o.serve, "serve", false, "keep the server, worker and emulators up after the campaign (Ctrl-C ends) and print the dashboard URLs")
+	cmd.Flags().BoolVar(&o.embedded, "embedded-redis", false, "use the embedded miniredis even when redis-server is installed")
 	cmd.Flags().StringVar(&o.listen, "listen", "127.0.0.1:9090", "loopback host:port of the API and dashboards (port 0: any free port)")
 	return cmd
 }
@@ -132,20 +134,19 @@ func runDemo(parent context.Context, g *globals, o demoOptions) error {
 	ctx, cancel := context.WithTimeout(parent, o.timeout)
 	defer cancel()
 
-	// Redis: a real one if named, else embedded.
+	// Redis: a real one if named, else the demo's own.
+	var err error
 	url := g.redisURL
 	if url == "" {
 		url = os.Getenv("REDIS_URL")
 	}
 	redisName := "redis " + redact.URL(url)
 	if url == "" {
-		m := miniredis.NewMiniRedis()
-		if err := m.Start(); err != nil {
-			return fmt.Errorf("embedded redis: %w", err)
+		var stop func()
+		if url, redisName, stop, err = demoRedis(ctx, o.embedded); err != nil {
+			return err
 		}
-		defer m.Close()
-		url = "redis://" + m.Addr()
-		redisName = "embedded miniredis"
+		defer stop()
 	}
 	rdb, err := app.ConnectURL(ctx, url)
 	if err != nil {
