@@ -114,16 +114,21 @@ func (b *adaptBinding) pick(scope string, fields map[string]string, reqs []throt
 	}
 	var out []throttle.Request
 	for _, i := range idx {
-		r := b.rules[i]
-		key, ok := r.key.Render(fields)
-		if !ok {
-			continue
-		}
-		for _, q := range reqs {
-			if q.Key == key && q.Limit.Name == r.name {
-				out = append(out, q)
-				break
-			}
+		out = b.rules[i].appendMatch(out, fields, reqs)
+	}
+	return out
+}
+
+// appendMatch appends to out the request of reqs that is rule r's for a
+// send with fields (its key rendered, its limit's name), if any.
+func (r adaptRule) appendMatch(out []throttle.Request, fields map[string]string, reqs []throttle.Request) []throttle.Request {
+	key, ok := r.key.Render(fields)
+	if !ok {
+		return out
+	}
+	for _, q := range reqs {
+		if q.Key == key && q.Limit.Name == r.name {
+			return append(out, q)
 		}
 	}
 	return out

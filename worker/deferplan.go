@@ -78,16 +78,7 @@ func (h *handler) deferPlanned(ctx context.Context, scope string, fields map[str
 	}
 	var picked []throttle.Request
 	for _, r := range b.byScope[scope] {
-		key, ok := r.key.Render(fields)
-		if !ok {
-			continue
-		}
-		for _, q := range reqs {
-			if q.Key == key && q.Limit.Name == r.name {
-				picked = append(picked, q)
-				break
-			}
-		}
+		picked = r.appendMatch(picked, fields, reqs)
 	}
 	if len(picked) == 0 {
 		return
@@ -106,12 +97,12 @@ func (h *handler) deferPlanned(ctx context.Context, scope string, fields map[str
 	if d.Probe == "" {
 		return
 	}
-	moved, err := moveTasks(ctx, h.w.opts.Redis, h.queue(), []string{d.Probe}, d.ProbeShift)
-	if err == nil && len(d.TaskIDs) > 0 {
-		var n int
-		n, err = moveTasks(ctx, h.w.opts.Redis, h.queue(), d.TaskIDs, d.Shift)
-		moved += n
+	moves := make([]taskMove, 0, 1+len(d.TaskIDs))
+	moves = append(moves, taskMove{TaskID: d.Probe, By: d.ProbeShift})
+	for _, id := range d.TaskIDs {
+		moves = append(moves, taskMove{TaskID: id, By: d.Shift})
 	}
+	moved, err := moveTasks(ctx, h.w.opts.Redis, h.queue(), moves)
 	if err != nil {
 		h.w.logger.Warn("pause: could not move planned tasks past it; they come back and wait", "channel", h.ch.Name, "scope", scope, "err", err)
 	}
@@ -119,33 +110,46 @@ func (h *handler) deferPlanned(ctx context.Context, scope string, fields map[str
 		"shift", d.Shift, "planned", 1+len(d.TaskIDs), "tasks_moved", moved)
 }
 
-// moveTasks moves the tasks ids of queue that wait in asynq's scheduled or
+// taskMove is a queued task to move by whole seconds.
+type taskMove struct {
+	TaskID string
+	By     time.Duration
+}
+
+// moveTasks moves each task of moves that waits in queue's scheduled or
 // retry set (asynq:{queue}:scheduled, asynq:{queue}:retry: sorted sets of
-// task ID by Unix second, asynq's layout since v0.18) later by shift, and
-// reports how many it moved. ZADD XX INCR changes only a member that is
+// task ID by Unix second, asynq's layout since v0.18) by its whole seconds,
+// and reports how many it moved. ZADD XX INCR changes only a member that is
 // there: a task already forwarded to pending, running or gone is left
 // alone. The keys share the queue's hash tag, so one pipeline serves a
 // Cluster too.
-func moveTasks(ctx context.Context, rdb redis.UniversalClient, queue string, ids []string, shift time.Duration) (int, error) {
-	by := float64(shift / time.Second)
+func moveTasks(ctx context.Context, rdb redis.UniversalClient, queue string, moves []taskMove) (int, error) {
 	keys := []string{"asynq:{" + queue + "}:scheduled", "asynq:{" + queue + "}:retry"}
 	moved := 0
-	for start := 0; start < len(ids); start += 500 {
-		end := min(start+500, len(ids))
+	for start := 0; start < len(moves); start += 500 {
+		end := min(start+500, len(moves))
 		pipe := rdb.Pipeline()
 		cmds := make([]*redis.FloatCmd, 0, 2*(end-start))
-		for _, id := range ids[start:end] {
+		for _, m := range moves[start:end] {
+			by := float64(m.By / time.Second)
 			for _, k := range keys {
-				cmds = append(cmds, pipe.ZAddArgsIncr(ctx, k, redis.ZAddArgs{XX: true, Members: []redis.Z{{Score: by, Member: id}}}))
+				cmds = append(cmds, pipe.ZAddArgsIncr(ctx, k, redis.ZAddArgs{XX: true, Members: []redis.Z{{Score: by, Member: m.TaskID}}}))
 			}
 		}
-		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return moved, err
-		}
+		// Exec reports the first failed command, which may be a task not
+		// there (redis.Nil) ahead of a real failure: read each one.
+		_, _ = pipe.Exec(ctx)
+		var first error
 		for _, c := range cmds {
-			if c.Err() == nil {
+			switch err := c.Err(); {
+			case err == nil:
 				moved++
+			case !errors.Is(err, redis.Nil) && first == nil:
+				first = err
 			}
+		}
+		if first != nil {
+			return moved, first
 		}
 	}
 	return moved, nil

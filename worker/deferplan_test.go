@@ -40,7 +40,8 @@ func TestMoveTasksMovesScheduledAndRetryTasks(t *testing.T) {
 	if err := rdb.HSet(ctx, "asynq:{whatsapp}:t:retry", "state", "retry").Err(); err != nil {
 		t.Fatal(err)
 	}
-	n, err := moveTasks(ctx, rdb, "whatsapp", []string{"sched", "pend", "retry", "gone"}, 7*time.Second)
+	n, err := moveTasks(ctx, rdb, "whatsapp", []taskMove{{TaskID: "sched", By: 7 * time.Second},
+		{TaskID: "pend", By: 7 * time.Second}, {TaskID: "retry", By: 7 * time.Second}, {TaskID: "gone", By: 7 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -883,10 +883,12 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 				// gives it a slot at the rate of now.
 				// Only past a pause the limiter plans past (MaxPlannedPause):
 				// a longer one's waiting sends must name it, so that a
-				// resume or a probe finds them (RunWaiting). (One attempt,
+				// resume or a probe finds them (RunWaiting). Once: a pause
+				// this worker still holds after it ended in Redis would
+				// otherwise take and drop a slot each round. (One attempt,
 				// one outcome: the one of the answer.)
 				if key, until := h.w.pauses.blocked(reqs, h.now(), sent); key != "" && until.Sub(h.now()) <= throttle.MaxPlannedPause &&
-					len(r.Leases) == 0 && p.Priority != throttle.High && round < maxHoldRounds {
+					len(r.Leases) == 0 && p.Priority != throttle.High && round == 1 {
 					continue
 				}
 				return r.Leases, h.pausedMeanwhile(reqs, sent)

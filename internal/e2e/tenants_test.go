@@ -132,7 +132,11 @@ func TestTenantsTakeTurnsOnOneNumber(t *testing.T) {
 // shareWindows checks every 10s window, in 1s steps, while both tenants are
 // backlogged (from the second after the second tenant's first send until a
 // second before either's last): the second tenant's share must be within
-// 5% of wb, and the first's within 5% of 1-wb; with strict false a window
+// 25% of the smaller share of wb (0.5 ± 0.125; 0.75 ± 0.0625), which a plan
+// that did not take turns misses by far, and it is a timing claim that it
+// is within 5% (asserted by make e2e-full): on a busy host sends that wake
+// late cross a window's edge, and each of the 10s windows moves by a few
+// of them. With strict false (the run drew provider throttles) a window
 // outside is logged instead. It returns the number of windows and the
 // lowest and highest share seen.
 func shareWindows(t *testing.T, at []time.Time, second []bool, wb float64, strict bool) (int, [2]float64) {
@@ -157,6 +161,7 @@ func shareWindows(t *testing.T, at []time.Time, second []bool, wb float64, stric
 	end = end.Add(-time.Second)
 	n := 0
 	worst := [2]float64{1, 0}
+	dumped := false // the seconds are logged once, at the first window outside 5%
 	for from := firstB.Truncate(time.Second).Add(time.Second); !from.Add(10 * time.Second).After(end); from = from.Add(time.Second) {
 		to := from.Add(10 * time.Second)
 		na, nb := 0, 0
@@ -171,7 +176,8 @@ func shareWindows(t *testing.T, at []time.Time, second []bool, wb float64, stric
 		}
 		share := float64(nb) / float64(na+nb)
 		worst[0], worst[1] = min(worst[0], share), max(worst[1], share)
-		if d := share - wb; d > 0.05*min(wb, 1-wb) || -d > 0.05*min(wb, 1-wb) {
+		if d := share - wb; !dumped && (d > 0.05*min(wb, 1-wb) || -d > 0.05*min(wb, 1-wb)) {
+			dumped = true
 			// What each second held, to tell a plan's fault from timing.
 			for sec := firstB.Truncate(time.Second).Add(-2 * time.Second); !sec.After(end.Add(2 * time.Second)); sec = sec.Add(time.Second) {
 				a, b := 0, 0
@@ -188,12 +194,16 @@ func shareWindows(t *testing.T, at []time.Time, second []bool, wb float64, stric
 			}
 		}
 		if strict {
-			require.InDelta(t, wb, share, 0.05*min(wb, 1-wb), "window from %s: first tenant %d, second %d sends", from.Format("15:04:05"), na, nb)
+			require.InDelta(t, wb, share, 0.25*min(wb, 1-wb), "window from %s: first tenant %d, second %d sends", from.Format("15:04:05"), na, nb)
 		} else if d := share - wb; d > 0.05*min(wb, 1-wb) || -d > 0.05*min(wb, 1-wb) {
 			t.Logf("window from %s: first tenant %d, second %d sends, share %.3f (want %.3f ±5%%; not asserted: the run drew provider throttles)",
 				from.Format("15:04:05"), na, nb, share, wb)
 		}
 		n++
+	}
+	if strict && n > 0 {
+		timingClaim(t, worst[0] >= wb-0.05*min(wb, 1-wb) && worst[1] <= wb+0.05*min(wb, 1-wb),
+			"the second tenant's share in every 10s window %.3f to %.3f, within 5%% of %.3f", worst[0], worst[1], wb)
 	}
 	return n, worst
 }
