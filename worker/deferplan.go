@@ -18,7 +18,7 @@ import (
 // past the pause's end (*throttle.Redis): with one, a provider throttle
 // that pauses a scope moves its waiting sends' tasks to their new seconds
 // in asynq, so that none is dequeued inside the pause only to be planned
-// again (docs/pacing.md, "Pauses").
+// again (docs/pacing.md, "Paused scopes").
 type Deferrer interface {
 	DeferPlanned(ctx context.Context, until time.Time, reqs ...throttle.Request) (throttle.Deferred, error)
 }
