@@ -100,6 +100,9 @@ type marginBook struct {
 type scopeMark struct {
 	lateAt, okSince, lastOK time.Time
 	lateBy                  time.Duration
+	// judged: a throttle of the scope was judged already (its first one
+	// may be unseen jitter however soon it came).
+	judged bool
 }
 
 // maxScopeMarks bounds marginBook.marks; past it, the marks of scopes
@@ -285,19 +288,21 @@ func (h *handler) headroom(now time.Time) float64 {
 //     pair's 6s), or the send itself did. The margin widens to cover that
 //     lateness and a quarter more (at least 5ms more than before);
 //   - unseen: no send was late, but the scope's sends had gone through at
-//     this pace for heldFor with no throttle: a rate that held does not
-//     turn wrong in a moment, the send was delayed where the worker cannot
-//     see (after it left, in the provider's queue). The margin widens by
-//     half (at least 5ms). The next throttle needs another heldFor.
+//     this pace for heldFor with no throttle, or it is the scope's first
+//     throttle in this worker: a rate that held does not turn wrong in a
+//     moment, the send was delayed where the worker cannot see (after it
+//     left, in the provider's queue). The margin widens by half (at least
+//     5ms). The next throttle needs another heldFor.
 //
 // unseen is false where the scope's rate is being searched for (an adapted
 // limit): a probe above the provider's rate also fails after a quiet
 // period.
 //
 // A jitter throttle says nothing about the limit's rate. A scope throttled
-// soon after it began sending (a limit set above the provider's rate), or
-// twice within heldFor, is not jitter: the rate must come down. With the
-// margin at its bound, only the held case is jitter.
+// again soon after its first throttle (a limit set above the provider's
+// rate throttles again at once), or twice within heldFor, is not jitter:
+// the rate must come down. With the margin at its bound, only the unseen
+// case is jitter.
 func (b *marginBook) jitter(now, start time.Time, span time.Duration, key string, unseen bool) bool {
 	if b == nil || key == "" {
 		return false
@@ -313,15 +318,22 @@ func (b *marginBook) jitter(now, start time.Time, span time.Duration, key string
 		start = now
 	}
 	held := !m.okSince.IsZero() && start.Sub(m.okSince) >= heldFor && unseen
+	first := !m.judged && unseen
 	m.okSince = time.Time{} // a throttle ends the scope's run of sends through
+	m.judged = true
 	seen := !m.lateAt.Before(start.Add(-span-in)) && !m.lateAt.After(start.Add(time.Second))
 	var want time.Duration
 	switch {
 	case seen && in < b.most:
 		want = max(m.lateBy+m.lateBy/4, in+5*time.Millisecond)
-	case held:
+	case held || first:
 		// Also at the bound: a rate that held is not cut for one
 		// throttle; one that does not hold again is (the next throttle).
+		// Nor is a scope's first throttle, even in its first seconds,
+		// when a busy host's sends are late where the worker cannot see
+		// (after they left): the configured rate is the provider's
+		// documented one, and one throttle more is cheaper than a rate
+		// cut to a quarter for the minute it takes to climb back.
 		want = max(in+in/2, in+5*time.Millisecond)
 	default:
 		return false

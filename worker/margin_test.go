@@ -135,9 +135,9 @@ func TestNilMarginBook(t *testing.T) {
 }
 
 // A throttle with no late send, after the scope's sends went through for
-// heldFor, is jitter the worker cannot see: the margin widens by half. A
-// throttle soon after the scope began sending, or a second one right
-// after, is about the rate.
+// heldFor, is jitter the worker cannot see: the margin widens by half; so
+// is a scope's first throttle, even soon after it began sending. A second
+// one soon after, or one right after a throttle, is about the rate.
 func TestThrottleAfterAHeldRateIsUnseenJitter(t *testing.T) {
 	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
 	b := newMarginBook(0.015, DefaultMaxMargin)
@@ -150,9 +150,6 @@ func TestThrottleAfterAHeldRateIsUnseenJitter(t *testing.T) {
 	}
 	b.accepted(t0, fresh)
 	now := t0.Add(5 * time.Second)
-	if b.jitter(now, t0.Add(500*time.Millisecond), time.Second, fresh, true) {
-		t.Fatal("throttled 0.5s after its first send: the rate is wrong")
-	}
 	if !b.jitter(now, now, time.Second, number, true) {
 		t.Fatal("throttled after 5s of sends through at 80/s: unseen jitter")
 	}
@@ -161,5 +158,16 @@ func TestThrottleAfterAHeldRateIsUnseenJitter(t *testing.T) {
 	}
 	if b.jitter(now.Add(500*time.Millisecond), now.Add(500*time.Millisecond), time.Second, number, true) {
 		t.Fatal("a second throttle before the rate held again is about the rate")
+	}
+	if !b.jitter(now, t0.Add(500*time.Millisecond), time.Second, fresh, true) {
+		t.Fatal("a scope's first throttle, 0.5s after its first send: unseen jitter")
+	}
+	b.accepted(now, fresh)
+	if b.jitter(now.Add(time.Second), now.Add(time.Second), time.Second, fresh, true) {
+		t.Fatal("throttled again 1s later: the rate is wrong")
+	}
+	b.accepted(now, "whatsapp:paused:sender:3")
+	if b.jitter(now, now, time.Second, "whatsapp:paused:sender:3", false) {
+		t.Fatal("an adapted scope's throttle is about the rate")
 	}
 }
