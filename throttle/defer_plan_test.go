@@ -68,7 +68,7 @@ func TestDeferPlannedMovesAPausedScopesPlanPastItsEnd(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				d, err := l.DeferPlanned(ctx, p.Until, throttle.Request{Key: tc.key, Limit: tc.limit})
+				d, err := l.DeferPlanned(ctx, p.Until, true, throttle.Request{Key: tc.key, Limit: tc.limit})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -96,7 +96,7 @@ func TestDeferPlannedMovesAPausedScopesPlanPastItsEnd(t *testing.T) {
 					}
 				}
 				// Once more at once: nothing left to move.
-				if d2, err := l.DeferPlanned(ctx, p.Until, throttle.Request{Key: tc.key, Limit: tc.limit}); err != nil || d2.Shift != 0 || len(d2.TaskIDs) != 0 {
+				if d2, err := l.DeferPlanned(ctx, p.Until, true, throttle.Request{Key: tc.key, Limit: tc.limit}); err != nil || d2.Shift != 0 || len(d2.TaskIDs) != 0 {
 					t.Fatalf("deferred again %+v, %v; want nothing moved", d2, err)
 				}
 				until = append(until, p.Until)
@@ -195,11 +195,58 @@ func TestDeferPlannedLeavesAHugeBacklog(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d, err := l.DeferPlanned(ctx, clock.Now().Add(time.Minute), throttle.Request{Key: "wa:number:1", Limit: fast})
+	d, err := l.DeferPlanned(ctx, clock.Now().Add(time.Minute), true, throttle.Request{Key: "wa:number:1", Limit: fast})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !d.TooMany || len(d.TaskIDs) != 0 {
 		t.Fatalf("deferred %+v, want TooMany and nothing moved", d)
+	}
+}
+
+// Without a probe (a lone throttle), every planned send moves by the same
+// whole seconds: the first due at the pause's first whole second, its
+// second's sends with it.
+func TestDeferPlannedWithoutAProbeMovesAllAlike(t *testing.T) {
+	l, clock := reserveLimiter(t)
+	ctx := context.Background()
+	opts := throttle.ReserveOptions{Headroom: 0.015}
+	pause := throttle.PauseKey("wa", "sender", "1")
+	sends := make([]throttle.Send, 300)
+	for i := range sends {
+		sends[i] = throttle.Send{TaskID: fmt.Sprint("c", i), Requests: []throttle.Request{{Key: "wa:number:1", Limit: mps80}, throttle.PauseRequest(pause)}}
+	}
+	plans, err := l.Plan(ctx, opts, sends)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(300 * time.Millisecond)
+	p, err := l.Pause(ctx, pause, throttle.PauseOptions{Wait: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := l.DeferPlanned(ctx, p.Until, false, throttle.Request{Key: "wa:number:1", Limit: mps80})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Probe == "" || d.Shift != d.ProbeShift || d.Shift <= 0 {
+		t.Fatalf("deferred %+v, want every send moved alike", d)
+	}
+	// The moved sends' places: planned again (already held), each its old
+	// place plus the shift.
+	for i, s := range sends {
+		if plans[i].At.Before(clock.Now()) {
+			continue
+		}
+		pl, err := l.Plan(ctx, opts, []throttle.Send{s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := plans[i].At.Add(d.Shift); !pl[0].At.Equal(want) {
+			t.Fatalf("send %d now at %v, want %v (moved %v)", i, pl[0].At, want, d.Shift)
+		}
+		if pl[0].At.Before(p.Until.Truncate(time.Second)) {
+			t.Fatalf("send %d at %v, inside the pause until %v", i, pl[0].At, p.Until)
+		}
 	}
 }

@@ -675,13 +675,15 @@ const MaxDeferredSends = 20000
 
 // Deferred is what DeferPlanned moved.
 type Deferred struct {
-	// Probe is the first planned send, now due alone in the pause's first
-	// whole second; "" when nothing was planned before the pause's end.
+	// Probe is the first planned send, now due in the pause's first whole
+	// second (alone when probing); "" when nothing was planned before the
+	// pause's end.
 	Probe string
 	// ProbeShift is how much later the probe now is: whole seconds.
 	ProbeShift time.Duration
 	// TaskIDs are the other planned sends moved, each Shift later
-	// (ProbeShift + 1s). The caller moves the queued tasks by the same.
+	// (ProbeShift, + 1s when probing). The caller moves the queued tasks by
+	// the same.
 	TaskIDs []string
 	Shift   time.Duration
 	// TooMany reports a backlog over MaxDeferredSends: nothing was moved.
@@ -693,9 +695,10 @@ type Deferred struct {
 // limits keyed by exactly the scope's fields (a sender's rate limit for a
 // pause of the sender), whose backlogs hold the scope's planned sends.
 // The first planned send still to come moves to the pause's first whole
-// second, alone (the probe: a storm that goes on throttles one send, not a
-// second's worth), and every other one later by the same whole number of
-// seconds, one more: the sends keep their order and their pace, and none
+// second and every other one later by the same whole number of seconds;
+// with probe (a run of pauses, a storm), the first goes alone and the
+// others one second more (a storm that goes on throttles one send, not a
+// second's worth): the sends keep their order and their pace, and none
 // comes back inside the pause to be planned again. The caller moves the
 // queued tasks (Deferred.Probe by ProbeShift, TaskIDs by Shift); a task
 // not moved comes back at its old second and is told to wait for its new
@@ -705,7 +708,7 @@ type Deferred struct {
 // taken at the send's instant, so no limit is ever exceeded.
 // Non-GCRA requests are ignored. Errors: ErrBadRequest for invalid
 // requests, or Redis's.
-func (l *Redis) DeferPlanned(ctx context.Context, until time.Time, reqs ...Request) (Deferred, error) {
+func (l *Redis) DeferPlanned(ctx context.Context, until time.Time, probe bool, reqs ...Request) (Deferred, error) {
 	gcra, fields, err := l.pacedRequests(ctx, reqs, false)
 	if err != nil || len(gcra) == 0 {
 		return Deferred{}, err
@@ -715,7 +718,11 @@ func (l *Redis) DeferPlanned(ctx context.Context, until time.Time, reqs ...Reque
 		now = l.clock().UnixMicro()
 	}
 	keys := make([]string, 0, 2*len(gcra))
-	args := []any{now, until.UnixMicro(), MaxDeferredSends}
+	p := 0
+	if probe {
+		p = 1
+	}
+	args := []any{now, until.UnixMicro(), MaxDeferredSends, p}
 	for i, r := range gcra {
 		k := l.Key(r.Key)
 		keys = append(keys, k+planSuffix, k+backlogSuffix)
@@ -735,7 +742,10 @@ func (l *Redis) DeferPlanned(ctx context.Context, until time.Time, reqs ...Reque
 	if shift == 0 || len(raw) < 3 {
 		return Deferred{}, nil
 	}
-	d := Deferred{ProbeShift: time.Duration(shift) * time.Second, Shift: time.Duration(shift+1) * time.Second}
+	d := Deferred{ProbeShift: time.Duration(shift) * time.Second, Shift: time.Duration(shift) * time.Second}
+	if probe {
+		d.Shift += time.Second
+	}
 	d.Probe, _ = raw[2].(string)
 	for _, v := range raw[3:] {
 		if id, ok := v.(string); ok {

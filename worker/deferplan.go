@@ -20,7 +20,7 @@ import (
 // in asynq, so that none is dequeued inside the pause only to be planned
 // again (docs/pacing.md, "Paused scopes").
 type Deferrer interface {
-	DeferPlanned(ctx context.Context, until time.Time, reqs ...throttle.Request) (throttle.Deferred, error)
+	DeferPlanned(ctx context.Context, until time.Time, probe bool, reqs ...throttle.Request) (throttle.Deferred, error)
 }
 
 // deferBinding is, per pause scope, the channel's GCRA rules keyed by
@@ -66,12 +66,13 @@ func newDeferBinding(ch Channel, lim throttle.Limiter, set *rules.Set, fields []
 }
 
 // deferPlanned moves the planned sends of the scope a provider throttle
-// paused until until (limiter clock) past the pause's end: the limiter
+// paused until until (limiter clock) past the pause's end, the first alone
+// with probe (DeferPlanned): the limiter
 // moves their places, then their tasks move by the same whole seconds in
 // asynq's scheduled and retry sets. Failures are logged: a task left at its
 // old second comes back, finds its place past the pause and waits for it
 // (one dequeue more).
-func (h *handler) deferPlanned(ctx context.Context, scope string, fields map[string]string, reqs []throttle.Request, until time.Time) {
+func (h *handler) deferPlanned(ctx context.Context, scope string, fields map[string]string, reqs []throttle.Request, until time.Time, probe bool) {
 	b := h.deferral
 	if b == nil || h.w.opts.Redis == nil {
 		return
@@ -85,7 +86,7 @@ func (h *handler) deferPlanned(ctx context.Context, scope string, fields map[str
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	d, err := b.deferrer.DeferPlanned(ctx, until, picked...)
+	d, err := b.deferrer.DeferPlanned(ctx, until, probe, picked...)
 	if err != nil {
 		h.w.logger.Warn("pause: could not move the scope's planned sends past it; they come back and wait", "channel", h.ch.Name, "scope", scope, "err", err)
 		return

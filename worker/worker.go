@@ -679,9 +679,12 @@ func (h *handler) providerThrottled(ctx context.Context, ce *channels.Error, fie
 	key = h.pauseKey(ce.Scope, fields)
 	if key != "" {
 		var until time.Time
-		wait, until = h.pause(ctx, key, ce, wait)
+		var inARow int
+		wait, until, inARow = h.pause(ctx, key, ce, wait)
 		if !until.IsZero() && wait <= throttle.MaxPlannedPause {
-			h.deferPlanned(ctx, ce.Scope, fields, reqs, until)
+			// A probe first only in a run of pauses (a storm): after a
+			// lone throttle the scope resumes at its pace at once.
+			h.deferPlanned(ctx, ce.Scope, fields, reqs, until, inARow >= 2)
 		}
 	}
 	h.w.opts.Metrics.providerThrottle(h.ch.Name, ce.Code, ce.Scope)
@@ -702,12 +705,13 @@ func (h *handler) providerThrottled(ctx context.Context, ce *channels.Error, fie
 // for wait or, when the throttle grows (ce.Growth) and repeats with no
 // accepted send between (endPauseRuns), longer, up to ce.MaxWait within
 // MaxRetryAfter; it returns the time left of the pause, the task's wait,
-// and its end on the limiter's clock (zero when it could not be written).
+// its end on the limiter's clock (zero when it could not be written) and
+// how many pauses in a row it makes (Paused.InARow).
 // A scope already paused is only extended. The first pause of a scope is
 // logged at WARN and raises provider.paused; every throttle raises
 // provider.throttled (once a second per scope). If the pause cannot be
 // written the task still waits wait.
-func (h *handler) pause(ctx context.Context, key string, ce *channels.Error, wait time.Duration) (time.Duration, time.Time) {
+func (h *handler) pause(ctx context.Context, key string, ce *channels.Error, wait time.Duration) (time.Duration, time.Time, int) {
 	growth := ce.Growth
 	if growth > 1 {
 		// Exponential backoff with jitter (up to +20%, within the cap), so
@@ -722,7 +726,7 @@ func (h *handler) pause(ctx context.Context, key string, ce *channels.Error, wai
 	pz, err := h.pauser.Pause(ctx, key, throttle.PauseOptions{Wait: wait, Growth: growth, Max: most, Code: ce.Code, Reason: ce.Message})
 	if err != nil {
 		h.w.logger.Warn("pause scope after a provider throttle", "channel", h.ch.Name, "key", key, "code", ce.Code, "err", err)
-		return wait, time.Time{}
+		return wait, time.Time{}, 0
 	}
 	left := h.recordPause(ctx, key, pz, ce)
 	if pz.New {
@@ -731,7 +735,7 @@ func (h *handler) pause(ctx context.Context, key string, ce *channels.Error, wai
 	} else {
 		h.w.logger.Debug("provider throttle: scope already paused", "channel", h.ch.Name, "key", key, "code", ce.Code, "until", pz.Until.UTC())
 	}
-	return left, pz.Until
+	return left, pz.Until, pz.InARow
 }
 
 // recordPause notes a pause set for the provider's answer ce in the

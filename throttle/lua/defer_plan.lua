@@ -12,7 +12,9 @@
 -- the sends planned past the pause move too, so that the moved ones do not
 -- crowd onto their seconds.
 --
--- The first of them goes alone: it is the probe, due in the pause's first
+-- In a run of pauses (ARGV[4] = 1: the scope was throttled again soon
+-- after the last pause ended, a storm), the first of them goes alone: it is
+-- the probe, due in the pause's first
 -- whole second, which is marked full on a fast limit (count PROBE_FULL),
 -- and the others follow from the second after it. A storm that goes on
 -- then throttles one send, not the second's worth of sends that would
@@ -29,15 +31,18 @@
 --   plan and backlog of a GCRA limit keyed by exactly the scope's fields)
 -- ARGV[1] now us ("0" = Redis TIME)   ARGV[2] the pause's end, us
 -- ARGV[3] most sends to move (larger backlogs are left as they are)
--- ARGV[3 + i] limit i's field in its hash ('' = its own key)
+-- ARGV[4] 1: a probe goes first, alone (a run of pauses); 0: all move alike
+-- ARGV[4 + i] limit i's field in its hash ('' = its own key)
 -- Returns {now, the probe's shift in whole seconds (0: nothing moved), the
---   probe's task ID, then the other task IDs moved, each one second more};
+--   probe's task ID, then the other task IDs moved, each one second more
+--   (as much as the probe when not probing);
 --   shift = -1 when the backlog is larger than ARGV[3].
 local SEC = 1000000
 local PROBE_FULL = 1000000000
 local now = clock(ARGV[1])
 local till = tonumber(ARGV[2])
 local most = tonumber(ARGV[3])
+local probing = ARGV[4] == '1'
 local nlim = #KEYS / 2
 
 -- The first planned send still to come, across the limits' backlogs (they
@@ -63,15 +68,15 @@ local out = {now, shift, probe}
 local moved = {[probe] = true}
 local probe_sec = from + shift
 -- Everything but the probe moves one second more.
-shift = shift + 1
+if probing then shift = shift + 1 end
 local by = shift * SEC
 for i = 1, nlim do
-  local plan, backlog, x = KEYS[2 * i - 1], KEYS[2 * i], ARGV[3 + i]
+  local plan, backlog, x = KEYS[2 * i - 1], KEYS[2 * i], ARGV[4 + i]
   local v = redis.call('ZRANGEBYSCORE', backlog, now, '+inf', 'WITHSCORES')
   local last = now
   for j = 1, #v, 2 do
     local at = tonumber(v[j + 1]) + by
-    if v[j] == probe then at = at - SEC end
+    if v[j] == probe and probing then at = at - SEC end
     redis.call('ZADD', backlog, at, v[j])
     if at > last then last = at end
     if not moved[v[j]] then
@@ -103,7 +108,7 @@ for i = 1, nlim do
     if not lastsec or s[1] + shift > lastsec then lastsec = s[1] + shift end
   end
   -- The probe's second: full, so that no send is planned beside it.
-  if #secs > 0 then redis.call('HSET', plan, pre .. probe_sec, PROBE_FULL) end
+  if #secs > 0 and probing then redis.call('HSET', plan, pre .. probe_sec, PROBE_FULL) end
   -- Its pointers (the fill pointer, each tenant's first second with a
   -- place and first reservation) move with the seconds they point to; a
   -- slow limit's plan tail moves with its places.
