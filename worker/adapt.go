@@ -68,9 +68,7 @@ func newAdaptBinding(ch Channel, lim throttle.Limiter, set *rules.Set, fields []
 	b := &adaptBinding{opts: ch.Adaptive.WithDefaults(), adapter: ad, byScope: map[string][]int{}}
 	scopeFields := map[string][]string{}
 	for _, p := range pauses {
-		f := p.key.Fields()
-		slices.Sort(f)
-		scopeFields[p.scope] = f
+		scopeFields[p.scope] = fieldSet(p.key)
 	}
 	recipient := map[string]bool{}
 	for _, f := range scopeFields[channels.ScopePair] {
@@ -90,9 +88,7 @@ func newAdaptBinding(ch Channel, lim throttle.Limiter, set *rules.Set, fields []
 		}
 		i := len(b.rules)
 		b.rules = append(b.rules, adaptRule{r.Limit.Name, t})
-		f := t.Fields()
-		slices.Sort(f)
-		f = slices.Compact(f)
+		f := fieldSet(t)
 		for _, s := range []string{channels.ScopeSender, channels.ScopePair} {
 			if sf, ok := scopeFields[s]; ok && len(sf) > 0 && slices.Equal(f, sf) {
 				b.byScope[s] = append(b.byScope[s], i)
@@ -103,6 +99,14 @@ func newAdaptBinding(ch Channel, lim throttle.Limiter, set *rules.Set, fields []
 		}
 	}
 	return b, nil
+}
+
+// fieldSet returns the fields a key template names, sorted, each once:
+// two keys cover the same sends when their sets are equal.
+func fieldSet(t rules.Template) []string {
+	f := t.Fields()
+	slices.Sort(f)
+	return slices.Compact(f)
 }
 
 // pick returns the send's requests of the rules a throttle of scope

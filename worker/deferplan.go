@@ -47,14 +47,9 @@ func newDeferBinding(ch Channel, lim throttle.Limiter, set *rules.Set, fields []
 		if err != nil {
 			return nil, fmt.Errorf("channel %s: limit %q: %w", ch.Name, r.Limit.Name, err)
 		}
-		f := t.Fields()
-		slices.Sort(f)
-		f = slices.Compact(f)
+		f := fieldSet(t)
 		for _, p := range pauses {
-			sf := p.key.Fields()
-			slices.Sort(sf)
-			sf = slices.Compact(sf)
-			if slices.Equal(f, sf) {
+			if slices.Equal(f, fieldSet(p.key)) {
 				b.byScope[p.scope] = append(b.byScope[p.scope], adaptRule{r.Limit.Name, t})
 			}
 		}

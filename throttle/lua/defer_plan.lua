@@ -88,14 +88,20 @@ for i = 1, nlim do
   -- A fast limit's per-second counts and tenant records (fields
   -- x..'@'..sec and x..'@'..sec..'#'), from the first moved second on,
   -- last first so that none lands on one not yet moved.
+  -- (one pass over the fields: the seconds, and the tenant pointers
+  -- below)
   local pre = x .. '@'
   local secs = {}
+  local ptr = {['f' .. x] = true}
   for _, f in ipairs(redis.call('HKEYS', plan)) do
+    local p = string.sub(f, 1, 1)
     if string.sub(f, 1, #pre) == pre then
       local rest = string.sub(f, #pre + 1)
       local sec, hash = string.match(rest, '^(%d+)(#?)$')
       sec = tonumber(sec)
       if sec and sec >= from then secs[#secs + 1] = {sec, hash} end
+    elseif (p == 'g' or p == 'q') and string.sub(f, 2, #x + 2) == x .. '#' then
+      ptr[f] = true
     end
   end
   table.sort(secs, function(a, b) return a[1] > b[1] end)
@@ -112,11 +118,6 @@ for i = 1, nlim do
   -- Its pointers (the fill pointer, each tenant's first second with a
   -- place and first reservation) move with the seconds they point to; a
   -- slow limit's plan tail moves with its places.
-  local ptr = {['f' .. x] = true}
-  for _, f in ipairs(redis.call('HKEYS', plan)) do
-    local p = string.sub(f, 1, 1)
-    if (p == 'g' or p == 'q') and string.sub(f, 2, #x + 2) == x .. '#' then ptr[f] = true end
-  end
   for f in pairs(ptr) do
     local sec = tonumber(redis.call('HGET', plan, f))
     if sec and sec >= from then redis.call('HSET', plan, f, sec + shift) end
