@@ -310,9 +310,9 @@ func (b *marginBook) jitter(now, start time.Time, span time.Duration, key string
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	in := b.marginLocked(now)
-	m := b.marks[key]
+	m := b.markLocked(now, key) // a throttle on a scope's very first send is its first
 	if m == nil {
-		return false
+		return false // the book is full: the rate decides
 	}
 	if start.IsZero() {
 		start = now

@@ -67,20 +67,29 @@ func TestMarginFollowsHowLateSendsLeave(t *testing.T) {
 
 // A throttle right after a send of its scope left later than the margin
 // is jitter: the margin widens to cover it, then halves every minute.
-// Without a late departure of its scope, or with the margin at its bound,
-// a throttle is not jitter.
+// A scope's first throttle is jitter, even on its very first send; after
+// it, without a late departure of its scope, or with the margin at its
+// bound, a throttle is not jitter.
 func TestThrottleAfterALateDepartureWidensTheMargin(t *testing.T) {
 	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
 	b := newMarginBook(0.015, DefaultMaxMargin)
 	base := headroomMargin(0.015)
 	const sender, other = "sms:paused:sender:+12025550100", "sms:paused:sender:+12025550101"
 	b.observe(t0, 2*time.Millisecond, sender)
-	if b.jitter(t0.Add(300*time.Millisecond), t0.Add(300*time.Millisecond), time.Second, sender, true) {
-		t.Fatal("no late departure: a throttle is about the rate")
+	if !b.jitter(t0.Add(300*time.Millisecond), t0.Add(300*time.Millisecond), time.Second, sender, true) {
+		t.Fatal("a throttle on a scope's very first send is its first throttle: jitter")
+	}
+	if m := b.margin(t0.Add(300 * time.Millisecond)); m != base+base/2 {
+		t.Fatalf("after the first throttle: margin %v, want %v (half again)", m, base+base/2)
+	}
+	if b.jitter(t0.Add(600*time.Millisecond), t0.Add(600*time.Millisecond), time.Second, sender, true) {
+		t.Fatal("no late departure and not the first: a throttle is about the rate")
 	}
 	b.observe(t0.Add(time.Second), 24*time.Millisecond, sender) // over the 15ms margin
 	start := t0.Add(1500 * time.Millisecond)
-	if b.jitter(start.Add(40*time.Millisecond), start, time.Second, other, true) {
+	// unseen false (an adapted limit): only a late departure of its own
+	// scope makes the other sender's throttle jitter.
+	if b.jitter(start.Add(40*time.Millisecond), start, time.Second, other, false) {
 		t.Fatal("another sender's late send does not explain this sender's throttle")
 	}
 	if !b.jitter(start.Add(40*time.Millisecond), start, time.Second, sender, true) {
