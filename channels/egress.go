@@ -294,7 +294,7 @@ func (e Egress) control(host string) func(network, address string, _ syscall.Raw
 // target would go unchecked.
 func NewEgressHTTPClient(e Egress) *http.Client {
 	c := NewHTTPClient()
-	t := http.DefaultTransport.(*http.Transport).Clone()
+	t := c.Transport.(*http.Transport)
 	t.Proxy = nil
 	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		host, _, _ := net.SplitHostPort(addr)

@@ -37,13 +37,27 @@ const maxMessage = 512
 // connections are pooled.
 var defaultHTTP = sync.OnceValue(func() *http.Client { return NewHTTPClient() })
 
+// MaxIdleConnsPerHost is how many idle connections the default client keeps
+// to each provider host. net/http's default, 2, is far under a paced
+// channel's concurrency (80 sends/s of ~100ms each is 8 in flight): every
+// send past it dialled, with TLS, a new connection, and a send delayed by a
+// handshake that the next one, on a warm connection, did not wait for
+// arrives less than an interval before it: a throttle from a provider that
+// counts any 1-second span.
+const MaxIdleConnsPerHost = 128
+
 // NewHTTPClient returns the client the channels use when their HTTP field is
-// nil: DefaultTimeout, http.DefaultTransport, and redirects not followed
+// nil: DefaultTimeout, a clone of http.DefaultTransport keeping
+// MaxIdleConnsPerHost idle connections per host, and redirects not followed
 // (CheckRedirect returns http.ErrUseLastResponse, so a 3xx is returned as is;
 // Standard Webhooks: "redirects are not followed").
 func NewHTTPClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = MaxIdleConnsPerHost
+	t.MaxIdleConns = 4 * MaxIdleConnsPerHost
 	return &http.Client{
-		Timeout: DefaultTimeout,
+		Transport: t,
+		Timeout:   DefaultTimeout,
 		CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
 		},
