@@ -146,6 +146,9 @@ func (h *handler) prepare(base string, raw json.RawMessage, kinds []*kind, p Pri
 	if errs := unknownFields(base, raw, k.shape); len(errs) > 0 {
 		return reject(errs...)
 	}
+	if fe, ok := loneSurrogate(base, raw); ok {
+		return reject(fe)
+	}
 	it := k.new()
 	if errs := decodeValue(base, raw, it, k.shape); len(errs) > 0 {
 		return reject(errs...)
