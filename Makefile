@@ -2,7 +2,7 @@
 GO ?= go
 REDIS_SERVER := $(shell command -v redis-server 2>/dev/null || ls /usr/bin/redis-server 2>/dev/null)
 
-.PHONY: test vet bench e2e-full e2e-stress e2e-outage redis-server demo build
+.PHONY: test vet bench e2e-full e2e-stress e2e-outage redis-server demo build lint-openapi
 # `make test` passes on a busy host: its tests assert invariants, not speed.
 # The end-to-end tests (internal/e2e, doc.go) assert there that no provider
 # cap is exceeded in any 1-second span, WhatsApp pairs are 6s apart, every
@@ -20,6 +20,18 @@ test: redis-server
 
 vet:
 	$(GO) vet ./...
+
+# Lints the API's OpenAPI document with Redocly's recommended rules; it must
+# report 0 errors. It needs npx (Node.js) and the npm registry, so `make
+# test` does not run it; without npx it says so and does nothing.
+# internal/api's tests check the document with kin-openapi offline.
+REDOCLY ?= @redocly/cli@2
+lint-openapi:
+	@if command -v npx >/dev/null 2>&1; then \
+	  npx --yes $(REDOCLY) lint --format=stylish internal/api/openapi.json; \
+	else \
+	  echo "lint-openapi: skipped: npx not found (install Node.js to run Redocly's lint)"; \
+	fi
 
 # Installs redis-server from the distribution when missing: integration tests
 # start their own private server on a free port, never use a running one.

@@ -52,19 +52,22 @@ type Webhook struct {
 	Egress Egress
 	// UserAgent is the User-Agent header; default DefaultUserAgent.
 	UserAgent string
-	// Now is the clock for webhook-timestamp, the body's timestamp and
-	// Retry-After dates; nil = time.Now.
+	// Now is the clock for webhook-timestamp, Retry-After dates and the
+	// body's timestamp of a payload without one; nil = time.Now.
 	Now func() time.Time
 }
 
 // Deliver POSTs one event as
 //
-//	{"type":<p.EventType>,"timestamp":<RFC 3339, now>,"data":<p.Payload>}
+//	{"type":<p.EventType>,"timestamp":<RFC 3339, p.Timestamp>,"data":<p.Payload>}
 //
 // with Content-Type application/json and the Standard Webhooks headers:
 // webhook-id = p.IdempotencyKey (stable across retries, so receivers can
 // deduplicate; required), webhook-timestamp = Unix seconds of this attempt,
-// webhook-signature = Sign(secret, id, now, body).
+// webhook-signature = Sign(secret, id, now, body). The body's timestamp is
+// the event's (p.Timestamp, set at enqueue), the same in every attempt, so
+// a retry's body differs from the first only if the payload does; a payload
+// without one gets the attempt's time.
 //
 // A target that c.Egress refuses (before the request, or at dial time) is
 // Permanent, with an *EgressError as Err naming the refused range.
@@ -110,6 +113,10 @@ func (c *Webhook) Deliver(ctx context.Context, p tasks.WebhookDeliver) (Response
 		return Response{}, permanent(ProviderWebhook, "config: secret of endpoint %s: %v", endpointName(p.Endpoint), err)
 	}
 	now := clock(c.Now)
+	eventTime := p.Timestamp
+	if eventTime.IsZero() {
+		eventTime = now
+	}
 	data := p.Payload
 	if len(data) == 0 {
 		data = json.RawMessage("null")
@@ -118,7 +125,7 @@ func (c *Webhook) Deliver(ctx context.Context, p tasks.WebhookDeliver) (Response
 		Type      string          `json:"type"`
 		Timestamp string          `json:"timestamp"`
 		Data      json.RawMessage `json:"data"`
-	}{p.EventType, now.UTC().Format(time.RFC3339), data})
+	}{p.EventType, eventTime.UTC().Format(time.RFC3339), data})
 	if err != nil {
 		return Response{}, permanent(ProviderWebhook, "invalid payload: payload is not JSON")
 	}

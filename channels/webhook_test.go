@@ -153,6 +153,41 @@ func TestDeliver(t *testing.T) {
 	require.NoError(t, Verify(testSecret, r2.header, r2.body, time.Minute, at))
 }
 
+// TestDeliverRetryKeepsEventTimestamp: the body's timestamp is the event's
+// time, stamped when the task is made, and every attempt of one webhook-id
+// sends the same body; only webhook-timestamp (the attempt's time) and the
+// signature change (Standard Webhooks).
+func TestDeliverRetryKeepsEventTimestamp(t *testing.T) {
+	t.Parallel()
+	srv, got := capture(t, http.StatusServiceUnavailable, "", nil)
+	before := time.Now().UTC().Truncate(time.Second)
+	task, err := tasks.NewWebhookDeliverTask(tasks.WebhookDeliver{URL: srv.URL + "/hooks", EventType: "order.updated",
+		Payload: json.RawMessage(`{"order":42}`), IdempotencyKey: "msg_3Fy"})
+	require.NoError(t, err)
+	p, err := tasks.DecodeWebhookDeliver(task.Payload()) // as the worker reads it
+	require.NoError(t, err)
+	require.False(t, p.Timestamp.Before(before), "stamped at enqueue: %v, before %v", p.Timestamp, before)
+	require.False(t, p.Timestamp.After(time.Now()), "stamped at enqueue: %v", p.Timestamp)
+
+	at := p.Timestamp.Add(10 * time.Minute) // the first attempt waited for its slot
+	w := &Webhook{Egress: loopback, HTTP: srv.Client(), Now: func() time.Time { return at },
+		Secret: func(string) (string, error) { return testSecret, nil }}
+	_, err = w.Deliver(context.Background(), p)
+	require.Error(t, err) // 503: the worker retries
+	at = at.Add(90 * time.Second)
+	_, err = w.Deliver(context.Background(), p)
+	require.Error(t, err)
+
+	reqs := got()
+	require.Len(t, reqs, 2)
+	want := `{"type":"order.updated","timestamp":"` + p.Timestamp.Format(time.RFC3339) + `","data":{"order":42}}`
+	require.Equal(t, want, string(reqs[0].body))
+	require.Equal(t, want, string(reqs[1].body), "a retry sends the event's timestamp again")
+	require.Equal(t, strconv.FormatInt(at.Add(-90*time.Second).Unix(), 10), reqs[0].header.Get("webhook-timestamp"))
+	require.Equal(t, strconv.FormatInt(at.Unix(), 10), reqs[1].header.Get("webhook-timestamp"))
+	require.NoError(t, Verify(testSecret, reqs[1].header, reqs[1].body, time.Minute, at))
+}
+
 func TestDeliverNoRedirect(t *testing.T) {
 	t.Parallel()
 	target, gotTarget := capture(t, 200, "", nil)

@@ -3,6 +3,7 @@ package tasks
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 	"unicode"
 	"unicode/utf8"
 )
@@ -137,6 +138,13 @@ type WebhookDeliver struct {
 	Payload json.RawMessage `json:"payload"`
 	// Endpoint names the customer endpoint (selects its signing secret).
 	Endpoint string `json:"endpoint,omitempty"`
+	// Timestamp is when the event happened: the body's "timestamp",
+	// the same in every attempt of one webhook-id (Standard Webhooks: the
+	// webhook-timestamp header is the attempt's time, the body's timestamp
+	// the event's). NewWebhookDeliverTask sets it to the time of enqueue,
+	// in UTC whole seconds, when it is zero; a task without one (made
+	// before Sluice stamped it) is sent with the attempt's time.
+	Timestamp time.Time `json:"timestamp,omitzero"`
 	// IdempotencyKey is the Standard Webhooks webhook-id: stable across retries.
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
 }

@@ -42,9 +42,14 @@ func TestConstructorsNormalize(t *testing.T) {
 	require.JSONEq(t, `{"v":1,"method":"PATCH","url":"https://api.example.com/x"}`, string(task.Payload()))
 
 	// V is always set to PayloadVersion, whatever the caller put there.
+	// A webhook without an event time gets the time of enqueue.
+	before := time.Now().UTC().Truncate(time.Second)
 	task, err = NewWebhookDeliverTask(WebhookDeliver{V: 7, URL: "https://h.example.com", EventType: "e", Payload: json.RawMessage(`[]`), IdempotencyKey: "evt-1"})
 	require.NoError(t, err)
-	require.JSONEq(t, `{"v":1,"url":"https://h.example.com","event_type":"e","payload":[],"idempotency_key":"evt-1"}`, string(task.Payload()))
+	hook, err := DecodeWebhookDeliver(task.Payload())
+	require.NoError(t, err)
+	require.False(t, hook.Timestamp.Before(before) || hook.Timestamp.After(time.Now()), "stamped %v", hook.Timestamp)
+	require.JSONEq(t, `{"v":1,"url":"https://h.example.com","event_type":"e","payload":[],"idempotency_key":"evt-1","timestamp":"`+hook.Timestamp.Format(time.RFC3339)+`"}`, string(task.Payload()))
 
 	// SMS senders: a Messaging Service SID given as From moves to its own
 	// field; a whatsapp: sender gives a plain number recipient its prefix.

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/nyaruka/phonenumbers"
@@ -351,9 +352,14 @@ func normAddress(s string) string {
 	return t
 }
 
+// normalize trims the URL and stamps the event's time (now, in UTC
+// whole seconds) on a payload without one.
 func (p *WebhookDeliver) normalize() {
 	p.V = PayloadVersion
 	p.URL = strings.TrimSpace(p.URL)
+	if p.Timestamp.IsZero() {
+		p.Timestamp = time.Now().UTC().Truncate(time.Second)
+	}
 }
 
 func (p *HTTPCall) normalize() {

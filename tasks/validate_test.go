@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -44,7 +45,8 @@ func validSMS() SMSSend {
 }
 
 func validWebhook() WebhookDeliver {
-	return WebhookDeliver{V: 1, URL: "https://hooks.example.com/sluice", EventType: "order.updated", Payload: json.RawMessage(`{"id":1}`), IdempotencyKey: "evt-1"}
+	return WebhookDeliver{V: 1, URL: "https://hooks.example.com/sluice", EventType: "order.updated", Payload: json.RawMessage(`{"id":1}`), IdempotencyKey: "evt-1",
+		Timestamp: time.Date(2026, 3, 1, 8, 30, 0, 0, time.UTC)}
 }
 
 func validHTTP() HTTPCall {

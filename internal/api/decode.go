@@ -8,6 +8,7 @@ import (
 	"io"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -179,4 +180,94 @@ func jsonType(t reflect.Type) string {
 		return "an object"
 	}
 	return t.String()
+}
+
+// loneSurrogate finds the first string in the JSON value raw (at JSON
+// Pointer base) that has a \u escape of a lone UTF-16 surrogate ("\ud800"
+// not followed by a low surrogate, or a low one alone): no character, and
+// encoding/json would silently make it U+FFFD. It names the string's
+// member (a key holding one is named by itself); false when there is none.
+// raw must be valid JSON.
+func loneSurrogate(base string, raw []byte) (FieldError, bool) {
+	esc, ok := firstLoneSurrogate(raw)
+	if !ok {
+		return FieldError{}, false
+	}
+	ptr := surrogatePointer(base, raw)
+	field := strings.TrimPrefix(strings.TrimPrefix(ptr, base), "/")
+	if field == "" {
+		field = "body"
+	}
+	return FieldError{Pointer: ptr, Detail: fmt.Sprintf(
+		"%s: %s is a lone UTF-16 surrogate, not a character; send the character itself, or a surrogate pair for one beyond U+FFFF", field, esc)}, true
+}
+
+// firstLoneSurrogate returns the first lone surrogate escape in b ("\udc00").
+func firstLoneSurrogate(b []byte) (string, bool) {
+	for i := 0; i+1 < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		if b[i+1] != 'u' || i+6 > len(b) {
+			i++ // an escape of one character: skip it
+			continue
+		}
+		r, ok := hex4(b[i+2 : i+6])
+		switch {
+		case !ok:
+		case r >= 0xD800 && r <= 0xDBFF:
+			if i+12 <= len(b) && b[i+6] == '\\' && b[i+7] == 'u' {
+				if lo, ok := hex4(b[i+8 : i+12]); ok && lo >= 0xDC00 && lo <= 0xDFFF {
+					i += 11
+					continue
+				}
+			}
+			return string(b[i : i+6]), true
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return string(b[i : i+6]), true
+		}
+		i += 5
+	}
+	return "", false
+}
+
+func hex4(b []byte) (rune, bool) {
+	v, err := strconv.ParseUint(string(b), 16, 16)
+	return rune(v), err == nil
+}
+
+// surrogatePointer is the JSON Pointer of the first string in raw, a key or
+// a value, that holds a lone surrogate: base for raw itself.
+func surrogatePointer(base string, raw []byte) string {
+	raw = bytes.TrimLeft(raw, " \t\r\n")
+	if len(raw) == 0 || (raw[0] != '{' && raw[0] != '[') {
+		return base
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if _, err := dec.Token(); err != nil {
+		return base
+	}
+	for i := 0; dec.More(); i++ {
+		ptr := base + "/" + strconv.Itoa(i)
+		if raw[0] == '{' {
+			start := dec.InputOffset()
+			key, err := dec.Token()
+			if err != nil {
+				return base
+			}
+			name, _ := key.(string)
+			ptr = base + "/" + pointerEscaper.Replace(name)
+			if _, lone := firstLoneSurrogate(raw[start:dec.InputOffset()]); lone {
+				return ptr
+			}
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return base
+		}
+		if _, lone := firstLoneSurrogate(v); lone {
+			return surrogatePointer(ptr, v)
+		}
+	}
+	return base
 }

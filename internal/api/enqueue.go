@@ -113,6 +113,10 @@ var (
 type prepared struct {
 	task    *asynq.Task
 	problem *Problem
+	// stamped is true for a webhook whose timestamp the server chose (the
+	// request gave none): a repeat of it is the same request whatever
+	// time it was stamped with.
+	stamped bool
 }
 
 // prepare decodes, checks and builds one item (raw, at JSON Pointer base
@@ -141,6 +145,9 @@ func (h *handler) prepare(base string, raw json.RawMessage, kinds []*kind, p Pri
 	}
 	if errs := unknownFields(base, raw, k.shape); len(errs) > 0 {
 		return reject(errs...)
+	}
+	if fe, ok := loneSurrogate(base, raw); ok {
+		return reject(fe)
 	}
 	it := k.new()
 	if errs := decodeValue(base, raw, it, k.shape); len(errs) > 0 {
@@ -183,6 +190,8 @@ func (h *handler) prepare(base string, raw json.RawMessage, kinds []*kind, p Pri
 	if h.maxRetry > 0 {
 		opts = append(opts, asynq.MaxRetry(h.maxRetry))
 	}
+	wh, isWebhook := it.(*webhookItem)
+	stamped := isWebhook && wh.Timestamp.IsZero()
 	t, err := it.build(opts...)
 	if err != nil && *kp != client && strings.HasPrefix(err.Error(), "idempotency_key:") {
 		*kp = client // report the key as the client sent it
@@ -204,7 +213,7 @@ func (h *handler) prepare(base string, raw json.RawMessage, kinds []*kind, p Pri
 		}
 		return reject(errs...)
 	}
-	return prepared{task: t}
+	return prepared{task: t, stamped: stamped}
 }
 
 // pickKind reads raw's "channel" member (exact name) and returns its kind.
@@ -321,7 +330,7 @@ func (h *handler) enqueue(ctx context.Context, items []prepared) ([]outcome, err
 				fresh[group{d.Tenant, d.Campaign}]++
 			}
 		case errors.Is(r.Err, tasks.ErrDuplicate):
-			out[i] = h.duplicate(t, r.ID)
+			out[i] = h.duplicate(t, r.ID, items[i].stamped)
 		case errors.Is(r.Err, tasks.ErrKeyInUse):
 			out[i] = outcome{status: http.StatusUnprocessableEntity, problem: keyReused("this idempotency key was already used for a send on another channel; use a new key for a new send")}
 		default:
@@ -346,8 +355,9 @@ func (h *handler) enqueue(ctx context.Context, items []prepared) ([]outcome, err
 // task's state when it is the same request (same type and payload), 422
 // when the key was used for a different one (draft-ietf-httpapi-
 // idempotency-key-header §2.7, as Stripe does), 409 when the task is gone
-// again (its retention ended between the two looks: retry).
-func (h *handler) duplicate(t *asynq.Task, id string) outcome {
+// again (its retention ended between the two looks: retry). stamped says
+// the server chose t's webhook timestamp; the earlier one's is then taken.
+func (h *handler) duplicate(t *asynq.Task, id string, stamped bool) outcome {
 	queue := tasks.DefaultQueue(t.Type())
 	if cc := h.cfg.Channels[queue]; cc != nil {
 		queue = cc.Queue
@@ -361,7 +371,7 @@ func (h *handler) duplicate(t *asynq.Task, id string) outcome {
 		h.logger.Warn("api: reading a duplicate task failed", "task_id", id, "err", err)
 		return outcome{status: http.StatusServiceUnavailable, problem: unavailable("the task could not be read; retry")}
 	}
-	if info.Type != t.Type() || !bytes.Equal(info.Payload, t.Payload()) {
+	if info.Type != t.Type() || !samePayload(info.Payload, t.Payload(), stamped) {
 		return outcome{status: http.StatusUnprocessableEntity, problem: keyReused("this idempotency key was already used for a different request; use a new key for a new send")}
 	}
 	eta := info.NextProcessAt
@@ -376,6 +386,22 @@ func (h *handler) duplicate(t *asynq.Task, id string) outcome {
 	return outcome{status: http.StatusOK, accepted: &Accepted{
 		ID: info.ID, Type: info.Type, Queue: info.Queue, State: stateName(info.State), ETA: eta.UTC(), Duplicate: true,
 	}}
+}
+
+// samePayload reports whether a task's stored payload is the one a repeated
+// request built. stamped: the new payload is a webhook whose timestamp the
+// server chose, so the stored payload's timestamp stands in for it.
+func samePayload(stored, built []byte, stamped bool) bool {
+	if bytes.Equal(stored, built) || !stamped {
+		return bytes.Equal(stored, built)
+	}
+	var old, p tasks.WebhookDeliver
+	if json.Unmarshal(stored, &old) != nil || json.Unmarshal(built, &p) != nil {
+		return false
+	}
+	p.Timestamp = old.Timestamp
+	b, err := json.Marshal(p)
+	return err == nil && bytes.Equal(stored, b)
 }
 
 // keyReused is the 422 of an idempotency key used for another request.
