@@ -219,7 +219,7 @@ func TestEventsTailValidatesFlags(t *testing.T) {
 	t.Parallel()
 	r := run(t, "events", "tail", "--type", "limits.blocked", "--redis", unreachableRedis)
 	require.Equal(t, 2, r.code)
-	require.Contains(t, r.stderr, `--type "limits.blocked": want limits.exceeded, limits.warning, limits.adapted, provider.throttled, provider.paused or provider.resumed`)
+	require.Contains(t, r.stderr, `--type "limits.blocked": want one of `+strings.Join(throttle.EventTypes, ", "))
 	r = run(t, "events", "tail", "--count", "-1", "--redis", unreachableRedis)
 	require.Equal(t, 2, r.code)
 	require.Contains(t, r.stderr, "--count: want >= 0")
