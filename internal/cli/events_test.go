@@ -62,7 +62,9 @@ func TestEventsTailSaysItWaitsOnAnEmptyStream(t *testing.T) {
 	var stdout bytes.Buffer
 	stderr := &signalWriter{wrote: make(chan struct{})}
 	done := make(chan int, 1)
-	go func() { done <- Execute(ctx, []string{"--redis", srv.URL(), "--log-level", "warn", "events", "tail", "--from-start"}, &stdout, stderr) }()
+	go func() {
+		done <- Execute(ctx, []string{"--redis", srv.URL(), "--log-level", "warn", "events", "tail", "--from-start"}, &stdout, stderr)
+	}()
 	select {
 	case <-stderr.wrote:
 	case code := <-done:
