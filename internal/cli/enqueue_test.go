@@ -95,3 +95,20 @@ func TestEnqueueUsesTheChannelsQueue(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "sms:send", info.Type)
 }
+
+// A channel the configuration disables is refused by enqueue and send, as
+// the API refuses it (422), before Redis is reached: no worker with this
+// configuration would send it, and one with another configuration must not.
+func TestEnqueueAndSendRefuseADisabledChannel(t *testing.T) {
+	t.Parallel()
+	cfg := writeFile(t, "nosms.yaml", "channels:\n  sms:\n    enabled: false\n")
+	csv := writeFile(t, "c.csv", "to,name\n+12025550123,Ann\n")
+	for _, args := range [][]string{
+		{"enqueue", "sms", "--from", "+12025550100", "--to", "+12025550123", "--body", "hi"},
+		{"send", "--channel", "sms", "--csv", csv, "--from", "+12025550100", "--body", "hi {name}"},
+	} {
+		r := run(t, append([]string{"--config", cfg, "--redis", "redis://127.0.0.1:1"}, args...)...)
+		require.Equal(t, 2, r.code, "%q", args)
+		require.Contains(t, r.stderr, "channel: sms is disabled in this configuration (channels.sms.enabled)")
+	}
+}

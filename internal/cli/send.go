@@ -89,6 +89,9 @@ Examples:
 			if rejectsPath == "" {
 				rejectsPath = strings.TrimSuffix(csvPath, filepath.Ext(csvPath)) + ".rejects.csv"
 			}
+			if err := app.CheckEnabled(cfg, m.Channel); err != nil {
+				return usageErr("send: %v", err)
+			}
 			withConfig(&m, cfg)
 			var enq *worker.Enqueuer
 			var rdb redis.UniversalClient
