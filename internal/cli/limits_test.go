@@ -121,8 +121,8 @@ func TestLimitsSetValidatesBeforeConnecting(t *testing.T) {
 		{"pattern checked against its rules", []string{"whatsapp:pair:*", "--max", "3"}, `rule "pair" (gcra) does not use --max (it uses --rate and --burst)`},
 		{"star inside the key", []string{"whatsapp:*:x", "--rate", "1/s"}, "'*' may only end a pattern"},
 		{"braces", []string{"sluice:{whatsapp}:daily:x", "--rate", "1/s"}, "braces are not allowed"},
-		{"flag that does not parse", []string{"whatsapp:pair:1:2", "--burst", "x"}, `sluice limits set: invalid argument "x" for "--burst"`},
-		{"no key", nil, "sluice limits set: accepts 1 arg(s), received 0"},
+		{"flag that does not parse", []string{"whatsapp:pair:1:2", "--burst", "x"}, `sluice: limits set: invalid argument "x" for "--burst"`},
+		{"no key", nil, "sluice: limits set: accepts 1 arg(s), received 0"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -48,12 +48,14 @@ call, sends what is allowed and puts what is blocked back in Redis for exactly
 as long as the limit requires, without spending a retry.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       buildVersion(),
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	// A bad flag (--burst x, --interval 6) is a usage error, for every command.
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
-		return &ExitError{Code: 2, Err: fmt.Errorf("%s: %w", cmd.CommandPath(), err)}
+		return &ExitError{Code: 2, Err: withCommand(cmd, err)}
 	})
 	pf := root.PersistentFlags()
 	pf.StringVarP(&g.configPath, "config", "c", "", "configuration file (YAML); default: built-in provider limits")
@@ -62,6 +64,7 @@ as long as the limit requires, without spending a retry.`,
 	root.AddCommand(
 		newServeCmd(g), newDemoCmd(g), newEmulateCmd(g), newEnqueueCmd(g),
 		newSendCmd(g), newLimitsCmd(g), newChannelsCmd(g), newEventsCmd(g), newConfigCmd(g),
+		newVersionCmd(g),
 	)
 	return root
 }
@@ -106,6 +109,16 @@ func (g *globals) resolveRedisURL(cfg *config.Config) (string, error) {
 	return cfg.RedisURL()
 }
 
+// withCommand prefixes err with the command's path below the root
+// ("limits set: …"); Execute prints "sluice: " before every error, so the
+// root's own errors get no second "sluice: ".
+func withCommand(cmd *cobra.Command, err error) error {
+	if !cmd.HasParent() {
+		return err
+	}
+	return fmt.Errorf("%s: %w", strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" "), err)
+}
+
 func usageErr(format string, args ...any) error {
 	return &ExitError{Code: 2, Err: fmt.Errorf(format, args...)}
 }
@@ -114,7 +127,7 @@ func usageErr(format string, args ...any) error {
 func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if err := check(cmd, args); err != nil {
-			return &ExitError{Code: 2, Err: fmt.Errorf("%s: %w", cmd.CommandPath(), err)}
+			return &ExitError{Code: 2, Err: withCommand(cmd, err)}
 		}
 		return nil
 	}
