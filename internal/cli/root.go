@@ -57,16 +57,40 @@ as long as the limit requires, without spending a retry.`,
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return &ExitError{Code: 2, Err: withCommand(cmd, err)}
 	})
+	// A command that does not read the configuration refuses --config
+	// rather than run without a word about the file it was given.
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if why, ok := cmd.Annotations[ignoresConfig]; ok && cmd.Flags().Changed("config") {
+			return usageErr("%s: --config is not read here: %s; leave it out", strings.TrimPrefix(cmd.CommandPath(), "sluice "), why)
+		}
+		return nil
+	}
 	pf := root.PersistentFlags()
 	pf.StringVarP(&g.configPath, "config", "c", "", "configuration file (YAML); default: built-in provider limits")
 	pf.StringVar(&g.redisURL, "redis", "", "Redis URL, overrides the config (default: $REDIS_URL, else redis.addr)")
 	pf.StringVar(&g.logLevel, "log-level", "info", "debug, info, warn or error")
 	root.AddCommand(
-		newServeCmd(g), newDemoCmd(g), newEmulateCmd(g), newEnqueueCmd(g),
+		newServeCmd(g),
+		noConfig(newDemoCmd(g), "the demo runs the built-in limits against its own emulators"),
+		noConfig(newEmulateCmd(g), "the emulators enforce the providers' limits, set by their own flags"),
+		newEnqueueCmd(g),
 		newSendCmd(g), newLimitsCmd(g), newChannelsCmd(g), newEventsCmd(g), newConfigCmd(g),
-		newVersionCmd(g),
+		noConfig(newVersionCmd(g), "the version does not depend on it"),
 	)
 	return root
+}
+
+// ignoresConfig annotates a command that does not read --config; its
+// value says why, and the command refuses the flag.
+const ignoresConfig = "sluice/ignores-config"
+
+// noConfig marks cmd as not reading --config, for the reason why.
+func noConfig(cmd *cobra.Command, why string) *cobra.Command {
+	if cmd.Annotations == nil {
+		cmd.Annotations = map[string]string{}
+	}
+	cmd.Annotations[ignoresConfig] = why
+	return cmd
 }
 
 // Execute runs the command line and returns the process exit code.

@@ -34,3 +34,25 @@ func TestVersionFlagAndCommand(t *testing.T) {
 	require.Equal(t, 2, r.code)
 	require.Equal(t, "sluice: limits set: invalid argument \"x\" for \"--burst\" flag: strconv.ParseInt: parsing \"x\": invalid syntax\n", r.stderr)
 }
+
+// A command that does not read the configuration refuses --config (exit
+// 2) before it does anything, instead of ignoring the file.
+func TestCommandsThatIgnoreTheConfigRefuseIt(t *testing.T) {
+	t.Parallel()
+	cfg := writeFile(t, "bad.yaml", "channels:\n  sms:\n    rate_typo: 1\n")
+	for _, args := range [][]string{
+		{"demo", "--timeout", "1s"},
+		{"emulate"},
+		{"version"},
+		{"config", "check", cfg},
+	} {
+		r := run(t, append([]string{"-c", cfg}, args...)...)
+		require.Equal(t, 2, r.code, "%q", args)
+		require.Contains(t, r.stderr, ": --config is not read here: ")
+		require.Empty(t, r.stdout)
+	}
+	// The commands that read it load it: the bad file is refused.
+	r := run(t, "-c", cfg, "limits", "list")
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, "rate_typo")
+}
