@@ -36,11 +36,7 @@ and never sends twice (completed tasks keep their ID for 24 h).`,
 		if err := app.CheckTask(cfg, t); err != nil {
 			return usageErr("%v", err)
 		}
-		url, err := g.resolveRedisURL(cfg)
-		if err != nil {
-			return err
-		}
-		rdb, err := app.ConnectURL(cmd.Context(), url)
+		rdb, err := g.connectRedis(cmd.Context(), cfg)
 		if err != nil {
 			return err
 		}

@@ -37,11 +37,7 @@ func (g *globals) limiterFor(ctx context.Context) (*throttle.Redis, *config.Conf
 
 // connect opens Redis as cfg and --redis say and returns cfg's limiter over it.
 func (g *globals) connect(ctx context.Context, cfg *config.Config) (*throttle.Redis, redis.UniversalClient, error) {
-	url, err := g.resolveRedisURL(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	rdb, err := app.ConnectURL(ctx, url)
+	rdb, err := g.connectRedis(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
 	}

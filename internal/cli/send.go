@@ -96,11 +96,7 @@ Examples:
 			var enq *worker.Enqueuer
 			var rdb redis.UniversalClient
 			if !dryRun {
-				url, err := g.resolveRedisURL(cfg)
-				if err != nil {
-					return err
-				}
-				if rdb, err = app.ConnectURL(ctx, url); err != nil {
+				if rdb, err = g.connectRedis(ctx, cfg); err != nil {
 					return err
 				}
 				defer rdb.Close()
