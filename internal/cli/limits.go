@@ -57,7 +57,7 @@ func showBacklog(w io.Writer, k limitview.Key) {
 	}
 	fmt.Fprintf(w, "backlog\t%d planned sends\n", b.Planned)
 	fmt.Fprintf(w, "next due\t%s\n", b.Next.UTC().Format(time.RFC3339Nano))
-	fmt.Fprintf(w, "drains\t%s (in %s)\n", b.Drains.UTC().Format(time.RFC3339Nano), eta(b.Drains))
+	fmt.Fprintf(w, "drains\t%s (%s)\n", b.Drains.UTC().Format(time.RFC3339Nano), eta(b.Drains))
 }
 
 func newLimitsCmd(g *globals) *cobra.Command {
