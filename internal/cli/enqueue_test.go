@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -111,4 +112,20 @@ func TestEnqueueAndSendRefuseADisabledChannel(t *testing.T) {
 		require.Equal(t, 2, r.code, "%q", args)
 		require.Contains(t, r.stderr, "channel: sms is disabled in this configuration (channels.sms.enabled)")
 	}
+}
+
+// A body template that names a column the file lacks is one error (exit
+// 2) before any row is read into a task, not the same reject once per row.
+func TestSendTemplateTypoIsOneError(t *testing.T) {
+	t.Parallel()
+	rows := "to,name\n"
+	for i := range 5 {
+		rows += fmt.Sprintf("+120255501%02d,Ann\n", 10+i)
+	}
+	csv := writeFile(t, "c.csv", rows)
+	srv := redistest.Start(t)
+	r := run(t, "send", "--channel", "sms", "--csv", csv, "--from", "+12025550100", "--body", "Hi {nme}", "--redis", srv.URL(), "--log-level", "warn")
+	require.Equal(t, 2, r.code)
+	require.Equal(t, "sluice: --body: template: unknown column \"nme\" (have: name, to)\n", r.stderr)
+	require.NoFileExists(t, strings.TrimSuffix(csv, ".csv")+".rejects.csv")
 }
