@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -12,8 +13,12 @@ import (
 
 // Event types in the events stream.
 const (
-	// EventExceeded: a Consume was blocked by the limit on Key. Fields: key,
-	// name, limit (capacity), window, reset (Unix ms).
+	// EventExceeded: a Consume was blocked by the limit on Key (at most
+	// once per key and window), or a Reserve could not take a send now
+	// because of it (the blocked limit with the longest wait, at most once
+	// per key per max(window, ExceededEvery); a send planned within the
+	// hold writes none). Fields: key, name, limit (capacity), window,
+	// reset (Unix ms).
 	EventExceeded = "limits.exceeded"
 	// EventWarning: a Consume left fewer than the threshold units on Key.
 	// Fields: key, name, remaining, threshold, limit.
@@ -26,6 +31,10 @@ const (
 	// EventProviderPaused: a scope was paused (it was not before). Fields
 	// as EventProviderThrottled, plus in_a_row.
 	EventProviderPaused = "provider.paused"
+	// EventOperatorPaused: an operator paused a channel (`sluice channels
+	// pause`). Fields: key (the channel's pause key), reason, until (Unix
+	// ms; absent for a pause until resumed). One per pause.
+	EventOperatorPaused = "operator.paused"
 	// EventProviderResumed: a paused scope was resumed before its end (an
 	// operator, `sluice channels resume`, or a credential probe that
 	// succeeded: worker.Channel.Probe). Fields: key; from a probe also
@@ -47,7 +56,25 @@ const (
 	// the provider's message), code (the provider's, for a decrease). One
 	// per change.
 	EventLimitsAdapted = "limits.adapted"
+	// EventDeliveryFailed: a provider's status callback reported a send
+	// failed or undelivered (internal/callbacks). Fields: key
+	// ("<channel>:message:<provider id>"), status, code (the provider's, 0
+	// for none), reason (its title), task_id ("" when the send is not
+	// recorded yet). At most one per message a minute.
+	EventDeliveryFailed = "delivery.failed"
 )
+
+// EventTypes is every type the events stream holds: the one table that the
+// writers (Emit refuses any other type) and the readers (`sluice events
+// tail --type`) share.
+var EventTypes = []string{
+	EventExceeded, EventWarning, EventLimitsAdapted,
+	EventProviderThrottled, EventProviderPaused, EventOperatorPaused, EventProviderResumed,
+	EventEndpointFailing, EventDeliveryFailed,
+}
+
+// IsEventType reports whether typ is one of EventTypes.
+func IsEventType(typ string) bool { return slices.Contains(EventTypes, typ) }
 
 // EventOptions configures the events stream of a Redis limiter. Events are
 // best-effort: an event that cannot be written is dropped, never failing the
@@ -142,6 +169,39 @@ func (s *eventSink) observe(ctx context.Context, reqs []Request, d Decision) {
 	}
 }
 
+// ExceededEvery is the shortest span in which a limit that holds back
+// Reserve's sends writes limits.exceeded again for one key: a backlog that
+// comes back once per send writes one event a minute per key (one a window
+// for windows longer than a minute: a daily cap writes one a day per key),
+// not one per send.
+const ExceededEvery = time.Minute
+
+// observeBlocked writes limits.exceeded for the limit that held back a
+// reservation that is not firm: the blocked limit with the longest wait (a
+// Pause is not a limit; provider.* events report it). A send planned within
+// hold goes within it and writes nothing. At most once per key per
+// max(window, ExceededEvery).
+func (s *eventSink) observeBlocked(ctx context.Context, reqs []Request, r Reservation, hold time.Duration) {
+	if s == nil || s.opts.Disabled || r.Firm || (r.Planned && r.Delay() <= hold) {
+		return
+	}
+	best := -1
+	for i, ld := range r.Limits {
+		if ld.Allowed || i >= len(reqs) || reqs[i].Limit.Algorithm == Pause {
+			continue
+		}
+		if b := best; b < 0 || ld.Wait > r.Limits[b].Wait || (ld.Wait == r.Limits[b].Wait && ld.RetryAfter > r.Limits[b].RetryAfter) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return
+	}
+	ld, lim := r.Limits[best], reqs[best].Limit
+	s.emit(ctx, EventExceeded, ld.Key, max(lim.Window(), ExceededEvery), r.Now,
+		"key", ld.Key, "name", ld.Name, "limit", ld.Limit, "window", formatWindow(lim.Window()), "reset", unixMilli(ld.Reset))
+}
+
 // emit writes an event unless this key already had one of its type in the
 // current window. Events repeat at most once per aligned window of the limit
 // (for a fixed window exactly its window), so the marker names the window's
@@ -168,11 +228,17 @@ func (s *eventSink) emit(ctx context.Context, typ, key string, window time.Durat
 	}
 }
 
-// Emit writes a provider.* event for key at most once per key and type in
-// each aligned span of once (at least 1ms); fields are name/value pairs.
-// Events are best-effort: a failed write is logged, never returned.
+// Emit writes an event of typ (one of EventTypes) for key at most once per
+// key and type in each aligned span of once (at least 1ms); fields are
+// name/value pairs. Events are best-effort: a failed write is logged, never
+// returned; a typ not in EventTypes is not written (logged at WARN), so
+// every type in the stream is one a reader accepts.
 func (l *Redis) Emit(ctx context.Context, typ, key string, once time.Duration, fields ...any) {
 	if l.events == nil || l.events.opts.Disabled {
+		return
+	}
+	if !IsEventType(typ) {
+		l.warn.eventWrite.warn(ctx, l.logger(), "throttle: event of an unknown type dropped (not in throttle.EventTypes)", "type", typ, "key", key)
 		return
 	}
 	l.events.emit(ctx, typ, key, once, l.localNow(), append([]any{"key", key}, fields...)...)

@@ -230,6 +230,8 @@ func (l *Redis) Reserve(ctx context.Context, opts ReserveOptions, reqs ...Reques
 	}
 	if r.Firm {
 		l.events.observe(ctx, reqs, r.Decision)
+	} else {
+		l.events.observeBlocked(ctx, reqs, r, hold)
 	}
 	return r, nil
 }

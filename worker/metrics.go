@@ -4,6 +4,8 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-dev/sluice/channels"
 )
 
 // Metrics are the worker's Prometheus series. Register them with
@@ -100,7 +102,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.margins = newMarginCollector()
 	m.provider = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_provider_throttles_total",
-		Help: "Provider throttle responses by channel, the provider's error code (0: none, HTTP 429) and the scope it names (sender, pair, account, channel for refused credentials, or empty).",
+		Help: "Provider throttle responses by channel, the provider's error code (the HTTP status, 429 or 503, when it gives none) and the scope it names (sender, pair, account, host for webhooks and HTTP calls, channel for refused credentials, or empty).",
 	}, []string{"channel", "code", "scope"})
 	m.probes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_credential_probes_total",
@@ -134,6 +136,21 @@ func (m *Metrics) providerThrottle(channel string, code int, scope string) {
 	if m != nil {
 		m.provider.WithLabelValues(channel, strconv.Itoa(code), scope).Inc()
 	}
+}
+
+// throttleLabels are the code and scope labels of a provider throttle: the
+// provider's code, else the HTTP status (a webhook's 429 is "429", not
+// "0"); the scope, named as what it pauses (ScopeHost for a channel whose
+// sender scope is the target host: webhooks and HTTP calls).
+func throttleLabels(ch Channel, ce *channels.Error) (code int, scope string) {
+	code, scope = ce.Code, ce.Scope
+	if code == 0 {
+		code = ce.HTTPStatus
+	}
+	if scope == channels.ScopeSender && ch.PauseScopes[channels.ScopeSender] == HostPauseScopes[channels.ScopeSender] {
+		scope = ScopeHost
+	}
+	return code, scope
 }
 
 func (m *Metrics) probe(channel, result string) {

@@ -53,6 +53,10 @@ type Reserver interface {
 // worker with a Pauser has it, beside its PauseScopes.
 const ScopeChannel = "channel"
 
+// ScopeHost is how sluice_provider_throttles_total names the sender scope of
+// webhooks and HTTP calls (HostPauseScopes): the target host they pause.
+const ScopeHost = "host"
+
 // Pauser is implemented by limiters that pause a scope in every worker
 // (*throttle.Redis): with one, a provider throttle pauses the scope it names
 // (Channel.PauseScopes), every send of that scope is blocked until the
@@ -687,7 +691,8 @@ func (h *handler) providerThrottled(ctx context.Context, ce *channels.Error, fie
 			h.deferPlanned(ctx, ce.Scope, fields, reqs, until, inARow >= 2)
 		}
 	}
-	h.w.opts.Metrics.providerThrottle(h.ch.Name, ce.Code, ce.Scope)
+	code, scope := throttleLabels(h.ch, ce)
+	h.w.opts.Metrics.providerThrottle(h.ch.Name, code, scope)
 	// A throttle a callback reported (start unknown) has no departure to
 	// judge: it lowers the rate, as the provider's later word on it.
 	if ce.IsRate() && !start.IsZero() && h.margin.jitter(h.now(), start, h.jitterSpan(ce.Scope), h.jitterScope(ce.Scope, fields), !h.adapted(ctx, reqs)) {

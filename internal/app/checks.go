@@ -17,6 +17,9 @@ import (
 // target against egress (loopback, private, link-local and the rest, unless
 // egress.allow_cidrs admits them). URLs in errors show scheme and host only.
 func CheckTask(cfg *config.Config, t *asynq.Task) error {
+	if err := CheckEnabled(cfg, tasks.DefaultQueue(t.Type())); err != nil {
+		return err
+	}
 	if err := CheckSize(cfg, t); err != nil {
 		return err
 	}
@@ -38,6 +41,18 @@ func CheckTask(cfg *config.Config, t *asynq.Task) error {
 		return nil
 	}
 	return CheckTarget(cfg, "url", target)
+}
+
+// CheckEnabled refuses a send on a channel that cfg (nil: config.Default())
+// disables, as the API does (422): no worker with cfg would send it.
+func CheckEnabled(cfg *config.Config, channel string) error {
+	if cfg == nil {
+		cfg = config.Default()
+	}
+	if cc := cfg.Channels[channel]; cc != nil && !cc.Enabled {
+		return fmt.Errorf("channel: %s is disabled in this configuration (channels.%s.enabled)", channel, channel)
+	}
+	return nil
 }
 
 // CheckSize holds t to its channel's max_payload_bytes in cfg (nil:

@@ -25,11 +25,9 @@ const (
 )
 
 // EventDeliveryFailed is the event a status of failed or undelivered
-// raises on the limiter's stream (throttle.Redis.Emit). Fields: key
-// ("<channel>:message:<provider id>"), status, code (the provider's, 0 for
-// none), reason (its title), task_id ("" when the send is not recorded
-// yet). At most one per message a minute.
-const EventDeliveryFailed = "delivery.failed"
+// raises on the limiter's stream (throttle.Redis.Emit): see
+// throttle.EventDeliveryFailed, where every event type is listed.
+const EventDeliveryFailed = throttle.EventDeliveryFailed
 
 // Channel names of the providers' statuses: the worker channels that send
 // through them (worker.SMSChannel, worker.WhatsAppChannel).

@@ -80,6 +80,23 @@ func (m *Message) Validate(columns []string) error {
 		}
 		return fmt.Errorf("%s: %w", flag, err)
 	}
+	if m.Text != "" && m.Channel != "webhook" {
+		// A template error is the same on every row: one error, not one
+		// reject per row.
+		params := map[string]string{"to": ""}
+		for _, c := range columns {
+			if !isAnnotation(c) {
+				params[c] = ""
+			}
+		}
+		if _, err := Render(m.Text, Row{Params: params}); err != nil {
+			flag := "--body"
+			if m.Channel == "whatsapp" {
+				flag = "--text"
+			}
+			return fmt.Errorf("%s: %w", flag, err)
+		}
+	}
 	switch m.Channel {
 	case "whatsapp":
 		if m.PhoneNumberID == "" {

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -13,16 +14,36 @@ import (
 )
 
 // showEffective prints a rate limit's effective rate beside its configured
-// one (overrides applied).
+// one (overrides applied), in the limit's own period: a daily cap reads
+// "250/day", not "0.002894/s".
 func showEffective(w io.Writer, k limitview.Key) {
 	if !k.RateLimited {
 		return
 	}
+	per := k.Limit.Rate.Period
 	if a := k.Adaptation; a != nil {
-		fmt.Fprintf(w, "effective rate\t%s of %s configured (%s)\n", throttle.FormatPerSecond(k.Effective), throttle.FormatPerSecond(k.Configured), limitview.AdaptedWhy(*a))
+		fmt.Fprintf(w, "effective rate\t%s of %s configured (%s)\n", ratePer(k.Effective, per), ratePer(k.Configured, per), limitview.AdaptedWhy(*a))
 		return
 	}
-	fmt.Fprintf(w, "effective rate\t%s, as configured (not adapted)\n", throttle.FormatPerSecond(k.Configured))
+	if k.Override != nil {
+		fmt.Fprintf(w, "effective rate\t%s, as overridden by `limits set` %s (not adapted)\n", ratePer(k.Configured, per), k.OverridePattern)
+		return
+	}
+	fmt.Fprintf(w, "effective rate\t%s, as configured (not adapted)\n", ratePer(k.Configured, per))
+}
+
+// ratePer writes perSecond, a rate in units per second, per period when
+// that is a whole number of minutes (250/day, 20/m, 1000/h; up to 4
+// significant digits), else per second (80/s, 0.1667/s).
+func ratePer(perSecond float64, period time.Duration) string {
+	if period < time.Minute || period%time.Minute != 0 {
+		return throttle.FormatPerSecond(perSecond)
+	}
+	unit := throttle.FormatPeriod(period)
+	if unit == "d" {
+		unit = "day"
+	}
+	return strconv.FormatFloat(perSecond*period.Seconds(), 'g', 4, 64) + "/" + unit
 }
 
 // adaptedJSON is one entry of `limits adapted --json`: rates in units per

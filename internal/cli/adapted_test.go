@@ -4,6 +4,7 @@ import (
 	"context"
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -55,5 +56,18 @@ func TestLimitsShowTheAdaptedRateBesideTheConfigured(t *testing.T) {
 	require.Empty(t, r.stdout)
 	require.Contains(t, r.stderr, "no adapted limits")
 	r = run(t, "limits", "show", key, "--redis", srv.URL())
-	require.Regexp(t, `effective rate\s+5/s, as configured \(not adapted\)`, r.stdout)
+	require.Regexp(t, `effective rate\s+5/s, as overridden by `+"`limits set` "+regexp.QuoteMeta(key)+` \(not adapted\)`, r.stdout)
+}
+
+// A daily cap's rate is shown per day, not as a fraction per second.
+func TestLimitsShowADailyCapPerDay(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	r := run(t, "limits", "show", "whatsapp:daily:+12025550101", "--redis", srv.URL())
+	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
+	require.Regexp(t, `effective rate\s+250/day, as configured \(not adapted\)\n`, r.stdout)
+	require.Equal(t, "250/day", ratePer(250.0/86400, 24*time.Hour))
+	require.Equal(t, "0.1667/s", ratePer(1.0/6, 6*time.Second))
+	require.Equal(t, "20/m", ratePer(20.0/60, time.Minute))
+	require.Equal(t, "80/s", ratePer(80, time.Second))
 }

@@ -56,7 +56,11 @@ a host) are listed by status and ended early by resume --key.`,
 					return fmt.Errorf("pause queue %q: %w", cc.Queue, err)
 				}
 			}
-			c.lim.Emit(ctx, throttle.EventProviderPaused, p.Key, time.Millisecond, "reason", p.Reason, "until", p.Until.UnixMilli())
+			fields := []any{"reason", p.Reason}
+			if forDur > 0 {
+				fields = append(fields, "until", p.Until.UnixMilli())
+			}
+			c.lim.Emit(ctx, throttle.EventOperatorPaused, p.Key, time.Millisecond, fields...)
 			until := "until resumed"
 			if forDur > 0 {
 				until = "until " + p.Until.UTC().Format(time.RFC3339)
@@ -66,7 +70,7 @@ a host) are listed by status and ended early by resume --key.`,
 		}),
 	}
 	pause.Flags().DurationVar(&forDur, "for", 0, "end the pause by itself after this long (default: until resumed)")
-	pause.Flags().StringVar(&reason, "reason", "", "why, shown by status and in the provider.paused event")
+	pause.Flags().StringVar(&reason, "reason", "", "why, shown by status and in the operator.paused event")
 
 	var keys []string
 	resume := &cobra.Command{
@@ -240,12 +244,23 @@ func (c *channelsEnv) status(ctx context.Context, cc *config.ChannelConfig) (cha
 	return st, nil
 }
 
+// channelPaused reports a pause of the whole channel (`channels pause`,
+// with or without --for): its sends wait though its queue may be running.
+func (st channelStatus) channelPaused() bool {
+	for _, p := range st.Pauses {
+		if p.Key == throttle.PauseKey(st.Channel, worker.ScopeChannel, "") {
+			return true
+		}
+	}
+	return false
+}
+
 func printChannels(w io.Writer, sts []channelStatus) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "channel\tqueue\tstate\tpending\tscheduled\tretry\tarchived\tpaused scopes")
 	for _, st := range sts {
 		state := "running"
-		if st.QueuePaused {
+		if st.QueuePaused || st.channelPaused() {
 			state = "paused"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", st.Channel, st.Queue, state, st.Pending, st.Scheduled, st.Retry, st.Archived, len(st.Pauses))
@@ -257,6 +272,10 @@ func printChannels(w io.Writer, sts []channelStatus) {
 			end := "until " + until.Format(time.RFC3339) + " (in " + time.Until(until).Round(time.Second).String() + ")"
 			if p.UntilResumed {
 				end = "until resumed"
+			}
+			if p.By == limitview.ByOperator {
+				fmt.Fprintf(w, "  %s paused by an operator %s: %s\n", p.Key, end, p.Reason)
+				continue
 			}
 			code := ""
 			if p.Code != 0 {

@@ -98,7 +98,7 @@ func TestChannelsPauseUntilResumedStopsTheQueue(t *testing.T) {
 	require.True(t, qi.Paused, "asynq does not dequeue the channel's queue")
 	r = run(t, "--redis", srv.URL(), "channels", "status", "sms")
 	require.Regexp(t, `(?m)^sms\s+sms\s+paused\s`, r.stdout)
-	require.Contains(t, r.stdout, "sms:paused:channel paused until resumed")
+	require.Contains(t, r.stdout, "sms:paused:channel paused by an operator until resumed: paused by an operator")
 	r = run(t, "--redis", srv.URL(), "channels", "resume", "sms")
 	require.Equal(t, 0, r.code, r.stderr)
 	qi, err = insp.GetQueueInfo("sms")
@@ -107,4 +107,32 @@ func TestChannelsPauseUntilResumedStopsTheQueue(t *testing.T) {
 	r = run(t, "--redis", srv.URL(), "channels", "pause", "fax")
 	require.Equal(t, 2, r.code)
 	require.Contains(t, r.stderr, `channel "fax": not configured`)
+}
+
+// An operator's pause with --for leaves the queue running, but the channel
+// is paused: status says so, counts no throttles in a row, and the event is
+// operator.paused (not provider.paused), which `events tail --type` takes.
+func TestChannelsPauseForIsShownAsAnOperatorsPause(t *testing.T) {
+	srv := redistest.Start(t)
+	r := run(t, "--redis", srv.URL(), "channels", "pause", "sms", "--for", "1h", "--reason", "carrier maintenance")
+	require.Equal(t, 0, r.code, r.stderr)
+
+	r = run(t, "--redis", srv.URL(), "channels", "status", "sms")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Regexp(t, `(?m)^sms\s+sms\s+paused\s`, r.stdout)
+	require.Regexp(t, `sms:paused:channel paused by an operator until \S+ \(in (1h0m0s|59m5\ds)\): carrier maintenance`, r.stdout)
+	require.NotContains(t, r.stdout, "in a row")
+
+	r = run(t, "--redis", srv.URL(), "channels", "status", "sms", "--json")
+	var st []channelStatus
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st))
+	require.Len(t, st[0].Pauses, 1)
+	require.Equal(t, 0, st[0].Pauses[0].InARow)
+
+	r = run(t, "--redis", srv.URL(), "events", "tail", "--from-start", "--count", "1", "--type", "operator.paused")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Regexp(t, `^\S+ operator.paused sms:paused:channel until=\S+ reason="carrier maintenance"\n$`, r.stdout)
+	r = run(t, "--redis", srv.URL(), "events", "tail", "--from-start", "--count", "1", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, `"type":"operator.paused"`)
 }

@@ -39,6 +39,10 @@ import (
 // reserve batcher, which exits by itself after a second idle
 // (throttle/reserve_batch.go).
 func TestMain(m *testing.M) {
+	if args, ok := os.LookupEnv(subprocessArgs); ok {
+		// A test's child process: `sluice` with the real stdout and stderr.
+		os.Exit(Execute(context.Background(), strings.Split(args, "\x1f"), os.Stdout, os.Stderr))
+	}
 	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/sluice-dev/sluice/throttle.(*reserveBatcher).run"))
 }
 

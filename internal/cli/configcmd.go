@@ -11,7 +11,7 @@ import (
 
 func newConfigCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "config", Short: "Check configuration files"}
-	cmd.AddCommand(&cobra.Command{
+	cmd.AddCommand(noConfig(&cobra.Command{
 		Use:   "check FILE",
 		Short: "Validate a configuration file; print every problem as file:line:col: field: reason",
 		Args:  cobra.ExactArgs(1),
@@ -33,6 +33,6 @@ func newConfigCmd(g *globals) *cobra.Command {
 			fmt.Fprintf(g.stdout, "%s: ok (%d channels enabled)\n", args[0], n)
 			return nil
 		},
-	})
+	}, "it validates the FILE argument"))
 	return cmd
 }

@@ -36,11 +36,7 @@ and never sends twice (completed tasks keep their ID for 24 h).`,
 		if err := app.CheckTask(cfg, t); err != nil {
 			return usageErr("%v", err)
 		}
-		url, err := g.resolveRedisURL(cfg)
-		if err != nil {
-			return err
-		}
-		rdb, err := app.ConnectURL(cmd.Context(), url)
+		rdb, err := g.connectRedis(cmd.Context(), cfg)
 		if err != nil {
 			return err
 		}
@@ -68,7 +64,7 @@ and never sends twice (completed tasks keep their ID for 24 h).`,
 		if r.Err != nil {
 			return r.Err
 		}
-		fmt.Fprintf(g.stdout, "enqueued %s id=%s queue=%s eta=%s (in %s)\n", r.Info.Type, r.Info.ID, r.Info.Queue, r.ETA.Format(time.RFC3339Nano), eta(r.ETA))
+		fmt.Fprintf(g.stdout, "enqueued %s id=%s queue=%s eta=%s (%s)\n", r.Info.Type, r.Info.ID, r.Info.Queue, r.ETA.Format(time.RFC3339Nano), eta(r.ETA))
 		return nil
 	}
 	addCommon := func(c *cobra.Command) {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -94,4 +95,37 @@ func TestEnqueueUsesTheChannelsQueue(t *testing.T) {
 	info, err := asynq.NewInspectorFromRedisClient(srv.Client(t)).GetTaskInfo("texts", "q-1")
 	require.NoError(t, err)
 	require.Equal(t, "sms:send", info.Type)
+}
+
+// A channel the configuration disables is refused by enqueue and send, as
+// the API refuses it (422), before Redis is reached: no worker with this
+// configuration would send it, and one with another configuration must not.
+func TestEnqueueAndSendRefuseADisabledChannel(t *testing.T) {
+	t.Parallel()
+	cfg := writeFile(t, "nosms.yaml", "channels:\n  sms:\n    enabled: false\n")
+	csv := writeFile(t, "c.csv", "to,name\n+12025550123,Ann\n")
+	for _, args := range [][]string{
+		{"enqueue", "sms", "--from", "+12025550100", "--to", "+12025550123", "--body", "hi"},
+		{"send", "--channel", "sms", "--csv", csv, "--from", "+12025550100", "--body", "hi {name}"},
+	} {
+		r := run(t, append([]string{"--config", cfg, "--redis", "redis://127.0.0.1:1"}, args...)...)
+		require.Equal(t, 2, r.code, "%q", args)
+		require.Contains(t, r.stderr, "channel: sms is disabled in this configuration (channels.sms.enabled)")
+	}
+}
+
+// A body template that names a column the file lacks is one error (exit
+// 2) before any row is read into a task, not the same reject once per row.
+func TestSendTemplateTypoIsOneError(t *testing.T) {
+	t.Parallel()
+	rows := "to,name\n"
+	for i := range 5 {
+		rows += fmt.Sprintf("+120255501%02d,Ann\n", 10+i)
+	}
+	csv := writeFile(t, "c.csv", rows)
+	srv := redistest.Start(t)
+	r := run(t, "send", "--channel", "sms", "--csv", csv, "--from", "+12025550100", "--body", "Hi {nme}", "--redis", srv.URL(), "--log-level", "warn")
+	require.Equal(t, 2, r.code)
+	require.Equal(t, "sluice: --body: template: unknown column \"nme\" (have: name, to)\n", r.stderr)
+	require.NoFileExists(t, strings.TrimSuffix(csv, ".csv")+".rejects.csv")
 }

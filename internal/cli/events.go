@@ -22,20 +22,26 @@ func newEventsCmd(g *globals) *cobra.Command {
 		Use:   "events",
 		Short: "Read the limiter's events (limits.*, provider.*, endpoint.failing)",
 		Long: `Workers write an event to a capped Redis stream when a limit blocks a send
-(limits.exceeded) and when a send leaves less than events.warn_at of a limit
-(limits.warning), at most once per key, type and window; when a provider
-answers with a throttle (provider.throttled, at most once a second per scope),
-when that pauses a scope (provider.paused) and when an operator or a
-successful credential probe resumes one (provider.resumed), with the provider's code; when adaptive limits change a
-limit's effective rate (limits.adapted, with the configured rate beside it);
-and when a webhook or HTTP call task spends its retry budget and is archived
-(endpoint.failing, at most once a minute per endpoint).`,
+(limits.exceeded: at most once per key and window, and for a send held back by
+a backlog or a cap at most once a minute per key) and when a send leaves less
+than events.warn_at of a limit (limits.warning), at most once per key, type
+and window; when a provider answers with a throttle (provider.throttled, at
+most once a second per scope), when that pauses a scope (provider.paused),
+when an operator pauses a channel (operator.paused) and when an operator or a
+successful credential probe resumes one (provider.resumed), with the
+provider's code; when adaptive limits change a limit's effective rate
+(limits.adapted, with the configured rate beside it); when a webhook or HTTP
+call task spends its retry budget and is archived (endpoint.failing, at most
+once a minute per endpoint); and when a provider's status callback reports a
+send failed or undelivered (delivery.failed).
+
+Types: ` + strings.Join(throttle.EventTypes, ", ") + `.`,
 	}
 	var typ string
 	var fromStart, asJSON bool
 	var count int
 	tail := &cobra.Command{
-		Use:   "tail [--type limits.exceeded|limits.warning] [--from-start] [--count N] [--json]",
+		Use:   "tail [--type TYPE] [--from-start] [--count N] [--json]",
 		Short: "Print events as they arrive, until Ctrl-C or --count events",
 		Long: `Tail follows the events stream and prints one line per event: time (UTC), type,
 key, then the event's fields (name, limit, window and reset for limits.exceeded;
@@ -45,14 +51,12 @@ object per line instead, with at and reset in Unix ms.`,
   sluice events tail --type limits.exceeded --from-start --count 100 --json`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			switch typ {
-			case "", throttle.EventExceeded, throttle.EventWarning, throttle.EventLimitsAdapted,
-				throttle.EventProviderThrottled, throttle.EventProviderPaused, throttle.EventProviderResumed:
-			case "exceeded", "warning", "adapted":
+			switch {
+			case typ == "", throttle.IsEventType(typ):
+			case throttle.IsEventType("limits." + typ): // exceeded, warning, adapted
 				typ = "limits." + typ
 			default:
-				return usageErr("events tail: --type %q: want %s, %s, %s, %s, %s or %s", typ, throttle.EventExceeded, throttle.EventWarning,
-					throttle.EventLimitsAdapted, throttle.EventProviderThrottled, throttle.EventProviderPaused, throttle.EventProviderResumed)
+				return usageErr("events tail: --type %q: want one of %s", typ, strings.Join(throttle.EventTypes, ", "))
 			}
 			if count < 0 {
 				return usageErr("events tail: --count: want >= 0 (0: follow until interrupted), got %d", count)
@@ -75,7 +79,7 @@ object per line instead, with at and reset in Unix ms.`,
 					after = last[0].ID
 				}
 			}
-			printed := 0
+			printed, told := 0, false
 			for count == 0 || printed < count {
 				batch := int64(100)
 				evs, next, err := lim.Events(ctx, after, batch, eventsBlock)
@@ -86,6 +90,16 @@ object per line instead, with at and reset in Unix ms.`,
 					return err
 				}
 				after = next
+				if len(evs) == 0 && printed == 0 && !told {
+					// An empty stream (or none of --type yet): say that the
+					// tail waits, on stderr, so stdout stays the events.
+					what := "events"
+					if typ != "" {
+						what = typ + " events"
+					}
+					fmt.Fprintf(g.stderr, "sluice: no %s yet in %s; waiting for new ones (Ctrl-C to stop)\n", what, lim.StreamKey())
+					told = true
+				}
 				for _, e := range evs {
 					if typ != "" && e.Type != typ {
 						continue
@@ -106,7 +120,7 @@ object per line instead, with at and reset in Unix ms.`,
 		},
 	}
 	fl := tail.Flags()
-	fl.StringVar(&typ, "type", "", "only this type: limits.exceeded, limits.warning, limits.adapted, provider.throttled, provider.paused, provider.resumed or endpoint.failing")
+	fl.StringVar(&typ, "type", "", "only this type: "+strings.Join(throttle.EventTypes, ", "))
 	fl.BoolVar(&fromStart, "from-start", false, "begin with the oldest event kept, not the next new one")
 	fl.IntVar(&count, "count", 0, "stop after this many events (0: follow until interrupted)")
 	fl.BoolVar(&asJSON, "json", false, "print one JSON object per event")
@@ -125,7 +139,7 @@ func printEvent(w io.Writer, e throttle.Event, asJSON bool) error {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s %s", e.At.UTC().Format("2006-01-02T15:04:05.000Z"), e.Type, e.Key)
-	if strings.HasPrefix(e.Type, "provider.") || e.Type == throttle.EventEndpointFailing {
+	if e.Type != throttle.EventExceeded && e.Type != throttle.EventWarning && e.Type != throttle.EventLimitsAdapted {
 		if e.Code != 0 {
 			fmt.Fprintf(&b, " code=%d", e.Code)
 		}

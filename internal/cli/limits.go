@@ -37,11 +37,7 @@ func (g *globals) limiterFor(ctx context.Context) (*throttle.Redis, *config.Conf
 
 // connect opens Redis as cfg and --redis say and returns cfg's limiter over it.
 func (g *globals) connect(ctx context.Context, cfg *config.Config) (*throttle.Redis, redis.UniversalClient, error) {
-	url, err := g.resolveRedisURL(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	rdb, err := app.ConnectURL(ctx, url)
+	rdb, err := g.connectRedis(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -61,7 +57,7 @@ func showBacklog(w io.Writer, k limitview.Key) {
 	}
 	fmt.Fprintf(w, "backlog\t%d planned sends\n", b.Planned)
 	fmt.Fprintf(w, "next due\t%s\n", b.Next.UTC().Format(time.RFC3339Nano))
-	fmt.Fprintf(w, "drains\t%s (in %s)\n", b.Drains.UTC().Format(time.RFC3339Nano), eta(b.Drains))
+	fmt.Fprintf(w, "drains\t%s (%s)\n", b.Drains.UTC().Format(time.RFC3339Nano), eta(b.Drains))
 }
 
 func newLimitsCmd(g *globals) *cobra.Command {

@@ -89,15 +89,14 @@ Examples:
 			if rejectsPath == "" {
 				rejectsPath = strings.TrimSuffix(csvPath, filepath.Ext(csvPath)) + ".rejects.csv"
 			}
+			if err := app.CheckEnabled(cfg, m.Channel); err != nil {
+				return usageErr("send: %v", err)
+			}
 			withConfig(&m, cfg)
 			var enq *worker.Enqueuer
 			var rdb redis.UniversalClient
 			if !dryRun {
-				url, err := g.resolveRedisURL(cfg)
-				if err != nil {
-					return err
-				}
-				if rdb, err = app.ConnectURL(ctx, url); err != nil {
+				if rdb, err = g.connectRedis(ctx, cfg); err != nil {
 					return err
 				}
 				defer rdb.Close()
@@ -125,7 +124,7 @@ Examples:
 					csvPath, rep.Rows, rep.Enqueued, rep.Already, rep.Rejected)
 			}
 			if !rep.Last.IsZero() {
-				fmt.Fprintf(g.stdout, "last send expected at %s (in %s)\n", rep.Last.Format(time.RFC3339), eta(rep.Last))
+				fmt.Fprintf(g.stdout, "last send expected at %s (%s)\n", rep.Last.Format(time.RFC3339), eta(rep.Last))
 			}
 			if rep.Rejected > 0 {
 				fmt.Fprintf(g.stdout, "rejected rows written to %s\n", rep.Rejects)
@@ -326,16 +325,17 @@ func enqueueRows(ctx context.Context, enq *worker.Enqueuer, m *campaign.Message,
 	return flush()
 }
 
-// eta renders the time until t, rounded to what a person reads.
+// eta renders the time until t, rounded to what a person reads: "in 2.3s",
+// "in 1h2m3s", or "now" when t is not ahead.
 func eta(t time.Time) string {
 	d := time.Until(t)
 	switch {
 	case d <= 0:
 		return "now"
 	case d < time.Minute:
-		return d.Round(100 * time.Millisecond).String()
+		return "in " + d.Round(100*time.Millisecond).String()
 	}
-	return d.Round(time.Second).String()
+	return "in " + d.Round(time.Second).String()
 }
 
 // newBar returns a progress bar on w (hidden when w is not a terminal) and

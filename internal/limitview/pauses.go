@@ -41,7 +41,7 @@ func PauseOf(p throttle.Paused, now time.Time) Pause {
 	v := Pause{Key: p.Key, Until: p.Until.UnixMilli(), Since: p.Since.UnixMilli(), Code: p.Code, Reason: p.Reason,
 		InARow: p.InARow, By: ByProvider, UntilResumed: p.Until.Sub(now) > Indefinitely/2}
 	if p.Operator {
-		v.By = ByOperator
+		v.By, v.InARow = ByOperator, 0 // an operator's pause is not a run of throttles
 	}
 	return v
 }
