@@ -50,6 +50,10 @@ type Enqueued struct {
 	// ETA is when the send is expected to go: its planned slot, or the time
 	// of the call when it runs now. Past sends planned earlier keep theirs.
 	ETA time.Time
+	// Keys are the limiter keys (without prefix) of the GCRA limits the
+	// send was planned on, where its place is kept (throttle.Redis.Backlog);
+	// none when it was not planned (it runs now, or at its ProcessAt).
+	Keys []string
 	// Err is this task's error: a payload that does not decode, or the
 	// enqueue's (tasks.ErrDuplicate wrapping asynq.ErrTaskIDConflict when the
 	// ID is taken: the task exists and is not enqueued twice).
@@ -228,6 +232,11 @@ func (e *Enqueuer) Enqueue(ctx context.Context, ts []*asynq.Task, opts ...asynq.
 		for k, p := range g {
 			out[p.i].ETA = plans[k].At
 			planned[p.i] = plans[k].New
+			for _, r := range p.reqs {
+				if r.Limit.Algorithm == throttle.GCRA {
+					out[p.i].Keys = append(out[p.i].Keys, r.Key)
+				}
+			}
 		}
 	}
 	for i, t := range ts {

@@ -45,7 +45,10 @@ func (g *globals) connect(ctx context.Context, cfg *config.Config) (*throttle.Re
 }
 
 // showBacklog prints a GCRA key's pacing: its paced rate (the rule's widened
-// by the channel's headroom) and its planned sends, with when they drain.
+// by the channel's headroom) and its planned sends, with the pauses that
+// hold them and when they drain: the plan's time, or later when a pause or
+// the paced rate in force (adaptive limits) keeps them longer
+// (limitview.Drain), or why no time can be said.
 func showBacklog(w io.Writer, k limitview.Key) {
 	if k.Paced > 0 {
 		fmt.Fprintf(w, "paced at\t%.4g/s (%v less headroom %.3g%%)\n", k.Paced, k.Limit.Rate, k.Headroom*100)
@@ -57,7 +60,23 @@ func showBacklog(w io.Writer, k limitview.Key) {
 	}
 	fmt.Fprintf(w, "backlog\t%d planned sends\n", b.Planned)
 	fmt.Fprintf(w, "next due\t%s\n", b.Next.UTC().Format(time.RFC3339Nano))
-	fmt.Fprintf(w, "drains\t%s (%s)\n", b.Drains.UTC().Format(time.RFC3339Nano), eta(b.Drains))
+	for _, p := range k.Holders {
+		until := p.Until.UTC().Format(time.RFC3339)
+		if p.Until.Sub(k.Now) > limitview.Indefinitely/2 {
+			until = "resumed"
+		}
+		fmt.Fprintf(w, "held by\t%s (paused until %s)\n", p.Key, until)
+	}
+	d := k.Drain
+	switch {
+	case d.Unknown != "":
+		fmt.Fprintf(w, "drains\tunknown: %s (planned for %s)\n", d.Unknown, d.Planned.UTC().Format(time.RFC3339Nano))
+	case d.At.After(d.Planned):
+		fmt.Fprintf(w, "drains\t%s (%s; %s; planned for %s)\n", d.At.UTC().Format(time.RFC3339Nano), eta(d.At), d.Why(),
+			d.Planned.UTC().Format(time.RFC3339Nano))
+	default:
+		fmt.Fprintf(w, "drains\t%s (%s)\n", b.Drains.UTC().Format(time.RFC3339Nano), eta(b.Drains))
+	}
 }
 
 func newLimitsCmd(g *globals) *cobra.Command {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,6 +24,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/delivery"
 	"github.com/sluice-dev/sluice/internal/server"
 	"github.com/sluice-dev/sluice/tasks"
+	"github.com/sluice-dev/sluice/throttle"
 	"github.com/sluice-dev/sluice/worker"
 )
 
@@ -37,9 +39,13 @@ type sendReport struct {
 	Tenant   string // the tasks' tenant (campaign.Message.TaskTenant)
 	Channel  string
 	Filename string
-	// Last is when the campaign's last send is expected (its planned slot).
-	Last      time.Time
+	// Last is when the campaign's last send is planned (its latest slot).
+	Last time.Time
+	// End is when it is expected: Last, or later where a pause or a
+	// lowered pace holds its keys (estimateEnd).
+	End       expectedEnd
 	rejectAll []campaign.Reject
+	keys      map[string]struct{} // the GCRA keys its new sends were planned on
 }
 
 func newSendCmd(g *globals) *cobra.Command {
@@ -94,13 +100,15 @@ Examples:
 			}
 			withConfig(&m, cfg)
 			var enq *worker.Enqueuer
+			var lim *throttle.Redis
 			var rdb redis.UniversalClient
 			if !dryRun {
 				if rdb, err = g.connectRedis(ctx, cfg); err != nil {
 					return err
 				}
 				defer rdb.Close()
-				if enq, err = app.NewEnqueuer(cfg, rdb, app.NewLimiter(cfg, rdb, nil)); err != nil {
+				lim = app.NewLimiter(cfg, rdb, nil)
+				if enq, err = app.NewEnqueuer(cfg, rdb, lim); err != nil {
 					return err
 				}
 			}
@@ -123,8 +131,18 @@ Examples:
 				fmt.Fprintf(g.stdout, "%s: %d rows: %d enqueued, %d already enqueued, %d rejected\n",
 					csvPath, rep.Rows, rep.Enqueued, rep.Already, rep.Rejected)
 			}
-			if !rep.Last.IsZero() {
-				fmt.Fprintf(g.stdout, "last send expected at %s (%s)\n", rep.Last.Format(time.RFC3339), eta(rep.Last))
+			rep.End = expectedEnd{At: rep.Last, Planned: rep.Last}
+			if lim != nil && !rep.Last.IsZero() {
+				if rep.End, err = estimateEnd(ctx, lim, cfg, m.Channel, slices.Sorted(maps.Keys(rep.keys)), rep.Last); err != nil {
+					return fmt.Errorf("enqueued; estimating the last send: %w", err)
+				}
+			}
+			switch {
+			case rep.Last.IsZero():
+			case rep.End.Unknown:
+				fmt.Fprintf(g.stdout, "last send expected: %s\n", rep.End)
+			default:
+				fmt.Fprintf(g.stdout, "last send expected %s\n", rep.End)
 			}
 			if rep.Rejected > 0 {
 				fmt.Fprintf(g.stdout, "rejected rows written to %s\n", rep.Rejects)
@@ -181,7 +199,8 @@ func sendFile(ctx context.Context, enq *worker.Enqueuer, m *campaign.Message, pa
 	if err := m.Validate(res.Columns); err != nil {
 		return nil, usageErr("%v", err)
 	}
-	rep := &sendReport{Rows: len(res.Rows) + len(res.Rejects), Campaign: m.Campaign, Tenant: m.TaskTenant(), Channel: m.Channel, Filename: path, rejectAll: res.Rejects}
+	rep := &sendReport{Rows: len(res.Rows) + len(res.Rejects), Campaign: m.Campaign, Tenant: m.TaskTenant(), Channel: m.Channel, Filename: path, rejectAll: res.Rejects,
+		keys: map[string]struct{}{}}
 
 	bar, wait := newBar(progress, "enqueue "+m.Channel, int64(len(res.Rows)))
 	err = enqueueRows(ctx, enq, m, res.Rows, res.Columns, nil,
@@ -213,6 +232,9 @@ func sendFile(ctx context.Context, enq *worker.Enqueuer, m *campaign.Message, pa
 					rep.Enqueued++
 					if r.ETA.After(rep.Last) {
 						rep.Last = r.ETA
+					}
+					for _, k := range r.Keys {
+						rep.keys[k] = struct{}{}
 					}
 				}
 			}
@@ -368,7 +390,7 @@ func waitDeliveries(ctx context.Context, g *globals, store *delivery.Store, rep 
 		p, err := store.Progress(ctx, rep.Tenant, rep.Campaign)
 		return campaignCounts{Enqueued: p.Enqueued, Sent: p.Sent, Failed: p.Failed, Delivered: p.Delivered, Read: p.Read, Undelivered: p.Undelivered}, err
 	}
-	c, err := waitCampaign(ctx, "deliver "+rep.Channel, total, poll, waitOptions{Bar: terminalOrNil(g.stderr), Lines: g.stderr, Expected: rep.Last})
+	c, err := waitCampaign(ctx, "deliver "+rep.Channel, total, poll, waitOptions{Bar: terminalOrNil(g.stderr), Lines: g.stderr, Expected: rep.End.At})
 	fmt.Fprintf(g.stdout, "campaign %s: %d sent, %d failed of %d", rep.Campaign, c.Sent, c.Failed, max(total, c.Enqueued))
 	if c.Delivered+c.Undelivered > 0 {
 		fmt.Fprintf(g.stdout, "; providers report %d delivered (%d read), %d undelivered", c.Delivered, c.Read, c.Undelivered)

@@ -38,8 +38,9 @@ type waitOptions struct {
 	// (default 10s): logs and pipes get a record without a bar's escapes.
 	Lines     io.Writer
 	LineEvery time.Duration
-	// Expected is when the campaign's last send is planned, shown with the
-	// progress; zero: not shown.
+	// Expected is when the campaign's last send is expected (its plan,
+	// moved past the pauses that hold it: expectedEnd), shown with the
+	// progress; zero: not shown (no time can be said).
 	Expected time.Time
 	// Stall ends the wait when no send reached an outcome for this long
 	// after Expected (a task deleted from its queue never gets one).
@@ -55,7 +56,9 @@ var errStalled = errors.New("no send of the campaign reached an outcome")
 // waitCampaign reads the campaign's counts through poll every opts.Every
 // until total of its sends (or Enqueued, when the producers counted more)
 // reached an outcome, drawing a progress bar of the deliveries with their
-// rate and the expected end. It returns the last counts read; the error is
+// rate and the expected end. The rate is of the outcomes reached since the
+// wait began, over the time the reads took (those done while the file was
+// enqueued are where the bar starts). It returns the last counts read; the error is
 // ctx's (Ctrl-C), poll's, or errStalled after opts.Stall without progress.
 func waitCampaign(ctx context.Context, name string, total int64, poll func(context.Context) (campaignCounts, error), opts waitOptions) (campaignCounts, error) {
 	if opts.Every <= 0 {
@@ -70,7 +73,9 @@ func waitCampaign(ctx context.Context, name string, total int64, poll func(conte
 	if opts.Stall <= 0 {
 		opts.Stall = 10 * time.Minute
 	}
-	p := mpb.NewWithContext(ctx, mpb.WithOutput(opts.Bar), mpb.WithWidth(40))
+	// Bar is a terminal in use; auto refresh also draws to other writers
+	// (a test's buffer).
+	p := mpb.NewWithContext(ctx, mpb.WithOutput(opts.Bar), mpb.WithWidth(40), mpb.WithAutoRefresh())
 	bar := p.AddBar(total,
 		mpb.PrependDecorators(decor.Name(name, decor.WC{C: decor.DindentRight | decor.DextraSpace}), decor.CountersNoUnit("%d / %d")),
 		mpb.AppendDecorators(decor.Percentage(), decor.Name(" "), decor.EwmaSpeed(0, "%.1f/s", 30), decor.Name(" ETA "), decor.EwmaETA(decor.ET_STYLE_GO, 30)))
@@ -80,11 +85,12 @@ func waitCampaign(ctx context.Context, name string, total int64, poll func(conte
 		}
 		p.Wait()
 	}
-	start, lastLine, moved := opts.Now(), opts.Now(), opts.Now()
-	var last campaignCounts
+	start := opts.Now()
+	lastLine, moved, polled := start, start, start
+	var last, first campaignCounts
 	tick := time.NewTicker(opts.Every)
 	defer tick.Stop()
-	for {
+	for n := 0; ; n++ {
 		c, err := poll(ctx)
 		if err != nil {
 			finish()
@@ -95,11 +101,22 @@ func waitCampaign(ctx context.Context, name string, total int64, poll func(conte
 			bar.SetTotal(total, false)
 		}
 		now := opts.Now()
-		if d := c.done() - last.done(); d > 0 {
-			bar.EwmaIncrInt64(d, opts.Every)
+		switch d := c.done() - last.done(); {
+		case n == 0:
+			// What was done before the wait began (while the file was
+			// enqueued) is where the bar starts, not a rate.
+			first = c
+			bar.SetCurrent(c.done())
+		default:
+			// Every read counts, those that found nothing new too, with the
+			// time it covered: outcomes recorded in batches are spread over
+			// the reads they took, not counted as a burst in one Every.
+			bar.EwmaIncrInt64(max(d, 0), now.Sub(polled))
+		}
+		if c.done() > last.done() {
 			moved = now
 		}
-		last = c
+		last, polled = c, now
 		if c.done() >= total {
 			bar.SetTotal(total, true)
 			p.Wait()
@@ -112,7 +129,7 @@ func waitCampaign(ctx context.Context, name string, total int64, poll func(conte
 		if opts.Bar == nil && opts.Lines != nil && now.Sub(lastLine) >= opts.LineEvery {
 			lastLine = now
 			fmt.Fprintf(opts.Lines, "%s: %d / %d done (%d sent, %d failed), %.1f/s%s\n",
-				name, c.done(), total, c.Sent, c.Failed, float64(c.done())/now.Sub(start).Seconds(), expected(opts.Expected))
+				name, c.done(), total, c.Sent, c.Failed, float64(c.done()-first.done())/now.Sub(start).Seconds(), expected(opts.Expected))
 		}
 		select {
 		case <-ctx.Done():
@@ -128,5 +145,5 @@ func expected(t time.Time) string {
 	if t.IsZero() {
 		return ""
 	}
-	return ", last send planned at " + t.Format(time.TimeOnly)
+	return ", last send expected at " + t.Format(time.TimeOnly)
 }

@@ -35,6 +35,10 @@ type KeyOptions struct {
 	// (throttle.Redis.Adaptations grouped by Key), and ReadKey does not
 	// read the key's own. nil reads them (throttle.Redis.AdaptationOf).
 	Adaptations map[string][]throttle.Adaptation
+	// Pauses, when not nil, are the scopes paused now (throttle.Redis.Pauses;
+	// an empty, non-nil slice: none), of which ReadKey keeps those that
+	// hold the key (HoldersOf). nil reads the key's channel's.
+	Pauses []throttle.Paused
 }
 
 // Key is one limiter key as a person reads it.
@@ -81,11 +85,19 @@ type Key struct {
 	// ahead of Now: sends held in workers until their instant (at most the
 	// channel's hold ahead). Reset is the instant after the last.
 	FirmAhead int64
+	// Holders are the pauses that hold the key's planned sends (HoldersOf),
+	// read for a GCRA limit only.
+	Holders []throttle.Paused
+	// Drain is, for a GCRA limit with a backlog, when its planned sends are
+	// expected to have gone: Backlog.Drains moved past Holders' ends and to
+	// the paced rate in force (EstimateDrain).
+	Drain Drain
 }
 
 // ReadKey reads key's limit: the configured rule that governs it, its
 // decision now for o.Member (nothing taken), the override and adaptive rate
-// that apply, and for a GCRA limit its backlog and firm reservations. A key
+// that apply, and for a GCRA limit its backlog, firm reservations, the
+// pauses that hold it and when its backlog is expected to drain. A key
 // no rule matches is returned with Matched false and no error. Errors are
 // the limiter's (Redis unreachable, a malformed reply).
 func ReadKey(ctx context.Context, lim *throttle.Redis, cfg *config.Config, key string, o KeyOptions) (Key, error) {
@@ -160,6 +172,14 @@ func ReadKey(ctx context.Context, lim *throttle.Redis, cfg *config.Config, key s
 		if ahead := k.Decision.Reset.Sub(k.Now); ahead > 0 && pace > 0 {
 			k.FirmAhead = int64(math.Floor(ahead.Seconds() * pace))
 		}
+		pauses := o.Pauses
+		if pauses == nil {
+			if pauses, err = lim.Pauses(ctx, scope+":"+throttle.PauseName+":"); err != nil {
+				return k, err
+			}
+		}
+		k.Holders = HoldersOf(key, pauses)
+		k.Drain = EstimateDrain(k.Now, b.Planned, b.Drains, pace, k.Holders)
 	}
 	return k, nil
 }

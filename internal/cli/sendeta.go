@@ -1,0 +1,115 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/sluice-dev/sluice/config"
+	"github.com/sluice-dev/sluice/internal/limitview"
+	"github.com/sluice-dev/sluice/throttle"
+)
+
+// expectedEnd is when a campaign's last send is expected.
+type expectedEnd struct {
+	// At is the estimate: the latest planned slot of its sends, or later
+	// where a pause holds their keys or their pace was lowered
+	// (limitview.Drain). Zero when Unknown is set.
+	At time.Time
+	// Planned is the latest planned slot (worker.Enqueued.ETA).
+	Planned time.Time
+	// Why says what moved At past Planned ("held by …, then 5 sends at
+	// 1/s"), or why
+	// no time can be said (Unknown); "" when nothing did.
+	Why     string
+	Unknown bool
+}
+
+// estimateWorkers is how many keys estimateEnd reads at once.
+const estimateWorkers = 8
+
+// estimateEnd corrects the campaign's planned end (planned, the latest of
+// its sends' slots) for what the plan did not see: the pauses that hold the
+// GCRA keys its sends were planned on (keys) and the adaptive limits that
+// pace them slower than planned. It reads the channel's pauses and the
+// adaptive limits once, then each key that one of them concerns
+// (limitview.ReadKey; the others drain as planned). The error is Redis's.
+func estimateEnd(ctx context.Context, lim *throttle.Redis, cfg *config.Config, channel string, keys []string, planned time.Time) (expectedEnd, error) {
+	end := expectedEnd{At: planned, Planned: planned}
+	if len(keys) == 0 {
+		return end, nil
+	}
+	pauses, err := lim.Pauses(ctx, channel+":"+throttle.PauseName+":")
+	if err != nil {
+		return end, err
+	}
+	ads, err := lim.Adaptations(ctx)
+	if err != nil {
+		return end, err
+	}
+	byKey := limitview.ByKey(ads)
+	var read []string
+	for _, k := range keys {
+		if len(byKey[k]) > 0 || len(limitview.HoldersOf(k, pauses)) > 0 {
+			read = append(read, k)
+		}
+	}
+	if len(read) == 0 {
+		return end, nil
+	}
+	overrides, err := lim.Overrides(ctx)
+	if err != nil {
+		return end, err
+	}
+	if pauses == nil {
+		pauses = []throttle.Paused{} // read: none
+	}
+	o := limitview.KeyOptions{Overrides: overrides, Adaptations: byKey, Pauses: pauses}
+	drains := make([]limitview.Drain, len(read))
+	errs := make([]error, len(read))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(estimateWorkers, len(read)) {
+		wg.Go(func() {
+			for i := range next {
+				k, err := limitview.ReadKey(ctx, lim, cfg, read[i], o)
+				drains[i], errs[i] = k.Drain, err
+			}
+		})
+	}
+	for i := range read {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return end, err
+	}
+	// The latest estimate decides; one that cannot be said wins.
+	slices.SortFunc(drains, func(a, b limitview.Drain) int { return b.At.Compare(a.At) })
+	for _, d := range drains {
+		if d.Unknown != "" {
+			return expectedEnd{Planned: planned, Why: d.Unknown, Unknown: true}, nil
+		}
+	}
+	if d := drains[0]; d.At.After(end.At) {
+		end.At, end.Why = d.At, d.Why()
+	}
+	return end, nil
+}
+
+// String is the end for a person: "at 15:56:21Z (in 7m2s; held by
+// sms:paused:channel until 15:56:00Z, then 5 sends at 1/s; planned for
+// 15:49:21Z)".
+func (e expectedEnd) String() string {
+	switch {
+	case e.Unknown:
+		return fmt.Sprintf("cannot be said: %s (planned for %s)", e.Why, e.Planned.Format(time.RFC3339))
+	case e.Why != "":
+		return fmt.Sprintf("at %s (%s; %s; planned for %s)", e.At.Format(time.RFC3339), eta(e.At), e.Why, e.Planned.Format(time.RFC3339))
+	}
+	return fmt.Sprintf("at %s (%s)", e.At.Format(time.RFC3339), eta(e.At))
+}
