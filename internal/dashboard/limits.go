@@ -210,7 +210,7 @@ func (h *Limits) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("X-Frame-Options", "DENY")
 	hdr.Set("Content-Security-Policy", "default-src 'none'; script-src 'nonce-"+nonce+"'; style-src 'nonce-"+nonce+
 		"'; connect-src 'self'; img-src 'self' data:; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
-	if err := limitsPage.Execute(w, pageData{Snapshot: snap, Nonce: nonce, Refresh: h.o.Refresh}); err != nil {
+	if err := limitsPage.Execute(w, pageData{Snapshot: snap, Groups: groupKeys(snap.Keys), Nonce: nonce, Refresh: h.o.Refresh}); err != nil {
 		h.o.Logger.WarnContext(r.Context(), "limits dashboard: render", "err", err)
 	}
 }
@@ -292,15 +292,27 @@ type KeyRow struct {
 	Adapted    string  `json:"adapted,omitempty"`
 	// Override is the runtime override in force (`sluice limits set`).
 	Override string `json:"override,omitempty"`
+	// Rule describes the configured rule ("1/6s burst 1"); "" when none.
+	Rule string `json:"rule,omitempty"`
 	// GCRA limits: Paced is the pacing rate (Effective less headroom),
 	// Backlog the planned sends, Reserved the firm reservations ahead of
-	// now, NextDue and Drains when the first and last planned sends are
-	// due (0 when none).
-	Paced    float64 `json:"paced,omitempty"`
-	Backlog  int64   `json:"backlog"`
-	Reserved int64   `json:"reserved"`
-	NextDue  int64   `json:"next_due,omitempty"`
-	Drains   int64   `json:"drains,omitempty"`
+	// now, NextDue and Planned when the first and last planned sends are
+	// due by the plan (0 when none). Drains is when the last is expected
+	// (limitview.Drain): Planned, or later when a pause holds the key
+	// (HeldBy) or the pace in force is slower than the plan's, DrainsNote
+	// saying why; 0 with a DrainsNote when no time can be said (a pause
+	// until resumed).
+	Paced      float64 `json:"paced,omitempty"`
+	Backlog    int64   `json:"backlog"`
+	Reserved   int64   `json:"reserved"`
+	NextDue    int64   `json:"next_due,omitempty"`
+	Planned    int64   `json:"planned_drains,omitempty"`
+	Drains     int64   `json:"drains,omitempty"`
+	DrainsNote string  `json:"drains_note,omitempty"`
+	// HeldBy and HeldUntil are the pause that holds the backlog longest
+	// and when it ends (0: until resumed).
+	HeldBy    string `json:"held_by,omitempty"`
+	HeldUntil int64  `json:"held_until,omitempty"`
 }
 
 // Snapshot reads what the page shows, for keys starting with prefix.
@@ -348,11 +360,24 @@ func (h *Limits) Snapshot(ctx context.Context, prefix string) (Snapshot, error) 
 		pauseKeys, snap.PausesMore = pauseKeys[:h.o.MaxPauses], true
 	}
 
+	// The pauses first: they hold the keys' backlogs (limitview.Drain).
+	paused := []throttle.Paused{}
+	for _, k := range pauseKeys {
+		p, err := lim.PauseOf(ctx, k)
+		if err != nil {
+			return snap, err
+		}
+		if p != nil { // nil: ended since the scan
+			paused = append(paused, *p)
+			snap.Pauses = append(snap.Pauses, limitview.PauseOf(*p, time.Now()))
+		}
+	}
+
 	overrides, err := lim.Overrides(ctx)
 	if err != nil {
 		return snap, err
 	}
-	kopts := limitview.KeyOptions{Overrides: overrides, Adaptations: limitview.ByKey(lim.CachedAdaptations(ctx))}
+	kopts := limitview.KeyOptions{Overrides: overrides, Adaptations: limitview.ByKey(lim.CachedAdaptations(ctx)), Pauses: paused}
 	rows := make([]KeyRow, len(keys))
 	errs := make([]error, len(keys))
 	var wg sync.WaitGroup
@@ -377,16 +402,6 @@ func (h *Limits) Snapshot(ctx context.Context, prefix string) (Snapshot, error) 
 	// during a campaign; then by key.
 	slices.SortStableFunc(rows, func(a, b KeyRow) int { return cmp.Compare(b.Backlog, a.Backlog) })
 	snap.Keys = rows
-
-	for _, k := range pauseKeys {
-		p, err := lim.PauseOf(ctx, k)
-		if err != nil {
-			return snap, err
-		}
-		if p != nil { // nil: ended since the scan
-			snap.Pauses = append(snap.Pauses, limitview.PauseOf(*p, time.Now()))
-		}
-	}
 
 	evs, err := limitview.Latest(ctx, lim, DefaultEventScan, func(typ string) bool {
 		return strings.HasPrefix(typ, "limits.") || strings.HasPrefix(typ, "provider.")
@@ -417,7 +432,7 @@ func rowOf(k limitview.Key) KeyRow {
 		return row
 	}
 	d := k.Decision
-	row.Limit, row.Algorithm = k.Rule.Limit.Name, string(k.Limit.Algorithm)
+	row.Limit, row.Algorithm, row.Rule = k.Rule.Limit.Name, string(k.Limit.Algorithm), k.Rule.Describe()
 	row.Capacity, row.Remaining = d.Limit, d.Remaining
 	if !d.Reset.IsZero() {
 		row.Reset = d.Reset.UnixMilli()
@@ -434,7 +449,14 @@ func rowOf(k limitview.Key) KeyRow {
 	if b := k.Backlog; b != nil {
 		row.Paced, row.Backlog, row.Reserved = k.Paced, b.Planned, k.FirmAhead
 		if b.Planned > 0 {
-			row.NextDue, row.Drains = b.Next.UnixMilli(), b.Drains.UnixMilli()
+			row.NextDue, row.Planned = b.Next.UnixMilli(), b.Drains.UnixMilli()
+			if d := k.Drain; !d.At.IsZero() {
+				row.Drains = d.At.UnixMilli()
+			}
+			row.DrainsNote, row.HeldBy = k.Drain.Why(), k.Drain.HeldBy
+			if !k.Drain.HeldUntil.IsZero() {
+				row.HeldUntil = k.Drain.HeldUntil.UnixMilli()
+			}
 		}
 	}
 	return row

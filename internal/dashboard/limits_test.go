@@ -85,7 +85,7 @@ func TestLimitsPageShowsKeysPausesAndEvents(t *testing.T) {
 	require.Equal(t, "text/html; charset=utf-8", res.Header.Get("Content-Type"))
 	require.Contains(t, res.Header.Get("Content-Security-Policy"), "default-src 'none'")
 	require.Contains(t, body, `<tr data-key="whatsapp:daily:&#43;12025550123">`)
-	require.Regexp(t, `data-key="whatsapp:daily:&#43;12025550123">\s*<td><code>[^<]+</code></td>\s*<td class="nowrap">daily <span class="meta">fixed_window</span></td>\s*<td class="num remaining" data-value="247">247</td><td class="num">250</td>`, body)
+	require.Regexp(t, `<details class="group" data-group="whatsapp/daily" data-count="1" open>\s*<summary><strong>whatsapp · daily</strong> <span class="meta">fixed_window 250/d</span>(?s:.*?)data-key="whatsapp:daily:&#43;12025550123">\s*<td><code>[^<]+</code></td>\s*<td class="num remaining" data-value="247">247 <span class="meta">of 250</span></td>`, body)
 	require.Regexp(t, `data-key="whatsapp:number:106540352242922">(?s:.*?)<td class="num backlog" data-value="200">200</td>`, body)
 	require.Contains(t, body, "78.8/s", "the number's pacing: 80/s less 1.5% headroom")
 	require.Contains(t, body, "showing 2 of 2 keys")

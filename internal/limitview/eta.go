@@ -128,11 +128,11 @@ func (d Drain) Why() string {
 	case !d.HeldUntil.IsZero():
 		s := "held by " + d.HeldBy + " until " + d.HeldUntil.UTC().Format("15:04:05Z")
 		if d.Rate > 0 {
-			s += fmt.Sprintf(", then %d sends at %s", d.Sends, throttle.FormatPerSecond(d.Rate))
+			s += fmt.Sprintf(", then %s at %s", sends(d.Sends), throttle.FormatPerSecond(d.Rate))
 		}
 		return s
 	case d.Rate > 0:
-		return fmt.Sprintf("%d sends at %s from now", d.Sends, throttle.FormatPerSecond(d.Rate))
+		return fmt.Sprintf("%s at %s from now", sends(d.Sends), throttle.FormatPerSecond(d.Rate))
 	}
 	return ""
 }
@@ -142,4 +142,12 @@ func laterOf(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// sends renders a count of sends: "1 send", "5 sends".
+func sends(n int64) string {
+	if n == 1 {
+		return "1 send"
+	}
+	return fmt.Sprintf("%d sends", n)
 }
