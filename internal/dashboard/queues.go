@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"regexp"
 	"strings"
 
 	"github.com/hibiken/asynqmon"
@@ -48,7 +50,10 @@ func (s sharedConn) MakeRedisClient() any { return s.c }
 // the returned handler has none: the client stays Sluice's to close. With
 // ReadOnly, requests other than GET and HEAD are refused here, before
 // asynqmon sees them (asynqmon's own read-only mode also hides the UI's
-// buttons). Errors name the option that is wrong.
+// buttons). asynqmon's task tables show a task's ID up to its first "-"
+// (made for UUIDs); Sluice's IDs are idempotency keys ("sms-3fa8…",
+// "order-100123-shipped"), so its UI script is served with the whole ID
+// shown (wholeIDs). Errors name the option that is wrong.
 func NewQueues(o QueuesOptions) (http.Handler, error) {
 	if o.Redis == nil {
 		return nil, errors.New("dashboard: queues: Redis is required")
@@ -68,6 +73,7 @@ func NewQueues(o QueuesOptions) (http.Handler, error) {
 		PayloadFormatter:  asynqmon.PayloadFormatterFunc(formatPayload),
 	})
 	metrics := root + "/api/metrics"
+	bundle, patched := wholeIDs(mon, root)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != root && !strings.HasPrefix(r.URL.Path, root+"/") {
 			http.NotFound(w, r)
@@ -86,8 +92,48 @@ func NewQueues(o QueuesOptions) (http.Handler, error) {
 		w.Header().Set("X-Frame-Options", "DENY")
 		w.Header().Set("Referrer-Policy", "no-referrer")
 		w.Header().Set("Content-Security-Policy", queuesCSP)
+		if patched != nil && r.URL.Path == bundle {
+			w.Header().Set("Content-Type", "application/javascript; charset=utf-8")
+			_, _ = w.Write(patched)
+			return
+		}
 		mon.ServeHTTP(w, r)
 	}), nil
+}
+
+// uuidPrefixJS is asynqmon v0.7.2's uuidPrefix (ui/src/utils.ts) as its
+// build minified it: the task tables show a task's ID up to its first "-",
+// which shortens asynq's UUIDs but cuts Sluice's IDs (a campaign row's
+// "sms-3fa8…", an idempotency key "order-100123-shipped") to "sms" and
+// "order", so that every task of a campaign showed the same ID.
+var uuidPrefixJS = regexp.MustCompile(`function (\w+)\((\w+)\)\{var (\w+)=(\w+)\.indexOf\("-"\);return-1===(\w+)\?(\w+):(\w+)\.substr\(0,(\w+)\)\}`)
+
+// mainBundle finds the UI's main script in asynqmon's index page.
+var mainBundle = regexp.MustCompile(`/static/js/main\.[0-9a-f]+\.chunk\.js`)
+
+// wholeIDs returns the path of asynqmon's main UI script under root and
+// that script with uuidPrefix showing the whole ID; nil when the script or
+// the function is not found as expected (another asynqmon build: its own
+// script is served, and TestQueuesShowWholeTaskIDs fails).
+func wholeIDs(mon http.Handler, root string) (string, []byte) {
+	get := func(path string) []byte {
+		rec := httptest.NewRecorder()
+		mon.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		if rec.Code != http.StatusOK {
+			return nil
+		}
+		return rec.Body.Bytes()
+	}
+	name := mainBundle.Find(get(root + "/"))
+	if name == nil {
+		return "", nil
+	}
+	path := root + string(name)
+	js := get(path)
+	if m := uuidPrefixJS.FindAllSubmatchIndex(js, -1); len(m) != 1 {
+		return "", nil
+	}
+	return path, uuidPrefixJS.ReplaceAll(js, []byte("function ${1}(${2}){return ${2}}"))
 }
 
 // queuesCSP confines asynqmon's page to this server: its build loads a
