@@ -90,14 +90,16 @@ type Limits struct {
 // NewLimits returns the handler of Sluice's limits dashboard, for paths
 // under o.RootPath:
 //
-//   - GET {root}/: an HTML page (html/template, no external assets) that
-//     shows every live limiter key (up to MaxKeys, "showing N of M") with
-//     its limit's algorithm, capacity, remaining units, reset, configured
-//     and effective (adapted) rate, override, backlog of planned sends,
-//     firm reservations ahead and when the backlog drains; the scopes
-//     paused now with the provider's code and reason, since and until
-//     when, and who paused them; and the latest limits.* and provider.*
-//     events. A small inline script reloads it every Refresh (with
+//   - GET {root}/: an HTML page (html/template, no external assets, laid
+//     out for 1,280 px) that shows first the scopes paused now with the
+//     provider's code and reason, since and until when, and who paused
+//     them, and the latest limits.* and provider.* events; then every live
+//     limiter key (up to MaxKeys, "showing N of M") grouped per channel and
+//     limit (a <details> per limit, folded above FoldAbove keys) with its
+//     capacity, remaining units, reset, configured and effective (adapted)
+//     rate, override, backlog of planned sends, firm reservations ahead and
+//     when the backlog drains (limitview.Drain: past the pauses that hold
+//     it, at the pace in force); then the pacing margins. A small inline script reloads it every Refresh (with
 //     JavaScript off, a meta refresh does). ?prefix=whatsapp:number: lists
 //     only keys starting with it.
 //   - GET {root}/data.json: the same data as JSON (Snapshot).
