@@ -73,9 +73,13 @@ func waitCampaign(ctx context.Context, name string, total int64, poll func(conte
 	if opts.Stall <= 0 {
 		opts.Stall = 10 * time.Minute
 	}
-	// Bar is a terminal in use; auto refresh also draws to other writers
-	// (a test's buffer).
-	p := mpb.NewWithContext(ctx, mpb.WithOutput(opts.Bar), mpb.WithWidth(40), mpb.WithAutoRefresh())
+	popts := []mpb.ContainerOption{mpb.WithOutput(opts.Bar), mpb.WithWidth(40)}
+	if opts.Bar != nil {
+		// Bar is a terminal in use; auto refresh also draws to other
+		// writers (a test's buffer).
+		popts = append(popts, mpb.WithAutoRefresh())
+	}
+	p := mpb.NewWithContext(ctx, popts...)
 	bar := p.AddBar(total,
 		mpb.PrependDecorators(decor.Name(name, decor.WC{C: decor.DindentRight | decor.DextraSpace}), decor.CountersNoUnit("%d / %d")),
 		mpb.AppendDecorators(decor.Percentage(), decor.Name(" "), decor.EwmaSpeed(0, "%.1f/s", 30), decor.Name(" ETA "), decor.EwmaETA(decor.ET_STYLE_GO, 30)))
