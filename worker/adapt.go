@@ -195,10 +195,13 @@ func (h *handler) logAdapted(changes []throttle.AdaptChange) {
 }
 
 // adaptiveCollector exports the adapted limits of the limiter's cache as
-// gauges at each scrape: only limits that are adapted now, so a key (which
-// may name a recipient) has series only while it is adapted.
+// gauges at each scrape, one series per channel and limit name: never per
+// key, since a key may name a recipient ("whatsapp:pair:1065:+1202…") or
+// a sender's number, and /metrics has no authentication. Per-key detail is
+// on the authenticated /limits/ page and in `sluice limits adapted`.
 type adaptiveCollector struct {
 	src       atomic.Pointer[adaptSource]
+	keys      *prometheus.Desc
 	effective *prometheus.Desc
 	config    *prometheus.Desc
 }
@@ -206,22 +209,28 @@ type adaptiveCollector struct {
 // adaptSource lists the adapted limits (throttle.Redis.CachedAdaptations).
 type adaptSource func(ctx context.Context) []throttle.Adaptation
 
-// maxAdaptiveSeries bounds the series one scrape exports (per gauge).
-const maxAdaptiveSeries = 1000
-
 func newAdaptiveCollector() *adaptiveCollector {
-	labels := []string{"channel", "limit", "key"}
+	labels := []string{"channel", "limit"}
 	return &adaptiveCollector{
+		keys: prometheus.NewDesc("sluice_limit_adapted_keys",
+			"Keys of a limit (by channel and limit name) whose rate adaptive limits lowered after provider throttles and that are adapted now; only limits with adapted keys have series.", labels, nil),
 		effective: prometheus.NewDesc("sluice_limit_effective_rate",
-			"Effective rate (units per second) of a limit that adaptive limits lowered after provider throttles; only adapted limits have series (at most 1000).", labels, nil),
+			"Lowest effective rate (units per second) among a limit's adapted keys, by channel and limit name; only limits with adapted keys have series.", labels, nil),
 		config: prometheus.NewDesc("sluice_limit_configured_rate",
-			"Configured (or overridden) rate (units per second) of a limit that adaptive limits lowered, beside sluice_limit_effective_rate.", labels, nil),
+			"Configured (or overridden) rate (units per second) of the key whose effective rate sluice_limit_effective_rate reports.", labels, nil),
 	}
 }
 
 func (c *adaptiveCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.keys
 	ch <- c.effective
 	ch <- c.config
+}
+
+// adaptedLimit aggregates one limit's adapted keys.
+type adaptedLimit struct {
+	keys                  int
+	effective, configured float64 // of the key with the lowest effective rate
 }
 
 func (c *adaptiveCollector) Collect(ch chan<- prometheus.Metric) {
@@ -231,13 +240,25 @@ func (c *adaptiveCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	for i, a := range (*src)(ctx) {
-		if i >= maxAdaptiveSeries {
-			return
+	type series struct{ channel, limit string }
+	agg := map[series]*adaptedLimit{}
+	for _, a := range (*src)(ctx) {
+		channel, _, _ := strings.Cut(a.Key, ":") // a key's first segment is its channel (rules.ParseKey)
+		s := series{channel, a.Limit}
+		eff := a.Effective(a.Configured)
+		g := agg[s]
+		if g == nil {
+			g = &adaptedLimit{effective: eff, configured: a.Configured}
+			agg[s] = g
+		} else if eff < g.effective {
+			g.effective, g.configured = eff, a.Configured
 		}
-		channel, _, _ := strings.Cut(a.Key, ":")
-		ch <- prometheus.MustNewConstMetric(c.effective, prometheus.GaugeValue, a.Effective(a.Configured), channel, a.Limit, a.Key)
-		ch <- prometheus.MustNewConstMetric(c.config, prometheus.GaugeValue, a.Configured, channel, a.Limit, a.Key)
+		g.keys++
+	}
+	for s, g := range agg {
+		ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(g.keys), s.channel, s.limit)
+		ch <- prometheus.MustNewConstMetric(c.effective, prometheus.GaugeValue, g.effective, s.channel, s.limit)
+		ch <- prometheus.MustNewConstMetric(c.config, prometheus.GaugeValue, g.configured, s.channel, s.limit)
 	}
 }
 

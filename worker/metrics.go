@@ -22,7 +22,7 @@ type Metrics struct {
 	margins  *marginCollector // sluice_pacing_margin_seconds (margin.go)
 	provider *prometheus.CounterVec
 	probes   *prometheus.CounterVec
-	adaptive *adaptiveCollector // sluice_limit_effective_rate and _configured_rate (adapt.go)
+	adaptive *adaptiveCollector // sluice_limit_adapted_keys, _effective_rate and _configured_rate (adapt.go)
 
 	// unrecorded is sluice_delivery_unrecorded (unrecorded.go).
 	unrecorded prometheus.Gauge
