@@ -4,7 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"maps"
+	"reflect"
+	"strings"
+	"sync"
 )
 
 // ErrMalformed is wrapped by every Decode… error: the payload is not valid
@@ -22,8 +27,10 @@ func (e *malformedError) Unwrap() []error { return []error{ErrMalformed, e.err} 
 
 // DecodeWhatsAppSend parses a whatsapp:send task payload. Decoding is strict:
 // a payload over MaxPayloadBytes (checked before parsing), unknown fields,
-// trailing data, a "v" other than PayloadVersion and anything Validate
-// rejects are errors wrapping ErrMalformed. Phone numbers are
+// member names that differ from the canonical ones only by case ("URL" for
+// "url", which encoding/json would take), trailing data, a "v" other than
+// PayloadVersion and anything Validate rejects are errors wrapping
+// ErrMalformed. Phone numbers are
 // checked for E.164 shape only ("+" and 7–15 digits); the constructors
 // already checked them in full with libphonenumber (see checkE164Syntax).
 // Errors read, e.g. `payload: json: unknown field "foo"` or
@@ -73,6 +80,13 @@ func decode[T interface {
 	return p, nil
 }
 
+// decodeStrict decodes b into v (a pointer to a payload struct): unknown
+// fields, trailing data and member names that differ from the canonical
+// ones only by case are errors. encoding/json matches names
+// case-insensitively, so {"URL": …} would fill URL; a payload is refused
+// instead, so that every reader of the stored task (the queue dashboard's
+// redaction, which looks for "url" and "headers") sees the fields the
+// worker sends.
 func decodeStrict(b []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -84,6 +98,83 @@ func decodeStrict(b []byte, v any) error {
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return errors.New("json: unexpected data after the top-level value")
+	}
+	return checkNames("", b, namesOf(reflect.TypeOf(v).Elem()))
+}
+
+// names is the exact set of JSON member names a struct type decodes, with
+// the names of its struct-valued members' members (nil for other values).
+type names map[string]names
+
+var namesCache sync.Map // reflect.Type → names
+
+// namesOf returns the names of struct type t, embedded structs flattened
+// as encoding/json does.
+func namesOf(t reflect.Type) names {
+	if n, ok := namesCache.Load(t); ok {
+		return n.(names)
+	}
+	n := names{}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if tag == "-" || (!f.IsExported() && !f.Anonymous) {
+			continue
+		}
+		ft := f.Type
+		if ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		if f.Anonymous && tag == "" && ft.Kind() == reflect.Struct {
+			maps.Copy(n, namesOf(ft))
+			continue
+		}
+		if tag == "" {
+			tag = f.Name
+		}
+		n[tag] = nil
+		if ft.Kind() == reflect.Struct {
+			n[tag] = namesOf(ft)
+		}
+	}
+	namesCache.Store(t, n)
+	return n
+}
+
+// checkNames returns an error for the first member of the JSON object b
+// (already decoded without error, so every member is a known field in
+// some case) whose name is not exactly its field's: `json: field "URL":
+// want "url" (field names are case-sensitive)`. path prefixes nested
+// names ("template.").
+func checkNames(path string, b []byte, n names) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil // not an object: the decoder said null is fine
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		name, _ := t.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return err
+		}
+		sub, ok := n[name]
+		if !ok {
+			for canon := range n {
+				if strings.EqualFold(canon, name) {
+					return fmt.Errorf("json: field %.40q: want %q (field names are case-sensitive)", path+name, path+canon)
+				}
+			}
+			return fmt.Errorf("json: unknown field %.40q", path+name)
+		}
+		if sub != nil {
+			if err := checkNames(path+name+".", v, sub); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

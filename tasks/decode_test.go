@@ -100,6 +100,21 @@ func TestDecodeRejects(t *testing.T) {
 		{"template parameter newline", decodeWA, `{"v":1,"phone_number_id":"1","to":"+12025550123","template":{"name":"t","language":"en","parameters":["a\nb"]}}`, "payload: template.parameters[0] ({{1}}): has a newline"},
 		{"sms bad sender", decodeSMS, `{"v":1,"from":"Acme-Shop","to":"+12025550123","body":"x"}`, `payload: from: "Acme-Shop" is not a Twilio sender`},
 		{"http bad method", decodeHTTP, `{"v":1,"method":"get","url":"https://h.example.com"}`, `payload: method: "get" is not one of`},
+		// encoding/json would take these names (it matches case-insensitively);
+		// the queue dashboard redacts "url" and "headers" by name, so the
+		// worker refuses any spelling but the canonical one.
+		{"http upper-case names", decodeHTTP, `{"V":1,"METHOD":"GET","URL":"https://h.example.com","HEADERS":{"Authorization":"Bearer s3cr3t"}}`,
+			`payload: json: field "V": want "v" (field names are case-sensitive)`},
+		{"http headers in title case", decodeHTTP, `{"v":1,"method":"GET","url":"https://h.example.com","Headers":{"Authorization":"Bearer s3cr3t"}}`,
+			`payload: json: field "Headers": want "headers" (field names are case-sensitive)`},
+		{"webhook url in upper case", decodeHook, `{"v":1,"URL":"https://h.example.com/T0/B0/s3cr3t","event_type":"e","payload":{},"idempotency_key":"k"}`,
+			`payload: json: field "URL": want "url"`},
+		{"embedded delivery field", decodeSMS, `{"v":1,"from":"+12025550100","to":"+12025550123","body":"x","Tenant":"acme"}`,
+			`payload: json: field "Tenant": want "tenant"`},
+		{"nested template field", decodeWA, `{"v":1,"phone_number_id":"1","to":"+12025550123","template":{"Name":"t","language":"en"}}`,
+			`payload: json: field "template.Name": want "template.name"`},
+		{"kelvin sign", decodeWA, "{\"v\":1,\"phone_number_id\":\"1\",\"to\":\"+12025550123\",\"text\":\"hi\",\"idempotency_\u212aey\":\"k\"}",
+			`want "idempotency_key"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
