@@ -156,7 +156,8 @@ const redactedValue = "[redacted]"
 // an http:call's header values and body are replaced with "[redacted]"
 // (Authorization, X-Api-Key, an OAuth form), names kept. The other fields
 // (recipients, message text, event data) are shown: an operator looking at
-// a stuck task needs them.
+// a stuck task needs them. Names match in any case ("URL", "Headers"), as
+// encoding/json matches them.
 func formatPayload(taskType string, payload []byte) string {
 	if taskType != tasks.TypeHTTPCall && taskType != tasks.TypeWebhookDeliver {
 		return asynqmon.DefaultPayloadFormatter.FormatPayload(taskType, payload)
@@ -166,27 +167,30 @@ func formatPayload(taskType string, payload []byte) string {
 		return "a " + taskType + " payload that is not a JSON object (not shown: it may hold credentials)"
 	}
 	redacted, _ := json.Marshal(redactedValue)
-	if raw, ok := p["url"]; ok {
-		var u string
-		if json.Unmarshal(raw, &u) == nil {
-			p["url"], _ = json.Marshal(redact.URL(u))
-		} else {
-			p["url"] = redacted
-		}
-	}
-	if taskType == tasks.TypeHTTPCall {
-		if _, ok := p["body"]; ok {
-			p["body"] = redacted
-		}
-		if h, ok := p["headers"]; ok {
+	// Members are matched by name in any case: encoding/json would decode
+	// "URL" or "Headers" into the fields (the worker's decoders refuse
+	// them, but a task is shown whatever it holds).
+	for name, raw := range p {
+		switch {
+		case strings.EqualFold(name, "url"):
+			var u string
+			if json.Unmarshal(raw, &u) == nil {
+				p[name], _ = json.Marshal(redact.URL(u))
+			} else {
+				p[name] = redacted
+			}
+		case taskType != tasks.TypeHTTPCall:
+		case strings.EqualFold(name, "body"):
+			p[name] = redacted
+		case strings.EqualFold(name, "headers"):
 			var headers map[string]json.RawMessage
-			if json.Unmarshal(h, &headers) != nil {
-				p["headers"] = redacted
+			if json.Unmarshal(raw, &headers) != nil {
+				p[name] = redacted
 			} else {
 				for k := range headers {
 					headers[k] = redacted
 				}
-				p["headers"], _ = json.Marshal(headers)
+				p[name], _ = json.Marshal(headers)
 			}
 		}
 	}

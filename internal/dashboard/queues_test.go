@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
@@ -125,5 +126,27 @@ func TestQueuesRedactHTTPCallHeaders(t *testing.T) {
 	}
 	if got := formatPayload("sms:send", []byte(`{"v":1,"to":"+12025550123","body":"hi"}`)); !strings.Contains(got, `"body":"hi"`) {
 		t.Fatalf("sms payload shown as %s", got)
+	}
+}
+
+// A plain asynq client can spell the members in any case, and
+// encoding/json would decode them all the same: the dashboard redacts
+// "URL", "HEADERS" and "Body" as it does "url", "headers" and "body"
+// (issue 20: the scheduled http task showed its bearer token).
+func TestQueuesRedactNamesInAnyCase(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	client := asynq.NewClientFromRedisClient(rdb)
+	payload := `{"V":1,"METHOD":"POST","URL":"https://api.example.com/x?sig=s3cr3t","HEADERS":{"Authorization":"Bearer sk_live_abc123"},"Body":"client_secret=cs-42"}`
+	_, err := client.Enqueue(asynq.NewTask("http:call", []byte(payload)), asynq.Queue("http"), asynq.ProcessIn(time.Hour))
+	require.NoError(t, err)
+	h, err := NewQueues(QueuesOptions{Redis: rdb})
+	require.NoError(t, err)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/queues/api/queues/http/scheduled_tasks", nil))
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	got := rec.Body.String()
+	require.Contains(t, got, "api.example.com", "the task is listed")
+	for _, secret := range []string{"sk_live_abc123", "s3cr3t", "cs-42"} {
+		require.NotContains(t, got, secret, "the scheduled task is shown with its credential")
 	}
 }
