@@ -87,8 +87,8 @@ func normPhone(s string) string {
 // (`to: "+1555" is not a valid E.164 phone number`). Rules: PhoneNumberID is
 // digits; To is a valid number already in E.164 form (NewWhatsAppSendTask
 // normalizes it first); exactly one of Text (non-blank, at most 4096
-// characters) and Template (Name matching ^[a-z0-9_]+$, Language non-empty,
-// no empty Parameters) is set; IdempotencyKey is empty or 1–200 characters of
+// characters, no NUL byte) and Template (Name matching ^[a-z0-9_]+$,
+// Language non-empty, no empty Parameters) is set; IdempotencyKey is empty or 1–200 characters of
 // [A-Za-z0-9._:-].
 func (p WhatsAppSend) Validate() error { return p.validate(checkPhone) }
 
@@ -178,7 +178,7 @@ func checkTemplateParam(v string) error {
 // MessagingServiceSid (NewSMSSendTask moves it there). To is E.164, or
 // whatsapp:+E.164 when From is a whatsapp: sender or a Messaging Service
 // sends (Twilio requires From and To on the same channel, error 21910).
-// Body must be non-blank and at most 1600 characters.
+// Body must be non-blank, without a NUL byte, and at most 1600 characters.
 func (p SMSSend) Validate() error { return p.validate(checkPhone) }
 
 func (p SMSSend) validate(checkPhone func(field, s string) error) error {
@@ -410,13 +410,17 @@ func checkPhone(field, s string) error {
 	return nil
 }
 
-// checkText requires s to be non-blank UTF-8 of at most max code points.
+// checkText requires s to be non-blank UTF-8 of at most max code points,
+// without a NUL byte (as `sluice send` refuses one in a CSV cell: it is no
+// character of a message, and a sign of a UTF-16 file or a binary).
 func checkText(field, s string, max int) error {
 	switch {
 	case strings.TrimSpace(s) == "":
 		return fmt.Errorf("%s: required (got only whitespace or nothing)", field)
 	case !utf8.ValidString(s):
 		return fmt.Errorf("%s: not valid UTF-8", field)
+	case strings.IndexByte(s, 0) >= 0:
+		return fmt.Errorf("%s: contains a NUL byte at byte %d", field, strings.IndexByte(s, 0))
 	}
 	if n := utf8.RuneCountInString(s); n > max {
 		return fmt.Errorf("%s: %d characters, want at most %d", field, n, max)

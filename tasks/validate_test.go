@@ -100,6 +100,8 @@ func TestWhatsAppSendValidate(t *testing.T) {
 		{"blank text", func(p *WhatsAppSend) { p.Text = " \n" }, "text: required"},
 		{"text too long", func(p *WhatsAppSend) { p.Text = strings.Repeat("a", 4097) }, "text: 4097 characters, want at most 4096"},
 		{"text invalid utf-8", func(p *WhatsAppSend) { p.Text = "a\xffb" }, "text: not valid UTF-8"},
+		{"text with a NUL byte", func(p *WhatsAppSend) { p.Text = "a\x00b" }, "text: contains a NUL byte at byte 1"},
+		{"template parameter with a NUL byte", func(p *WhatsAppSend) { tmpl(p); p.Template.Parameters = []string{"A\x00va"} }, "template.parameters[0]: contains a NUL byte at byte 1"},
 		{"template name upper", func(p *WhatsAppSend) { tmpl(p); p.Template.Name = "Order_Update" }, `template.name: "Order_Update" must match ^[a-z0-9_]+$`},
 		{"template name dash", func(p *WhatsAppSend) { tmpl(p); p.Template.Name = "order-update" }, "template.name:"},
 		{"template name empty", func(p *WhatsAppSend) { tmpl(p); p.Template.Name = "" }, "template.name: required"},
@@ -158,6 +160,7 @@ func TestSMSSendValidate(t *testing.T) {
 		{"bad to", func(p *SMSSend) { p.To = "not-a-number" }, `to: "not-a-number" is not a valid E.164 phone number`},
 		{"empty body", func(p *SMSSend) { p.Body = "" }, "body: required"},
 		{"body too long", func(p *SMSSend) { p.Body = strings.Repeat("x", 1601) }, "body: 1601 characters, want at most 1600"},
+		{"body with a NUL byte", func(p *SMSSend) { p.Body = "hi\x00there" }, "body: contains a NUL byte at byte 2"},
 		{"bad key", func(p *SMSSend) { p.IdempotencyKey = "ключ" }, "idempotency_key:"},
 	})
 }

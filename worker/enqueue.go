@@ -85,10 +85,7 @@ func NewEnqueuer(client *asynq.Client, limiter *throttle.Redis, chans []Channel)
 		if err != nil {
 			return nil, fmt.Errorf("worker: enqueuer: channels[%d]: %w", i, err)
 		}
-		q := ch.Queue
-		if q == "" {
-			q = tasks.DefaultQueue(ch.TaskType)
-		}
+		q := ch.queueName()
 		e.chans[ch.TaskType] = &enqueueChannel{ch: ch, rules: set, pauses: pauses, queue: q}
 		chanQueues = append(chanQueues, watched{q, ch.TaskType})
 	}

@@ -47,6 +47,7 @@ const (
 	OutcomeMalformed        = "malformed"          // bad payload; archived
 	OutcomeLimiterError     = "limiter_error"      // Redis failed; retried with backoff
 	OutcomeUnknownType      = "unknown_type"       // no handler for the task type; archived
+	OutcomeWrongQueue       = "wrong_queue"        // in a queue other than its channel's; archived unsent
 	OutcomeUnauthorized     = "unauthorized"       // credentials refused; channel paused, task waits
 	// OutcomeBudgetSpent: a failed attempt (counted under its own outcome,
 	// transient or provider_throttled) was the last its channel's
@@ -63,7 +64,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		tasks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_tasks_total",
-			Help: "Task attempts (dequeues) by channel and outcome (sent, sent_unconfirmed, planned, throttled, provider_throttled, transient, permanent, malformed, limiter_error, unknown_type, unauthorized, already_sent: a rerun whose send was recorded, completed without sending again), and budget_spent: archives by the retry budget, whose last attempt is also counted under its own outcome.",
+			Help: "Task attempts (dequeues) by channel and outcome (sent, sent_unconfirmed, planned, throttled, provider_throttled, transient, permanent, malformed, limiter_error, unknown_type, wrong_queue, unauthorized, already_sent: a rerun whose send was recorded, completed without sending again), and budget_spent: archives by the retry budget, whose last attempt is also counted under its own outcome.",
 		}, []string{"channel", "outcome"}),
 		throttle: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_throttled_total",

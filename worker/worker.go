@@ -72,8 +72,11 @@ type Channel struct {
 	TaskType string // "whatsapp:send"
 	// Queue is the asynq queue the channel's tasks are enqueued to
 	// (channels.<name>.queue); Enqueuer looks there for a task holding an
-	// idempotency key another channel's send asks for. Empty means
-	// tasks.DefaultQueue(TaskType).
+	// idempotency key another channel's send asks for. The worker runs the
+	// channel's tasks only from it: one found in another queue (a
+	// whatsapp:send in the sms queue) is archived unsent. Empty means
+	// tasks.DefaultQueue(TaskType), or Name for a type the tasks package
+	// does not know.
 	Queue string
 	// Rules are the channel's limits (rules.Rule); Handler compiles them
 	// with rules.Compile, placeholders checked against
@@ -161,6 +164,18 @@ type Channel struct {
 	// raise it back. Zero fields mean the throttle.DefaultAdapt* values;
 	// Disabled turns it off.
 	Adaptive throttle.AdaptOptions
+}
+
+// queueName is Queue with its default: tasks.DefaultQueue(TaskType), else
+// Name.
+func (ch Channel) queueName() string {
+	if ch.Queue != "" {
+		return ch.Queue
+	}
+	if q := tasks.DefaultQueue(ch.TaskType); q != "" {
+		return q
+	}
+	return ch.Name
 }
 
 // headroom is Headroom with its defaults: zero means
@@ -317,7 +332,7 @@ func New(opts Options) (*Worker, error) {
 	if len(opts.Queues) == 0 {
 		opts.Queues = map[string]int{}
 		for _, ch := range opts.Channels {
-			opts.Queues[ch.Name] = 1
+			opts.Queues[ch.queueName()] = 1
 		}
 	}
 	w := &Worker{opts: opts, mux: asynq.NewServeMux(), logger: opts.Logger, handlers: map[string]*handler{}}
@@ -475,6 +490,7 @@ func (w *Worker) handler(ch Channel) (*handler, error) {
 	if ch.MaxPayloadBytes == 0 {
 		ch.MaxPayloadBytes = tasks.MaxPayloadBytes(ch.TaskType)
 	}
+	ch.Queue = ch.queueName()
 	ch.Headroom = ch.headroom()
 	ch = ch.credentialTimes()
 	if err := ch.checkWeights(); err != nil {
@@ -580,6 +596,13 @@ func (h *handler) pauseKey(scope string, fields map[string]string) string {
 // error (the decoded payload, the provider's answer).
 func (h *handler) process(ctx context.Context, t *asynq.Task, a *attempt) error {
 	m, name := h.w.opts.Metrics, h.ch.Name
+	if q, ok := asynq.GetQueueName(ctx); ok && q != h.ch.Queue {
+		// A producer put the task in another channel's queue: it would run
+		// under that queue's weight and pauses, and whoever reads the
+		// queue expects that channel's sends. Not sent, not retried.
+		m.outcome(name, OutcomeWrongQueue)
+		return permanent(fmt.Errorf("%s task in queue %.64q: %s tasks run only from the %s channel's queue %q; not sent", t.Type(), q, t.Type(), name, h.ch.Queue))
+	}
 	if n := len(t.Payload()); h.ch.MaxPayloadBytes > 0 && n > h.ch.MaxPayloadBytes {
 		m.outcome(name, OutcomeMalformed)
 		return permanent(fmt.Errorf("%s: payload is %d bytes, over the channel's cap of %d (channels.%s.max_payload_bytes)", t.Type(), n, h.ch.MaxPayloadBytes, name))

@@ -224,6 +224,7 @@ func buildChannel(cc *config.ChannelConfig, egress channels.Egress, secrets Secr
 	default:
 		return ch, fmt.Errorf("unknown channel %q", cc.Name)
 	}
+	ch.Queue = cc.Queue // the worker runs the channel's tasks only from it
 	ch.ThrottleBackoff = cc.ThrottleBackoff
 	ch.ProbeEvery = cc.ProbeEvery
 	ch.MaxRetryAfter = cc.MaxRetryAfter
