@@ -29,21 +29,21 @@ import (
 // 64:ff9b::/96, 6to4 2002::/16) when the embedded address is refused.
 // Allow admits chosen CIDRs on top.
 //
-// The check runs twice: CheckURL on the URL's literal host before a request
-// (and at enqueue, for an early error), and the dialer of NewEgressHTTPClient
-// on the address actually dialled, after name resolution. The second is what
-// counts: a name that resolves to a refused address, or a DNS answer that
-// changes between the first check and the dial (DNS rebinding), is refused
-// too.
+// The check runs three times: CheckTarget at enqueue, on the URL's literal
+// host and on the addresses its name resolves to, for an early error;
+// CheckURL on the literal host before a request; and the dialer of
+// NewEgressHTTPClient on the address actually dialled, after name
+// resolution. The last is what counts: a DNS answer that changes between
+// enqueue and the dial (DNS rebinding) is refused there.
 type Egress struct {
 	// Allow lists CIDRs that may be reached even though a refused range holds
 	// them: "127.0.0.0/8" for a receiver on the same host, "10.1.2.0/24" for
 	// an internal service. An IPv4 prefix also admits the address's
 	// IPv4-mapped IPv6 form. Empty: nothing is admitted.
 	Allow []netip.Prefix
-	// Resolver looks up target names for NewEgressHTTPClient's dialer; nil
-	// means net.DefaultResolver. Whatever it answers, the dialled address is
-	// checked.
+	// Resolver looks up target names for CheckTarget and for
+	// NewEgressHTTPClient's dialer; nil means net.DefaultResolver. Whatever
+	// it answers, the dialled address is checked.
 	Resolver *net.Resolver
 }
 
@@ -227,6 +227,78 @@ func (e Egress) CheckURL(raw string) error {
 	}
 	if numericHost(name) {
 		return &EgressError{Host: host, Range: "numeric host in a form other than dotted-quad IPv4, read by some resolvers as an address"}
+	}
+	return nil
+}
+
+// ErrNoSuchHost is wrapped by CheckTarget's error for a name DNS has no
+// address for (NXDOMAIN, or no A or AAAA record).
+var ErrNoSuchHost = errors.New("no such host")
+
+// DefaultLookupTimeout bounds CheckTarget's name lookup when ctx has no
+// deadline.
+const DefaultLookupTimeout = 5 * time.Second
+
+// CheckTarget is CheckURL, and for a host name also a lookup with Resolver
+// (net.DefaultResolver when nil) and CheckAddr on every address it
+// answers: a name that resolves to a refused address ("localhost-alias"
+// in /etc/hosts, a public name pointing at 10.0.0.5) is refused now, with
+// an *EgressError naming the name and the address, not only when dialled.
+// The dial-time check still runs (NewEgressHTTPClient): an answer that
+// changes in between is caught there. Any refused address refuses the
+// target, since the dialer may try any of them.
+//
+// A name that does not resolve is an error too: "no such host" when DNS
+// says the name does not exist (NXDOMAIN, or no A or AAAA record), else
+// the lookup's failure (a timeout, SERVFAIL) with "try again": the target
+// cannot be checked, so it is not accepted. Errors show the host only,
+// never the URL's path or query. Without a deadline on ctx the lookup gets
+// DefaultLookupTimeout.
+func (e Egress) CheckTarget(ctx context.Context, raw string) error {
+	if err := e.CheckURL(raw); err != nil {
+		return err
+	}
+	u, _ := url.Parse(raw) // CheckURL parsed it
+	host := u.Hostname()
+	if _, err := netip.ParseAddr(host); err == nil {
+		return nil // an address: CheckURL checked it
+	}
+	name := strings.TrimSuffix(strings.ToLower(host), ".")
+	if name == "localhost" || strings.HasSuffix(name, ".localhost") {
+		return nil // CheckURL admitted loopback
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultLookupTimeout)
+		defer cancel()
+	}
+	res := e.Resolver
+	if res == nil {
+		res = net.DefaultResolver
+	}
+	addrs, err := res.LookupNetIP(ctx, "ip", host)
+	shown := host
+	if len(shown) > maxShownHost {
+		shown = fmt.Sprintf("%.*q…", maxShownHost, host)
+	}
+	var de *net.DNSError
+	switch {
+	case err != nil && errors.As(err, &de) && de.IsNotFound, err == nil && len(addrs) == 0:
+		return fmt.Errorf("target %s: %w (DNS has no address for the name)", shown, ErrNoSuchHost)
+	case err != nil:
+		reason := "lookup failed"
+		if errors.As(err, &de) {
+			reason = de.Err
+			if de.IsTimeout {
+				reason = "lookup timed out"
+			}
+		}
+		return fmt.Errorf("target %s: cannot check the address the name resolves to (%s); try again", shown, reason)
+	}
+	for _, a := range addrs {
+		if r := e.refusal(a); r != "" {
+			return &EgressError{Host: host, Addr: a.WithZone(""), Range: r}
+		}
 	}
 	return nil
 }

@@ -349,6 +349,8 @@ func TestValidationNamesFields(t *testing.T) {
 		{"priority", "/v1/messages", with(sms(), "priority", "urgent"), specInvalid, []fieldErr{{"/priority", "want \"high\""}}},
 		{"webhook to a private address", "/v1/webhooks", with(webhook("k"), "url", "https://192.168.1.10/x"), specValid,
 			[]fieldErr{{"/url", "https://192.168.1.10"}}},
+		{"webhook to a name for loopback", "/v1/webhooks", with(webhook("k"), "url", "http://localhost-alias.test:8080/x"), specValid,
+			[]fieldErr{{"/url", "target localhost-alias.test (127.0.0.1) refused: loopback"}}},
 		{"webhook needs a key", "/v1/webhooks", with(webhook(""), "idempotency_key", nil), specInvalid, []fieldErr{{"/idempotency_key", "required for webhooks"}}},
 		{"webhook payload not an object", "/v1/webhooks", with(webhook("k"), "payload", "text"), specInvalid, []fieldErr{{"/payload", "JSON object or array"}}},
 		{"not an object", "/v1/messages", []any{1}, specInvalid, []fieldErr{{"", "want a JSON object"}}},

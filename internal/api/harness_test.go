@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -25,10 +26,15 @@ import (
 
 	"github.com/sluice-dev/sluice/config"
 	"github.com/sluice-dev/sluice/internal/api"
+	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/dnstest"
 	"github.com/sluice-dev/sluice/internal/redistest"
 )
 
 func TestMain(m *testing.M) {
+	// Target names are resolved at enqueue: the tests' names get a public
+	// address, localhost-alias.test loopback, from a DNS in process.
+	app.Resolver = dnstest.Resolver(map[string]netip.Addr{"localhost-alias.test": netip.MustParseAddr("127.0.0.1")}, dnstest.Public)
 	goleak.VerifyTestMain(m,
 		// The limiter's background batcher and go-redis's pool reaper end
 		// when their clients close, after the last test's cleanup.

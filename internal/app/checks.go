@@ -1,7 +1,14 @@
 package app
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/hibiken/asynq"
 
@@ -15,7 +22,8 @@ import (
 // producer (the CLI, an API) is refused now, not by an archived task later:
 // the channel's max_payload_bytes, and for webhook and http tasks the
 // target against egress (loopback, private, link-local and the rest, unless
-// egress.allow_cidrs admits them). URLs in errors show scheme and host only.
+// egress.allow_cidrs admits them), a host name by the addresses it resolves
+// to (CheckTarget). URLs in errors show scheme and host only.
 func CheckTask(cfg *config.Config, t *asynq.Task) error {
 	if err := CheckEnabled(cfg, tasks.DefaultQueue(t.Type())); err != nil {
 		return err
@@ -69,20 +77,78 @@ func CheckSize(cfg *config.Config, t *asynq.Task) error {
 }
 
 // CheckTarget holds a webhook or HTTP-call target to cfg's egress policy
-// (nil: config.Default()); the error names field and shows the URL's scheme
+// (nil: config.Default()) with channels.Egress.CheckTarget: the literal
+// host, and a host name by every address it resolves to, so a name for
+// 127.0.0.1 is refused at enqueue as the worker's dialer would refuse it.
+// A name that does not resolve (no such host) or whose lookup fails (a
+// timeout, SERVFAIL: the target cannot be checked) is an error too. The
+// lookup gets channels.DefaultLookupTimeout; a name's verdict (accepted,
+// refused for its address, no such host) is kept for targetTTL, so a batch to one
+// host looks it up once. The error names field and shows the URL's scheme
 // and host only.
 func CheckTarget(cfg *config.Config, field, target string) error {
 	if cfg == nil {
 		cfg = config.Default()
 	}
-	if err := egressOf(cfg).CheckURL(target); err != nil {
+	if err := checkTarget(egressOf(cfg), target); err != nil {
 		return fmt.Errorf("%s %s: %w", field, redact.URL(target), err)
 	}
 	return nil
 }
 
+// Resolver looks up target names for the enqueue-time check (CheckTarget)
+// and the webhook and HTTP-call clients NewWorker builds; nil is
+// net.DefaultResolver. Tests stand in a fake DNS (internal/dnstest) before
+// they start.
+var Resolver *net.Resolver
+
 // egressOf is cfg's egress policy, for the enqueue-time checks and the
 // webhook and HTTP-call clients alike.
 func egressOf(cfg *config.Config) channels.Egress {
-	return channels.Egress{Allow: cfg.Egress.AllowCIDRs}
+	return channels.Egress{Allow: cfg.Egress.AllowCIDRs, Resolver: Resolver}
+}
+
+// targetTTL is how long a name's verdict is kept; the dialer checks the
+// address again at each send whatever the verdict.
+const targetTTL = 30 * time.Second
+
+// maxTargets bounds the verdicts kept; when full they are all dropped.
+const maxTargets = 1024
+
+var targets struct {
+	sync.Mutex
+	m map[string]targetVerdict
+}
+
+type targetVerdict struct {
+	err   error // nil, an *channels.EgressError or channels.ErrNoSuchHost
+	until time.Time
+}
+
+// checkTarget is e.CheckTarget(target), its verdicts on names kept for
+// targetTTL; lookup failures other than no such host are not kept.
+func checkTarget(e channels.Egress, target string) error {
+	if err := e.CheckURL(target); err != nil {
+		return err
+	}
+	u, _ := url.Parse(target) // CheckURL parsed it
+	key := fmt.Sprintf("%p %v %s", e.Resolver, e.Allow, strings.ToLower(u.Hostname()))
+	now := time.Now()
+	targets.Lock()
+	v, ok := targets.m[key]
+	targets.Unlock()
+	if ok && now.Before(v.until) {
+		return v.err
+	}
+	err := e.CheckTarget(context.Background(), target)
+	var ee *channels.EgressError
+	if err == nil || errors.As(err, &ee) || errors.Is(err, channels.ErrNoSuchHost) {
+		targets.Lock()
+		if targets.m == nil || len(targets.m) >= maxTargets {
+			targets.m = map[string]targetVerdict{}
+		}
+		targets.m[key] = targetVerdict{err, now.Add(targetTTL)}
+		targets.Unlock()
+	}
+	return err
 }

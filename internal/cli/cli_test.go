@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -25,6 +26,7 @@ import (
 	"github.com/sluice-dev/sluice/config"
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/campaign"
+	"github.com/sluice-dev/sluice/internal/dnstest"
 	"github.com/sluice-dev/sluice/internal/emulator"
 	"github.com/sluice-dev/sluice/internal/redistest"
 	"github.com/sluice-dev/sluice/rules"
@@ -39,12 +41,21 @@ import (
 // reserve batcher, which exits by itself after a second idle
 // (throttle/reserve_batch.go).
 func TestMain(m *testing.M) {
+	app.Resolver = testDNS // target names are resolved at enqueue, in child processes too
 	if args, ok := os.LookupEnv(subprocessArgs); ok {
 		// A test's child process: `sluice` with the real stdout and stderr.
 		os.Exit(Execute(context.Background(), strings.Split(args, "\x1f"), os.Stdout, os.Stderr))
 	}
 	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/sluice-dev/sluice/throttle.(*reserveBatcher).run"))
 }
+
+// testDNS answers the tests' target names in process: localhost-alias.test
+// with 127.0.0.1, nowhere.test with NXDOMAIN, any other with a public
+// address.
+var testDNS = dnstest.Resolver(map[string]netip.Addr{
+	"localhost-alias.test": netip.MustParseAddr("127.0.0.1"),
+	"nowhere.test":         {},
+}, dnstest.Public)
 
 // result is what one Execute call did.
 type result struct {

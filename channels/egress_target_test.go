@@ -1,0 +1,90 @@
+package channels
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/net/dns/dnsmessage"
+)
+
+// failingDNS is a resolver whose every answer is rcode with no records,
+// served in process.
+func failingDNS(rcode dnsmessage.RCode) *net.Resolver {
+	return &net.Resolver{PreferGo: true, Dial: func(context.Context, string, string) (net.Conn, error) {
+		client, server := net.Pipe()
+		go func() {
+			defer server.Close()
+			buf := make([]byte, 1500)
+			n, err := server.Read(buf)
+			if err != nil || n < 2 {
+				return
+			}
+			var p dnsmessage.Parser
+			h, err := p.Start(buf[2:n])
+			if err != nil {
+				return
+			}
+			q, err := p.Question()
+			if err != nil {
+				return
+			}
+			b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: h.ID, Response: true, RecursionAvailable: true, RCode: rcode})
+			_ = b.StartQuestions()
+			_ = b.Question(q)
+			out, err := b.Finish()
+			if err != nil {
+				return
+			}
+			_, _ = server.Write(append([]byte{byte(len(out) >> 8), byte(len(out))}, out...))
+		}()
+		return client, nil
+	}}
+}
+
+// CheckTarget resolves a name at enqueue and checks what it resolves to,
+// so a name for a refused address is refused before it is queued (issue
+// 20: a name for 127.0.0.1 in /etc/hosts was accepted and failed at dial
+// time). The resolver is injected: nothing depends on /etc/hosts or a DNS
+// server.
+func TestCheckTargetResolvesNames(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const target = "http://localhost-alias.test:8080/hook?sig=s3cr3t"
+	var lookups atomic.Int64
+	loopback := fakeDNS(netip.MustParseAddr("127.0.0.1"), &lookups)
+
+	require.NoError(t, Egress{Resolver: loopback}.CheckURL(target), "the name alone passes the URL check")
+	err := Egress{Resolver: loopback}.CheckTarget(ctx, target)
+	var ee *EgressError
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, netip.MustParseAddr("127.0.0.1"), ee.Addr)
+	require.Contains(t, err.Error(), "target localhost-alias.test (127.0.0.1) refused: loopback")
+	require.NotContains(t, err.Error(), "s3cr3t")
+	require.Positive(t, lookups.Load(), "the injected resolver answered")
+
+	mapped := fakeDNS(netip.MustParseAddr("::ffff:169.254.169.254"), &lookups)
+	require.ErrorContains(t, Egress{Resolver: mapped}.CheckTarget(ctx, target), "link-local")
+
+	allow := Egress{Resolver: loopback, Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+	require.NoError(t, allow.CheckTarget(ctx, target), "admitted by Allow")
+	public := fakeDNS(netip.MustParseAddr("93.184.215.14"), &lookups)
+	require.NoError(t, Egress{Resolver: public}.CheckTarget(ctx, target))
+
+	err = Egress{Resolver: failingDNS(dnsmessage.RCodeNameError)}.CheckTarget(ctx, target)
+	require.EqualError(t, err, "target localhost-alias.test: no such host (DNS has no address for the name)")
+	err = Egress{Resolver: failingDNS(dnsmessage.RCodeServerFailure)}.CheckTarget(ctx, target)
+	require.ErrorContains(t, err, "target localhost-alias.test: cannot check the address the name resolves to (")
+	require.ErrorContains(t, err, "; try again")
+
+	// What CheckURL refuses is refused without a lookup; a literal address
+	// needs none.
+	before := lookups.Load()
+	require.ErrorContains(t, Egress{Resolver: public}.CheckTarget(ctx, "http://10.0.0.5/"), "private (10.0.0.0/8")
+	require.ErrorContains(t, Egress{Resolver: public}.CheckTarget(ctx, "http://localhost/"), "loopback name")
+	require.NoError(t, Egress{Resolver: public}.CheckTarget(ctx, "http://93.184.215.14/"))
+	require.Equal(t, before, lookups.Load())
+}
