@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -174,8 +175,10 @@ func TestUnrecordedRetriesWithBackoff(t *testing.T) {
 		ticks <- time.Time{}
 		require.Equal(t, "a", (<-rec.calls).TaskID)
 	}
-	require.Eventually(t, func() bool { return u.len() == 0 }, 5*time.Second, time.Millisecond, "written after the round")
-	require.Contains(t, logs.String(), "wrote the sends kept")
+	// The round empties the set, then logs: wait for both.
+	require.Eventually(t, func() bool {
+		return u.len() == 0 && strings.Contains(logs.String(), "wrote the sends kept")
+	}, 5*time.Second, time.Millisecond, "written and logged after the round")
 
 	u.add(sentOf("b"))
 	require.LessOrEqual(t, <-waits, unrecordedFirstWait, "a new outage starts at the first step")
