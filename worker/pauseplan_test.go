@@ -101,6 +101,11 @@ func TestPausedNumberResumesOncePerSend(t *testing.T) {
 		require.False(t, ats[0].Before(p.Until.Add(-50*time.Millisecond)), "%s sent at %v, within the pause (until %v)", k, ats[0], p.Until)
 	}
 	mu.Unlock()
+	// A send signals delivered before its outcome is counted: wait for the
+	// last one's count.
+	require.Eventually(t, func() bool {
+		return counter(t, reg, "sluice_tasks_total", "outcome", OutcomeSent) >= float64(2*each)
+	}, 10*time.Second, time.Millisecond, "every delivered send counted")
 	sent := counter(t, reg, "sluice_tasks_total", "outcome", OutcomeSent)
 	planned := counter(t, reg, "sluice_tasks_total", "outcome", OutcomePlanned)
 	bounced := counter(t, reg, "sluice_tasks_total", "outcome", OutcomeThrottled)
