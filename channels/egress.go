@@ -248,10 +248,11 @@ const DefaultLookupTimeout = 5 * time.Second
 // changes in between is caught there. Any refused address refuses the
 // target, since the dialer may try any of them.
 //
-// A name that does not resolve is an error too: "no such host" when DNS
-// says the name does not exist (NXDOMAIN, or no A or AAAA record), else
-// the lookup's failure (a timeout, SERVFAIL) with "try again": the target
-// cannot be checked, so it is not accepted. Errors show the host only,
+// A name that does not resolve is an error too when DNS says the name does
+// not exist (NXDOMAIN, or no A or AAAA record): "no such host". A lookup
+// that fails (a timeout, SERVFAIL) admits the target: a passing DNS fault
+// must not turn a send away (an API client takes a 4xx as final), and the
+// dial-time check refuses a forbidden address on every send. Errors show the host only,
 // never the URL's path or query. Without a deadline on ctx the lookup gets
 // DefaultLookupTimeout.
 func (e Egress) CheckTarget(ctx context.Context, raw string) error {
@@ -286,14 +287,7 @@ func (e Egress) CheckTarget(ctx context.Context, raw string) error {
 	case err != nil && errors.As(err, &de) && de.IsNotFound, err == nil && len(addrs) == 0:
 		return fmt.Errorf("target %s: %w (DNS has no address for the name)", shown, ErrNoSuchHost)
 	case err != nil:
-		reason := "lookup failed"
-		if errors.As(err, &de) {
-			reason = de.Err
-			if de.IsTimeout {
-				reason = "lookup timed out"
-			}
-		}
-		return fmt.Errorf("target %s: cannot check the address the name resolves to (%s); try again", shown, reason)
+		return nil // a DNS fault, not an answer: the dial-time check decides
 	}
 	for _, a := range addrs {
 		if r := e.refusal(a); r != "" {

@@ -592,14 +592,27 @@ func (h *handler) pauseKey(scope string, fields map[string]string) string {
 	return ""
 }
 
+// channelOfQueue returns the name of the worker's channel whose queue is q,
+// or "" when none is.
+func (w *Worker) channelOfQueue(q string) string {
+	for name, h := range w.handlers {
+		if h.ch.Queue == q {
+			return name
+		}
+	}
+	return ""
+}
+
 // process makes one attempt at t; a records what serve needs besides the
 // error (the decoded payload, the provider's answer).
 func (h *handler) process(ctx context.Context, t *asynq.Task, a *attempt) error {
 	m, name := h.w.opts.Metrics, h.ch.Name
-	if q, ok := asynq.GetQueueName(ctx); ok && q != h.ch.Queue {
+	if q, ok := asynq.GetQueueName(ctx); ok && q != h.ch.Queue && h.w.channelOfQueue(q) != "" {
 		// A producer put the task in another channel's queue: it would run
 		// under that queue's weight and pauses, and whoever reads the
-		// queue expects that channel's sends. Not sent, not retried.
+		// queue expects that channel's sends. Not sent, not retried. A
+		// queue no channel of this worker owns (asynq.Queue chosen by the
+		// caller, Mux in another server) is the caller's choice.
 		m.outcome(name, OutcomeWrongQueue)
 		return permanent(fmt.Errorf("%s task in queue %.64q: %s tasks run only from the %s channel's queue %q; not sent", t.Type(), q, t.Type(), name, h.ch.Queue))
 	}
