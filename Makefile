@@ -91,7 +91,7 @@ e2e-outage: redis-server
 	SLUICE_E2E_OUTAGE=1 $(GO) test -count=1 -v -timeout 60m -run 'TestRedisOutage' ./internal/e2e/
 
 build:
-	$(GO) build -o bin/sluice ./cmd/sluice
+	$(GO) build -buildvcs=auto -o bin/sluice ./cmd/sluice
 
 demo:
 	$(GO) run ./cmd/sluice demo
