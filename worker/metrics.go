@@ -47,7 +47,7 @@ const (
 	OutcomeMalformed        = "malformed"          // bad payload; archived
 	OutcomeLimiterError     = "limiter_error"      // Redis failed; retried with backoff
 	OutcomeUnknownType      = "unknown_type"       // no handler for the task type; archived
-	OutcomeWrongQueue       = "wrong_queue"        // in a queue other than its channel's; archived unsent
+	OutcomeWrongQueue       = "wrong_queue"        // in another channel's queue; archived unsent
 	OutcomeUnauthorized     = "unauthorized"       // credentials refused; channel paused, task waits
 	// OutcomeBudgetSpent: a failed attempt (counted under its own outcome,
 	// transient or provider_throttled) was the last its channel's
