@@ -90,3 +90,43 @@ func TestRawTasksAreCheckedAsEnqueuedOnes(t *testing.T) {
 	require.EqualValues(t, 1, calls.Load(), "only the valid send reached a provider")
 	require.Equal(t, 1.0, tasksTotal(t, reg, "whatsapp", OutcomeWrongQueue))
 }
+
+// A queue no channel of the worker owns is the caller's to route
+// (asynq.Queue at enqueue, Options.Queues or Worker.Mux in its own server):
+// a valid send there goes, as before issue 20's wrong-queue check.
+func TestTaskInAQueueNoChannelOwnsIsSent(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	prov := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"sid":"SM0123456789abcdef0123456789abcdef","status":"queued","num_segments":"1"}`))
+	}))
+	t.Cleanup(prov.Close)
+	rdb := redistest.Start(t).Client(t)
+	w, err := New(Options{Redis: rdb, Limiter: throttle.NewRedis(rdb, throttle.Options{Prefix: "wq"}), Metrics: NewMetrics(prometheus.NewRegistry()),
+		Channels: []Channel{
+			SMSChannel(&channels.Twilio{BaseURL: prov.URL, AccountSID: "AC0123456789abcdef0123456789abcdef", AuthToken: "t0ken", HTTP: prov.Client()}, nil),
+		},
+		Queues:      map[string]int{"sms": 1, "sms-bulk": 1},
+		Concurrency: 2, ShutdownTimeout: time.Second, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Shutdown)
+	client := asynq.NewClientFromRedisClient(rdb)
+	_, err = client.Enqueue(asynq.NewTask(tasks.TypeSMSSend, []byte(`{"v":1,"from":"+12025550100","to":"+12025550123","body":"hi"}`)),
+		asynq.Queue("sms-bulk"), asynq.TaskID("bulk"), asynq.Retention(time.Hour))
+	require.NoError(t, err)
+	insp := asynq.NewInspectorFromRedisClient(rdb)
+	deadline := time.Now().Add(time.Minute) // a hang's bound, not a measure
+	for {
+		info, err := insp.GetTaskInfo("sms-bulk", "bulk")
+		if err == nil && info.State == asynq.TaskStateCompleted {
+			break
+		}
+		require.True(t, err == nil && info.State != asynq.TaskStateArchived, "task: %+v %v", info, err)
+		require.True(t, time.Now().Before(deadline), "task not done: %+v", info)
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.EqualValues(t, 1, calls.Load())
+}
