@@ -102,14 +102,21 @@ func decodeStrict(b []byte, v any) error {
 	return checkNames("", b, namesOf(reflect.TypeOf(v).Elem()))
 }
 
-// names is the exact set of JSON member names a struct type decodes, with
+// Names is the exact set of JSON member names a struct type decodes, with
 // the names of its struct-valued members' members (nil for other values).
-type names map[string]names
+// encoding/json matches names case-insensitively; Names is what a strict
+// check compares them with (the worker's decoders, the API's unknown-field
+// check). A Names from NamesOf is shared: do not modify it.
+type Names map[string]Names
+
+type names = Names
 
 var namesCache sync.Map // reflect.Type → names
 
-// namesOf returns the names of struct type t, embedded structs flattened
-// as encoding/json does.
+// NamesOf returns the names of struct type t, embedded structs flattened
+// as encoding/json does; cached per type.
+func NamesOf(t reflect.Type) Names { return namesOf(t) }
+
 func namesOf(t reflect.Type) names {
 	if n, ok := namesCache.Load(t); ok {
 		return n.(names)

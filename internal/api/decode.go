@@ -6,52 +6,28 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"reflect"
-	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/sluice-dev/sluice/tasks"
 )
 
 // shape is the exact set of JSON member names a struct type decodes, with
-// the shapes of its struct-valued members. encoding/json matches names
-// case-insensitively and DisallowUnknownFields does not change that; the
-// API checks names against the shape first, so "TO" is an unknown field,
-// as the OpenAPI document says.
-type shape map[string]shape
+// the shapes of its struct-valued members (tasks.Names, the worker's own).
+// encoding/json matches names case-insensitively and DisallowUnknownFields
+// does not change that; the API checks names against the shape first, so
+// "TO" is an unknown field, as the OpenAPI document says.
+type shape = tasks.Names
 
 // shapeOf returns the shape of struct type t, flattening embedded structs
-// as encoding/json does. Fields in skip (at the top level and in embedded structs) are left out: the
+// as encoding/json does. Top-level fields in skip are left out: the
 // payloads' "v", which the API sets itself.
 func shapeOf(t reflect.Type, skip ...string) shape {
-	s := shape{}
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if tag == "-" || (!f.IsExported() && !f.Anonymous) {
-			continue
-		}
-		ft := f.Type
-		if ft.Kind() == reflect.Pointer {
-			ft = ft.Elem()
-		}
-		if f.Anonymous && tag == "" && ft.Kind() == reflect.Struct {
-			for k, v := range shapeOf(ft, skip...) {
-				s[k] = v
-			}
-			continue
-		}
-		name := tag
-		if name == "" {
-			name = f.Name
-		}
-		if slices.Contains(skip, name) {
-			continue
-		}
-		if ft.Kind() == reflect.Struct && ft != reflect.TypeFor[json.RawMessage]() {
-			s[name] = shapeOf(ft)
-		} else {
-			s[name] = nil
-		}
+	s := maps.Clone(tasks.NamesOf(t)) // shared: copied before skipping
+	for _, k := range skip {
+		delete(s, k)
 	}
 	return s
 }
