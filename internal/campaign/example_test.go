@@ -47,7 +47,7 @@ func ExampleWriteRejects() {
 	// Output:
 	// line,reason,to,name
 	// 2,"to: ""not-a-number"" is not a valid E.164 phone number",not-a-number,Ava
-	// 3,"has 1 field, want 2",+12025550123
+	// 3,"has 1 field, want 2; the line was: +12025550123",,
 }
 
 func ExampleIdempotencyKey() {

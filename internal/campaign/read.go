@@ -524,6 +524,19 @@ func isAnnotation(column string) bool {
 	return strings.EqualFold(column, lineColumn) || strings.EqualFold(column, reasonColumn)
 }
 
+// rawLine gives a reject's fields as one CSV line: a line that was not
+// valid CSV is its single field, as read.
+func rawLine(raw []string) string {
+	if len(raw) == 1 {
+		return raw[0]
+	}
+	var b strings.Builder
+	cw := csv.NewWriter(&b)
+	_ = cw.Write(raw) // a strings.Builder does not fail
+	cw.Flush()
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
 // contentKey appends to b an unambiguous encoding of what makes a row's
 // message: its recipient and its parameter values in column order.
 func contentKey(b []byte, row Row, columns []string) []byte {
@@ -545,18 +558,23 @@ func appendField(b []byte, s string) []byte {
 }
 
 // WriteRejects writes rejects as CSV for the user to fix and feed back to
-// Read: the header, then one record per reject with its original fields,
-// with two columns in front: "line" (the reject's line in the input) and
-// "reason". A line that was not valid CSV is one field, quoted as needed, so
-// the rejects file is valid CSV with one record per reject: reading it back
-// gives one row or reject per record, and a stray quote in it swallows
-// nothing. Two exceptions: a rejected row's "to" is quoted in its reason, so
-// a row near Read's 64 KiB bound may not stay within it; and a line inside
-// a duplicate's multi-line field that, with the two extra columns, is a row
-// of its own in the rejects file is read as one there (see Read). Putting
-// the columns first keeps every record's fields under their headings however
-// many fields it had, and keeps a record that had too few fields invalid
-// until it is fixed.
+// Read: the header, then one record per reject, with two columns in front:
+// "line" (the reject's line in the input) and "reason". Every record has
+// the header's width, so the file opens as a table anywhere:
+//
+//   - A reject with the header's field count (a bad number, a duplicate, a
+//     NUL byte) keeps its fields under their headings.
+//   - A reject with another field count, or a line that was not valid CSV,
+//     has empty cells and its original text at the end of its reason
+//     (`has 2 fields, want 3; the line was: +12025550124,Noah`). Its empty
+//     "to" keeps it rejected until the user fills in the cells; a stray quote
+//     in it is inside a quoted cell, so it swallows nothing when read back.
+//
+// Reading the file back gives one row or reject per record. One exception: a
+// line inside a duplicate's multi-line field that, with the two extra
+// columns, is a row of its own in the rejects file is read as one there (see
+// Read). A reason that quotes a row near Read's 64 KiB bound may take the
+// record past it.
 //
 // Read treats "line" and "reason" as annotations, not parameters, so a fixed
 // row gets the same idempotency key as it would have had in the original
@@ -584,7 +602,10 @@ func WriteRejects(w io.Writer, header []string, rejects []Reject) error {
 				out = append(out, r.Raw[i])
 			}
 		} else {
-			out = append(out, r.Raw...)
+			out[1] = r.Reason + "; the line was: " + rawLine(r.Raw)
+			for range keep {
+				out = append(out, "")
+			}
 		}
 		if err := cw.Write(out); err != nil {
 			return fmt.Errorf("write rejects: line %d: %w", r.Line, err)

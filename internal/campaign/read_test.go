@@ -293,12 +293,13 @@ func TestWriteRejectsRoundTrip(t *testing.T) {
 	want := "line,reason,to,name,order_id\n" +
 		"2,\"to: \"\"+1555\"\" is not a valid E.164 phone number\",+1555,Ava,ORD-1\n" +
 		"4,duplicate of line 3,+12025550123,\"Smith, Jo\",ORD-2\n" +
-		"5,\"has 2 fields, want 3\",+12025550124,Noah\n" +
-		"6,\"has 4 fields, want 3\",+12025550125,Mia,ORD-4,extra\n"
+		"5,\"has 2 fields, want 3; the line was: +12025550124,Noah\",,,\n" +
+		"6,\"has 4 fields, want 3; the line was: +12025550125,Mia,ORD-4,extra\",,,\n"
 	require.Equal(t, want, buf.String())
 
 	// Read back: fields are intact, rows with the wrong field count stay
-	// rejected, and line and reason are annotations, not parameters.
+	// rejected (their "to" is empty until the user fills in the cells), and
+	// line and reason are annotations, not parameters.
 	back, err := Read(bytes.NewReader(buf.Bytes()), Options{})
 	require.NoError(t, err)
 	require.Equal(t, []string{"line", "reason", "to", "name", "order_id"}, back.Columns)
@@ -311,11 +312,18 @@ func TestWriteRejectsRoundTrip(t *testing.T) {
 	if diff := cmp.Diff([]outcome{
 		{Line: 2, Reason: `to: "+1555" is not a valid E.164 phone number`},
 		{Line: 3, To: "+12025550123"},
-		{Line: 4, Reason: "has 4 fields, want 5"},
-		{Line: 5, Reason: "has 6 fields, want 5"},
+		{Line: 4, Reason: "to: empty"},
+		{Line: 5, Reason: "to: empty"},
 	}, outcomes(t, back)); diff != "" {
 		t.Errorf("read back (-want +got):\n%s", diff)
 	}
+
+	// Fixed as the reason says, the row is sent.
+	fixed := strings.Replace(buf.String(), "; the line was: +12025550124,Noah\",,,", "\",+12025550124,Noah,ORD-3", 1)
+	again, err := Read(strings.NewReader(fixed), Options{})
+	require.NoError(t, err)
+	require.Len(t, again.Rows, 2)
+	require.Equal(t, map[string]string{"to": "+12025550124", "name": "Noah", "order_id": "ORD-3"}, again.Rows[1].Params)
 
 	// The rejects of a rejects file get fresh line and reason columns.
 	buf.Reset()
@@ -326,7 +334,10 @@ func TestWriteRejectsRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"line", "reason", "to", "name", "order_id"}, recs[0])
 	require.Equal(t, []string{"2", `to: "+1555" is not a valid E.164 phone number`, "+1555", "Ava", "ORD-1"}, recs[1])
-	require.Equal(t, []string{"4", "has 4 fields, want 5", "5", "has 2 fields, want 3", "+12025550124", "Noah"}, recs[2])
+	require.Equal(t, []string{"4", "to: empty", "", "", ""}, recs[2])
+	for _, rec := range recs {
+		require.Len(t, rec, 5, "every record has the header's width")
+	}
 }
 
 type failingWriter struct{}
