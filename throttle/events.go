@@ -202,6 +202,37 @@ func (s *eventSink) observeBlocked(ctx context.Context, reqs []Request, r Reserv
 		"key", ld.Key, "name", ld.Name, "limit", ld.Limit, "window", formatWindow(lim.Window()), "reset", unixMilli(ld.Reset))
 }
 
+// observePlanned writes limits.exceeded for sends that one Plan call put
+// more than hold ahead: for the limit key most of the scope's first batch
+// shares (the sender's, where a campaign's backlog builds; a pair key holds
+// one send of it). It has no reset: a campaign enqueued in batches (sluice
+// send: 256 rows a call) ends beyond any one call's plan, and its end is
+// the enqueue's answer and /limits/'s "drains". At most once per key per
+// max(window, ExceededEvery), as observeBlocked, and one check per scope per
+// call.
+func (s *eventSink) observePlanned(ctx context.Context, reqs []Request, now, last time.Time, hold time.Duration) {
+	if s == nil || s.opts.Disabled || last.Sub(now) <= hold || len(reqs) == 0 {
+		return
+	}
+	count := make(map[string]int, 4)
+	best := -1
+	for i, r := range reqs {
+		if r.Limit.Algorithm == Pause {
+			continue // not a limit; provider.* events report it
+		}
+		count[r.Key]++
+		if best < 0 || count[r.Key] > count[reqs[best].Key] {
+			best = i
+		}
+	}
+	if best < 0 {
+		return
+	}
+	lim := reqs[best].Limit
+	s.emit(ctx, EventExceeded, reqs[best].Key, max(lim.Window(), ExceededEvery), now,
+		"key", reqs[best].Key, "name", lim.Name, "limit", lim.Capacity(), "window", formatWindow(lim.Window()))
+}
+
 // emit writes an event unless this key already had one of its type in the
 // current window. Events repeat at most once per aligned window of the limit
 // (for a fixed window exactly its window), so the marker names the window's

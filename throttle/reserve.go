@@ -280,10 +280,12 @@ type Planned struct {
 // finds them. Other
 // limits are ignored here and decided by Reserve. Sends are planned in batches of
 // one script call per scope and up to 256 sends, so planning a campaign
-// costs far less than one call per send. opts.TaskID and Priority are
-// ignored: each Send has its own TaskID, and planning is for bulk sends.
+// costs far less than one call per send. A scope whose sends go more
+// than opts.Hold ahead writes limits.exceeded for the key they share, as
+// Reserve does for a backlog. opts.TaskID and Priority are ignored: each
+// Send has its own TaskID, and planning is for bulk sends.
 func (l *Redis) Plan(ctx context.Context, opts ReserveOptions, sends []Send) ([]Planned, error) {
-	_, headroom, err := reserveParams(opts)
+	hold, headroom, err := reserveParams(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -319,6 +321,8 @@ func (l *Redis) Plan(ctx context.Context, opts ReserveOptions, sends []Send) ([]
 	var now time.Time
 	for _, sc := range order {
 		items := groups[sc]
+		var first []Request // the scope's first batch, for its event
+		var last time.Time  // the scope's last planned instant
 		for lo := 0; lo < len(items); lo += batch {
 			part := items[lo:min(lo+batch, len(items))]
 			ra := l.newReserveArgs("plan", 0, headroom, len(part))
@@ -336,10 +340,17 @@ func (l *Redis) Plan(ctx context.Context, opts ReserveOptions, sends []Send) ([]
 				return nil, fmt.Errorf("%w: %d values for %d planned sends", ErrMalformedReply, len(raw), len(part))
 			}
 			now = time.UnixMicro(raw[0])
+			if first == nil {
+				first = all
+			}
 			for k, it := range part {
 				out[it.idx] = Planned{At: time.UnixMicro(raw[1+2*k]), New: raw[2+2*k] == 1}
+				if out[it.idx].At.After(last) {
+					last = out[it.idx].At
+				}
 			}
 		}
+		l.events.observePlanned(ctx, first, now, last, hold)
 	}
 	for i := range out {
 		if out[i].At.IsZero() {

@@ -99,3 +99,38 @@ func TestEmitWritesOnlyListedEventTypes(t *testing.T) {
 	}
 	require.Equal(t, throttle.EventTypes, got)
 }
+
+// A campaign planned at enqueue behind a paced limit writes one
+// limits.exceeded for the key its sends share (the sender's, not a
+// recipient's pair key), with no reset; a plan that fits within the hold
+// writes none.
+func TestPlanBacklogWritesOneExceededEvent(t *testing.T) {
+	l, _ := reserveLimiter(t)
+	ctx := context.Background()
+	sender := throttle.Limit{Name: "sender", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(1), Burst: 1}
+	send := func(id string, i int) throttle.Send {
+		return throttle.Send{TaskID: id, Requests: []throttle.Request{
+			{Key: "wa:sender:106540352242922", Limit: sender},
+			{Key: fmt.Sprintf("wa:pair:106540352242922:+120255501%02d", i), Limit: pair6},
+		}}
+	}
+	_, err := l.Plan(ctx, throttle.ReserveOptions{}, []throttle.Send{send("a", 0), send("b", 1)})
+	require.NoError(t, err)
+	require.Empty(t, exceeded(t, l), "two sends at 1/s go within the hold")
+
+	var sends []throttle.Send
+	for i := range 40 {
+		sends = append(sends, send(fmt.Sprint("t", i), i))
+	}
+	planned, err := l.Plan(ctx, throttle.ReserveOptions{}, sends)
+	require.NoError(t, err)
+	require.Greater(t, planned[len(planned)-1].At.Sub(planned[0].At), throttle.DefaultHold)
+	evs := exceeded(t, l)
+	require.Len(t, evs, 1, "40 sends planned behind one sender: one event")
+	require.Equal(t, []any{"wa:sender:106540352242922", "sender", int64(1)}, []any{evs[0].Key, evs[0].Name, evs[0].Limit})
+	require.True(t, evs[0].Reset.IsZero(), "no reset: a batch's last planned send is not the campaign's")
+
+	_, err = l.Plan(ctx, throttle.ReserveOptions{}, []throttle.Send{send("u", 50)})
+	require.NoError(t, err)
+	require.Len(t, exceeded(t, l), 1, "once per key per minute")
+}
