@@ -94,11 +94,11 @@ func (l *Redis) ListPlanned(ctx context.Context, prefix string, cursor uint64, c
 }
 
 func (l *Redis) list(ctx context.Context, prefix string, cursor uint64, count int64, planned bool) (keys []string, next uint64, err error) {
-	match := l.match(prefix)
+	match := l.scanMatch(prefix)
 	keep := func(full string) {
 		s := l.strip(full)
-		if planned && strings.HasSuffix(s, backlogSuffix) {
-			s = strings.TrimSuffix(s, backlogSuffix)
+		if state, ok := stateOfBacklog(s); planned && ok {
+			s = state
 		}
 		if !reserved(s) {
 			keys = append(keys, s)
@@ -158,7 +158,7 @@ func (l *Redis) Reset(ctx context.Context, keys ...string) (int64, error) {
 		full := l.Key(k)
 		c, err := l.rdb.Unlink(ctx, full).Result()
 		if err == nil {
-			err = l.rdb.Unlink(ctx, full+planSuffix, full+backlogSuffix).Err()
+			err = l.rdb.Unlink(ctx, planKey(full), backlogKey(full)).Err()
 		}
 		if err != nil {
 			return n, fmt.Errorf("throttle: reset %s: %w", k, err)
@@ -234,35 +234,12 @@ func (l *Redis) Cleanup(ctx context.Context) (CleanupStats, error) {
 	return st, err
 }
 
-// match is the SCAN pattern for keys under prefix, with glob characters escaped.
-func (l *Redis) match(prefix string) string {
-	var full string
-	if prefix == "" {
-		full = l.prefix + ":"
-	} else {
-		full = l.Key(prefix)
-	}
-	r := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`)
-	return r.Replace(full) + "*"
-}
-
 // reserved reports whether a key belongs to Sluice itself (events stream,
 // overrides), not to a limit: its scope starts with '_'.
 // reserved reports keys that are not limiter state: "_"-scoped keys and
 // the plan and backlog keys beside a GCRA limit's state (Reserve).
 func reserved(key string) bool {
 	return strings.HasPrefix(key, "_") || isBookKey(key) || isProbeKey(key)
-}
-
-// strip turns a full key back into "scope:rest".
-func (l *Redis) strip(full string) string {
-	s := strings.TrimPrefix(full, l.prefix+":")
-	if strings.HasPrefix(s, "{") {
-		if end := strings.IndexByte(s, '}'); end > 0 {
-			return s[1:end] + s[end+1:]
-		}
-	}
-	return s
 }
 
 // Stats summarizes the limiter's keys, for `sluice limits stats`.
