@@ -132,6 +132,14 @@ func (l *Redis) Prefix() string { return l.prefix }
 // Client returns the Redis client the limiter uses.
 func (l *Redis) Client() redis.UniversalClient { return l.rdb }
 
+// ScanBatch is the keys asked for per SCAN page by the key walks
+// (Options.ScanBatch; DefaultScanBatch when it was zero).
+func (l *Redis) ScanBatch() int64 { return l.scanBatch }
+
+// Logger is where the limiter logs the errors it absorbs: Options.Logger,
+// else slog.Default() as it is at the time of the call.
+func (l *Redis) Logger() *slog.Logger { return l.logger() }
+
 // Consume implements Limiter.
 func (l *Redis) Consume(ctx context.Context, reqs ...Request) (Decision, error) {
 	return l.run(ctx, modeConsume, reqs)
