@@ -168,10 +168,10 @@ func (l *Redis) Cleanup(ctx context.Context) (CleanupStats, error) {
 	return st, err
 }
 
-// reserved reports whether a key belongs to Sluice itself (events stream,
-// overrides), not to a limit: its scope starts with '_'.
-// reserved reports keys that are not limiter state: "_"-scoped keys and
-// the plan and backlog keys beside a GCRA limit's state (Reserve).
+// reserved reports keys that are not limiter state: those whose scope
+// starts with '_' (the events stream, overrides, adaptive state, and
+// control's keys, keys.go) and the plan, backlog and probe keys beside a
+// limit's state.
 func reserved(key string) bool {
 	return strings.HasPrefix(key, "_") || isBookKey(key) || isProbeKey(key)
 }
