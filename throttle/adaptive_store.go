@@ -18,10 +18,6 @@ import (
 // Adaptive limits' shared state and its per-process cache; the algorithm
 // is in adaptive.go.
 
-// AdaptKey is the Redis hash of adaptive state: field = limiter key, value
-// = "<version> <JSON of the key's limits by name>".
-func (l *Redis) AdaptKey() string { return l.prefix + ":{_adaptive}" }
-
 // adaptVersionField counts the hash's changes.
 const adaptVersionField = "_v"
 

@@ -3,79 +3,13 @@ package throttle
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
 var cleanupScript = redis.NewScript(joinLua("cleanup.lua"))
-
-// KeyState is the raw state of one limiter key, for `sluice limits show`.
-type KeyState struct {
-	Key  string        // full Redis key
-	Type string        // Redis type: "string", "hash", "zset"; "none" when missing
-	TTL  time.Duration // -1 no TTL; -2 the key does not exist
-	// Bytes is the key's MEMORY USAGE.
-	Bytes int64
-	// Value is a string key's value: a GCRA TAT or a MinInterval last
-	// operation, in us since the epoch.
-	Value string
-	// Fields are a hash's fields: FixedWindow {w, c, bw, b},
-	// SlidingWindowCounter {w, c, p}, or GCRA TATs by limit name.
-	Fields map[string]string
-	// Members are a sorted set's members with their scores as times:
-	// SlidingWindowLog entries, Concurrency leases (expiry), Distinct members
-	// (last admitted). At most 100, oldest first.
-	Members []Member
-	// Count is the sorted set's size.
-	Count int64
-}
-
-// Member is one sorted-set member of a limiter key.
-type Member struct {
-	Member string
-	At     time.Time
-}
-
-// Inspect reads a key's state without changing it. key is without prefix
-// ("whatsapp:pair:…"). A missing key has Type "none" and TTL -2.
-func (l *Redis) Inspect(ctx context.Context, key string) (KeyState, error) {
-	full := l.Key(key)
-	st := KeyState{Key: full}
-	pipe := l.rdb.Pipeline()
-	typ := pipe.Type(ctx, full)
-	ttl := pipe.PTTL(ctx, full)
-	mem := pipe.MemoryUsage(ctx, full)
-	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
-		return st, fmt.Errorf("throttle: inspect %s: %w", full, err)
-	}
-	st.Type, st.TTL, st.Bytes = typ.Val(), ttl.Val(), mem.Val()
-	if st.TTL > 0 {
-		st.TTL = st.TTL.Round(time.Millisecond)
-	}
-	var err error
-	switch st.Type {
-	case "string":
-		st.Value, err = l.rdb.Get(ctx, full).Result()
-	case "hash":
-		st.Fields, err = l.rdb.HGetAll(ctx, full).Result()
-	case "zset":
-		var zs []redis.Z
-		if st.Count, err = l.rdb.ZCard(ctx, full).Result(); err == nil {
-			zs, err = l.rdb.ZRangeWithScores(ctx, full, 0, 99).Result()
-		}
-		for _, z := range zs {
-			st.Members = append(st.Members, Member{Member: fmt.Sprint(z.Member), At: time.UnixMicro(int64(z.Score))})
-		}
-	}
-	if err != nil && err != redis.Nil {
-		return st, fmt.Errorf("throttle: inspect %s: %w", full, err)
-	}
-	return st, nil
-}
 
 // List returns limiter keys (without prefix) that start with prefix, one
 // SCAN page at a time: pass cursor 0 first, then the returned cursor until it
@@ -94,11 +28,11 @@ func (l *Redis) ListPlanned(ctx context.Context, prefix string, cursor uint64, c
 }
 
 func (l *Redis) list(ctx context.Context, prefix string, cursor uint64, count int64, planned bool) (keys []string, next uint64, err error) {
-	match := l.match(prefix)
+	match := l.scanMatch(prefix)
 	keep := func(full string) {
 		s := l.strip(full)
-		if planned && strings.HasSuffix(s, backlogSuffix) {
-			s = strings.TrimSuffix(s, backlogSuffix)
+		if state, ok := stateOfBacklog(s); planned && ok {
+			s = state
 		}
 		if !reserved(s) {
 			keys = append(keys, s)
@@ -158,7 +92,7 @@ func (l *Redis) Reset(ctx context.Context, keys ...string) (int64, error) {
 		full := l.Key(k)
 		c, err := l.rdb.Unlink(ctx, full).Result()
 		if err == nil {
-			err = l.rdb.Unlink(ctx, full+planSuffix, full+backlogSuffix).Err()
+			err = l.rdb.Unlink(ctx, planKey(full), backlogKey(full)).Err()
 		}
 		if err != nil {
 			return n, fmt.Errorf("throttle: reset %s: %w", k, err)
@@ -234,142 +168,10 @@ func (l *Redis) Cleanup(ctx context.Context) (CleanupStats, error) {
 	return st, err
 }
 
-// match is the SCAN pattern for keys under prefix, with glob characters escaped.
-func (l *Redis) match(prefix string) string {
-	var full string
-	if prefix == "" {
-		full = l.prefix + ":"
-	} else {
-		full = l.Key(prefix)
-	}
-	r := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`)
-	return r.Replace(full) + "*"
-}
-
-// reserved reports whether a key belongs to Sluice itself (events stream,
-// overrides), not to a limit: its scope starts with '_'.
-// reserved reports keys that are not limiter state: "_"-scoped keys and
-// the plan and backlog keys beside a GCRA limit's state (Reserve).
+// reserved reports keys that are not limiter state: those whose scope
+// starts with '_' (the events stream, overrides, adaptive state, and
+// control's keys, keys.go) and the plan, backlog and probe keys beside a
+// limit's state.
 func reserved(key string) bool {
 	return strings.HasPrefix(key, "_") || isBookKey(key) || isProbeKey(key)
-}
-
-// strip turns a full key back into "scope:rest".
-func (l *Redis) strip(full string) string {
-	s := strings.TrimPrefix(full, l.prefix+":")
-	if strings.HasPrefix(s, "{") {
-		if end := strings.IndexByte(s, '}'); end > 0 {
-			return s[1:end] + s[end+1:]
-		}
-	}
-	return s
-}
-
-// Stats summarizes the limiter's keys, for `sluice limits stats`.
-type Stats struct {
-	Keys   int64            // limiter keys under the prefix
-	ByType map[string]int64 // keys by Redis type
-	Bytes  int64            // sum of MEMORY USAGE
-	// Top are the keys with the largest share of their limit in use, most
-	// used first (only keys limitFor knows).
-	Top []KeyUse
-}
-
-// BytesPerKey is the mean MEMORY USAGE of a key.
-func (s Stats) BytesPerKey() float64 {
-	if s.Keys == 0 {
-		return 0
-	}
-	return float64(s.Bytes) / float64(s.Keys)
-}
-
-// KeyUse is one key's use of its limit.
-type KeyUse struct {
-	Key   string
-	Name  string // the limit's name
-	Used  int64  // capacity - remaining
-	Limit int64  // capacity
-	Share float64
-	Bytes int64
-}
-
-// Stats scans every limiter key under prefix once (SCAN, pipelined TYPE and
-// MEMORY USAGE per page). limitFor, when not nil, says which limit governs a
-// key; those keys' use is read with Status (one round trip each) and the top
-// most used are returned.
-func (l *Redis) Stats(ctx context.Context, prefix string, top int, limitFor func(key string) (Limit, bool)) (Stats, error) {
-	st := Stats{ByType: map[string]int64{}}
-	var uses []KeyUse
-	var cursor uint64
-	var skipped int
-	var skipKey string
-	var skipErr error
-	defer func() {
-		if skipped > 0 {
-			l.logger().WarnContext(ctx, "throttle: stats left out keys whose use could not be read",
-				"skipped", skipped, "key", skipKey, "err", skipErr)
-		}
-	}()
-	for {
-		keys, next, err := l.List(ctx, prefix, cursor, l.scanBatch)
-		if err != nil {
-			return st, err
-		}
-		pipe := l.rdb.Pipeline()
-		types := make([]*redis.StatusCmd, len(keys))
-		mems := make([]*redis.IntCmd, len(keys))
-		for i, k := range keys {
-			types[i] = pipe.Type(ctx, l.Key(k))
-			mems[i] = pipe.MemoryUsage(ctx, l.Key(k))
-		}
-		if len(keys) > 0 {
-			if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
-				return st, fmt.Errorf("throttle: stats: %w", err)
-			}
-		}
-		for i, k := range keys {
-			typ := types[i].Val()
-			if typ == "none" { // expired since SCAN saw it
-				continue
-			}
-			st.Keys++
-			st.ByType[typ]++
-			st.Bytes += mems[i].Val()
-			if limitFor == nil {
-				continue
-			}
-			lim, ok := limitFor(k)
-			if !ok || lim.Algorithm == Distinct {
-				continue
-			}
-			d, err := l.Status(ctx, Request{Key: k, Limit: lim})
-			if err != nil {
-				// A limit Status refuses, or a failed round trip:
-				// reported once, after the scan.
-				if skipped++; skipped == 1 {
-					skipKey, skipErr = k, err
-				}
-				continue
-			}
-			ld := d.Limits[0]
-			u := KeyUse{Key: k, Name: lim.Name, Used: ld.Limit - ld.Remaining, Limit: ld.Limit, Bytes: mems[i].Val()}
-			u.Share = float64(u.Used) / float64(max(u.Limit, 1))
-			uses = append(uses, u)
-		}
-		if next == 0 {
-			break
-		}
-		cursor = next
-	}
-	sort.SliceStable(uses, func(i, j int) bool {
-		if uses[i].Share != uses[j].Share {
-			return uses[i].Share > uses[j].Share
-		}
-		return uses[i].Used > uses[j].Used
-	})
-	if top >= 0 && len(uses) > top {
-		uses = uses[:top]
-	}
-	st.Top = uses
-	return st, nil
 }

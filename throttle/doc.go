@@ -1,7 +1,9 @@
 // Package throttle decides whether work may proceed under a set of rate and
 // concurrency limits. The Limiter interface has two backends with the same
 // decisions: Redis (NewRedis), one state for any number of processes, and
-// Local (NewLocal), in-process with bounded memory.
+// Local (NewLocal), in-process with bounded memory. Every Redis key and
+// channel it writes is built in keys.go; Sluice's own records above the
+// limiter, and the CLI's views of its keys, are in package control.
 //
 // # Algorithms
 //

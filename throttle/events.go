@@ -138,9 +138,6 @@ func newEventSink(l *Redis, opts EventOptions) *eventSink {
 	return &eventSink{l: l, opts: opts, sent: map[string]struct{}{}}
 }
 
-// StreamKey is the Redis key of the events stream.
-func (l *Redis) StreamKey() string { return l.prefix + ":{_events}" }
-
 // threshold is the remaining-units level below which a warning is raised.
 func (s *eventSink) threshold(capacity int64) int64 {
 	if s.opts.WarnAt < 0 {
@@ -253,7 +250,7 @@ func (s *eventSink) emit(ctx context.Context, typ, key string, window time.Durat
 	s.mu.Unlock()
 	ttl := max(until.Sub(now).Milliseconds(), 1)
 	args := append([]any{ttl, s.opts.MaxLen, "type", typ, "at", now.UnixMilli()}, fields...)
-	keys := []string{s.l.StreamKey(), s.l.prefix + ":{_events}:seen:" + mark}
+	keys := []string{s.l.StreamKey(), s.l.eventMarkKey(mark)}
 	if err := eventsScript.Run(context.WithoutCancel(ctx), s.l.rdb, keys, args...).Err(); err != nil {
 		s.l.warn.eventWrite.warn(ctx, s.l.logger(), "throttle: event dropped", "type", typ, "key", key, "err", err)
 	}

@@ -98,3 +98,16 @@ func ExampleRedis_Consume() {
 	// sent: pair remaining 3, daily remaining 0
 	// blocked by daily: retry in 1m0s; pair remaining 3 (nothing taken)
 }
+
+// The pause channel names the prefix and the database: pub/sub is shared
+// by every database of a server, so each deployment hears only its own.
+func ExampleRedis_PausesChannel() {
+	db3 := redis.NewClient(&redis.Options{Addr: "127.0.0.1:0", DB: 3}) // never dialled
+	defer db3.Close()
+	l := throttle.NewRedis(db3, throttle.Options{Prefix: "acme"})
+	fmt.Println(l.PausesChannel())
+	fmt.Println(l.Key("whatsapp:paused:sender:1065"))
+	// Output:
+	// acme:{_pauses}:db3
+	// acme:{whatsapp}:paused:sender:1065
+}

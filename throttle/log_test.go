@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -115,22 +114,5 @@ func TestIgnoredOverrideIsLogged(t *testing.T) {
 		require.Equal(t, int64(5), d.Limit, "the configured limit, not the override")
 		requireWarn(t, buf, "throttle: override ignored", "cost 3, capacity 1",
 			map[string]any{"key": "test:k:1", "limit": "conc", "override": "max 1"})
-	})
-}
-
-func TestStatsLogsKeysItLeavesOut(t *testing.T) {
-	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
-		ctx := context.Background()
-		log, buf := newLogger()
-		l := throttle.NewRedis(rdb, throttle.Options{Prefix: "logstats", Logger: log})
-		require.NoError(t, rdb.Set(ctx, l.Key("test:k:1"), "x", time.Hour).Err())
-		// A limit Status refuses: a fixed window must divide a day.
-		lim := throttle.Limit{Name: "daily", Algorithm: throttle.FixedWindow, Rate: throttle.Rate{Limit: 1, Period: 7 * time.Second}}
-		st, err := l.Stats(ctx, "", 10, func(string) (throttle.Limit, bool) { return lim, true })
-		require.NoError(t, err)
-		require.Equal(t, int64(1), st.Keys)
-		require.Empty(t, st.Top)
-		requireWarn(t, buf, "throttle: stats left out keys whose use could not be read", `limit "daily"`,
-			map[string]any{"key": "test:k:1", "skipped": float64(1)})
 	})
 }

@@ -43,9 +43,6 @@ type Margin struct {
 	At time.Time `json:"at"`
 }
 
-// MarginsKey is the hash the margins are published in.
-func (l *Redis) MarginsKey() string { return l.prefix + ":{_margins}" }
-
 // PublishMargins writes one process's margins (their Process and Channel
 // set) in one round trip and keeps the hash for MarginTTL more. Errors are
 // Redis'.

@@ -58,10 +58,6 @@ func (o Override) String() string {
 	return strings.Join(parts, ", ")
 }
 
-// OverridesKey is the Redis hash of runtime overrides: field = limiter key
-// or a pattern ending in '*', value = the Override as JSON.
-func (l *Redis) OverridesKey() string { return l.prefix + ":{_overrides}" }
-
 // SetOverride stores an override for key, a limiter key
 // ("whatsapp:daily:106540352242922") or a prefix pattern ending in '*'
 // ("whatsapp:number:*"); the longest matching pattern wins, an exact key

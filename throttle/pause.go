@@ -163,10 +163,6 @@ func (l *Redis) EndPauseRun(ctx context.Context, key string) (bool, error) {
 	return n == 1, nil
 }
 
-// PausesChannel is the pub/sub channel on which Pause and Resume announce
-// a pause: "KEY REMAINING_US" (0: ended). WatchPauses reads it.
-func (l *Redis) PausesChannel() string { return l.prefix + ":{_pauses}" }
-
 // announce tells WatchPauses in every process that key is paused for
 // left (0: no longer). Best effort: the scripts decide pauses anyway.
 func (l *Redis) announce(ctx context.Context, key string, left time.Duration) {
@@ -222,7 +218,7 @@ func (l *Redis) Resume(ctx context.Context, key string) (bool, error) {
 		now = l.clock().UnixMicro()
 	}
 	k := l.Key(key)
-	u, err := pauseEndScript.Run(ctx, l.rdb, []string{k, k + probeSuffix, k + probeLockSuffix}, now, DefaultPauseMemory.Microseconds()).Int64()
+	u, err := pauseEndScript.Run(ctx, l.rdb, []string{k, probeKey(k), probeLockKey(k)}, now, DefaultPauseMemory.Microseconds()).Int64()
 	if err != nil {
 		return false, fmt.Errorf("throttle: resume %q: %w", key, err)
 	}
@@ -279,24 +275,6 @@ func (l *Redis) Pauses(ctx context.Context, keyPrefix string) ([]Paused, error) 
 	})
 	slices.SortFunc(out, func(a, b Paused) int { return strings.Compare(a.Key, b.Key) })
 	return out, err
-}
-
-// IsPauseKey reports whether an (unprefixed) key is a pause: its second
-// segment is "paused", as PauseKey makes them.
-func IsPauseKey(key string) bool {
-	_, rest, _ := strings.Cut(key, ":")
-	return rest == PauseName || strings.HasPrefix(rest, PauseName+":")
-}
-
-// PauseKey is the key of a scope's pause: "<channel>:paused:<scope>[:<id>]"
-// ("whatsapp:paused:sender:106540352242922"); id "" for a scope that covers
-// the whole channel.
-func PauseKey(channel, scope, id string) string {
-	k := channel + ":" + PauseName + ":" + scope
-	if id != "" {
-		k += ":" + id
-	}
-	return k
 }
 
 // checkPauseKey accepts what validate accepts as a request's key.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -19,15 +18,6 @@ import (
 // turns are spaced by a growing interval (ClaimProbe). The record holds the
 // fields the probe needs (the refused send's phone number ID). It is kept
 // under the pause's own hash tag, so one script sees both.
-
-const (
-	probeSuffix     = "|probe"      // hash: fields (JSON), code, n (probes so far)
-	probeLockSuffix = "|probe-lock" // string: held while one process's turn lasts
-)
-
-func isProbeKey(k string) bool {
-	return strings.HasSuffix(k, probeSuffix) || strings.HasSuffix(k, probeLockSuffix)
-}
 
 // SetProbe records that pauseKey (a PauseKey) ends only when a probe
 // succeeds: fields are what the probe needs, code the provider's error
@@ -48,7 +38,7 @@ func (l *Redis) SetProbe(ctx context.Context, pauseKey string, fields map[string
 		return fmt.Errorf("throttle: probe %q: %w", pauseKey, err)
 	}
 	k := l.Key(pauseKey)
-	err = probeSetScript.Run(ctx, l.rdb, []string{k + probeSuffix, k + probeLockSuffix},
+	err = probeSetScript.Run(ctx, l.rdb, []string{probeKey(k), probeLockKey(k)},
 		b, code, first.Milliseconds(), max(ttl, time.Minute).Milliseconds()).Err()
 	if err != nil {
 		return fmt.Errorf("throttle: probe %q: %w", pauseKey, err)
@@ -83,7 +73,7 @@ func (l *Redis) ClaimProbe(ctx context.Context, pauseKey string, most time.Durat
 		return Probe{}, false, fmt.Errorf("%w: probe %q: most interval %v", ErrBadRequest, pauseKey, most)
 	}
 	k := l.Key(pauseKey)
-	raw, err := probeClaimScript.Run(ctx, l.rdb, []string{k + probeSuffix, k + probeLockSuffix}, most.Milliseconds()).Slice()
+	raw, err := probeClaimScript.Run(ctx, l.rdb, []string{probeKey(k), probeLockKey(k)}, most.Milliseconds()).Slice()
 	if errors.Is(err, redis.Nil) {
 		return Probe{}, false, nil
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -84,6 +83,7 @@ type Options struct {
 type Redis struct {
 	rdb              redis.UniversalClient
 	prefix           string
+	db               int // the database rdb selects (PausesChannel)
 	clock            func() time.Time
 	concurrencyRetry time.Duration
 	scanBatch        int64
@@ -102,7 +102,7 @@ var _ Limiter = (*Redis)(nil)
 
 // NewRedis returns a Limiter over rdb.
 func NewRedis(rdb redis.UniversalClient, opts Options) *Redis {
-	l := &Redis{rdb: rdb, prefix: opts.Prefix, clock: opts.Clock, concurrencyRetry: opts.ConcurrencyRetry,
+	l := &Redis{rdb: rdb, prefix: opts.Prefix, db: databaseOf(rdb), clock: opts.Clock, concurrencyRetry: opts.ConcurrencyRetry,
 		log: opts.Logger, warn: newRedisWarnings()}
 	if l.prefix == "" {
 		l.prefix = DefaultPrefix
@@ -132,15 +132,13 @@ func (l *Redis) Prefix() string { return l.prefix }
 // Client returns the Redis client the limiter uses.
 func (l *Redis) Client() redis.UniversalClient { return l.rdb }
 
-// Key returns the Redis key for a limiter key: "whatsapp:pair:+1202…" →
-// "sluice:{whatsapp}:pair:+1202…". The braces are the Redis Cluster hash tag.
-func (l *Redis) Key(key string) string {
-	s, rest, _ := strings.Cut(key, ":")
-	if rest == "" {
-		return l.prefix + ":{" + s + "}"
-	}
-	return l.prefix + ":{" + s + "}:" + rest
-}
+// ScanBatch is the keys asked for per SCAN page by the key walks
+// (Options.ScanBatch; DefaultScanBatch when it was zero).
+func (l *Redis) ScanBatch() int64 { return l.scanBatch }
+
+// Logger is where the limiter logs the errors it absorbs: Options.Logger,
+// else slog.Default() as it is at the time of the call.
+func (l *Redis) Logger() *slog.Logger { return l.logger() }
 
 // Consume implements Limiter.
 func (l *Redis) Consume(ctx context.Context, reqs ...Request) (Decision, error) {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -401,7 +400,7 @@ type Backlog struct {
 
 // Backlog reads the planned sends of a limiter key (without prefix).
 func (l *Redis) Backlog(ctx context.Context, key string) (Backlog, error) {
-	k := l.Key(key) + backlogSuffix
+	k := backlogKey(l.Key(key))
 	pipe := l.rdb.Pipeline()
 	n := pipe.ZCard(ctx, k)
 	first := pipe.ZRangeWithScores(ctx, k, 0, 0)
@@ -417,18 +416,6 @@ func (l *Redis) Backlog(ctx context.Context, key string) (Backlog, error) {
 		b.Drains = time.UnixMicro(int64(v[0].Score))
 	}
 	return b, nil
-}
-
-// Suffixes of the keys that hold a GCRA limit's plan tail and backlog,
-// beside its state key. List and the key walks skip them.
-const (
-	planSuffix    = "|plan"
-	backlogSuffix = "|backlog"
-)
-
-// isBookKey reports whether a full Redis key is a plan or backlog key.
-func isBookKey(k string) bool {
-	return strings.HasSuffix(k, planSuffix) || strings.HasSuffix(k, backlogSuffix)
 }
 
 func reserveParams(opts ReserveOptions) (hold time.Duration, headroom float64, err error) {
@@ -555,7 +542,7 @@ func (ra *reserveArgs) send(taskID string, p Priority, retake bool, callID, tena
 		k := ra.l.Key(r.Key)
 		ki, ok := ra.index[k]
 		if !ok {
-			ra.keys = append(ra.keys, k, k+planSuffix, k+backlogSuffix)
+			ra.keys = append(ra.keys, k, planKey(k), backlogKey(k))
 			ki = len(ra.keys) / 3
 			ra.index[k] = ki
 		}
@@ -614,11 +601,12 @@ func (l *Redis) now(ctx context.Context) time.Time {
 // master. Its Redis work is proportional to the overdue entries, not to
 // the backlog.
 func (l *Redis) SweepBacklogs(ctx context.Context, grace time.Duration, gone func(scope, taskID string) (bool, error)) (int, error) {
-	match := l.prefix + ":*" + backlogSuffix
+	match := l.backlogMatch()
 	cutoff := strconv.FormatInt(l.now(ctx).Add(-grace).UnixMicro(), 10)
 	removed := 0
 	sweepKey := func(c redis.Cmdable, k string) error {
-		sc := scope(l.strip(strings.TrimSuffix(k, backlogSuffix)))
+		state, _ := stateOfBacklog(k)
+		sc := scope(l.strip(state))
 		// Page through the overdue entries: those kept (late but alive)
 		// are skipped by the offset, removed ones make room.
 		var offset int64
@@ -738,7 +726,7 @@ func (l *Redis) DeferPlanned(ctx context.Context, until time.Time, probe bool, r
 	args := []any{now, until.UnixMicro(), MaxDeferredSends, p}
 	for i, r := range gcra {
 		k := l.Key(r.Key)
-		keys = append(keys, k+planSuffix, k+backlogSuffix)
+		keys = append(keys, planKey(k), backlogKey(k))
 		args = append(args, fieldOf(fields, i))
 	}
 	raw, err := deferPlanScript.Run(ctx, l.rdb, keys, args...).Slice()

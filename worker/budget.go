@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-dev/sluice/channels"
+	"github.com/sluice-dev/sluice/control"
 	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/throttle"
 )
@@ -361,7 +362,9 @@ type firstFailures struct {
 	warn   func(msg string, args ...any)
 }
 
-func (f firstFailures) key(m taskMeta) string { return f.prefix + ":failed:" + m.queue + ":" + m.id }
+func (f firstFailures) key(m taskMeta) string {
+	return control.FirstFailureKey(f.prefix, m.queue, m.id)
+}
 
 // first records now as the first failure when fresh (or when none is
 // kept) and returns the one kept.

@@ -11,6 +11,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-dev/sluice/control"
 	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
@@ -103,7 +104,7 @@ const ClaimTTL = 10 * time.Minute
 // the limiter's prefix (redis.key_prefix, "sluice"); a string, the task
 // type. The leading '_' keeps it out of the limiter's key listings, and it
 // has no hash tag, so claims spread over Redis Cluster's slots.
-func ClaimKey(prefix, id string) string { return prefix + ":_idem:" + id }
+func ClaimKey(prefix, id string) string { return control.ClaimKey(prefix, id) }
 
 // Enqueue plans and enqueues ts, in order; opts apply to every task (after
 // the task's own options), a MaxRetry below 1 among them raised to 1

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-dev/sluice/config"
+	"github.com/sluice-dev/sluice/control"
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/limitview"
 	"github.com/sluice-dev/sluice/rules"
@@ -127,7 +128,7 @@ member unless --member names one.`,
 				_, err = fmt.Fprintf(g.stdout, "%s\n", b)
 				return err
 			}
-			st, err := lim.Inspect(ctx, key)
+			st, err := control.Inspect(ctx, lim, key)
 			if err != nil {
 				return err
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-dev/sluice/config"
+	"github.com/sluice-dev/sluice/control"
 	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/throttle"
 )
@@ -71,7 +72,7 @@ ranked). Each ranked key costs one round trip.`,
 			if top > 0 {
 				limitFor = limitForConfig(cfg)
 			}
-			st, err := lim.Stats(ctx, prefix, top, limitFor)
+			st, err := control.Stats(ctx, lim, prefix, top, limitFor)
 			if err != nil {
 				return err
 			}

@@ -1,0 +1,64 @@
+package control
+
+import "strconv"
+
+// The key book above the limiter: every Redis key Sluice writes outside
+// package throttle is built here, each by a one-line function. prefix is
+// the limiter's (redis.key_prefix, "sluice"; throttle.Redis.Prefix), so
+// one prefix separates two deployments on one database.
+//
+// Redis Cluster: a key's hash tag is the part in braces, and keys that one
+// script touches share one. Keys no script shares have none and spread
+// over the slots. A key of this layer has a tag or a first segment that
+// starts with '_' ({_delivery}, _idem), which no limiter scope can, so the
+// limiter's key listings (throttle.Redis.List) leave it out; the one
+// exception is FirstFailureKey, whose first segment "failed" the listings
+// take for a scope.
+
+// ClaimKey is the Redis key of an idempotency key's claim, a string
+// holding "<task type>|<token>": "<prefix>:_idem:<id>"
+// ("sluice:_idem:order-7"). No hash tag: a producer claims each ID with a
+// script of its own, so claims spread over Redis Cluster's slots.
+func ClaimKey(prefix, id string) string { return prefix + ":_idem:" + id }
+
+// FirstFailureKey is the Redis key of a task's first failed attempt, a
+// string of Unix ms on the worker's clock: "<prefix>:failed:<queue>:<task
+// id>" ("sluice:failed:sms:01JD3…"). No hash tag: it is read and written
+// alone. Its first segment does not start with '_', so `sluice limits`
+// lists it as a limiter key of scope "failed" (it expires on its own).
+func FirstFailureKey(prefix, queue, taskID string) string {
+	return prefix + ":failed:" + queue + ":" + taskID
+}
+
+// DeliveryRecordKey is a task's delivery record, a hash:
+// "<prefix>:{_delivery}:task:<task id>" ("sluice:{_delivery}:task:01JD3…").
+// Hash tag {_delivery}, shared by every key of the delivery store, so that
+// one script records a send, its index entry and its campaign's counters.
+func DeliveryRecordKey(prefix, taskID string) string {
+	return prefix + ":{_delivery}:task:" + taskID
+}
+
+// DeliveryIndexKey maps a provider's message id on a channel to its task,
+// a hash (task, group; a status reported before the send was recorded):
+// "<prefix>:{_delivery}:msg:<channel>:<id>" ("sluice:{_delivery}:msg:sms:SM1").
+// Hash tag {_delivery}.
+func DeliveryIndexKey(prefix, channel, id string) string {
+	return prefix + ":{_delivery}:msg:" + channel + ":" + id
+}
+
+// DeliveryCountersKey is a campaign's progress counters, a hash (enqueued,
+// sent, failed, delivered, read, undelivered): "<prefix>:{_delivery}:
+// campaign:<group>" with group a CampaignGroup
+// ("sluice:{_delivery}:campaign:4:acme:spring-sale"). Hash tag {_delivery}.
+func DeliveryCountersKey(prefix, group string) string {
+	return prefix + ":{_delivery}:campaign:" + group
+}
+
+// CampaignGroup names a tenant's campaign in DeliveryCountersKey:
+// "<len(tenant)>:<tenant>:<campaign>" ("4:acme:spring-sale"; "0::" for
+// none). The length keeps "a:b"+"c" apart from "a"+"b:c", and each tenant
+// counts its own campaigns, so one tenant's sends never move another's
+// progress.
+func CampaignGroup(tenant, campaign string) string {
+	return strconv.Itoa(len(tenant)) + ":" + tenant + ":" + campaign
+}
