@@ -48,7 +48,7 @@ func TestParseErrors(t *testing.T) {
 			want: []string{
 				`sluice.yaml:3:15: channels.whatsapp.headroom: want a percentage such as 1%, got "0.01"`,
 				`sluice.yaml:5:15: channels.sms.headroom: want 0% to 50%, got 60%`,
-				`sluice.yaml:7:11: channels.webhook.hold: want 1s to 10s: asynq brings a planned send back at the whole second of its slot, so the hold must span a second`,
+				`sluice.yaml:7:11: channels.webhook.hold: want 1s to 10s: asynq brings a planned send back at the whole second of its slot, so the hold must span a second, got 500ms`,
 			},
 		},
 		{
