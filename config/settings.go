@@ -205,7 +205,7 @@ func defaults[T any](channels []string, def func(string) T, show func(T) string)
 	}
 	parts := make([]string, len(order))
 	for i, v := range order {
-		parts[i] = v + " for " + orList(by[v])
+		parts[i] = v + " for " + strings.Replace(orList(by[v]), " or ", " and ", 1)
 	}
 	return strings.Join(parts, ", ")
 }
@@ -315,7 +315,11 @@ func (r durationSetting) apply(s *ChannelSettings, ch *worker.Channel) {
 }
 
 func (r durationSetting) describe() string {
-	out := prefix(r.channels) + r.doc + " A duration, " + r.span() + "."
+	out := prefix(r.channels) + r.doc + " A duration, " + r.span()
+	if r.why != "" && (r.min > 0 || r.max > 0) {
+		out += ": " + r.why
+	}
+	out += "."
 	if r.zeroMeans != "" {
 		out += " 0 means " + r.zeroMeans + "."
 	}
@@ -357,8 +361,12 @@ func (r bytesSetting) apply(s *ChannelSettings, ch *worker.Channel) {
 }
 
 func (r bytesSetting) describe() string {
-	return prefix(r.channels) + r.doc + " Bytes, >= 1, at most " + defaults(r.channels, r.max, strconv.Itoa) +
-		". Default " + defaults(r.channels, r.def, strconv.Itoa) + "."
+	out := prefix(r.channels) + r.doc + " Bytes, >= 1"
+	hi, def := defaults(r.channels, r.max, strconv.Itoa), defaults(r.channels, r.def, strconv.Itoa)
+	if hi == def {
+		return out + "; at most, and by default, " + hi + "."
+	}
+	return out + ", at most " + hi + ". Default " + def + "."
 }
 
 // percentSetting is a row whose value is a share written "N%" and held as
@@ -508,7 +516,9 @@ func defaultSettings(channel string) ChannelSettings {
 	return s
 }
 
-// Apply writes the settings into ch's fields (the worker.Channel the
+// Apply writes the settings, the values in effect from Default, Load or
+// Parse (a ChannelSettings built by hand starts from a channel's Default
+// too), into ch's fields (the worker.Channel the
 // channel runs with), each as its row says: a value equal to the worker's
 // default passes as is, and an explicit zero that a row allows (headroom
 // 0%, max_margin 0) as the worker's named value for it (worker.NoHeadroom,
@@ -521,19 +531,40 @@ func (s *ChannelSettings) Apply(ch *worker.Channel) {
 	}
 }
 
-// SettingsDoc returns the documentation of the channel settings, one
-// entry per row in table order: the YAML key and its description (doc,
-// bounds, what 0 means, default), as sluice.example.yaml shows them.
-func SettingsDoc() []SettingDoc {
-	out := make([]SettingDoc, len(channelSettings))
-	for i, r := range channelSettings {
-		out[i] = SettingDoc{Key: r.name(), Text: r.describe()}
-	}
-	return out
-}
+// Markers of the generated part of sluice.example.yaml.
+const (
+	settingsBegin = "# BEGIN channel settings: generated from config/settings.go by\n#   go test ./config -run TestExampleChannelSettings -update\n"
+	settingsEnd   = "# END channel settings\n"
+)
 
-// SettingDoc documents one channel setting.
-type SettingDoc struct {
-	Key  string // the YAML key under channels.<name>, "hold"
-	Text string // sentences: what it does, its bounds and default
+// settingsComment renders the table as the YAML comment block between
+// settingsBegin and settingsEnd: each key, then its description wrapped
+// to 78 columns.
+func settingsComment() string {
+	const indent = "#   "
+	const keyWidth = 18
+	var b strings.Builder
+	b.WriteString(settingsBegin)
+	b.WriteString("# Settings, per channel:\n")
+	for _, r := range channelSettings {
+		line := indent + r.name()
+		if len(r.name()) >= keyWidth {
+			b.WriteString(line + "\n")
+			line = indent
+		}
+		line += strings.Repeat(" ", len(indent)+keyWidth-len(line))
+		start := len(line)
+		for i, w := range strings.Fields(r.describe()) {
+			if i > 0 && len(line)+1+len(w) > 78 {
+				b.WriteString(line + "\n")
+				line = "#" + strings.Repeat(" ", start-1)
+			} else if i > 0 {
+				line += " "
+			}
+			line += w
+		}
+		b.WriteString(line + "\n")
+	}
+	b.WriteString(settingsEnd)
+	return b.String()
 }
