@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluice-dev/sluice/channels"
 	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
@@ -190,54 +189,13 @@ type ChannelConfig struct {
 	// Defaults "WHATSAPP_APP_SECRET" and "WHATSAPP_VERIFY_TOKEN".
 	AppSecretEnv   string
 	VerifyTokenEnv string
-	// Timeout bounds one request to the provider. Default 15s.
-	Timeout time.Duration
-	// ThrottleBackoff is the delay after a provider's throttle response that
-	// carries no Retry-After. Default 1s.
-	ThrottleBackoff time.Duration
-	// ProbeEvery is how soon after the provider refused the channel's
-	// credentials (WhatsApp 190, Twilio 20003, HTTP 401/403) a worker first
-	// checks them again with a request that sends nothing; the interval then
-	// doubles up to 10m (whatsapp, sms). The channel stays paused, its tasks
-	// kept, until a check succeeds or `sluice channels resume`. Default 30s.
-	ProbeEvery time.Duration
-	// MaxRetryAfter caps the wait a provider may ask for (Retry-After, Meta's
-	// estimated_time_to_regain_access, or a documented default such as
-	// Twilio 30023's wait until midnight): a longer one is treated as this
-	// long, so a hostile or broken answer cannot park a task for years.
-	// Defaults 24h for whatsapp and sms (their daily limits reset within a
-	// day), 1h for webhook and http.
-	MaxRetryAfter time.Duration
-	// MaxPayloadBytes caps a task's encoded payload; the worker archives a
-	// larger task without decoding it. At most, and by default,
-	// tasks.MaxPayloadBytes of the channel's task type: 64 KiB whatsapp,
-	// 16 KiB sms, 1 MiB webhook and http.
-	MaxPayloadBytes int
-	// Headroom widens the pacing of the channel's GCRA limits by this
-	// fraction (YAML "1.5%"): 80/s is paced at 78.8/s, so jitter of up to
-	// 15ms between Sluice and the provider never puts more than 80 into any
-	// 1-second span the provider counts. Default 1.5%
-	// (throttle.DefaultHeadroom), at most 50%; raise it when the provider is
-	// far away.
-	Headroom float64
-	// MaxMargin bounds the pacing margin a worker measures: the spacing of
-	// the channel's paced limits widens from Headroom's margin (15ms at
-	// 1.5%) to how late the channel's sends actually leave on the worker's
-	// host, and to what throttles after late departures taught, never past
-	// MaxMargin (docs/pacing.md, Margin). Default 50ms
-	// (worker.DefaultMaxMargin); 0 keeps the headroom fixed; at most 500ms.
-	MaxMargin time.Duration
-	// Hold is the longest a worker holds a send with a firm slot before its
-	// instant. asynq schedules in whole seconds, so it is at least 1s.
-	// Default 2s (throttle.DefaultHold), at most 10s.
-	Hold time.Duration
-	// TenantWeights are tenants' share weights on the channel's paced
-	// limits (YAML mapping tenant: weight, whole numbers 1 to
-	// throttle.MaxTenantWeight). Tenants backlogged on one limit (one
-	// WhatsApp number) split it by weight; a tenant not listed weighs 1.
-	// A send's tenant is its payload's "tenant" (`sluice send` sets the
-	// campaign's name).
-	TenantWeights map[string]int
+	// ChannelSettings are the channel's tunables: timeout,
+	// throttle_backoff, probe_every, max_retry_after, max_payload_bytes,
+	// headroom, max_margin, hold and tenant_weights. The settings table in
+	// settings.go gives each its YAML key, default, bounds and
+	// documentation, and ChannelSettings.Apply turns them into
+	// worker.Channel's fields.
+	ChannelSettings
 	// Adaptive tunes adaptive limits (YAML section adaptive: enabled,
 	// decrease, floor, increase, quiet, margin, ceiling_ttl;
 	// docs/adaptive.md): a provider's rate throttle lowers the rate of the
@@ -313,19 +271,12 @@ func Default() *Config {
 		return gcra(name, key, throttle.PerSecond(n))
 	}
 	channel := func(name string) *ChannelConfig {
-		taskType, _ := tasks.ChannelTaskType(name)
 		return &ChannelConfig{
 			Name:            name,
 			Enabled:         true,
 			Queue:           name,
 			Priority:        1,
-			Timeout:         channels.DefaultTimeout,
-			ThrottleBackoff: worker.DefaultThrottleBackoff,
-			MaxRetryAfter:   time.Hour,
-			MaxPayloadBytes: tasks.MaxPayloadBytes(taskType),
-			Headroom:        throttle.DefaultHeadroom,
-			Hold:            throttle.DefaultHold,
-			MaxMargin:       worker.DefaultMaxMargin,
+			ChannelSettings: defaultSettings(name),
 			Adaptive:        defaultAdaptive(),
 		}
 	}
@@ -336,7 +287,6 @@ func Default() *Config {
 	wa.TokenEnv = "WHATSAPP_TOKEN"
 	wa.AppSecretEnv = "WHATSAPP_APP_SECRET"
 	wa.VerifyTokenEnv = "WHATSAPP_VERIFY_TOKEN"
-	wa.MaxRetryAfter = worker.DefaultMaxRetryAfter
 	wa.Limits = []rules.Rule{
 		perSecond("throughput", "whatsapp:number:{phone_number_id}", 80),
 		gcra("pair", "whatsapp:pair:{phone_number_id}:{to}", throttle.Rate{Limit: 1, Period: 6 * time.Second}),
@@ -347,7 +297,6 @@ func Default() *Config {
 	sms.BaseURL = "https://api.twilio.com"
 	sms.AccountSIDEnv = "TWILIO_ACCOUNT_SID"
 	sms.AuthTokenEnv = "TWILIO_AUTH_TOKEN"
-	sms.MaxRetryAfter = worker.DefaultMaxRetryAfter
 	sender := perSecond("sender", "sms:sender:{sender}", 1)
 	sender.CostField = "segments" // Twilio's MPS is in message segments
 	sms.Limits = []rules.Rule{

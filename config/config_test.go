@@ -108,7 +108,7 @@ func TestParseMergesWithDefaults(t *testing.T) {
 		{
 			name: "tenant weights",
 			yaml: doc("channels:", "  whatsapp:", "    tenant_weights:", "      acme: 3", `      "big shop": 1`),
-			want: func(c *Config) { c.Channels["whatsapp"].TenantWeights = map[string]int{"acme": 3, "big shop": 1} },
+			want: func(c *Config) { c.Channels["whatsapp"].TenantWeights = map[string]float64{"acme": 3, "big shop": 1} },
 		},
 		{
 			name: "empty limit list",

@@ -20,7 +20,6 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluice-dev/sluice/rules"
-	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
 	"github.com/sluice-dev/sluice/worker"
 )
@@ -39,9 +38,6 @@ const (
 	maxRules = 32
 	// maxKeyShown bounds a mapping key as errors show it.
 	maxKeyShown = 64
-	// maxRetryAfterCap bounds channels.*.max_retry_after: the longest
-	// documented provider wait is a day.
-	maxRetryAfterCap = 7 * 24 * time.Hour
 )
 
 // parseYAML returns the root node of data's single document, or nil if data
@@ -266,34 +262,6 @@ func (d *decoder) boolean(n *yaml.Node, path string, dst *bool) {
 		return
 	}
 	*dst = v
-}
-
-// Bounds of channels.*.hold.
-const (
-	minHold = time.Second
-	maxHold = 10 * time.Second
-	// maxMargin bounds channels.*.max_margin: half a second is a third of
-	// every limit's cap.
-	maxMargin = 500 * time.Millisecond
-)
-
-// percent reads "N%" (N a decimal number) as a fraction from 0 to hi.
-func (d *decoder) percent(n *yaml.Node, path string, hi float64) (float64, bool) {
-	s, ok := d.scalar(n, path)
-	if !ok {
-		return 0, false
-	}
-	num, isPct := strings.CutSuffix(strings.TrimSpace(s), "%")
-	v, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
-	if !isPct || err != nil || math.IsNaN(v) {
-		d.errorf(resolve(n), path, "want a percentage such as 1%%, got %q", s)
-		return 0, false
-	}
-	if v < 0 || v/100 > hi {
-		d.errorf(resolve(n), path, "want 0%% to %g%%, got %s", hi*100, s)
-		return 0, false
-	}
-	return v / 100, true
 }
 
 // duration reads a Go duration ("100ms", "15s", "1m30s") greater than zero.
@@ -580,10 +548,11 @@ func (d *decoder) egress(n *yaml.Node, path string, e *EgressConfig) {
 	})
 }
 
-// channelFields lists the fields each channel accepts besides the common ones.
+// channelFields lists the fields each channel accepts besides the common
+// ones and the settings table's (settings.go).
 var channelFields = map[string][]string{
-	"whatsapp": {"base_url", "api_version", "token_env", "app_secret_env", "verify_token_env", "probe_every"},
-	"sms":      {"base_url", "account_sid_env", "auth_token_env", "probe_every"},
+	"whatsapp": {"base_url", "api_version", "token_env", "app_secret_env", "verify_token_env"},
+	"sms":      {"base_url", "account_sid_env", "auth_token_env"},
 	"webhook":  {"signing_secret_env"},
 	"http":     {},
 }
@@ -595,9 +564,14 @@ var (
 
 func (d *decoder) channel(n *yaml.Node, path string, c *ChannelConfig) {
 	fields := append([]string{"enabled", "queue", "priority"}, channelFields[c.Name]...)
-	fields = append(fields, "timeout", "throttle_backoff", "max_retry_after", "max_payload_bytes", "headroom", "max_margin", "hold", "tenant_weights", "adaptive", "limits", "retry")
+	fields = append(fields, settingNames(c.Name)...)
+	fields = append(fields, "adaptive", "limits", "retry")
 	d.mapping(n, path, "field", fields, func(key string, _, v *yaml.Node) {
 		p := join(path, key)
+		if r := settingNamed(key); r != nil {
+			r.decode(d, v, p, c.Name, &c.ChannelSettings)
+			return
+		}
 		switch key {
 		case "enabled":
 			d.boolean(v, p, &c.Enabled)
@@ -640,52 +614,6 @@ func (d *decoder) channel(n *yaml.Node, path string, c *ChannelConfig) {
 			d.envName(v, p, false, &c.AppSecretEnv)
 		case "verify_token_env":
 			d.envName(v, p, false, &c.VerifyTokenEnv)
-		case "timeout":
-			d.setDuration(v, p, &c.Timeout)
-		case "throttle_backoff":
-			d.setDuration(v, p, &c.ThrottleBackoff)
-		case "probe_every":
-			d.setDuration(v, p, &c.ProbeEvery)
-		case "max_retry_after":
-			if w, ok := d.duration(v, p); ok {
-				if w > maxRetryAfterCap {
-					d.errorf(resolve(v), p, "want at most %s: a longer cap would let a provider park tasks for that long", maxRetryAfterCap)
-					return
-				}
-				c.MaxRetryAfter = w
-			}
-		case "max_payload_bytes":
-			taskType, _ := tasks.ChannelTaskType(c.Name)
-			ceiling := tasks.MaxPayloadBytes(taskType)
-			if m, ok := d.integer(v, p, 1); ok {
-				if m > int64(ceiling) {
-					d.errorf(resolve(v), p, "want at most %d, the cap of %s payloads (tasks.MaxPayloadBytes), got %d", ceiling, taskType, m)
-					return
-				}
-				c.MaxPayloadBytes = int(m)
-			}
-		case "headroom":
-			if h, ok := d.percent(v, p, throttle.MaxHeadroom); ok {
-				c.Headroom = h
-			}
-		case "max_margin":
-			if m, ok := d.duration(v, p); ok {
-				if m < 0 || m > maxMargin {
-					d.errorf(resolve(v), p, "want 0 to %s: the widest the measured pacing margin may make the spacing (0 keeps the headroom fixed), got %s", maxMargin, m)
-					return
-				}
-				c.MaxMargin = m
-			}
-		case "hold":
-			if h, ok := d.duration(v, p); ok {
-				if h < minHold || h > maxHold {
-					d.errorf(resolve(v), p, "want %s to %s: asynq brings a planned send back at the whole second of its slot, so the hold must span a second", minHold, maxHold)
-					return
-				}
-				c.Hold = h
-			}
-		case "tenant_weights":
-			d.tenantWeights(v, p, c)
 		case "adaptive":
 			d.adaptive(v, p, c)
 		case "limits":
@@ -696,44 +624,6 @@ func (d *decoder) channel(n *yaml.Node, path string, c *ChannelConfig) {
 			d.retry(v, p, c)
 		}
 	})
-}
-
-// tenantWeights reads a mapping of tenant names to whole-number weights.
-func (d *decoder) tenantWeights(n *yaml.Node, path string, c *ChannelConfig) {
-	n = resolve(n)
-	if isNull(n) {
-		return
-	}
-	if n.Kind != yaml.MappingNode {
-		d.errorf(n, path, "want a mapping of tenant: weight, got %s", describe(n))
-		return
-	}
-	c.TenantWeights = map[string]int{}
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := resolve(n.Content[i]), n.Content[i+1]
-		if k.Kind != yaml.ScalarNode || k.ShortTag() == "!!merge" {
-			d.errorf(k, path, "want a tenant name as key, got %s", describe(k))
-			continue
-		}
-		p := join(path, k.Value)
-		if err := tasks.ValidTenant(k.Value); err != nil {
-			d.errorf(k, p, "%v", err)
-			continue
-		}
-		if seen[k.Value] {
-			d.errorf(k, p, "tenant given twice")
-			continue
-		}
-		seen[k.Value] = true
-		if w, ok := d.integer(v, p, 1); ok {
-			if w > throttle.MaxTenantWeight {
-				d.errorf(resolve(v), p, "want a weight of 1 to %d, got %d", throttle.MaxTenantWeight, w)
-				continue
-			}
-			c.TenantWeights[k.Value] = int(w)
-		}
-	}
 }
 
 // limits reads a channel's list of limit rules; ok is false if any is bad.

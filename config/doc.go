@@ -34,6 +34,16 @@
 //	    rate: 2000/1d
 //	    member: "{to}"
 //
+// A channel's tunables (timeout, throttle_backoff, probe_every,
+// max_retry_after, max_payload_bytes, headroom, max_margin, hold,
+// tenant_weights) are rows of one table, channelSettings in settings.go:
+// each row gives the YAML key, the parse, the bounds and their error
+// text, the default, the documentation (the generated part of
+// sluice.example.yaml) and how the value lands in worker.Channel
+// (ChannelSettings.Apply). An omitted setting is its default; an explicit
+// 0 is a value, accepted only where a row says what it means (headroom:
+// 0% is no headroom, max_margin: 0 a fixed headroom).
+//
 // Validation reports every problem at once, each with its position and field,
 // sorted by position:
 //

@@ -48,7 +48,7 @@ func TestParseErrors(t *testing.T) {
 			want: []string{
 				`sluice.yaml:3:15: channels.whatsapp.headroom: want a percentage such as 1%, got "0.01"`,
 				`sluice.yaml:5:15: channels.sms.headroom: want 0% to 50%, got 60%`,
-				`sluice.yaml:7:11: channels.webhook.hold: want 1s to 10s: asynq brings a planned send back at the whole second of its slot, so the hold must span a second`,
+				`sluice.yaml:7:11: channels.webhook.hold: want 1s to 10s: asynq brings a planned send back at the whole second of its slot, so the hold must span a second, got 500ms`,
 			},
 		},
 		{
@@ -104,7 +104,10 @@ func TestParseErrors(t *testing.T) {
 			want: []string{
 				`sluice.yaml:1:1: reddis: unknown section (want redis, worker, http, cleanup, events, egress or channels)`,
 				`sluice.yaml:4:3: worker.concurency: unknown field (want concurrency, delayed_task_check_interval, task_check_interval, shutdown_timeout or max_retry)`,
-				`sluice.yaml:7:5: channels.sms.token_env: unknown field (want enabled, queue, priority, base_url, account_sid_env, auth_token_env, probe_every, timeout, throttle_backoff, max_retry_after, max_payload_bytes, headroom, max_margin, hold, tenant_weights, adaptive, limits or retry)`,
+				// The settings table's keys, in its order (today probe_every,
+				// timeout, throttle_backoff, …, tenant_weights).
+				`sluice.yaml:7:5: channels.sms.token_env: unknown field (want enabled, queue, priority, base_url, account_sid_env, auth_token_env, ` +
+					strings.Join(settingNames("sms"), ", ") + `, adaptive, limits or retry)`,
 				`sluice.yaml:9:80: channels.sms.limits[0].burts: unknown field (want name, key, algorithm, rate, burst, cost, max, lease, interval or member)`,
 			},
 		},

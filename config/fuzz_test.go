@@ -32,6 +32,7 @@ func FuzzParse(f *testing.F) {
 		"cleanup: {schedule: '@every 1s'}",
 		"redis: {url_env: 'redis://:pw@h'}",
 		"- [",
+		"channels: {sms: {headroom: 0%, max_margin: 0, hold: 10s, tenant_weights: {a: 2}, max_payload_bytes: 16384}}",
 	} {
 		f.Add([]byte(s))
 	}
@@ -58,6 +59,18 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("channels %v", cfg.Channels)
 		}
 		for name, ch := range cfg.Channels {
+			// The settings are within the table's bounds.
+			s := ch.ChannelSettings
+			if s.Headroom < 0 || s.Headroom > throttle.MaxHeadroom || s.Hold < time.Second || s.Hold > 10*time.Second ||
+				s.MaxMargin < 0 || s.MaxMargin > 500*time.Millisecond || s.Timeout <= 0 || s.ThrottleBackoff <= 0 ||
+				s.MaxRetryAfter <= 0 || s.MaxPayloadBytes < 1 {
+				t.Fatalf("channels.%s: accepted settings %+v", name, s)
+			}
+			for tenant, w := range s.TenantWeights {
+				if w < 1 || w > throttle.MaxTenantWeight {
+					t.Fatalf("channels.%s: accepted weight %v for %q", name, w, tenant)
+				}
+			}
 			names := map[string]bool{}
 			for _, r := range ch.Rules() {
 				if err := r.Limit.Validate(); err != nil {

@@ -99,8 +99,8 @@ type Channel struct {
 	// fraction, so jitter between Sluice and the provider never puts more
 	// than a limit into any span the provider counts (0.015: 80/s is paced at
 	// 78.8/s). Zero means throttle.DefaultHeadroom; enqueue-time planning
-	// must use the same value. Negative means none configured: the measured
-	// margin (MaxMargin) may still widen the spacing.
+	// must use the same value. NoHeadroom (any negative value) means none:
+	// the measured margin (MaxMargin) may still widen the spacing.
 	Headroom float64
 	// MaxMargin bounds the pacing margin the worker measures (margin.go):
 	// the spacing of the channel's paced limits absorbs a send leaving up
@@ -108,8 +108,8 @@ type Channel struct {
 	// Headroom's, to how late the channel's sends actually leave on this
 	// host (the 99.9th percentile of the last 10-20s) and to what throttles
 	// after late departures taught, never past MaxMargin. Zero means
-	// DefaultMaxMargin (50ms: 4.8% headroom); negative keeps the Headroom
-	// fixed.
+	// DefaultMaxMargin (50ms: 4.8% headroom); FixedMargin (any negative
+	// value) keeps the Headroom fixed.
 	MaxMargin time.Duration
 	// Hold is the longest a send with a firm reservation is held in the
 	// worker before its instant. Zero means throttle.DefaultHold (2s:
@@ -233,6 +233,18 @@ const (
 	// DefaultMaxRetryAfter is Channel.MaxRetryAfter's default: 24h, the
 	// longest documented provider wait (daily limits reset within a day).
 	DefaultMaxRetryAfter = 24 * time.Hour
+)
+
+// Explicit zeros of Channel fields whose zero value means their default.
+const (
+	// NoHeadroom is Channel.Headroom's "none": the paced limits are spaced
+	// at exactly their interval (the measured margin may still widen it).
+	// config's channels.<name>.headroom: 0% lands as it.
+	NoHeadroom = -1.0
+	// FixedMargin is Channel.MaxMargin's "none": the worker never widens
+	// the spacing past the Headroom's. config's channels.<name>.max_margin:
+	// 0 lands as it.
+	FixedMargin time.Duration = -1
 )
 
 // Options configures a Worker.

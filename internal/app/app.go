@@ -225,41 +225,10 @@ func buildChannel(cc *config.ChannelConfig, egress channels.Egress, secrets Secr
 		return ch, fmt.Errorf("unknown channel %q", cc.Name)
 	}
 	ch.Queue = cc.Queue // the worker runs the channel's tasks only from it
-	ch.ThrottleBackoff = cc.ThrottleBackoff
-	ch.ProbeEvery = cc.ProbeEvery
-	ch.MaxRetryAfter = cc.MaxRetryAfter
-	ch.MaxPayloadBytes = cc.MaxPayloadBytes
-	ch.Headroom, ch.Hold, ch.TenantWeights = headroom(cc), cc.Hold, weights(cc)
-	ch.MaxMargin = cc.MaxMargin
-	if ch.MaxMargin == 0 {
-		ch.MaxMargin = -1 // max_margin: 0 keeps the headroom fixed
-	}
+	cc.ChannelSettings.Apply(&ch)
 	ch.Retry = cc.Retry
 	ch.Adaptive = cc.Adaptive
 	return ch, nil
-}
-
-// weights is the channel's configured tenant weights as worker.Channel
-// takes them. Workers and the enqueuer must share them.
-func weights(cc *config.ChannelConfig) map[string]float64 {
-	if len(cc.TenantWeights) == 0 {
-		return nil
-	}
-	w := make(map[string]float64, len(cc.TenantWeights))
-	for t, v := range cc.TenantWeights {
-		w[t] = float64(v)
-	}
-	return w
-}
-
-// headroom is the channel's configured headroom as worker.Channel takes it:
-// a configured 0% is -1 (none), since the worker's zero means its default.
-// Workers and the enqueuer must pace with the same value.
-func headroom(cc *config.ChannelConfig) float64 {
-	if cc.Headroom == 0 {
-		return -1
-	}
-	return cc.Headroom
 }
 
 // NewEnqueuer returns the enqueuer that plans sends with the configuration's
@@ -273,8 +242,9 @@ func NewEnqueuer(cfg *config.Config, rdb redis.UniversalClient, lim *throttle.Re
 			continue
 		}
 		taskType, _ := tasks.ChannelTaskType(name)
-		chans = append(chans, worker.Channel{Name: name, TaskType: taskType, Queue: cc.Queue, Rules: cc.Rules(), Headroom: headroom(cc), TenantWeights: weights(cc),
-			PauseScopes: worker.BundledPauseScopes(name)})
+		ch := worker.Channel{Name: name, TaskType: taskType, Queue: cc.Queue, Rules: cc.Rules(), PauseScopes: worker.BundledPauseScopes(name)}
+		cc.ChannelSettings.Apply(&ch) // the headroom and tenant weights the workers pace with
+		chans = append(chans, ch)
 	}
 	return worker.NewEnqueuer(asynq.NewClientFromRedisClient(rdb), lim, chans)
 }

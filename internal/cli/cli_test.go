@@ -125,6 +125,17 @@ channels:
 			field:  "channels.telegram",
 			reason: "unknown channel",
 		},
+		{
+			name: "channel setting out of its bounds",
+			content: `channels:
+  sms:
+    headroom: 0%
+    hold: 500ms
+`,
+			marker: "500ms",
+			field:  "channels.sms.hold",
+			reason: "want 1s to 10s",
+		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
