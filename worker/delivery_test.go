@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-dev/sluice/channels"
 	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/internal/testutil"
 	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/throttle"
 )
@@ -135,16 +136,8 @@ func TestDeliveryRecorderErrorNeverFailsTheTask(t *testing.T) {
 	enqueueTest(t, c, "t-ok", `{"id":"ok"}`)
 	recv(t, rec.sent)
 	// The state change has no signal: poll the inspector.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		info, err := insp.GetTaskInfo("sms", "t-ok")
-		if err == nil && info.State == asynq.TaskStateCompleted {
-			require.Zero(t, info.Retried)
-			break
-		}
-		require.False(t, time.Now().After(deadline), "task not completed: %+v %v", info, err)
-		time.Sleep(20 * time.Millisecond)
-	}
+	info := testutil.Task(t, insp, "sms", "t-ok", 10*time.Second, testutil.In(asynq.TaskStateCompleted))
+	require.Zero(t, info.Retried)
 }
 
 func TestArchiveReasonIsBounded(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-dev/sluice/channels"
 	"github.com/sluice-dev/sluice/internal/delivery"
 	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/internal/testutil"
 	"github.com/sluice-dev/sluice/throttle"
 	"github.com/sluice-dev/sluice/worker"
 )
@@ -141,31 +142,15 @@ func TestSendIsNotRepeatedAfterRedisWasDown(t *testing.T) {
 	regB := prometheus.NewRegistry()
 	b := start(logsB, regB)
 	t.Cleanup(b.Shutdown)
-	deadline := time.Now().Add(15 * time.Second)
-	for { // the recoverer's move has no signal: poll
-		info, err = insp.GetTaskInfo("sms", "blip-1")
-		require.NoError(t, err)
-		if info.State == asynq.TaskStateRetry {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "the recoverer did not retry the task: %v", info.State)
-		time.Sleep(20 * time.Millisecond)
-	}
+	// The recoverer's move has no signal: poll.
+	info = testutil.Task(t, insp, "sms", "blip-1", 15*time.Second, testutil.In(asynq.TaskStateRetry))
 	require.Equal(t, 1, info.Retried, "a lease-expired rerun counts as a failed attempt")
 	require.Equal(t, asynq.ErrLeaseExpired.Error(), info.LastErr)
 	require.NoError(t, insp.RunTask("sms", "blip-1"))
 
 	wait(t, logsB.on("task came back after its send"), "rerun completed without a send")
-	deadline = time.Now().Add(15 * time.Second)
-	for { // asynq's completion has no signal either
-		info, err = insp.GetTaskInfo("sms", "blip-1")
-		require.NoError(t, err)
-		if info.State == asynq.TaskStateCompleted {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "the rerun did not complete: %v", info.State)
-		time.Sleep(20 * time.Millisecond)
-	}
+	// asynq's completion has no signal either.
+	testutil.Task(t, insp, "sms", "blip-1", 15*time.Second, testutil.In(asynq.TaskStateCompleted))
 	require.Equal(t, int64(1), requests.Load(), "the provider saw one request")
 	require.Equal(t, 1.0, outcomes(t, regB)[worker.OutcomeAlreadySent], "worker B's outcomes")
 	p, err := store.Progress(ctx, "", "")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,18 +13,10 @@ import (
 	"github.com/sluice-dev/sluice/channels"
 	"github.com/sluice-dev/sluice/internal/emulator"
 	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/internal/testutil"
 	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
 )
-
-// stepClock is a settable clock shared by a limiter and a handler.
-type stepClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *stepClock) Now() time.Time          { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *stepClock) Advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
 
 // TestAcceptedSendEndsThePauseRun: a Twilio 20429 pauses the account for
 // the backoff (1s plus jitter); throttled again with no accepted send
@@ -35,7 +26,7 @@ func (c *stepClock) Advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.
 func TestAcceptedSendEndsThePauseRun(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Start(t).Client(t)
-	clock := &stepClock{t: time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)}
+	clock := testutil.NewClock(time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC))
 	lim := throttle.NewRedis(rdb, throttle.Options{Prefix: "pr", Clock: clock.Now, OverrideRefresh: -1})
 	throttled := &channels.Error{Class: channels.Throttled, Provider: channels.ProviderTwilio, HTTPStatus: 429, Code: 20429,
 		Scope: channels.ScopeAccount, Growth: 2, MaxWait: 30 * time.Second, Message: "Too many concurrent requests"}
@@ -110,7 +101,7 @@ func TestUncodedWhatsApp429PausesTheNumberInEveryWorker(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = emu.Close() })
 	rdb := redistest.Start(t).Client(t)
-	clock := &stepClock{t: time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)}
+	clock := testutil.NewClock(time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC))
 	lim := throttle.NewRedis(rdb, throttle.Options{Prefix: "pw", Clock: clock.Now, OverrideRefresh: -1})
 	wa := &channels.WhatsApp{BaseURL: emu.WhatsAppURL(), Token: emulator.DefaultWhatsAppToken}
 	var hs []*handler

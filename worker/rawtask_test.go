@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-dev/sluice/channels"
 	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/internal/testutil"
 	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
 )
@@ -65,15 +66,7 @@ func TestRawTasksAreCheckedAsEnqueuedOnes(t *testing.T) {
 	insp := asynq.NewInspectorFromRedisClient(rdb)
 	done := func(queue, id string) *asynq.TaskInfo {
 		t.Helper()
-		deadline := time.Now().Add(time.Minute) // a hang's bound, not a measure
-		for {
-			info, err := insp.GetTaskInfo(queue, id)
-			if err == nil && info.State != asynq.TaskStatePending && info.State != asynq.TaskStateActive {
-				return info
-			}
-			require.True(t, time.Now().Before(deadline), "task %s not done: %+v %v", id, info, err)
-			time.Sleep(20 * time.Millisecond)
-		}
+		return testutil.Task(t, insp, queue, id, time.Minute, testutil.Handled) // a hang's bound, not a measure
 	}
 	for _, c := range []struct{ queue, id, reason string }{
 		{"sms", "wa-in-sms", `whatsapp:send task in queue "sms": whatsapp:send tasks run only from the whatsapp channel's queue "whatsapp"; not sent`},

@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/channels"
 	"github.com/sluice-dev/sluice/internal/emulator"
 	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/internal/testutil"
 	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
@@ -61,11 +62,7 @@ func TestSMSSegmentsAgainstStrictTwilio(t *testing.T) {
 		_, err = client.EnqueueContext(context.Background(), task)
 		require.NoError(t, err)
 		// One at a time, so the order on the sender is the order here.
-		deadline := time.Now().Add(15 * time.Second)
-		for emu.Stats()[emulator.ChannelSMS].Accepted < i+1 {
-			require.True(t, time.Now().Before(deadline), "send %d not accepted within 15s: %+v", i, emu.Stats()[emulator.ChannelSMS])
-			time.Sleep(20 * time.Millisecond)
-		}
+		testutil.Accepted(t, emu, emulator.ChannelSMS, i+1, 15*time.Second)
 	}
 	st := emu.Stats()[emulator.ChannelSMS]
 	require.Equal(t, 3, st.Accepted)

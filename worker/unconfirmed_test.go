@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluice-dev/sluice/channels"
 	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/internal/testutil"
 	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
 )
@@ -113,16 +114,7 @@ func TestAcceptedWithoutIDIsSentOnce(t *testing.T) {
 			_, err = asynq.NewClientFromRedisClient(rdb).EnqueueContext(context.Background(), task, asynq.Retention(time.Hour))
 			require.NoError(t, err)
 			insp := asynq.NewInspectorFromRedisClient(rdb)
-			deadline := time.Now().Add(10 * time.Second)
-			var info *asynq.TaskInfo
-			for {
-				info, err = insp.GetTaskInfo(tc.channel, "k1")
-				if err == nil && info.State != asynq.TaskStatePending && info.State != asynq.TaskStateActive {
-					break
-				}
-				require.True(t, time.Now().Before(deadline), "task not done within 10s: %+v %v", info, err)
-				time.Sleep(20 * time.Millisecond)
-			}
+			info := testutil.Task(t, insp, tc.channel, "k1", 10*time.Second, testutil.Handled)
 			require.Equal(t, asynq.TaskStateCompleted, info.State, "last error: %s", info.LastErr)
 			require.Equal(t, 0, info.Retried)
 			require.Equal(t, int32(1), calls.Load(), "one provider request: never sent twice")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-dev/sluice/channels"
 	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/internal/testutil"
 	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/throttle"
 )
@@ -144,21 +145,7 @@ func (h *harness) waitSent(timeout time.Duration) sendRecord {
 // change in Redis has no signal to subscribe to).
 func (h *harness) waitState(id string, state asynq.TaskState, timeout time.Duration) *asynq.TaskInfo {
 	h.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		info, err := h.insp.GetTaskInfo("test", id)
-		if err == nil && info.State == state {
-			return info
-		}
-		if time.Now().After(deadline) {
-			if info != nil {
-				h.t.Fatalf("task %s not %v within %v (last: state %v, retried %d, last error %q, payload %d bytes)",
-					id, state, timeout, info.State, info.Retried, info.LastErr, len(info.Payload))
-			}
-			h.t.Fatalf("task %s not %v within %v (last: %v)", id, state, timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return testutil.Task(h.t, h.insp, "test", id, timeout, testutil.In(state))
 }
 
 func TestBlockedTaskWaitsItsRetryAfterAndKeepsRetryCount(t *testing.T) {

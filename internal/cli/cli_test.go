@@ -29,6 +29,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/dnstest"
 	"github.com/sluice-dev/sluice/internal/emulator"
 	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/internal/testutil"
 	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
@@ -284,18 +285,7 @@ func TestWorkerArchivesMalformedPayloadWithoutRetry(t *testing.T) {
 	require.NoError(t, err)
 
 	insp := asynq.NewInspectorFromRedisClient(rdb)
-	var info *asynq.TaskInfo
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		info, err = insp.GetTaskInfo("whatsapp", "malformed-1")
-		if err == nil && info.State == asynq.TaskStateArchived {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("task not archived within 10s (last: %+v, %v)", info, err)
-		}
-		time.Sleep(50 * time.Millisecond) // a task's state change in Redis has no signal to wait on
-	}
+	info := testutil.Task(t, insp, "whatsapp", "malformed-1", 10*time.Second, testutil.In(asynq.TaskStateArchived))
 	require.Contains(t, info.LastErr, "malformed payload")
 	require.Regexp(t, regexp.MustCompile(`payload: (phone_number_id|to): `), info.LastErr, "the reason names the field")
 	require.Equal(t, 0, info.Retried, "archived at once, never retried")
