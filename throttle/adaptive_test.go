@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/testutil"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-dev/sluice/throttle"
@@ -21,7 +23,7 @@ var senderLimit = throttle.Limit{Name: "sender", Algorithm: throttle.GCRA, Rate:
 func TestAdaptiveRateIsSharedByEveryProcess(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
-		clock := &fakeClock{t: time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)}
+		clock := testutil.NewClock(time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC))
 		// a caches the state as a worker does; b re-reads it on every call,
 		// as a worker does once its cache is older than OverrideRefresh.
 		a := throttle.NewRedis(rdb, throttle.Options{Clock: clock.Now, PrefetchSpan: -1})
@@ -182,7 +184,7 @@ func TestAdaptiveRateIsSharedByEveryProcess(t *testing.T) {
 func TestCleanupForgetsIdleAdaptations(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
-		clock := &fakeClock{t: time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)}
+		clock := testutil.NewClock(time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC))
 		l := throttle.NewRedis(rdb, throttle.Options{Clock: clock.Now})
 		req := throttle.Request{Key: "sms:sender:+12025550100", Limit: senderLimit}
 		o := throttle.AdaptOptions{CeilingTTL: 10 * time.Minute}
@@ -209,7 +211,7 @@ func TestCleanupForgetsIdleAdaptations(t *testing.T) {
 func TestAdaptiveStormIsUndone(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
-		clock := &fakeClock{t: time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)}
+		clock := testutil.NewClock(time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC))
 		// Two processes that re-read the state at every call, as workers do
 		// once their cache is older than OverrideRefresh.
 		a := throttle.NewRedis(rdb, throttle.Options{Clock: clock.Now, PrefetchSpan: -1, OverrideRefresh: time.Nanosecond})

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/testutil"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -15,7 +17,7 @@ import (
 
 func TestListReset(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
-		clk := &fakeClock{t: t0}
+		clk := testutil.NewClock(t0)
 		l := throttle.NewRedis(rdb, throttle.Options{Prefix: "adm", Clock: clk.Now})
 		ctx := context.Background()
 		g := throttle.Limit{Name: "pair", Algorithm: throttle.GCRA, Rate: throttle.Rate{Limit: 1, Period: 6 * time.Second}}
@@ -59,7 +61,7 @@ func TestCleanupReclaimsLeasesAndTTLLessState(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
 		// A lease taken "an hour ago" by a worker that died.
-		past := &fakeClock{t: time.Now().Add(-time.Hour)}
+		past := testutil.NewClock(time.Now().Add(-time.Hour))
 		old := throttle.NewRedis(rdb, throttle.Options{Prefix: "cl", Clock: past.Now})
 		c := throttle.Limit{Name: "conc", Algorithm: throttle.Concurrency, Max: 3, Lease: time.Minute}
 		_, err := old.Consume(ctx, throttle.Request{Key: "sms:account:AC1", Limit: c})

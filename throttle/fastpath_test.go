@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/testutil"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -18,7 +20,7 @@ import (
 func TestGCRAFastPathMatchesGenericScript(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
-		clk := &fakeClock{t: t0}
+		clk := testutil.NewClock(t0)
 		l := throttle.NewRedis(rdb, throttle.Options{Prefix: "fp", Clock: clk.Now})
 		idle := throttle.Request{Key: "fp:idle", Limit: throttle.Limit{Name: "idle", Algorithm: throttle.FixedWindow, Rate: throttle.PerSecond(1 << 40)}}
 		rng := rand.New(rand.NewPCG(7, 11))

@@ -3,9 +3,10 @@ package throttle_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/testutil"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -15,20 +16,8 @@ import (
 	"github.com/sluice-dev/sluice/throttle"
 )
 
-// fakeClock is a settable clock for step tables.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fakeClock) Set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
-
-// Advance moves the clock d forward.
-func (c *fakeClock) Advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
-
 // t0 is a UTC midnight, so fixed windows of every length start there.
-var t0 = time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC)
+var t0 = testutil.T0
 
 // backends runs f against a private redis-server and against miniredis, the
 // demo's embedded Redis: the Lua must behave the same on both.
@@ -56,7 +45,7 @@ type step struct {
 
 func runSteps(t *testing.T, newLimiter limiterFactory, lim throttle.Limit, steps []step) {
 	t.Helper()
-	clk := &fakeClock{}
+	clk := testutil.NewClock(time.Time{})
 	l := newLimiter(clk.Now)
 	ctx := context.Background()
 	for i, s := range steps {
@@ -145,7 +134,7 @@ func TestFixedWindowDailyAlignedToUTCMidnight(t *testing.T) {
 
 func TestConcurrencyLeases(t *testing.T) {
 	allBackends(t, func(t *testing.T, newLimiter limiterFactory) {
-		clk := &fakeClock{t: t0}
+		clk := testutil.NewClock(t0)
 		l := newLimiter(clk.Now)
 		lim := throttle.Limit{Name: "c", Algorithm: throttle.Concurrency, Max: 2, Lease: 10 * time.Second}
 		req := throttle.Request{Key: "test:conc", Limit: lim}
@@ -189,7 +178,7 @@ func TestConcurrencyLeases(t *testing.T) {
 
 func TestConsumeIsAllOrNothing(t *testing.T) {
 	allBackends(t, func(t *testing.T, newLimiter limiterFactory) {
-		clk := &fakeClock{t: t0}
+		clk := testutil.NewClock(t0)
 		l := newLimiter(clk.Now)
 		ctx := context.Background()
 		number := throttle.Request{Key: "whatsapp:number:1065", Limit: throttle.Limit{Name: "throughput", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(80), Burst: 80}}
@@ -278,7 +267,7 @@ func TestKeyHashTag(t *testing.T) {
 
 func TestFixedWindowWaitLinesUpWaiters(t *testing.T) {
 	allBackends(t, func(t *testing.T, newLimiter limiterFactory) {
-		clk := &fakeClock{t: t0.Add(200 * time.Millisecond)}
+		clk := testutil.NewClock(t0.Add(200 * time.Millisecond))
 		l := newLimiter(clk.Now)
 		ctx := context.Background()
 		req := throttle.Request{Key: "sms:sender:+12025550100", Limit: throttle.Limit{Name: "sender", Algorithm: throttle.FixedWindow, Rate: throttle.PerSecond(2)}}
@@ -318,7 +307,7 @@ func TestFixedWindowWaitLinesUpWaiters(t *testing.T) {
 
 func TestOnlyTheLimitThatSetsTheWaitCountsAWaiter(t *testing.T) {
 	allBackends(t, func(t *testing.T, newLimiter limiterFactory) {
-		clk := &fakeClock{t: t0}
+		clk := testutil.NewClock(t0)
 		l := newLimiter(clk.Now)
 		ctx := context.Background()
 		number := throttle.Request{Key: "whatsapp:number:1", Limit: throttle.Limit{Name: "throughput", Algorithm: throttle.FixedWindow, Rate: throttle.PerSecond(1)}}

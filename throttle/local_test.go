@@ -8,28 +8,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/testutil"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-dev/sluice/throttle"
 )
 
-// localClock is a settable clock for the Local tests.
-type localClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *localClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *localClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // localT0 is a UTC midnight, so fixed windows of every length start there.
-var localT0 = time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC)
+var localT0 = testutil.T0
 
-func newLocalClock() *localClock { return &localClock{t: localT0} }
+func newLocalClock() *testutil.Clock { return testutil.NewClock(localT0) }
 
 var (
 	localDaily  = throttle.Limit{Name: "daily", Algorithm: throttle.FixedWindow, Rate: throttle.PerDay(1)}
@@ -71,7 +60,7 @@ func TestLocalEvictsIdleKeysFirst(t *testing.T) {
 	// 100ms and expire a second later; every 150ms a new one arrives, so the
 	// bound is hit while older buckets are idle but not yet expired.
 	for i := range 100 {
-		clk.Add(150 * time.Millisecond)
+		clk.Advance(150 * time.Millisecond)
 		_, err := l.Consume(ctx, throttle.Request{Key: fmt.Sprintf("t:bucket:%d", i), Limit: localBucket})
 		require.NoError(t, err)
 		require.LessOrEqual(t, l.Len(), 10)
@@ -120,9 +109,9 @@ func TestLocalDropsExpiredState(t *testing.T) {
 	require.Equal(t, 2, l.Len())
 	// The keys live as long as their Redis TTL: until the state is unused
 	// (100ms, 1s), plus a second.
-	clk.Add(1100 * time.Millisecond)
+	clk.Advance(1100 * time.Millisecond)
 	require.Equal(t, 1, l.Len())
-	clk.Add(time.Second)
+	clk.Advance(time.Second)
 	require.Zero(t, l.Len())
 	n, err := l.Reset(ctx, "t:g", "t:f")
 	require.NoError(t, err)
@@ -163,7 +152,7 @@ func TestLocalRelease(t *testing.T) {
 	c, err := l.Consume(ctx, req)
 	require.NoError(t, err)
 	require.True(t, c.Allowed)
-	clk.Add(throttle.DefaultLease)
+	clk.Advance(throttle.DefaultLease)
 	st, err = l.Status(ctx, req)
 	require.NoError(t, err)
 	require.Equal(t, int64(3), st.Remaining)
@@ -252,7 +241,7 @@ func TestLocalGCRARoundsLikeTheLua(t *testing.T) {
 		{0, false, 333334 * us, 666668 * us},       // the rounding carries over
 		{10 * time.Second, true, 0, 10666668 * us}, // full again: the TAT restarts at now
 	} {
-		clk.Add(s.advance)
+		clk.Advance(s.advance)
 		d, err := l.Consume(ctx, req)
 		require.NoError(t, err)
 		require.Equal(t, []any{s.allowed, s.retry, localT0.Add(s.reset)}, []any{d.Allowed, d.RetryAfter, d.Reset.UTC()}, "step %d", i)
@@ -307,7 +296,7 @@ func TestLocalConcurrentCallers(t *testing.T) {
 				}
 				if i%50 == 0 {
 					_, _, _ = l.List(ctx, "p:", 0, 10)
-					clk.Add(time.Millisecond)
+					clk.Advance(time.Millisecond)
 				}
 			}
 		})

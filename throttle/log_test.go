@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sluice-dev/sluice/internal/testutil"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -68,7 +70,7 @@ func TestDroppedEventWriteIsLoggedOnce(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
 		log, buf := newLogger()
-		clk := &fakeClock{t: t0}
+		clk := testutil.NewClock(t0)
 		l := throttle.NewRedis(rdb, throttle.Options{Prefix: "logev", Clock: clk.Now, Logger: log})
 		// The stream key holds a string: every XADD fails with WRONGTYPE.
 		require.NoError(t, rdb.Set(ctx, l.StreamKey(), "x", 0).Err())

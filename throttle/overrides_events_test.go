@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/testutil"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -14,7 +16,7 @@ import (
 func TestOverridesApplyToEveryLimiterOnTheServer(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
-		clk := &fakeClock{t: t0}
+		clk := testutil.NewClock(t0)
 		// Two workers; the second re-reads overrides on every call, the
 		// first at the default refresh (500ms: within the promised 1s).
 		admin := throttle.NewRedis(rdb, throttle.Options{Prefix: "ov", Clock: clk.Now})
@@ -63,7 +65,7 @@ func TestOverridesApplyToEveryLimiterOnTheServer(t *testing.T) {
 func TestEventsOncePerKeyAndWindow(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
-		clk := &fakeClock{t: t0.Add(10 * time.Second)}
+		clk := testutil.NewClock(t0.Add(10 * time.Second))
 		l := throttle.NewRedis(rdb, throttle.Options{Prefix: "ev", Clock: clk.Now})
 		// A second process: its own in-memory marks, the same stream.
 		other := throttle.NewRedis(rdb, throttle.Options{Prefix: "ev", Clock: clk.Now})

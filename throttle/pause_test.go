@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/testutil"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-dev/sluice/throttle"
@@ -12,7 +14,7 @@ import (
 
 func TestPauseBlocksEveryProcessUntilItEnds(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
-		clock := &fakeClock{t: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)}
+		clock := testutil.NewClock(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
 		a := throttle.NewRedis(rdb, throttle.Options{Clock: clock.Now, OverrideRefresh: -1})
 		b := throttle.NewRedis(rdb, throttle.Options{Clock: clock.Now, OverrideRefresh: -1})
 		ctx := context.Background()
@@ -117,7 +119,7 @@ func TestPausesInARowGrow(t *testing.T) {
 // nothing.
 func TestAcceptedSendEndsAPauseRun(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
-		clock := &fakeClock{t: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)}
+		clock := testutil.NewClock(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
 		l := throttle.NewRedis(rdb, throttle.Options{Clock: clock.Now, OverrideRefresh: -1})
 		ctx := context.Background()
 		key := throttle.PauseKey("sms", "account", "AC1")

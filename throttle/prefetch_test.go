@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/testutil"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-dev/sluice/internal/redistest"
@@ -33,14 +35,14 @@ func (h *scriptCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 }
 
 // prefetchLimiter is reserveLimiter with its script round trips counted.
-func prefetchLimiter(t *testing.T, span time.Duration) (*throttle.Redis, *redis.Client, *fakeClock, *scriptCalls) {
+func prefetchLimiter(t *testing.T, span time.Duration) (*throttle.Redis, *redis.Client, *testutil.Clock, *scriptCalls) {
 	t.Helper()
 	return prefetchLimiterOn(t, redistest.Start(t).Client(t), span)
 }
 
-func prefetchLimiterOn(t *testing.T, rdb *redis.Client, span time.Duration) (*throttle.Redis, *redis.Client, *fakeClock, *scriptCalls) {
+func prefetchLimiterOn(t *testing.T, rdb *redis.Client, span time.Duration) (*throttle.Redis, *redis.Client, *testutil.Clock, *scriptCalls) {
 	t.Helper()
-	clock := &fakeClock{t: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)}
+	clock := testutil.NewClock(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
 	calls := &scriptCalls{}
 	rdb.AddHook(calls)
 	l := throttle.NewRedis(rdb, throttle.Options{Clock: clock.Now, OverrideRefresh: -1, PrefetchSpan: span})
@@ -223,7 +225,7 @@ func TestPrefetchNeverExceedsALimitAcrossProcesses(t *testing.T) {
 	// instant: a million a second with a burst of 500 admits exactly 500
 	// sends now, however the two prefetch.
 	rdb := redistest.Start(t).Client(t)
-	clock := &fakeClock{t: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)}
+	clock := testutil.NewClock(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
 	a := throttle.NewRedis(rdb, throttle.Options{Clock: clock.Now, OverrideRefresh: -1})
 	b := throttle.NewRedis(rdb, throttle.Options{Clock: clock.Now, OverrideRefresh: -1})
 	lim := throttle.Limit{Name: "throughput", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(1000000), Burst: 500}

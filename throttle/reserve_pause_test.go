@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/testutil"
+
 	"github.com/sluice-dev/sluice/throttle"
 )
 
@@ -35,7 +37,7 @@ type replayed struct {
 // (asynq's forwarder); one blocked without a place at the whole second
 // after its wait; one planned within the hold is held and asks again at
 // its instant, without a dequeue. check sees every reservation.
-func replay(t *testing.T, l *throttle.Redis, clock *fakeClock, opts throttle.ReserveOptions, sends []throttle.Send, queue []comeBack, check func(i int, r throttle.Reservation)) replayed {
+func replay(t *testing.T, l *throttle.Redis, clock *testutil.Clock, opts throttle.ReserveOptions, sends []throttle.Send, queue []comeBack, check func(i int, r throttle.Reservation)) replayed {
 	t.Helper()
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(7, 11))

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/testutil"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-dev/sluice/internal/redistest"
@@ -22,9 +24,9 @@ var (
 	daily = throttle.Limit{Name: "daily", Algorithm: throttle.FixedWindow, Rate: throttle.PerDay(2)}
 )
 
-func reserveLimiter(t *testing.T) (*throttle.Redis, *fakeClock) {
+func reserveLimiter(t *testing.T) (*throttle.Redis, *testutil.Clock) {
 	t.Helper()
-	clock := &fakeClock{t: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)}
+	clock := testutil.NewClock(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
 	l := throttle.NewRedis(redistest.Start(t).Client(t), throttle.Options{Clock: clock.Now, OverrideRefresh: -1})
 	return l, clock
 }
@@ -687,7 +689,7 @@ func tenantsShare(t *testing.T, wa, wb float64) {
 // miniredis (the demo's embedded Redis, whose Lua JSON is another library).
 func TestTenantPlacesOnBothBackends(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
-		clock := &fakeClock{t: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)}
+		clock := testutil.NewClock(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
 		l := throttle.NewRedis(rdb, throttle.Options{Clock: clock.Now, OverrideRefresh: -1})
 		ctx := context.Background()
 		opts := throttle.ReserveOptions{}
@@ -763,7 +765,7 @@ func TestTenantPlacesOnBothBackends(t *testing.T) {
 // like a High send but, unlike one, adds nothing to its second's plan count
 // (the send was counted when it was planned).
 func TestRetakeIsNotCountedTwice(t *testing.T) {
-	clock := &fakeClock{t: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)}
+	clock := testutil.NewClock(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
 	rdb := redistest.Start(t).Client(t)
 	l := throttle.NewRedis(rdb, throttle.Options{Clock: clock.Now, OverrideRefresh: -1})
 	ctx := context.Background()

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/testutil"
+
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -116,7 +118,7 @@ func TestDistinctSteps(t *testing.T) {
 	allBackends(t, func(t *testing.T, newLimiter limiterFactory) {
 		// A messaging tier of 2 unique recipients per rolling day.
 		lim := throttle.Limit{Name: "tier", Algorithm: throttle.Distinct, Rate: throttle.PerDay(2)}
-		clk := &fakeClock{}
+		clk := testutil.NewClock(time.Time{})
 		l := newLimiter(clk.Now)
 		h := time.Hour
 		for i, s := range []struct {
@@ -151,7 +153,7 @@ func TestDistinctSteps(t *testing.T) {
 // the caller sees the same all-or-nothing result as within one scope.
 func TestCrossScopeBlockedCallKeepsNothing(t *testing.T) {
 	allBackends(t, func(t *testing.T, newLimiter limiterFactory) {
-		clk := &fakeClock{t: t0}
+		clk := testutil.NewClock(t0)
 		l := newLimiter(clk.Now)
 		ctx := context.Background()
 		// Scopes sort as a, b, c, d: the blocking limit is taken third.
@@ -184,7 +186,7 @@ func TestCrossScopeBlockedCallKeepsNothing(t *testing.T) {
 
 func TestCheckAndStatusTakeNothing(t *testing.T) {
 	allBackends(t, func(t *testing.T, newLimiter limiterFactory) {
-		clk := &fakeClock{t: t0}
+		clk := testutil.NewClock(t0)
 		l := newLimiter(clk.Now)
 		ctx := context.Background()
 		for _, lim := range []throttle.Limit{
@@ -225,7 +227,7 @@ func TestDecisionJSON(t *testing.T) {
 // scope is given back when the last scope ("z") blocks.
 func TestCrossScopeRefundsEveryAlgorithm(t *testing.T) {
 	allBackends(t, func(t *testing.T, newLimiter limiterFactory) {
-		clk := &fakeClock{t: t0.Add(90 * time.Second)}
+		clk := testutil.NewClock(t0.Add(90 * time.Second))
 		l := newLimiter(clk.Now)
 		ctx := context.Background()
 		reqs := []throttle.Request{

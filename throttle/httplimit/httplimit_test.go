@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/testutil"
+
 	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -27,23 +29,14 @@ import (
 // in 3557s.
 var t0 = time.Date(2026, 11, 20, 0, 0, 43, 0, time.UTC)
 
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time          { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fakeClock) Set(t time.Time)         { c.mu.Lock(); c.t = t; c.mu.Unlock() }
-func (c *fakeClock) Advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
-
 // newRedis returns a limiter over a private miniredis whose time is the
 // returned clock, starting at t0.
-func newRedis(t *testing.T) (*throttle.Redis, *fakeClock) {
+func newRedis(t *testing.T) (*throttle.Redis, *testutil.Clock) {
 	t.Helper()
 	mr := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
-	clk := &fakeClock{t: t0}
+	clk := testutil.NewClock(t0)
 	return throttle.NewRedis(rdb, throttle.Options{Prefix: "t", Clock: clk.Now, Events: throttle.EventOptions{Disabled: true}}), clk
 }
 
@@ -583,7 +576,7 @@ func TestLogThrottled(t *testing.T) {
 	m := mustNew(t, &fakeLimiter{consume: func(context.Context, []throttle.Request) (throttle.Decision, error) {
 		return throttle.Decision{}, errors.New("down")
 	}}, Config{Limits: []throttle.Limit{fixed("minute", 100, time.Minute)}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	clk := &fakeClock{t: t0}
+	clk := testutil.NewClock(t0)
 	m.now = clk.Now
 	h := m.Handler(&okHandler{})
 	for range 3 {
