@@ -120,6 +120,6 @@
 //     worker.ClaimTTL, without a hash tag) claims a chosen task ID across
 //     channels, so a task of another type with that ID is refused
 //     (tasks.ErrKeyInUse); the claim is given back when the task is not
-//     enqueued. Inside reserve.lua, plan_count's claim is a displaced send
+//     enqueued. In plan_book.lua, plan_count's claim is a displaced send
 //     taking its tenant's reservation.
 package throttle
