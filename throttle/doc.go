@@ -60,4 +60,68 @@
 //
 // Redis TIME is the single clock shared by all workers; a test may inject
 // Options.Clock instead. Times are kept in microseconds.
+//
+// # Reservation books
+//
+// Reserve, Plan and ReleasePlanned (reserve.lua and its parts) pace sends
+// on their GCRA limits with two books per limit. The words below are the
+// code's; times are microseconds since the Unix epoch, seconds are whole
+// Unix seconds, counts are in cost units. A limit is fast when its paced
+// interval T is under a second, slow otherwise (a pair, a 1/s sender).
+//
+//   - Firm book: the GCRA limit's own TAT in its state key (a string, or one
+//     field per limit name of a hash when GCRA limits share the key), the
+//     state Consume reads too, so firm reservations and Consume never
+//     exceed the limit together. A firm reservation takes every limit of a
+//     send for one exact instant, at most the hold ahead (Reservation.Firm,
+//     Reservation.At).
+//   - Plan book: the sends told to come back later, in two keys beside the
+//     state key: "<key>|plan", a hash, and "<key>|backlog", a sorted set
+//     ("sluice:{wa}:number:1|plan"; one hash tag, one Cluster slot).
+//     A slow limit keeps its plan tail (field "t<name>": one interval after
+//     its last planned send); a fast one a count per second ("<name>@<s>"),
+//     a fill pointer to the first second that may have room ("f<name>") and
+//     its tenants' records. <name> is the limit's field in a shared state
+//     hash, else empty.
+//   - Hold: ReserveOptions.Hold (DefaultHold, 2s): how far ahead a firm
+//     reservation may be, the most a caller holds a send before its
+//     instant. A send whose slot is further out is planned instead; one
+//     that has a place (or is High) and that a slower limit holds back
+//     within the hold keeps its place and asks again at that instant.
+//   - Headroom: the fraction by which Reserve and Plan space a GCRA limit's
+//     sends wider than the limit, T = period / limit / (1 - headroom):
+//     80/s at 0.015 is paced at 78.8/s (ReserveOptions.Headroom,
+//     DefaultHeadroom, at most MaxHeadroom).
+//   - Place: a send's planned instant, kept under its TaskID in the backlog
+//     of each of its GCRA limits, counted in that second of each fast
+//     limit's plan and behind each slow limit's plan tail
+//     (Reservation.Planned, Planned.At). Reserve with the TaskID takes the
+//     firm slot for it; ReleasePlanned and SweepBacklogs give it up.
+//   - Backlog: "<key>|backlog", a sorted set of task ID to planned instant,
+//     one entry per place on that limit (Backlog, ListPlanned); its TTL
+//     runs to an hour after its latest place.
+//   - Tenant turn: on a fast limit, backlogged tenants (ReserveOptions.Tenant,
+//     "" included) share each second by Weight instead of first come, first
+//     served: a send planned into a full future second takes a place from
+//     the tenant most over its weighted share there, as long as its own
+//     tenant stays at or under that share. Each second keeps a record of its
+//     tenants (field "<name>@<s>#", JSON tenant to [weight, count, yields,
+//     reservations]); a reservation is room held for a tenant with no task
+//     in it, which moves on without a dequeue.
+//   - Yield: what a tenant owes in a second where another tenant took a
+//     place its task held: the first of its sends to come back in that
+//     second takes no slot and is planned again on its tenant's first
+//     reservation (one more dequeue), made for it in the first free room.
+//   - Retake: a High Reserve with ReserveOptions.Retake, for a send that woke
+//     up too late for the firm slot it took: on its fast limits it takes the
+//     first free slot without being counted in the plan again; on its slow
+//     ones, whose slot it keeps, the next send is spaced at least one
+//     interval after now.
+//   - Claim: not a throttle key. The enqueue side (worker.ClaimKey, the
+//     string "<prefix>:_idem:<task ID>" holding "<task type>|<token>" for
+//     worker.ClaimTTL, without a hash tag) claims a chosen task ID across
+//     channels, so a task of another type with that ID is refused
+//     (tasks.ErrKeyInUse); the claim is given back when the task is not
+//     enqueued. In plan_book.lua, plan_count's claim is a displaced send
+//     taking its tenant's reservation.
 package throttle

@@ -24,23 +24,35 @@ var gcraOneScript = redis.NewScript(joinLua("gcra_one.lua"))
 // lines and indentation: an interpreter that compiles a script on every
 // call (miniredis, the embedded default) then reads a third of the text.
 // Redis compiles a script once per SHA, so it makes no difference there.
+// A line `--- @include "name.lua"` (BullMQ's convention) is replaced by
+// that file, so a script kept in parts (reserve.lua) names them where
+// they run.
 func joinLua(names ...string) string {
 	var b strings.Builder
 	for _, n := range names {
-		src, err := luaFiles.ReadFile("lua/" + n)
-		if err != nil {
-			panic("throttle: embedded script missing: " + n) // a build defect, not a runtime condition
-		}
-		for line := range strings.Lines(string(src)) {
-			t := strings.TrimSpace(line)
-			if t == "" || strings.HasPrefix(t, "--") {
-				continue
-			}
-			b.WriteString(t)
-			b.WriteByte('\n')
-		}
+		writeLua(&b, n)
 	}
 	return b.String()
+}
+
+// writeLua appends file name to b as joinLua describes.
+func writeLua(b *strings.Builder, name string) {
+	src, err := luaFiles.ReadFile("lua/" + name)
+	if err != nil {
+		panic("throttle: embedded script missing: " + name) // a build defect, not a runtime condition
+	}
+	for line := range strings.Lines(string(src)) {
+		t := strings.TrimSpace(line)
+		if part, ok := strings.CutPrefix(t, `--- @include "`); ok {
+			writeLua(b, strings.TrimSuffix(part, `"`))
+			continue
+		}
+		if t == "" || strings.HasPrefix(t, "--") {
+			continue
+		}
+		b.WriteString(t)
+		b.WriteByte('\n')
+	}
 }
 
 // runInts runs s with EVALSHA, as Script.Run does (EVAL's fallback is a

@@ -1,16 +1,16 @@
 -- defer_plan.lua: moves the plan of a paused scope past the pause's end
 -- (see Redis.DeferPlanned). It is joined after prelude.lua.
 --
--- A scope's planned sends (reserve.lua's plan book) are scheduled in asynq
--- for their planned seconds. When a provider throttle pauses the scope,
--- the ones planned inside the pause would each come back, find it paused
--- and be planned again: one more dequeue per send, and a storm that grows
--- the pause again and again makes it several. Instead the scope's whole
--- plan moves later by the same whole number of seconds, so that its first
--- planned send is due at or after the pause's end: the sends keep their
--- order and their pace (the spacing between any two is unchanged), and
--- the sends planned past the pause move too, so that the moved ones do not
--- crowd onto their seconds.
+-- A scope's planned sends (the plan book: pace.lua, plan_book.lua) are
+-- scheduled in asynq for their planned seconds. When a provider throttle
+-- pauses the scope, the ones planned inside the pause would each come
+-- back, find it paused and be planned again: one more dequeue per send,
+-- and a storm that grows the pause again and again makes it several.
+-- Instead the scope's whole plan moves later by the same whole number of
+-- seconds, so that its first planned send is due at or after the pause's
+-- end: the sends keep their order and their pace (the spacing between any
+-- two is unchanged), and the sends planned past the pause move too, so
+-- that the moved ones do not crowd onto their seconds.
 --
 -- In a run of pauses (ARGV[4] = 1: the scope was throttled again soon
 -- after the last pause ended, a storm), the first of them goes alone: it is
@@ -24,11 +24,12 @@
 -- The caller then moves the asynq tasks of the returned task IDs by the
 -- same shifts; a task it cannot move (already
 -- forwarded, Redis lost meanwhile) comes back at its old second, finds its
--- place past the pause (reserve.lua keeps a place that is past the pause's
--- end) and is told to come back then: one dequeue more, as before.
+-- place past the pause (firm_book.lua's replan keeps a place that is past
+-- the pause's end) and is told to come back then: one dequeue more, as before.
 --
 -- KEYS: per limit i: KEYS[2i-1] plan hash, KEYS[2i] backlog (reserve.lua's
---   plan and backlog of a GCRA limit keyed by exactly the scope's fields)
+--   KEYS[3i-1] and KEYS[3i]: the plan and backlog of a GCRA limit keyed by
+--   exactly the scope's fields)
 -- ARGV[1] now us ("0" = Redis TIME)   ARGV[2] the pause's end, us
 -- ARGV[3] most sends to move (larger backlogs are left as they are)
 -- ARGV[4] 1: a probe goes first, alone (a run of pauses); 0: all move alike

@@ -1,0 +1,127 @@
+-- pace.lua: a GCRA limit's pace and what its two books hold for a send;
+-- part of reserve.lua (joined after its arguments; see there).
+--
+-- The firm book is the limit's own TAT (gcra.lua's state, KEYS[3i-2]): a
+-- firm reservation is an exact instant, at most `hold` us ahead. The plan
+-- book (hash KEYS[3i-1], the plan hash, and zset KEYS[3i], the backlog)
+-- holds the sends told to come back later. A limit paced slower than one
+-- send a second (a pair limit, a 1/s sender) keeps a plan tail: PTAT,
+-- field 't'..extra. A faster one keeps a count per future whole second
+-- (fields extra..'@'..second) and a fill pointer (field 'f'..extra, the
+-- first second that may have room): asynq schedules in whole seconds, so a
+-- second's count is the number of sends that will come back in it. Second
+-- s holds floor((s+1)R) - floor(sR) sends, R = 1e6/T per second, so the
+-- seconds average the paced rate. A send planned later than the pointer
+-- (held back by another limit) takes room in its own second without moving
+-- the pointer, and a gap it leaves is filled by later plans. Field
+-- 's'..extra is the first second not yet swept.
+--
+-- pace sets on a limit l: l.T (emission interval, us), l.tol (burst
+-- tolerance, us), l.a (how far its TAT is ahead of now, us), l.replace,
+-- l.firm (its earliest instant by the firm book), l.fast (T < 1s); a fast
+-- limit also l.rate (sends a second), l.active (its plan is not idle),
+-- l.fill, l.swept; a slow one l.queued (its earliest instant behind its
+-- plan tail).
+
+-- set_queued sets slow limit l's earliest instant behind its plan tail pt
+-- (nil: none) and its firm book.
+local function set_queued(l, pt)
+  local pa = (pt or now) - now
+  if pa < l.a then pa = l.a end
+  l.queued = now + math.max(0, pa + l.T * l.cost - l.tol)
+end
+
+-- pace reads GCRA limit l's firm book and plan book into l (see above).
+local function pace(l)
+  local T = (l.period / l.limit) / (1 - headroom)
+  local tol = T * l.burst
+  local raw, wrong
+  if l.extra == '' then raw, wrong = read('GET', l.key) else raw, wrong = read('HGET', l.key, l.extra) end
+  local a = (tonumber(raw) or now) - now
+  if a < 0 then a = 0 end
+  l.T, l.tol, l.a, l.replace = T, tol, a, wrong
+  l.firm = now + math.max(0, a + T * l.cost - tol) -- earliest by the firm book
+  l.fast = T < SEC
+  if l.fast then
+    l.rate = SEC / T
+    local v = redis.call('HMGET', l.plan, 'f' .. l.extra, 's' .. l.extra)
+    local f = tonumber(v[1])
+    -- No fill pointer: nothing is planned on the limit (the plan is idle).
+    l.active = f ~= nil
+    l.fill = f or 0
+    l.swept = tonumber(v[2]) or l.fill -- first second not yet swept
+  else
+    set_queued(l, tonumber(redis.call('HGET', l.plan, 't' .. l.extra)))
+  end
+end
+
+-- room is second sec's share of the paced rate; the current second only
+-- has what is left of it, so a campaign planned at 12.6s does not put a
+-- whole second's sends into its last 0.4s and push the firm book ahead.
+-- The plan starts where the firm book ends: sends taken without a plan
+-- are counted only there.
+local function room(l, sec)
+  local start = now + (l.a or 0)
+  local first = math.floor(start / SEC)
+  if sec < first then return 0 end
+  local from = sec * l.rate
+  if sec == first then from = (start / SEC) * l.rate end
+  return math.floor((sec + 1) * l.rate) - math.floor(from)
+end
+
+-- count is the number of sends (in cost units) planned on fast limit l in
+-- second sec.
+local function count(l, sec)
+  if not l.active then return 0 end
+  return tonumber(redis.call('HGET', l.plan, l.extra .. '@' .. sec)) or 0
+end
+
+-- advance moves fast limit l's fill pointer past the seconds that are full
+-- from sec (the pointer's second) on.
+local function advance(l, sec, n)
+  if sec ~= l.fill then return end
+  while n >= room(l, l.fill) do
+    l.fill = l.fill + 1
+    n = count(l, l.fill)
+  end
+  redis.call('HSET', l.plan, 'f' .. l.extra, l.fill)
+end
+
+-- sweep drops the past seconds of a fast limit's plan, from the first not
+-- yet swept (the fill pointer may have passed seconds that later plans
+-- still counted in) up to now, and moves the fill pointer to now.
+local function sweep(l)
+  local cur = math.floor(now / SEC)
+  if not l.active then l.fill = cur; return end
+  if l.swept < cur then
+    if cur - l.swept <= 1000 then
+      for sec = l.swept, cur - 1 do
+        redis.call('HDEL', l.plan, l.extra .. '@' .. sec, l.extra .. '@' .. sec .. '#')
+      end
+    else
+      local pre = l.extra .. '@'
+      for _, f in ipairs(redis.call('HKEYS', l.plan)) do
+        if string.sub(f, 1, #pre) == pre then
+          local sec = tonumber((string.gsub(string.sub(f, #pre + 1), '#$', '')))
+          if sec and sec < cur then redis.call('HDEL', l.plan, f) end
+        end
+      end
+    end
+    l.swept = cur
+    redis.call('HSET', l.plan, 's' .. l.extra, cur)
+  end
+  if l.fill < cur then
+    l.fill = cur
+    redis.call('HSET', l.plan, 'f' .. l.extra, cur)
+  end
+end
+
+-- pace_all paces every GCRA limit of send s, and sweeps the fast ones.
+local function pace_all(s)
+  for _, l in ipairs(s.limits) do
+    if l.algo == 'gcra' then
+      pace(l)
+      if l.fast then sweep(l) end
+    end
+  end
+end
