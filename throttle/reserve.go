@@ -75,7 +75,7 @@ const (
 	// late), so that those planned sends are not planned again.
 	DefaultHold = 2 * time.Second
 	// MaxPlannedPause is the longest pause Plan and Reserve plan sends
-	// past (reserve.lua's PLAN_PAUSE_MAX): an early end of a longer one
+	// past (plan_book.lua's PLAN_PAUSE_MAX): an early end of a longer one
 	// (a probe that succeeds, `channels resume`) would leave its sends
 	// scheduled for their planned seconds. A send a longer pause blocks
 	// comes back when it ends, without a place, as other blocks do.
