@@ -21,5 +21,5 @@ func ExampleDeliveryCountersKey() {
 	// sluice:{_delivery}:campaign:4:acme:spring-sale
 	// sluice:{_delivery}:task:01JD3
 	// sluice:{_delivery}:msg:sms:SM1
-	// sluice:failed:sms:01JD3
+	// sluice:_failed:sms:01JD3
 }

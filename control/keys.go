@@ -10,10 +10,9 @@ import "strconv"
 // Redis Cluster: a key's hash tag is the part in braces, and keys that one
 // script touches share one. Keys no script shares have none and spread
 // over the slots. A key of this layer has a tag or a first segment that
-// starts with '_' ({_delivery}, _idem), which no limiter scope can, so the
-// limiter's key listings (throttle.Redis.List) leave it out; the one
-// exception is FirstFailureKey, whose first segment "failed" the listings
-// take for a scope.
+// starts with '_' ({_delivery}, _idem, _failed), which no limiter scope
+// can, so the limiter's key listings (throttle.Redis.List), `sluice limits`
+// and the cleanup job leave it out.
 
 // ClaimKey is the Redis key of an idempotency key's claim, a string
 // holding "<task type>|<token>": "<prefix>:_idem:<id>"
@@ -22,12 +21,14 @@ import "strconv"
 func ClaimKey(prefix, id string) string { return prefix + ":_idem:" + id }
 
 // FirstFailureKey is the Redis key of a task's first failed attempt, a
-// string of Unix ms on the worker's clock: "<prefix>:failed:<queue>:<task
-// id>" ("sluice:failed:sms:01JD3…"). No hash tag: it is read and written
-// alone. Its first segment does not start with '_', so `sluice limits`
-// lists it as a limiter key of scope "failed" (it expires on its own).
+// string of Unix ms on the worker's clock: "<prefix>:_failed:<queue>:<task
+// id>" ("sluice:_failed:sms:01JD3…"). No hash tag: it is read and written
+// alone. (Earlier builds wrote "<prefix>:failed:…", which `sluice limits`
+// listed as a limiter key of scope "failed"; such a key expires on its own,
+// and a task failing across the upgrade counts its age from its next
+// failure.)
 func FirstFailureKey(prefix, queue, taskID string) string {
-	return prefix + ":failed:" + queue + ":" + taskID
+	return prefix + ":_failed:" + queue + ":" + taskID
 }
 
 // DeliveryRecordKey is a task's delivery record, a hash:

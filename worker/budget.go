@@ -348,7 +348,7 @@ func truncate(s string, n int) string {
 }
 
 // firstFailures keeps each failing task's first failed attempt time (Unix
-// ms on the worker's clock) in Redis, under "<prefix>:failed:<queue>:<task
+// ms on the worker's clock) in Redis, under "<prefix>:_failed:<queue>:<task
 // id>", so that every worker measures the same age. It is written at a
 // task's first failed attempt (replacing any stale value a deleted task of
 // the same ID left), read at the later ones, deleted when the task ends, and
