@@ -400,18 +400,17 @@ func TestDemoListener(t *testing.T) {
 func TestSendRejectsARowWhoseKeyAnotherChannelHolds(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	rdb := srv.Client(t)
 	csvText := "to,name\n+12025550101,Ann\n+12125550102,Bob\n"
 	path := writeFile(t, "taken.csv", csvText)
 	res, err := campaign.Read(strings.NewReader(csvText), campaign.Options{})
 	require.NoError(t, err)
+	// The row's key, sent as a webhook for the campaign's tenant (the
+	// campaign's name): the webhook's claim holds the namespaced key.
 	key := campaign.IdempotencyKey("taken", "sms", res.Rows[1], res.Columns)
-	hook, err := tasks.NewWebhookDeliverTask(tasks.WebhookDeliver{URL: "https://example.com/h", EventType: "e", Payload: []byte(`{}`), IdempotencyKey: key})
-	require.NoError(t, err)
-	_, err = asynq.NewClientFromRedisClient(rdb).Enqueue(hook)
-	require.NoError(t, err)
+	r := run(t, "enqueue", "webhook", "--url", "https://93.184.215.14/h", "--event", "e", "--payload", "{}", "--key", key, "--tenant", "taken", "--redis", srv.URL())
+	require.Equal(t, 0, r.code, r.stderr)
 
-	r := run(t, "send", "--channel", "sms", "--csv", path, "--from", "+12025550100", "--body", "Hi {name}", "--redis", srv.URL())
+	r = run(t, "send", "--channel", "sms", "--csv", path, "--from", "+12025550100", "--body", "Hi {name}", "--redis", srv.URL())
 	require.Equal(t, 3, r.code, "exit code: a row rejected")
 	require.Contains(t, r.stdout, path+": 2 rows: 1 enqueued, 0 already enqueued, 1 rejected")
 	rejects, err := os.ReadFile(strings.TrimSuffix(path, ".csv") + ".rejects.csv")
