@@ -28,7 +28,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/emulator"
 	"github.com/sluice-dev/sluice/internal/server"
 	"github.com/sluice-dev/sluice/redact"
-	"github.com/sluice-dev/sluice/worker"
 )
 
 // Demo campaign settings: one WhatsApp business number, a pool of Twilio
@@ -223,24 +222,13 @@ func runDemo(parent context.Context, g *globals, o demoOptions) error {
 		"WHATSAPP_VERIFY_TOKEN": "sluice-demo-verify-token",
 	}
 	cfg.HTTP.PublicURL = base
-	reg := app.NewRegistry(rdb)
-	lim := app.NewLimiter(cfg, rdb, nil)
-	store, err := server.NewStore(cfg, rdb)
-	if err != nil {
-		return err
-	}
 	secretOf := func(env string) (string, error) { return secrets[env], nil }
-	w, err := app.NewWorker(cfg, rdb, lim, app.Options{
-		Secrets:  secretOf,
-		Logger:   g.logger().With("component", "worker"),
-		Metrics:  worker.NewMetrics(reg),
-		Delivery: store,
-	})
+	sys, err := app.Build(cfg, rdb, app.BuildOptions{Secrets: secretOf, Logger: g.logger(), WorkerLogger: g.logger().With("component", "worker")})
 	if err != nil {
 		return err
 	}
-	stopServer, err := server.Start(ln, server.Parts{Config: cfg, Redis: rdb, Limiter: lim, Registry: reg, Store: store, Worker: w,
-		Secrets: secretOf, Logger: g.logger().With("component", "http")})
+	w, reg := sys.Worker, sys.Registry
+	stopServer, err := server.Start(ln, server.PartsOf(sys, nil, secretOf, g.logger().With("component", "http")))
 	if err != nil {
 		return err
 	}
