@@ -5,9 +5,7 @@ import (
 	"context"
 	"encoding/csv"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -368,30 +366,6 @@ func startWorker(t *testing.T, rdb redis.UniversalClient, rec worker.DeliveryRec
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Shutdown)
 	return emu
-}
-
-// The demo's listener: a port the user chose that is busy is an error (the
-// examples they run would reach the other server); the default port falls
-// back to a free one; a non-loopback address is refused before binding.
-func TestDemoListener(t *testing.T) {
-	busy, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer busy.Close()
-	var stderr bytes.Buffer
-	g := &globals{stdout: io.Discard, stderr: &stderr}
-
-	_, _, err = demoListener(busy.Addr().String(), true, g)
-	require.ErrorContains(t, err, "--listen "+busy.Addr().String())
-	require.ErrorContains(t, err, "pick another port")
-
-	ln, base, err := demoListener(busy.Addr().String(), false, g)
-	require.NoError(t, err)
-	defer ln.Close()
-	require.NotEqual(t, "http://"+busy.Addr().String(), base)
-	require.Contains(t, stderr.String(), "is taken; serving on "+ln.Addr().String())
-
-	_, _, err = demoListener("0.0.0.0:0", true, g)
-	require.ErrorIs(t, err, app.ErrExposed)
 }
 
 // A row whose key is already another channel's task (asynq keeps IDs apart
