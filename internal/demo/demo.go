@@ -318,14 +318,14 @@ func Run(parent context.Context, o Options) error {
 	if !o.JSON {
 		progress = o.Progress
 	}
-	complete := wait(ctx, progress, em, insp, cfg, enqueued)
+	complete := wait(ctx, progress, em, insp, cfg.Channels, enqueued)
 	if !o.Serve {
 		stop() // the counts below are final
 	}
 
 	sum.Complete = complete
 	sum.Elapsed = time.Since(started).Seconds()
-	sum.Channels = summarize(cfg, em, insp, reg, enqueued, len(res.Rows))
+	sum.Channels = summarize(cfg.Channels, em, insp, reg, enqueued, len(res.Rows))
 	if o.JSON {
 		enc := json.NewEncoder(o.Stdout)
 		enc.SetIndent("", "  ")
@@ -367,7 +367,7 @@ func messages(runID string, hooks []string) []*campaign.Message {
 // wait shows a bar per channel on progress (nil: none) until every task
 // is delivered or archived, or ctx ends. It reports whether everything
 // finished.
-func wait(ctx context.Context, progress io.Writer, em *emulator.Server, insp *asynq.Inspector, cfg *config.Config, enqueued map[string]int) bool {
+func wait(ctx context.Context, progress io.Writer, em *emulator.Server, insp *asynq.Inspector, chans map[string]*config.ChannelConfig, enqueued map[string]int) bool {
 	var p *mpb.Progress
 	bars := map[string]*mpb.Bar{}
 	if progress != nil {
@@ -396,7 +396,7 @@ func wait(ctx context.Context, progress io.Writer, em *emulator.Server, insp *as
 		stats := em.Stats()
 		done = true
 		for _, ch := range []string{"whatsapp", "sms", "webhook"} {
-			n := stats[ch].Unique + archivedCount(insp, cfg.Channels[ch].Queue)
+			n := stats[ch].Unique + archivedCount(insp, chans[ch].Queue)
 			if bar := bars[ch]; bar != nil {
 				bar.EwmaSetCurrent(int64(n), 100*time.Millisecond)
 			}
@@ -429,8 +429,9 @@ func waitingCount(insp *asynq.Inspector, queue string) int {
 }
 
 // summarize computes each channel's line from the emulators' records: they
-// are the providers' view, the ground truth of what was delivered.
-func summarize(cfg *config.Config, em *emulator.Server, insp *asynq.Inspector, reg *prometheus.Registry, enqueued map[string]int, valid int) []ChannelSummary {
+// are the providers' view, the ground truth of what was delivered. chans
+// give each channel's queue and bottleneck limit.
+func summarize(chans map[string]*config.ChannelConfig, em *emulator.Server, insp *asynq.Inspector, reg *prometheus.Registry, enqueued map[string]int, valid int) []ChannelSummary {
 	stats := em.Stats()
 	records := em.Records()
 	dequeues := counterValues(reg, "sluice_tasks_total", "", "")
@@ -441,16 +442,16 @@ func summarize(cfg *config.Config, em *emulator.Server, insp *asynq.Inspector, r
 		st := stats[ch]
 		s := ChannelSummary{
 			Channel: ch, Valid: valid, Enqueued: enqueued[ch], Delivered: st.Unique, Duplicates: st.Duplicates,
-			Archived: archivedCount(insp, cfg.Channels[ch].Queue), ProviderThrottled: st.Throttled,
+			Archived: archivedCount(insp, chans[ch].Queue), ProviderThrottled: st.Throttled,
 			Bottleneck: bottleneck[ch],
 		}
 		if st.Unique > 0 {
 			s.DequeuesPerSend = float64(dequeues[ch]) / float64(st.Unique)
 			s.LimiterCallsPerSend = float64(calls[ch]) / float64(st.Unique)
 		}
-		s.Waiting = waitingCount(insp, cfg.Channels[ch].Queue)
+		s.Waiting = waitingCount(insp, chans[ch].Queue)
 		s.Lost = max(0, s.Enqueued-s.Delivered-s.Archived-s.Waiting)
-		if r, ok := cfg.Channels[ch].Rule(s.Bottleneck); ok {
+		if r, ok := chans[ch].Rule(s.Bottleneck); ok {
 			s.CapPerKey = float64(r.Limit.Rate.Limit) / r.Limit.Rate.Period.Seconds()
 		}
 		s.BottleneckKeys, s.AchievedPerKey, s.Seconds = achieved(records, ch)
