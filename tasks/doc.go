@@ -30,7 +30,7 @@
 //     is accepted and sent again;
 //   - task IDs are unique per queue, so overriding the queue (asynq.Queue)
 //     gives the key a different scope, and these helpers accept a key that a
-//     task of another channel holds; worker.Enqueuer (the CLI and the HTTP
+//     task of another channel holds; producer.Client (the CLI and the HTTP
 //     API) refuses that with ErrKeyInUse;
 //   - an archived task (retries exhausted) also keeps its ID; to send it again,
 //     delete or re-run the archived task or use a new key;

@@ -33,7 +33,7 @@ const (
 // for a retried producer this usually means success.
 var ErrDuplicate = errors.New("duplicate task")
 
-// ErrKeyInUse is returned (wrapped) by worker.Enqueuer when a task's ID is
+// ErrKeyInUse is returned (wrapped) by producer.Client when a task's ID is
 // already claimed by a task of another type: asynq keeps task IDs unique
 // only within a queue, so without the claim one idempotency key could be a
 // WhatsApp send and a webhook at once. Nothing was enqueued; use a new key
@@ -106,7 +106,7 @@ func newTask(typ string, p interface{ Validate() error }, key string, opts []asy
 const MinMaxRetry = 1
 
 // FloorMaxRetry returns opts with asynq.MaxRetry(MinMaxRetry) appended when
-// the last MaxRetry among them is below MinMaxRetry (worker.Enqueuer and the
+// the last MaxRetry among them is below MinMaxRetry (producer.Client and the
 // New…Task constructors apply it). The result's capacity is its length, so
 // appending to it copies.
 func FloorMaxRetry(opts []asynq.Option) []asynq.Option {
@@ -124,10 +124,20 @@ func FloorMaxRetry(opts []asynq.Option) []asynq.Option {
 }
 
 // EnqueueWhatsAppSend builds the task with NewWhatsAppSendTask(p, opts...) and
-// enqueues it. If the idempotency key is already taken it returns an error
-// wrapping both ErrDuplicate and asynq.ErrTaskIDConflict. The task runs now
-// and takes its slot when a worker first dequeues it; worker.Enqueuer plans
-// the slot at enqueue instead, so that a backlog is dequeued once per send.
+// enqueues it with c: the plain asynq path, for a program that has an
+// asynq client and nothing of Sluice's configuration. If the idempotency
+// key is already taken in the task's queue it returns an error wrapping
+// both ErrDuplicate and asynq.ErrTaskIDConflict.
+//
+// It is not producer.Client.Send, and does less: the task runs now and
+// takes its slot when a worker first dequeues it (Send plans the slot at
+// enqueue, so that a backlog is dequeued once per send); it takes no claim
+// on its key (Send refuses a key another channel's task holds, and this
+// task's key is not seen by Send); it leaves a tenant's key without the
+// tenant's namespace (Send's task ID for the same send differs); and it
+// checks nothing a configuration sets (a disabled channel, its payload cap,
+// the egress policy). The tasks package cannot call the producer (the
+// producer builds on it); use producer.Client where those matter.
 func EnqueueWhatsAppSend(ctx context.Context, c *asynq.Client, p WhatsAppSend, opts ...asynq.Option) (*asynq.TaskInfo, error) {
 	t, err := NewWhatsAppSendTask(p, opts...)
 	if err != nil {

@@ -18,11 +18,15 @@ import (
 // Limits enforced by Validate. Text lengths count Unicode code points, as the
 // providers do.
 const (
-	maxWhatsAppText   = 4096 // WhatsApp Cloud API text body and template parameters
-	maxSMSBody        = 1600 // Twilio Programmable Messaging body
-	maxTemplateName   = 512  // WhatsApp template names
-	maxIdempotencyKey = 200
+	maxWhatsAppText = 4096 // WhatsApp Cloud API text body and template parameters
+	maxSMSBody      = 1600 // Twilio Programmable Messaging body
+	maxTemplateName = 512  // WhatsApp template names
 )
+
+// MaxIdempotencyKey is the longest idempotency key Validate takes, in
+// bytes (its characters are ASCII): the task ID, a tenant's namespace
+// included (producer.TenantNamespace).
+const MaxIdempotencyKey = 200
 
 var (
 	templateNameRE = regexp.MustCompile(`^[a-z0-9_]+$`)
@@ -484,8 +488,8 @@ func invalidUTF8At(b []byte) int {
 // checkIdempotencyKey allows an empty key (no deduplication) or 1 to
 // 200 characters of [A-Za-z0-9._:-].
 func checkIdempotencyKey(k string) error {
-	if len(k) > maxIdempotencyKey {
-		return fmt.Errorf("idempotency_key: %d characters, want at most %d", len(k), maxIdempotencyKey)
+	if len(k) > MaxIdempotencyKey {
+		return fmt.Errorf("idempotency_key: %d characters, want at most %d", len(k), MaxIdempotencyKey)
 	}
 	for _, c := range []byte(k) {
 		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||

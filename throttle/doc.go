@@ -117,11 +117,12 @@
 //     first free slot without being counted in the plan again; on its slow
 //     ones, whose slot it keeps, the next send is spaced at least one
 //     interval after now.
-//   - Claim: not a throttle key. The enqueue side (worker.ClaimKey, the
-//     string "<prefix>:_idem:<task ID>" holding "<task type>|<token>" for
-//     worker.ClaimTTL, without a hash tag) claims a chosen task ID across
-//     channels, so a task of another type with that ID is refused
-//     (tasks.ErrKeyInUse); the claim is given back when the task is not
-//     enqueued. In plan_book.lua, plan_count's claim is a displaced send
+//   - Claim: not a throttle key. The producer (producer.ClaimKey, built by
+//     control.ClaimKey: the string "<prefix>:_idem:<task ID>" holding
+//     "<task type>|<token>", without a hash tag) claims a chosen task ID
+//     across channels for producer.ClaimTTL while it enqueues, so a task of
+//     another type with that ID is refused (tasks.ErrKeyInUse); the claim
+//     is given back when the task is not enqueued and kept
+//     (producer.DefaultClaimRetention) when it is. In plan_book.lua, plan_count's claim is a displaced send
 //     taking its tenant's reservation.
 package throttle

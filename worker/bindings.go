@@ -26,7 +26,7 @@ var (
 
 // BundledPauseScopes returns the pause scopes of the bundled channel
 // named ("whatsapp", "sms", "webhook", "http"), as its Channel has them,
-// or nil: an Enqueuer given them plans sends past their scopes' pauses.
+// or nil: a producer given them plans sends past their scopes' pauses.
 func BundledPauseScopes(channel string) map[string]string {
 	switch channel {
 	case "whatsapp":

@@ -252,7 +252,7 @@ func (h *handler) settle(ctx context.Context, t *asynq.Task, meta taskMeta, err 
 			// one whose handler timed out: asynq archives it on this block
 			// whatever we return, so say why.
 			return permanent(fmt.Errorf("enqueued with MaxRetry(%d), retried %d: asynq archives a task whose retries are spent on any error, "+
-				"Sluice's own limits included (enqueue with worker.Enqueuer or the tasks helpers, which keep MaxRetry >= 1): %w", meta.maxRetry, meta.retried, err))
+				"Sluice's own limits included (enqueue with producer.Client or the tasks helpers, which keep MaxRetry >= 1): %w", meta.maxRetry, meta.retried, err))
 		}
 		return err
 	}

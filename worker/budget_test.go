@@ -381,7 +381,7 @@ func TestTransientFailureUsesTheBudget(t *testing.T) {
 }
 
 // Sluice's own limit blocks spend nothing: tasks enqueued with MaxRetry(0)
-// through the Enqueuer, blocked again and again by a 1-per-second window,
+// with MaxRetry raised to 1 (tasks.FloorMaxRetry, as the producer does), blocked again and again by a 1-per-second window,
 // are all delivered with a retry count of 0. A task a plain asynq client
 // enqueued with MaxRetry(0) cannot be kept (asynq archives it on any error):
 // it is archived with a reason that says so.
@@ -410,17 +410,15 @@ func TestSluiceBlocksNeverArchive(t *testing.T) {
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Shutdown)
 
-	enq, err := NewEnqueuer(asynq.NewClientFromRedisClient(rdb), lim, nil)
-	require.NoError(t, err)
-	var ts []*asynq.Task
+	client := asynq.NewClientFromRedisClient(rdb)
+	var out []*asynq.TaskInfo
 	for i := range 8 {
-		ts = append(ts, asynq.NewTask("test:send", []byte(fmt.Sprintf(`{"id":"b%d"}`, i))))
-	}
-	out, err := enq.Enqueue(context.Background(), ts, asynq.Queue("test"), asynq.MaxRetry(0), asynq.Retention(time.Hour))
-	require.NoError(t, err)
-	for _, o := range out {
-		require.NoError(t, o.Err)
-		require.Equal(t, tasks.MinMaxRetry, o.Info.MaxRetry, "MaxRetry(0) is raised to 1")
+		// MaxRetry(0) raised to 1 (tasks.FloorMaxRetry), as producer.Client.Enqueue raises it.
+		o := tasks.FloorMaxRetry([]asynq.Option{asynq.Queue("test"), asynq.MaxRetry(0), asynq.Retention(time.Hour)})
+		info, err := client.Enqueue(asynq.NewTask("test:send", []byte(fmt.Sprintf(`{"id":"b%d"}`, i))), o...)
+		require.NoError(t, err)
+		require.Equal(t, tasks.MinMaxRetry, info.MaxRetry, "MaxRetry(0) is raised to 1")
+		out = append(out, info)
 	}
 	got := map[string]bool{}
 	for len(got) < 8 {

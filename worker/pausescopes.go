@@ -12,7 +12,7 @@ import (
 // pauseScopes compiles a channel's pause scopes: Channel.PauseScopes and
 // ScopeChannel (`sluice channels pause`), sorted by scope, each key a
 // throttle.PauseKey template checked against fields (nil: any field). The
-// worker and the Enqueuer both build a send's pause requests from them
+// worker and the producer (through Pacing) both build a send's pause requests from them
 // (pauseRequests), so that a send is planned against the pauses it is
 // reserved against.
 func pauseScopes(ch Channel, fields []string) ([]pauseScope, error) {

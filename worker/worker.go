@@ -71,8 +71,7 @@ type Channel struct {
 	Name     string // "whatsapp"; the limiter scope and the metrics label
 	TaskType string // "whatsapp:send"
 	// Queue is the asynq queue the channel's tasks are enqueued to
-	// (channels.<name>.queue); Enqueuer looks there for a task holding an
-	// idempotency key another channel's send asks for. The worker runs the
+	// (channels.<name>.queue; producer.Client enqueues them there). The worker runs the
 	// channel's tasks only from it: one found in another queue (a
 	// whatsapp:send in the sms queue) is archived unsent. Empty means
 	// tasks.DefaultQueue(TaskType), or Name for a type the tasks package
@@ -179,7 +178,7 @@ func (ch Channel) queueName() string {
 }
 
 // headroom is Headroom with its defaults: zero means
-// throttle.DefaultHeadroom, negative none. Handler and NewEnqueuer share it,
+// throttle.DefaultHeadroom, negative none. Handler and Pacing share it,
 // so that planning and pacing agree.
 func (ch Channel) headroom() float64 {
 	switch {

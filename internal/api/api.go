@@ -20,9 +20,9 @@ import (
 
 	"github.com/sluice-dev/sluice/config"
 	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/producer"
 	"github.com/sluice-dev/sluice/throttle"
 	"github.com/sluice-dev/sluice/throttle/httplimit"
-	"github.com/sluice-dev/sluice/worker"
 )
 
 // OpenAPI is the OpenAPI 3.1 document of the API, served at
@@ -82,9 +82,10 @@ type Options struct {
 	// Limiter counts the per-key request limits and plans sends. Nil:
 	// app.NewLimiter(Config, Redis, nil).
 	Limiter *throttle.Redis
-	// Enqueuer plans and enqueues the sends. Nil: app.NewEnqueuer(Config,
-	// Redis, Limiter), the same planning `sluice enqueue` does.
-	Enqueuer *worker.Enqueuer
+	// Producer checks, plans, enqueues and counts the sends. Nil:
+	// app.NewProducer(Config, Redis, Limiter, Counted), the producer
+	// `sluice send` and `sluice enqueue` use.
+	Producer *producer.Client
 	// Keys are the API keys. Nil or empty: no authentication, every request
 	// is served and limited by client IP; `sluice serve` allows that only
 	// on a loopback address.
@@ -94,8 +95,9 @@ type Options struct {
 	Deliveries DeliveryLookup
 	// Counted is told, after each request, how many new tasks (not
 	// repeats) each tenant's campaign got (delivery.Store.AddEnqueued), so
-	// that a campaign's progress knows its size. Nil: not counted. Its
-	// error is logged; the tasks stand.
+	// that a campaign's progress knows its size; the default Producer's
+	// producer.Options.Count (a Producer given counts as it was made to).
+	// Nil: not counted. Its error is logged; the tasks stand.
 	Counted func(ctx context.Context, tenant, campaign string, n int) error
 	// Logger receives backend failures (never keys, bodies or payloads).
 	// Nil: slog.Default().
@@ -109,15 +111,13 @@ type Options struct {
 // handler serves the API.
 type handler struct {
 	cfg        *config.Config
-	enq        *worker.Enqueuer
+	prod       *producer.Client
 	insp       *asynq.Inspector
 	keys       *Keys
 	deliveries DeliveryLookup
-	counted    func(ctx context.Context, tenant, campaign string, n int) error
 	logger     *slog.Logger
 	limit      *httplimit.Middleware
 	maxBody    int64
-	maxRetry   int
 	metrics    *metrics
 }
 
@@ -145,10 +145,8 @@ func New(opts Options) (http.Handler, error) {
 		insp:       asynq.NewInspectorFromRedisClient(opts.Redis),
 		keys:       opts.Keys,
 		deliveries: opts.Deliveries,
-		counted:    opts.Counted,
 		logger:     opts.Logger,
 		maxBody:    int64(cfg.HTTP.MaxBodyBytes),
-		maxRetry:   cfg.Worker.MaxRetry,
 	}
 	if h.logger == nil {
 		h.logger = slog.Default()
@@ -160,11 +158,11 @@ func New(opts Options) (http.Handler, error) {
 	if lim == nil {
 		lim = app.NewLimiter(cfg, opts.Redis, nil)
 	}
-	h.enq = opts.Enqueuer
-	if h.enq == nil {
+	h.prod = opts.Producer
+	if h.prod == nil {
 		var err error
-		if h.enq, err = app.NewEnqueuer(cfg, opts.Redis, lim); err != nil {
-			return nil, fmt.Errorf("api: enqueuer: %w", err)
+		if h.prod, err = app.NewProducer(cfg, opts.Redis, lim, opts.Counted); err != nil {
+			return nil, fmt.Errorf("api: producer: %w", err)
 		}
 	}
 	if cfg.HTTP.APIBurst < 0 {

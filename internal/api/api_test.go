@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-dev/sluice/config"
 	"github.com/sluice-dev/sluice/internal/api"
+	"github.com/sluice-dev/sluice/producer"
 	"github.com/sluice-dev/sluice/throttle"
 )
 
@@ -448,7 +449,7 @@ func TestTenantIsolation(t *testing.T) {
 	}
 	acmeR, acme := send(acmeKey, with(sms(), "idempotency_key", "order-1"))
 	require.Equal(t, http.StatusAccepted, acmeR.Status, "%s", acmeR.Body)
-	require.Equal(t, api.TenantNamespace("acme")+"order-1", acme.ID)
+	require.Equal(t, producer.TenantNamespace("acme")+"order-1", acme.ID)
 	require.Equal(t, "acme", payloadOf(t, e.task(acme.Queue, acme.ID))["tenant"], "the key's tenant is forced into the payload")
 
 	// The same key from another tenant is another task, not a duplicate
@@ -496,7 +497,7 @@ func TestTenantIsolation(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, get(acmeKey, plain.ID).Status)
 
 	// A tenant's key may be at most 200 minus the namespace long.
-	long := strings.Repeat("k", 200-len(api.TenantNamespace("acme"))+1)
+	long := strings.Repeat("k", 200-len(producer.TenantNamespace("acme"))+1)
 	r, _ = send(acmeKey, with(sms(), "idempotency_key", long))
 	require.Equal(t, http.StatusUnprocessableEntity, r.Status)
 	require.Contains(t, r.problem(t).Errors[0].Detail, "want at most 181")

@@ -14,9 +14,10 @@
 //
 // New returns the handler of every /v1 path; the OpenAPI 3.1 document
 // (OpenAPI, served at /v1/openapi.json) describes them and docs/api.md
-// explains them. Sends are validated by the same code as `sluice enqueue`
-// (the tasks constructors, app.CheckTask) and planned by worker.Enqueuer; a
-// batch's valid items go through one Enqueue call.
+// explains them. The handlers decode requests and map outcomes to
+// responses; the sends go through producer.Client.Send, as `sluice
+// enqueue` and `sluice send` do (validate, namespace, check, claim, plan,
+// enqueue, count); a batch's valid items go through one Send call.
 //
 // # Tenants
 //
@@ -25,11 +26,13 @@
 // are kept apart in two ways:
 //
 //   - Idempotency keys are namespaced: the task ID of a send with a tenant
-//     and a key is TenantNamespace(tenant) + key ("t-9f86d081884c7d65:order-1"),
-//     whoever sends it, so two tenants using the same key get two tasks,
-//     and a repeat is recognised only within the tenant. Clients may not
-//     send keys that already look namespaced. Sends without a tenant keep
-//     their key as the task ID, as `sluice enqueue --key` does.
+//     is producer.TenantNamespace(tenant) + key
+//     ("t-9f86d081884c7d65:order-1"), whoever sends it (the API, `sluice
+//     enqueue --tenant`, `sluice send`), so two tenants using the same key
+//     get two tasks, and a repeat is recognised only within the tenant. A
+//     send with a tenant and no key gets the namespace and a random ID.
+//     Clients may not send keys that already look namespaced. Sends
+//     without a tenant keep their key as the task ID.
 //   - Task lookups check the payload: GET /v1/tasks/{id} with a key bound
 //     to a tenant answers 404 for a task whose payload has another tenant
 //     (or none), exactly as for a task that does not exist. Random task

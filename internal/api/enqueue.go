@@ -3,48 +3,27 @@ package api
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"reflect"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
 
-	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/producer"
 	"github.com/sluice-dev/sluice/tasks"
 )
-
-// maxIdempotencyKey is the longest task ID the tasks package accepts as an
-// idempotency key.
-const maxIdempotencyKey = 200
-
-// TenantNamespace returns the prefix Sluice puts before the idempotency key
-// of a send with a tenant, making it the task ID: "t-" and the first 16 hex
-// digits of the tenant's SHA-256, then ':' ("t-9f86d081884c7d65:"). Keys
-// of different tenants never collide, and a tenant cannot name another
-// tenant's task. Sends without a tenant keep the key as is.
-func TenantNamespace(tenant string) string {
-	d := sha256.Sum256([]byte(tenant))
-	return "t-" + hex.EncodeToString(d[:8]) + ":"
-}
-
-// namespaceRE matches a key that already starts with a tenant namespace; a
-// client may not send one, so no key can pose as a tenant's.
-var namespaceRE = regexp.MustCompile(`^t-[0-9a-f]{16}:`)
 
 // item is a decoded request item: a payload the API can adjust and build.
 type item interface {
 	delivery() *tasks.Delivery
 	key() *string
-	build(opts ...asynq.Option) (*asynq.Task, error)
+	build() (*asynq.Task, error)
 }
 
 type whatsAppItem struct {
@@ -61,26 +40,20 @@ type webhookItem struct{ tasks.WebhookDeliver }
 
 type callItem struct{ tasks.HTTPCall }
 
-func (p *whatsAppItem) delivery() *tasks.Delivery { return &p.Delivery }
-func (p *whatsAppItem) key() *string              { return &p.IdempotencyKey }
-func (p *whatsAppItem) build(o ...asynq.Option) (*asynq.Task, error) {
-	return tasks.NewWhatsAppSendTask(p.WhatsAppSend, o...)
+func (p *whatsAppItem) delivery() *tasks.Delivery   { return &p.Delivery }
+func (p *whatsAppItem) key() *string                { return &p.IdempotencyKey }
+func (p *whatsAppItem) build() (*asynq.Task, error) { return tasks.NewWhatsAppSendTask(p.WhatsAppSend) }
+func (p *smsItem) delivery() *tasks.Delivery        { return &p.Delivery }
+func (p *smsItem) key() *string                     { return &p.IdempotencyKey }
+func (p *smsItem) build() (*asynq.Task, error)      { return tasks.NewSMSSendTask(p.SMSSend) }
+func (p *webhookItem) delivery() *tasks.Delivery    { return &p.Delivery }
+func (p *webhookItem) key() *string                 { return &p.IdempotencyKey }
+func (p *webhookItem) build() (*asynq.Task, error) {
+	return tasks.NewWebhookDeliverTask(p.WebhookDeliver)
 }
-func (p *smsItem) delivery() *tasks.Delivery { return &p.Delivery }
-func (p *smsItem) key() *string              { return &p.IdempotencyKey }
-func (p *smsItem) build(o ...asynq.Option) (*asynq.Task, error) {
-	return tasks.NewSMSSendTask(p.SMSSend, o...)
-}
-func (p *webhookItem) delivery() *tasks.Delivery { return &p.Delivery }
-func (p *webhookItem) key() *string              { return &p.IdempotencyKey }
-func (p *webhookItem) build(o ...asynq.Option) (*asynq.Task, error) {
-	return tasks.NewWebhookDeliverTask(p.WebhookDeliver, o...)
-}
-func (p *callItem) delivery() *tasks.Delivery { return &p.Delivery }
-func (p *callItem) key() *string              { return &p.IdempotencyKey }
-func (p *callItem) build(o ...asynq.Option) (*asynq.Task, error) {
-	return tasks.NewHTTPCallTask(p.HTTPCall, o...)
-}
+func (p *callItem) delivery() *tasks.Delivery   { return &p.Delivery }
+func (p *callItem) key() *string                { return &p.IdempotencyKey }
+func (p *callItem) build() (*asynq.Task, error) { return tasks.NewHTTPCallTask(p.HTTPCall) }
 
 // kind is one kind of request item.
 type kind struct {
@@ -109,7 +82,8 @@ var (
 	callKind     = newKind[callItem]("http")
 )
 
-// prepared is an item ready to enqueue, or the problem that rejects it.
+// prepared is an item ready for the producer, or the problem that rejects
+// it.
 type prepared struct {
 	task    *asynq.Task
 	problem *Problem
@@ -117,6 +91,12 @@ type prepared struct {
 	// request gave none): a repeat of it is the same request whatever
 	// time it was stamped with.
 	stamped bool
+	// base is the item's JSON Pointer in the body, known its kind's
+	// member names and headerKey the Idempotency-Key header: for mapping
+	// the producer's refusal to the request's fields.
+	base      string
+	known     map[string]bool
+	headerKey string
 }
 
 // prepare decodes, checks and builds one item (raw, at JSON Pointer base
@@ -153,14 +133,6 @@ func (h *handler) prepare(base string, raw json.RawMessage, kinds []*kind, p Pri
 	if errs := decodeValue(base, raw, it, k.shape); len(errs) > 0 {
 		return reject(errs...)
 	}
-	cc := h.cfg.Channels[k.channel]
-	if cc == nil || !cc.Enabled {
-		ptr := base
-		if len(kinds) > 1 {
-			ptr += "/channel"
-		}
-		return reject(FieldError{Pointer: ptr, Detail: fmt.Sprintf("channel: %s is disabled on this server (channels.%s.enabled)", k.channel, k.channel)})
-	}
 	d := it.delivery()
 	if p.Tenant != "" {
 		if d.Tenant != "" && d.Tenant != p.Tenant {
@@ -175,45 +147,39 @@ func (h *handler) prepare(base string, raw json.RawMessage, kinds []*kind, p Pri
 		}
 		*kp = headerKey
 	}
-	client := *kp
-	if namespaceRE.MatchString(client) {
-		return reject(FieldError{Pointer: base + "/idempotency_key", Detail: `idempotency_key: may not start with "t-" and 16 hex digits and ':', which Sluice reserves for tenants' keys`})
-	}
-	if client != "" && d.Tenant != "" {
-		ns := TenantNamespace(d.Tenant)
-		if len(client) > maxIdempotencyKey-len(ns) {
-			return reject(FieldError{Pointer: base + "/idempotency_key", Detail: fmt.Sprintf("idempotency_key: %d characters, want at most %d for a send with a tenant (Sluice puts the tenant's %d-character namespace before it)", len(client), maxIdempotencyKey-len(ns), len(ns))})
-		}
-		*kp = ns + client
-	}
-	opts := []asynq.Option{asynq.Queue(cc.Queue)}
-	if h.maxRetry > 0 {
-		opts = append(opts, asynq.MaxRetry(h.maxRetry))
-	}
 	wh, isWebhook := it.(*webhookItem)
 	stamped := isWebhook && wh.Timestamp.IsZero()
-	t, err := it.build(opts...)
-	if err != nil && *kp != client && strings.HasPrefix(err.Error(), "idempotency_key:") {
-		*kp = client // report the key as the client sent it
-		if _, cerr := it.build(opts...); cerr != nil {
-			err = cerr
-		}
-	}
-	if err == nil {
-		err = app.CheckTask(h.cfg, t)
-	}
+	pr := prepared{base: base, known: k.known, headerKey: headerKey, stamped: stamped}
+	// The task as the client sent it: the producer namespaces its key and
+	// checks it (Send).
+	t, err := it.build()
 	if err != nil {
-		errs := fieldErrors(base, err.Error(), k.known)
-		if headerKey != "" {
-			for i := range errs {
-				if errs[i].Pointer == base+"/idempotency_key" {
-					errs[i].Detail = "(from the Idempotency-Key header) " + errs[i].Detail
-				}
+		pr.problem = pr.refusal(err)
+		return pr
+	}
+	pr.task = t
+	return pr
+}
+
+// refusal is the 422 of an item the tasks package or the producer refused:
+// err's text names the field, mapped to a JSON Pointer under the item.
+func (pr prepared) refusal(err error) *Problem {
+	errs := fieldErrors(pr.base, err.Error(), pr.known)
+	if pr.headerKey != "" {
+		for i := range errs {
+			if errs[i].Pointer == pr.base+"/idempotency_key" {
+				errs[i].Detail = "(from the Idempotency-Key header) " + errs[i].Detail
 			}
 		}
-		return reject(errs...)
 	}
-	return prepared{task: t, stamped: stamped}
+	detail := "the item is not valid"
+	if pr.base == "" {
+		detail = "the request is not valid"
+	}
+	if len(errs) == 1 {
+		detail = errs[0].Detail
+	}
+	return validationProblem(detail, errs)
 }
 
 // pickKind reads raw's "channel" member (exact name) and returns its kind.
@@ -268,8 +234,9 @@ func member(raw json.RawMessage, name string) (json.RawMessage, bool) {
 // idempotency key, 200) response of a single request, and an accepted
 // batch item.
 type Accepted struct {
-	// ID is the task ID: the idempotency key (with the tenant's namespace,
-	// TenantNamespace, for a send with a tenant), else a random one.
+	// ID is the task ID: the idempotency key, else a random one; for a
+	// send with a tenant, after the tenant's namespace
+	// (producer.TenantNamespace).
 	ID string `json:"id"`
 	// Type is the task type ("whatsapp:send").
 	Type string `json:"type"`
@@ -294,58 +261,49 @@ type outcome struct {
 	problem  *Problem
 }
 
-// enqueue enqueues the prepared items that have a task, in one
-// Enqueuer.Enqueue call (one plan per channel), and returns every item's
-// outcome. The error is the plan's (Redis): nothing was enqueued.
+// enqueue sends the prepared items that have a task through the producer,
+// in one Send call (one plan per channel, each campaign's new tasks
+// counted), and returns every item's outcome. The error is the plan's
+// (Redis): nothing was enqueued.
 func (h *handler) enqueue(ctx context.Context, items []prepared) ([]outcome, error) {
 	out := make([]outcome, len(items))
-	var ts []*asynq.Task
+	var send []producer.Item
 	var idx []int
 	for i, it := range items {
 		if it.problem != nil {
 			out[i] = outcome{status: it.problem.Status, problem: it.problem}
 			continue
 		}
-		ts = append(ts, it.task)
+		send = append(send, producer.Item{Task: it.task})
 		idx = append(idx, i)
 	}
-	if len(ts) == 0 {
+	if len(send) == 0 {
 		return out, nil
 	}
-	res, err := h.enq.Enqueue(ctx, ts)
-	if err != nil {
+	res, err := h.prod.Send(ctx, send)
+	switch {
+	case errors.Is(err, producer.ErrNotCounted):
+		h.logger.Warn("api: counting a campaign's new tasks failed; its progress will end early", "err", err)
+	case err != nil:
 		return nil, err
 	}
-	type group struct{ tenant, campaign string }
-	fresh := map[group]int{}
 	for j, r := range res {
-		i, t := idx[j], ts[j]
+		i := idx[j]
 		switch {
 		case r.Err == nil:
 			out[i] = outcome{status: http.StatusAccepted, accepted: &Accepted{
 				ID: r.Info.ID, Type: r.Info.Type, Queue: r.Info.Queue, State: stateName(r.Info.State), ETA: r.ETA.UTC(),
 			}}
-			var d tasks.Delivery
-			if h.counted != nil && json.Unmarshal(t.Payload(), &d) == nil && d.Campaign != "" {
-				fresh[group{d.Tenant, d.Campaign}]++
-			}
+		case errors.Is(r.Err, producer.ErrInvalid):
+			p := items[i].refusal(r.Err)
+			out[i] = outcome{status: p.Status, problem: p}
 		case errors.Is(r.Err, tasks.ErrDuplicate):
-			out[i] = h.duplicate(t, r.ID, items[i].stamped)
+			out[i] = h.duplicate(r.Task, r.ID, items[i].stamped)
 		case errors.Is(r.Err, tasks.ErrKeyInUse):
 			out[i] = outcome{status: http.StatusUnprocessableEntity, problem: keyReused("this idempotency key was already used for a send on another channel; use a new key for a new send")}
 		default:
-			h.logger.LogAttrs(ctx, slog.LevelWarn, "api: enqueue failed", slog.String("task_id", r.ID), slog.String("type", t.Type()), slog.Any("err", r.Err))
+			h.logger.LogAttrs(ctx, slog.LevelWarn, "api: enqueue failed", slog.String("task_id", r.ID), slog.String("type", r.Task.Type()), slog.Any("err", r.Err))
 			out[i] = outcome{status: http.StatusServiceUnavailable, problem: unavailable("the task could not be enqueued; retry")}
-		}
-	}
-	// The tasks are enqueued: count them even if the client has gone, or
-	// its retry (a duplicate, never counted) would leave the campaign's
-	// progress short.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	for g, n := range fresh {
-		if err := h.counted(cctx, g.tenant, g.campaign, n); err != nil {
-			h.logger.Warn("api: counting a campaign's new tasks failed; its progress will end early", "err", err)
 		}
 	}
 	return out, nil

@@ -8,12 +8,13 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/sluice-dev/sluice/producer"
 	"github.com/sluice-dev/sluice/tasks"
 )
 
-// maxTaskID bounds the {id} of GET /v1/tasks/{id}: an idempotency key (200)
-// or a random ID (32 hex digits).
-const maxTaskID = maxIdempotencyKey
+// maxTaskID bounds the {id} of GET /v1/tasks/{id}: an idempotency key
+// (tasks.MaxIdempotencyKey, a tenant's namespace included) or a random ID.
+const maxTaskID = tasks.MaxIdempotencyKey
 
 // TaskStatus is the response of GET /v1/tasks/{id}.
 type TaskStatus struct {
@@ -46,9 +47,11 @@ type TaskStatus struct {
 // getTask serves GET /v1/tasks/{id}: the task with that ID in the first
 // enabled channel's queue holding one (whatsapp, sms, webhook, http). A key
 // bound to a tenant sees only tasks whose payload has its tenant; another's
-// task is "not found", as is a task that does not exist. Such a key may
-// give the id the API returned ("t-…:order-1", or a random ID) or the
-// idempotency key it sent ("order-1"), which is namespaced for it.
+// task is "not found", as is a task that does not exist. Every send with a
+// tenant has its tenant's namespace in its ID (producer.Send gives it,
+// whoever sent it: the API, `sluice send`, `sluice enqueue`), so such a
+// key may give the id the API returned ("t-…:order-1") or the idempotency
+// key it sent ("order-1"): both name one task (producer.TaskID).
 func (h *handler) getTask(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !validTaskID(id) {
@@ -57,16 +60,8 @@ func (h *handler) getTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p, _ := PrincipalFrom(r.Context())
-	ids := []string{id}
-	if p.Tenant != "" && !namespaceRE.MatchString(id) {
-		// The idempotency key the tenant sent, namespaced; else the id
-		// as given (a random ID, or a key enqueued without the API).
-		ids = []string{TenantNamespace(p.Tenant) + id, id}
-	}
-	for _, id := range ids {
-		if h.serveTask(w, r, p, id) {
-			return
-		}
+	if h.serveTask(w, r, p, producer.TaskID(p.Tenant, id)) {
+		return
 	}
 	writeProblem(w, &Problem{Type: typeNotFound, Title: "Not Found", Status: http.StatusNotFound, Detail: "no task with this id"})
 }

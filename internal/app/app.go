@@ -125,7 +125,7 @@ func NewWorker(cfg *config.Config, rdb redis.UniversalClient, lim *throttle.Redi
 		if cc == nil || !cc.Enabled {
 			continue
 		}
-		ch, err := buildChannel(cc, egressOf(cfg), secrets, opts.HTTP, cfg.HTTP.PublicURL)
+		ch, err := buildChannel(cc, egressOf(cfg.Egress.AllowCIDRs), secrets, opts.HTTP, cfg.HTTP.PublicURL)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("channels.%s: %w", name, err))
 			continue
@@ -229,24 +229,6 @@ func buildChannel(cc *config.ChannelConfig, egress channels.Egress, secrets Secr
 	ch.Retry = cc.Retry
 	ch.Adaptive = cc.Adaptive
 	return ch, nil
-}
-
-// NewEnqueuer returns the enqueuer that plans sends with the configuration's
-// enabled channels (their rules, headroom, tenant weights and pause
-// scopes, as the workers pace them).
-func NewEnqueuer(cfg *config.Config, rdb redis.UniversalClient, lim *throttle.Redis) (*worker.Enqueuer, error) {
-	var chans []worker.Channel
-	for _, name := range tasks.Channels() {
-		cc := cfg.Channels[name]
-		if cc == nil || !cc.Enabled {
-			continue
-		}
-		taskType, _ := tasks.ChannelTaskType(name)
-		ch := worker.Channel{Name: name, TaskType: taskType, Queue: cc.Queue, Rules: cc.Rules(), PauseScopes: worker.BundledPauseScopes(name)}
-		cc.ChannelSettings.Apply(&ch) // the headroom and tenant weights the workers pace with
-		chans = append(chans, ch)
-	}
-	return worker.NewEnqueuer(asynq.NewClientFromRedisClient(rdb), lim, chans)
 }
 
 // credentialFormat rejects a token that cannot be what a provider issued:

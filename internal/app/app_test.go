@@ -97,7 +97,7 @@ func TestSweepReleasesDeletedAndArchivedTasks(t *testing.T) {
 	now := time.Now()
 	clock := func() time.Time { return now }
 	lim := NewLimiter(cfg, rdb, clock)
-	enq, err := NewEnqueuer(cfg, rdb, lim)
+	enq, err := NewProducer(cfg, rdb, lim, nil)
 	require.NoError(t, err)
 	var ts []*asynq.Task
 	for i := range 200 {
@@ -161,13 +161,13 @@ func TestRegistryExposesAsynqQueueSeries(t *testing.T) {
 // `sluice send` and `sluice enqueue` plan past a paused number, as the
 // workers reserve: the sends are not dequeued during the pause only to be
 // planned again for its end.
-func TestEnqueuerPlansPastAPausedNumber(t *testing.T) {
+func TestProducerPlansPastAPausedNumber(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Start(t).Client(t)
 	ctx := context.Background()
 	cfg := config.Default()
 	lim := NewLimiter(cfg, rdb, nil)
-	enq, err := NewEnqueuer(cfg, rdb, lim)
+	enq, err := NewProducer(cfg, rdb, lim, nil)
 	require.NoError(t, err)
 	p, err := lim.Pause(ctx, "whatsapp:paused:sender:1065", throttle.PauseOptions{Wait: time.Minute, Operator: true})
 	require.NoError(t, err)

@@ -5,9 +5,7 @@ import (
 	"context"
 	"encoding/csv"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -371,48 +369,23 @@ func startWorker(t *testing.T, rdb redis.UniversalClient, rec worker.DeliveryRec
 	return emu
 }
 
-// The demo's listener: a port the user chose that is busy is an error (the
-// examples they run would reach the other server); the default port falls
-// back to a free one; a non-loopback address is refused before binding.
-func TestDemoListener(t *testing.T) {
-	busy, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer busy.Close()
-	var stderr bytes.Buffer
-	g := &globals{stdout: io.Discard, stderr: &stderr}
-
-	_, _, err = demoListener(busy.Addr().String(), true, g)
-	require.ErrorContains(t, err, "--listen "+busy.Addr().String())
-	require.ErrorContains(t, err, "pick another port")
-
-	ln, base, err := demoListener(busy.Addr().String(), false, g)
-	require.NoError(t, err)
-	defer ln.Close()
-	require.NotEqual(t, "http://"+busy.Addr().String(), base)
-	require.Contains(t, stderr.String(), "is taken; serving on "+ln.Addr().String())
-
-	_, _, err = demoListener("0.0.0.0:0", true, g)
-	require.ErrorIs(t, err, app.ErrExposed)
-}
-
 // A row whose key is already another channel's task (asynq keeps IDs apart
 // per queue only) is not that send: it goes to the rejects file with the
 // reason, and the other rows are enqueued and counted.
 func TestSendRejectsARowWhoseKeyAnotherChannelHolds(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	rdb := srv.Client(t)
 	csvText := "to,name\n+12025550101,Ann\n+12125550102,Bob\n"
 	path := writeFile(t, "taken.csv", csvText)
 	res, err := campaign.Read(strings.NewReader(csvText), campaign.Options{})
 	require.NoError(t, err)
+	// The row's key, sent as a webhook for the campaign's tenant (the
+	// campaign's name): the webhook's claim holds the namespaced key.
 	key := campaign.IdempotencyKey("taken", "sms", res.Rows[1], res.Columns)
-	hook, err := tasks.NewWebhookDeliverTask(tasks.WebhookDeliver{URL: "https://example.com/h", EventType: "e", Payload: []byte(`{}`), IdempotencyKey: key})
-	require.NoError(t, err)
-	_, err = asynq.NewClientFromRedisClient(rdb).Enqueue(hook)
-	require.NoError(t, err)
+	r := run(t, "enqueue", "webhook", "--url", "https://93.184.215.14/h", "--event", "e", "--payload", "{}", "--key", key, "--tenant", "taken", "--redis", srv.URL())
+	require.Equal(t, 0, r.code, r.stderr)
 
-	r := run(t, "send", "--channel", "sms", "--csv", path, "--from", "+12025550100", "--body", "Hi {name}", "--redis", srv.URL())
+	r = run(t, "send", "--channel", "sms", "--csv", path, "--from", "+12025550100", "--body", "Hi {name}", "--redis", srv.URL())
 	require.Equal(t, 3, r.code, "exit code: a row rejected")
 	require.Contains(t, r.stdout, path+": 2 rows: 1 enqueued, 0 already enqueued, 1 rejected")
 	rejects, err := os.ReadFile(strings.TrimSuffix(path, ".csv") + ".rejects.csv")

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/producer"
 	"github.com/sluice-dev/sluice/tasks"
 )
 
@@ -18,12 +19,17 @@ func newEnqueueCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "enqueue whatsapp|sms|webhook|call",
 		Short: "Enqueue one send (validated now, sent by a worker)",
-		Long: `enqueue validates one send and puts it on its channel's queue. With --key, the
-idempotency key becomes the task ID: enqueuing the same key again is refused
-and never sends twice (completed tasks keep their ID for 24 h).`,
+		Long: `enqueue validates one send and puts it on its channel's queue, as the HTTP API
+and send do (one producer). With --key, the idempotency key becomes the task
+ID (with --tenant, after the tenant's namespace, as the API gives it:
+"t-…:KEY"): enqueuing the same key again is refused and never sends twice
+(completed tasks keep their ID for 24 h).`,
 	}
 	var key, priority, tenant string
 	var maxRetry int
+	// enqueue sends the task build gives through the producer: a send it
+	// refuses (its payload, its key, a disabled channel, its size, its
+	// target) is a usage error before Redis is reached.
 	enqueue := func(cmd *cobra.Command, build func() (*asynq.Task, error)) error {
 		t, err := build()
 		if err != nil {
@@ -33,7 +39,12 @@ and never sends twice (completed tasks keep their ID for 24 h).`,
 		if err != nil {
 			return err
 		}
-		if err := app.CheckTask(cfg, t); err != nil {
+		items := []producer.Item{{Task: t, MaxRetry: max(maxRetry, 0)}}
+		check, err := app.NewProducer(cfg, nil, nil, nil)
+		if err != nil {
+			return err
+		}
+		if err := check.Check(items)[0].Err; err != nil {
 			return usageErr("%v", err)
 		}
 		rdb, err := g.connectRedis(cmd.Context(), cfg)
@@ -41,27 +52,22 @@ and never sends twice (completed tasks keep their ID for 24 h).`,
 			return err
 		}
 		defer rdb.Close()
-		opts := []asynq.Option{}
-		if maxRetry <= 0 {
-			maxRetry = cfg.Worker.MaxRetry
-		}
-		if maxRetry > 0 {
-			opts = append(opts, asynq.MaxRetry(maxRetry))
-		}
-		enq, err := app.NewEnqueuer(cfg, rdb, app.NewLimiter(cfg, rdb, nil))
+		prod, err := app.NewProducer(cfg, rdb, app.NewLimiter(cfg, rdb, nil), nil)
 		if err != nil {
 			return err
 		}
-		out, err := enq.Enqueue(cmd.Context(), []*asynq.Task{t}, opts...)
+		out, err := prod.Send(cmd.Context(), items)
 		if err != nil {
 			return err
 		}
 		r := out[0]
-		if errors.Is(r.Err, asynq.ErrTaskIDConflict) || errors.Is(r.Err, asynq.ErrDuplicateTask) {
-			fmt.Fprintf(g.stdout, "already enqueued: key %q (not sent again)\n", key)
+		switch {
+		case errors.Is(r.Err, tasks.ErrDuplicate):
+			fmt.Fprintf(g.stdout, "already enqueued: key %q, id %s (not sent again)\n", key, r.ID)
 			return nil
-		}
-		if r.Err != nil {
+		case errors.Is(r.Err, producer.ErrInvalid):
+			return usageErr("%v", r.Err)
+		case r.Err != nil:
 			return r.Err
 		}
 		fmt.Fprintf(g.stdout, "enqueued %s id=%s queue=%s eta=%s (%s)\n", r.Info.Type, r.Info.ID, r.Info.Queue, r.ETA.Format(time.RFC3339Nano), eta(r.ETA))

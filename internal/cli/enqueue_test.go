@@ -3,13 +3,18 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-dev/sluice/config"
+	"github.com/sluice-dev/sluice/internal/api"
 	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/producer"
 )
 
 // TestEnqueueRefusesWhatProvidersReject: what a worker would archive (a
@@ -128,4 +133,45 @@ func TestSendTemplateTypoIsOneError(t *testing.T) {
 	require.Equal(t, 2, r.code)
 	require.Equal(t, "sluice: --body: template: unknown column \"nme\" (have: name, to)\n", r.stderr)
 	require.NoFileExists(t, strings.TrimSuffix(csv, ".csv")+".rejects.csv")
+}
+
+// A tenant's idempotency key names one task whichever way it is sent:
+// `sluice enqueue --tenant` and the HTTP API both go through the producer,
+// which puts the tenant's namespace before the key. The API answers the
+// CLI's send as its own (a duplicate, 200, the same ID), and GET
+// /v1/tasks/{key} with the tenant's API key finds it by the key it sent.
+func TestTenantKeyNamesOneTaskFromTheCLIAndTheAPI(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	r := run(t, "enqueue", "sms", "--from", "+12025550100", "--to", "+12025550123", "--body", "hi", "--key", "order-1", "--tenant", "acme", "--redis", srv.URL())
+	require.Equal(t, 0, r.code, r.stderr)
+	id := producer.TenantNamespace("acme") + "order-1"
+	require.Contains(t, r.stdout, "id="+id)
+
+	const acmeKey = "acme-00123456789abcdef0123456789"
+	keys, err := api.ParseKeys(acmeKey + ":acme")
+	require.NoError(t, err)
+	h, err := api.New(api.Options{Config: config.Default(), Redis: srv.Client(t), Keys: keys})
+	require.NoError(t, err)
+	do := func(method, path, body string) (int, api.Accepted) {
+		req := httptest.NewRequest(method, path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+acmeKey)
+		req.Header.Set("Content-Type", "application/json")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		var a api.Accepted
+		require.NoError(t, json.Unmarshal(w.Body.Bytes(), &a), w.Body.String())
+		return w.Code, a
+	}
+	code, a := do("POST", "/v1/messages", `{"channel":"sms","from":"+12025550100","to":"+12025550123","body":"hi","idempotency_key":"order-1"}`)
+	require.Equal(t, http.StatusOK, code, "the CLI's task is the API's: a duplicate")
+	require.True(t, a.Duplicate)
+	require.Equal(t, id, a.ID)
+	code, a = do("GET", "/v1/tasks/order-1", "")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, id, a.ID)
+
+	r = run(t, "enqueue", "sms", "--from", "+12025550100", "--to", "+12025550123", "--body", "hi", "--key", "order-1", "--tenant", "acme", "--redis", srv.URL())
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "already enqueued")
 }

@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hibiken/asynq"
-	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
@@ -23,9 +21,9 @@ import (
 	"github.com/sluice-dev/sluice/internal/campaign"
 	"github.com/sluice-dev/sluice/internal/delivery"
 	"github.com/sluice-dev/sluice/internal/server"
+	"github.com/sluice-dev/sluice/producer"
 	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
-	"github.com/sluice-dev/sluice/worker"
 )
 
 // sendReport counts what a bulk send did with a file's rows.
@@ -95,32 +93,35 @@ Examples:
 			if rejectsPath == "" {
 				rejectsPath = strings.TrimSuffix(csvPath, filepath.Ext(csvPath)) + ".rejects.csv"
 			}
-			if err := app.CheckEnabled(cfg, m.Channel); err != nil {
-				return usageErr("send: %v", err)
+			// A producer without Redis: the dry run's, and the look at the
+			// channel before Redis is reached.
+			prod, err := app.NewProducer(cfg, nil, nil, nil)
+			if err != nil {
+				return err
+			}
+			if _, known := tasks.ChannelTaskType(m.Channel); known {
+				if err := prod.CheckChannel(m.Channel); err != nil {
+					return usageErr("send: %v", err)
+				}
 			}
 			withConfig(&m, cfg)
-			var enq *worker.Enqueuer
 			var lim *throttle.Redis
-			var rdb redis.UniversalClient
+			var store *delivery.Store
 			if !dryRun {
-				if rdb, err = g.connectRedis(ctx, cfg); err != nil {
+				rdb, err := g.connectRedis(ctx, cfg)
+				if err != nil {
 					return err
 				}
 				defer rdb.Close()
 				lim = app.NewLimiter(cfg, rdb, nil)
-				if enq, err = app.NewEnqueuer(cfg, rdb, lim); err != nil {
-					return err
-				}
-			}
-			var counted func(context.Context, int) error
-			var store *delivery.Store
-			if rdb != nil {
 				if store, err = server.NewStore(cfg, rdb); err != nil {
 					return err
 				}
-				counted = func(ctx context.Context, n int) error { return store.AddEnqueued(ctx, m.TaskTenant(), m.Campaign, n) }
+				if prod, err = app.NewProducer(cfg, rdb, lim, store.AddEnqueued); err != nil {
+					return err
+				}
 			}
-			rep, err := sendFile(ctx, enq, &m, csvPath, rejectsPath, g.stderr, counted)
+			rep, err := sendFile(ctx, prod, !dryRun, &m, csvPath, rejectsPath, g.stderr)
 			if err != nil {
 				return err
 			}
@@ -180,13 +181,12 @@ Examples:
 	return cmd
 }
 
-// sendFile reads path, writes rejects to rejectsPath, and enqueues the valid
-// rows through enq (nil: dry run), a batch at a time so that their slots are
-// planned in one limiter call per batch, with a progress bar on progress.
-// counted (nil: none) is told each batch's number of new tasks, for the
-// campaign's progress (delivery.Store.AddEnqueued).
-func sendFile(ctx context.Context, enq *worker.Enqueuer, m *campaign.Message, path, rejectsPath string, progress io.Writer,
-	counted func(context.Context, int) error) (*sendReport, error) {
+// sendFile reads path, writes rejects to rejectsPath, and sends the valid
+// rows through prod (enqueue false: a dry run, prod.Check only), a batch
+// at a time so that their slots are planned in one limiter call per batch,
+// with a progress bar on progress. The producer counts each batch's new
+// tasks for the campaign's progress (its Options.Count).
+func sendFile(ctx context.Context, prod *producer.Client, enqueue bool, m *campaign.Message, path, rejectsPath string, progress io.Writer) (*sendReport, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -203,32 +203,37 @@ func sendFile(ctx context.Context, enq *worker.Enqueuer, m *campaign.Message, pa
 		keys: map[string]struct{}{}}
 
 	bar, wait := newBar(progress, "enqueue "+m.Channel, int64(len(res.Rows)))
-	err = enqueueRows(ctx, enq, m, res.Rows, res.Columns, nil,
+	err = enqueueRows(ctx, prod, enqueue, m, res.Rows, res.Columns,
 		func(row campaign.Row, err error) error {
 			bar.Increment()
 			rep.rejectAll = append(rep.rejectAll, campaign.Reject{Line: row.Line, Raw: row.Raw, Reason: err.Error()})
 			return nil
 		},
-		func(rows []campaign.Row, out []worker.Enqueued, err error) error {
-			if err != nil {
+		func(rows []campaign.Row, out []producer.Result, err error) error {
+			if err != nil && !errors.Is(err, producer.ErrNotCounted) {
 				return fmt.Errorf("enqueue lines %d-%d: %w (re-running the file is safe)", rows[0].Line, rows[len(rows)-1].Line, err)
 			}
-			fresh := 0
+			if err != nil {
+				// The rows enqueued stand even when they were not counted
+				// (a re-run finds them already enqueued and would not count
+				// them).
+				err = fmt.Errorf("enqueue lines %d-%d: enqueued, but not counted for --wait: %w", rows[0].Line, rows[len(rows)-1].Line, err)
+			}
 			var failed error // the batch's first failed enqueue; the others go on
 			for k, r := range out {
 				switch {
-				case errors.Is(r.Err, asynq.ErrTaskIDConflict) || errors.Is(r.Err, asynq.ErrDuplicateTask):
+				case errors.Is(r.Err, tasks.ErrDuplicate):
 					rep.Already++
-				case errors.Is(r.Err, tasks.ErrKeyInUse):
-					// The row's key is another channel's task: this row is
-					// not that send, so it goes to the rejects file.
+				case errors.Is(r.Err, tasks.ErrKeyInUse), errors.Is(r.Err, producer.ErrInvalid):
+					// The producer refused the row (its size, or a key that
+					// is another channel's task: this row is not that send):
+					// it goes to the rejects file.
 					rep.rejectAll = append(rep.rejectAll, campaign.Reject{Line: rows[k].Line, Raw: rows[k].Raw, Reason: r.Err.Error()})
 				case r.Err != nil:
 					if failed == nil {
 						failed = fmt.Errorf("enqueue line %d: %w (re-running the file is safe)", rows[k].Line, r.Err)
 					}
 				default:
-					fresh++
 					rep.Enqueued++
 					if r.ETA.After(rep.Last) {
 						rep.Last = r.ETA
@@ -239,17 +244,7 @@ func sendFile(ctx context.Context, enq *worker.Enqueuer, m *campaign.Message, pa
 				}
 			}
 			bar.IncrBy(len(rows))
-			// The rows enqueued are counted even when others failed (or
-			// the command was interrupted): a re-run finds them already
-			// enqueued and would not count them.
-			if counted != nil && enq != nil {
-				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-				defer cancel()
-				if err := counted(cctx, fresh); err != nil {
-					return fmt.Errorf("enqueue lines %d-%d: enqueued, but not counted for --wait: %w", rows[0].Line, rows[len(rows)-1].Line, err)
-				}
-			}
-			return failed
+			return errors.Join(err, failed)
 		})
 	if err != nil {
 		bar.Abort(false)
@@ -301,26 +296,26 @@ func writeRejects(rep *sendReport, columns []string, path, rejectsPath string, p
 // enqueueBatch is the rows planned and enqueued together.
 const enqueueBatch = 256
 
-// enqueueRows builds each row's task with m and enqueues the tasks through
-// enq in batches of enqueueBatch, so that their slots are planned in one
-// limiter call per batch; opts apply to every task. A row whose task cannot
-// be built goes to bad; each batch's rows and outcomes (or the batch's
-// error) go to done. With enq nil (a dry run) nothing is enqueued and done
-// sees every task succeed. The first error bad or done returns stops it.
-func enqueueRows(ctx context.Context, enq *worker.Enqueuer, m *campaign.Message, rows []campaign.Row, columns []string, opts []asynq.Option,
-	bad func(campaign.Row, error) error, done func([]campaign.Row, []worker.Enqueued, error) error) error {
-	var batch []*asynq.Task
+// enqueueRows builds each row's task with m and sends the tasks through
+// prod in batches of enqueueBatch, so that their slots are planned in one
+// limiter call per batch. A row whose task cannot be built goes to bad;
+// each batch's rows and results (and Send's error) go to done. With
+// enqueue false (a dry run) prod only checks each batch (producer.Check).
+// The first error bad or done returns stops it.
+func enqueueRows(ctx context.Context, prod *producer.Client, enqueue bool, m *campaign.Message, rows []campaign.Row, columns []string,
+	bad func(campaign.Row, error) error, done func([]campaign.Row, []producer.Result, error) error) error {
+	var batch []producer.Item
 	var batchRows []campaign.Row
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
 		}
-		var out []worker.Enqueued
+		var out []producer.Result
 		var err error
-		if enq != nil {
-			out, err = enq.Enqueue(ctx, batch, opts...)
+		if enqueue {
+			out, err = prod.Send(ctx, batch)
 		} else {
-			out = make([]worker.Enqueued, len(batch))
+			out = prod.Check(batch)
 		}
 		err = done(batchRows, out, err)
 		batch, batchRows = batch[:0], batchRows[:0]
@@ -337,7 +332,7 @@ func enqueueRows(ctx context.Context, enq *worker.Enqueuer, m *campaign.Message,
 			}
 			continue
 		}
-		batch, batchRows = append(batch, t), append(batchRows, row)
+		batch, batchRows = append(batch, producer.Item{Task: t}), append(batchRows, row)
 		if len(batch) == enqueueBatch {
 			if err := flush(); err != nil {
 				return err
@@ -370,13 +365,12 @@ func newBar(w io.Writer, name string, total int64) (*mpb.Bar, func()) {
 	return bar, p.Wait
 }
 
-// withConfig gives m cfg's retry budget and the checks a worker with cfg
-// would make: each --url against the egress policy, each task against its
-// channel's payload cap.
+// withConfig gives m cfg's retry budget and a look at each --url against
+// the egress policy before any row (the producer checks each task's
+// target, size and channel again when it sends).
 func withConfig(m *campaign.Message, cfg *config.Config) {
 	m.MaxRetry = cfg.Worker.MaxRetry
-	m.CheckURL = func(u string) error { return app.CheckTarget(cfg, "--url", u) }
-	m.Check = func(t *asynq.Task) error { return app.CheckSize(cfg, t) }
+	m.CheckURL = func(u string) error { return app.CheckTarget(cfg.Egress.AllowCIDRs, "--url", u) }
 }
 
 // waitDeliveries follows the campaign of rep with waitCampaign, reading the

@@ -164,7 +164,7 @@ func TestBrowserShowsALiveCampaign(t *testing.T) {
 	// loaded machine does not eat into the 35s the pages have to show it.
 	require.NoError(t, chromedp.Do(cctx, chromedp.Navigate("about:blank")))
 
-	enq, err := app.NewEnqueuer(cfg, rdb, lim)
+	enq, err := app.NewProducer(cfg, rdb, lim, nil)
 	require.NoError(t, err)
 	var batch []*asynq.Task
 	add := func(number, to, key string) {

@@ -10,8 +10,6 @@ import (
 	"github.com/sluice-dev/sluice/config"
 	"github.com/sluice-dev/sluice/internal/api"
 	"github.com/sluice-dev/sluice/internal/app"
-	"github.com/sluice-dev/sluice/throttle"
-	"github.com/sluice-dev/sluice/worker"
 )
 
 // Serve runs the worker, the cleanup job and, on cfg.HTTP.Listen, the HTTP
@@ -49,19 +47,12 @@ func Serve(ctx context.Context, cfg *config.Config, redisURL string, logger *slo
 		return err
 	}
 	defer rdb.Close()
-	reg := app.NewRegistry(rdb)
-	lopts := app.LimiterOptions(cfg, nil)
-	lopts.Logger = logger.With("component", "limiter")
-	lim := throttle.NewRedis(rdb, lopts)
-	store, err := NewStore(cfg, rdb)
+	sys, err := app.Build(cfg, rdb, app.BuildOptions{Logger: logger})
 	if err != nil {
 		return err
 	}
-	w, err := app.NewWorker(cfg, rdb, lim, app.Options{Logger: logger, Metrics: worker.NewMetrics(reg), Delivery: store})
-	if err != nil {
-		return err
-	}
-	cr, err := app.StartCleanup(cfg, lim, logger, app.NewCleanupMetrics(reg))
+	w := sys.Worker
+	cr, err := app.StartCleanup(cfg, sys.Limiter, logger, app.NewCleanupMetrics(sys.Registry))
 	if err != nil {
 		return err
 	}
@@ -69,7 +60,7 @@ func Serve(ctx context.Context, cfg *config.Config, redisURL string, logger *slo
 
 	stopHTTP := func() {}
 	if ln != nil {
-		if stopHTTP, err = Start(ln, Parts{Config: cfg, Redis: rdb, Limiter: lim, Registry: reg, Store: store, Worker: w, Keys: keys, Logger: logger}); err != nil {
+		if stopHTTP, err = Start(ln, PartsOf(sys, keys, nil, logger)); err != nil {
 			return err
 		}
 		defer stopHTTP() // on an early return; after the worker's shutdown below otherwise
@@ -86,4 +77,11 @@ func Serve(ctx context.Context, cfg *config.Config, redisURL string, logger *slo
 	stopHTTP()
 	logger.Info("stopped")
 	return nil
+}
+
+// PartsOf is Start's parts of the system sys assembled (app.Build), with the
+// API keys, the callbacks' secrets (nil: the environment) and the logger.
+func PartsOf(sys *app.System, keys *api.Keys, secrets app.Secrets, logger *slog.Logger) Parts {
+	return Parts{Config: sys.Config, Redis: sys.Redis, Limiter: sys.Limiter, Registry: sys.Registry, Store: sys.Store,
+		Worker: sys.Worker, Producer: sys.Producer, Keys: keys, Secrets: secrets, Logger: logger}
 }

@@ -23,8 +23,8 @@ import (
 	"github.com/sluice-dev/sluice/internal/api"
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/dashboard"
+	"github.com/sluice-dev/sluice/producer"
 	"github.com/sluice-dev/sluice/throttle"
-	"github.com/sluice-dev/sluice/worker"
 )
 
 // Options are what Handler mounts. Config, Redis, Limiter and Gatherer are
@@ -41,8 +41,8 @@ type Options struct {
 	// empty: no authentication, and the queue dashboard is read-only;
 	// Serve allows that only on a loopback address.
 	Keys *api.Keys
-	// Enqueuer plans the API's sends; nil: app.NewEnqueuer.
-	Enqueuer *worker.Enqueuer
+	// Producer sends the API's sends; nil: app.NewProducer.
+	Producer *producer.Client
 	// Deliveries gives GET /v1/tasks/{id} the providers' delivery reports;
 	// nil: none shown.
 	Deliveries api.DeliveryLookup
@@ -80,7 +80,7 @@ func Handler(o Options) (http.Handler, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	v1, err := api.New(api.Options{Config: o.Config, Redis: o.Redis, Limiter: o.Limiter, Enqueuer: o.Enqueuer,
+	v1, err := api.New(api.Options{Config: o.Config, Redis: o.Redis, Limiter: o.Limiter, Producer: o.Producer,
 		Keys: o.Keys, Deliveries: o.Deliveries, Counted: o.Counted, Logger: logger.With("component", "api"), Registerer: o.Registerer})
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)

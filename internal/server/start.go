@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/api"
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/delivery"
+	"github.com/sluice-dev/sluice/producer"
 	"github.com/sluice-dev/sluice/throttle"
 	"github.com/sluice-dev/sluice/worker"
 )
@@ -32,6 +33,9 @@ type Parts struct {
 	Store *delivery.Store
 	// Worker takes the throttles that delivery callbacks report.
 	Worker *worker.Worker
+	// Producer sends the API's sends; nil: one the API makes
+	// (app.NewProducer, counting in Store).
+	Producer *producer.Client
 	// Keys are the API keys; nil or empty: none (loopback only).
 	Keys *api.Keys
 	// Secrets resolves the callbacks' credentials; nil: the environment.
@@ -55,7 +59,7 @@ func Start(ln net.Listener, p Parts) (stop func(), err error) {
 		return nil, err
 	}
 	h, err := Handler(Options{Config: p.Config, Redis: p.Redis, Limiter: p.Limiter, Gatherer: p.Registry, Registerer: p.Registry,
-		Keys: p.Keys, Deliveries: Deliveries(p.Store), Counted: p.Store.AddEnqueued, Callbacks: cb, Logger: p.Logger})
+		Keys: p.Keys, Producer: p.Producer, Deliveries: Deliveries(p.Store), Counted: p.Store.AddEnqueued, Callbacks: cb, Logger: p.Logger})
 	if err != nil {
 		ln.Close()
 		return nil, err

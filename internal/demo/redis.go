@@ -1,9 +1,10 @@
-package cli
+package demo
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -14,20 +15,20 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// demoRedis starts the demo's own Redis and returns its URL, a name for
+// ownRedis starts the demo's own Redis and returns its URL, a name for
 // the summary and a stop function: a private redis-server (no persistence,
 // loopback, a free port) when one is installed and embedded is false, else
 // an embedded miniredis. A redis-server runs the limiter's Lua scripts
 // several times faster than miniredis's interpreter, in its own process:
 // on a busy 2-core host that keeps the demo's sends on their slots.
-func demoRedis(ctx context.Context, embedded bool) (url, name string, stop func(), err error) {
+func ownRedis(ctx context.Context, embedded bool, stderr io.Writer) (url, name string, stop func(), err error) {
 	if !embedded {
 		if bin, lerr := exec.LookPath("redis-server"); lerr == nil {
 			url, stop, err := startRedisServer(ctx, bin)
 			if err == nil {
 				return url, "private redis-server (" + bin + ")", stop, nil
 			}
-			fmt.Fprintf(os.Stderr, "demo: could not start %s (%v); using the embedded miniredis\n", bin, err)
+			fmt.Fprintf(stderr, "demo: could not start %s (%v); using the embedded miniredis\n", bin, err)
 		}
 	}
 	m := miniredis.NewMiniRedis()

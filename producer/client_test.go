@@ -1,4 +1,4 @@
-package worker_test
+package producer_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/producer"
 	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
@@ -22,21 +23,21 @@ import (
 var numberAt1PerSecond = []rules.Rule{{Key: "whatsapp:number:{phone_number_id}", Limit: throttle.Limit{Name: "throughput", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(1), Burst: 1}}}
 
 // enqueuerOn starts a redis-server and returns it, a client, a limiter and
-// an Enqueuer of chans on it.
-func enqueuerOn(t *testing.T, chans ...worker.Channel) (*redistest.Server, *redis.Client, *throttle.Redis, *worker.Enqueuer) {
+// a producer of chans on it.
+func enqueuerOn(t *testing.T, chans ...worker.Channel) (*redistest.Server, *redis.Client, *throttle.Redis, *producer.Client) {
 	t.Helper()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	lim := throttle.NewRedis(rdb, throttle.Options{OverrideRefresh: -1})
-	enq, err := worker.NewEnqueuer(asynq.NewClientFromRedisClient(rdb), lim, chans)
+	enq, err := producer.New(producer.Options{Redis: rdb, Limiter: lim, Channels: chans})
 	require.NoError(t, err)
 	return srv, rdb, lim, enq
 }
 
-// The Enqueuer plans bulk sends (a place in the number's backlog, scheduled
+// Enqueue plans bulk sends (a place in the number's backlog, scheduled
 // for its second), keeps a caller's TaskID and schedule, refuses a taken ID
 // without keeping a second place, and plans nothing for high priority.
-func TestEnqueuerPlansAndKeepsTheCallersOptions(t *testing.T) {
+func TestEnqueuePlansAndKeepsTheCallersOptions(t *testing.T) {
 	_, _, lim, enq := enqueuerOn(t, worker.Channel{Name: "whatsapp", TaskType: tasks.TypeWhatsAppSend, Rules: numberAt1PerSecond})
 	ctx := context.Background()
 	send := func(key, priority string) *asynq.Task {
@@ -81,10 +82,11 @@ func TestEnqueuerPlansAndKeepsTheCallersOptions(t *testing.T) {
 	}
 }
 
-// asynq keeps task IDs unique per queue only: the Enqueuer's claim refuses
-// one idempotency key on two task types (two queues) and takes no place
-// for the refused send.
-func TestEnqueuerRefusesOneKeyOnTwoTaskTypes(t *testing.T) {
+// asynq keeps task IDs unique per queue only: the claim refuses one
+// idempotency key on two task types (two queues) and takes no place for
+// the refused send. The claim is the one record of the key's use: kept
+// for the task's life, it is all that refuses the key on another type.
+func TestEnqueueRefusesOneKeyOnTwoTaskTypes(t *testing.T) {
 	srv, rdb, lim, enq := enqueuerOn(t,
 		worker.Channel{Name: "whatsapp", TaskType: tasks.TypeWhatsAppSend, Rules: numberAt1PerSecond},
 		worker.Channel{Name: "sms", TaskType: tasks.TypeSMSSend})
@@ -104,12 +106,13 @@ func TestEnqueuerRefusesOneKeyOnTwoTaskTypes(t *testing.T) {
 	if err != nil || out[0].Err != nil {
 		t.Fatalf("first use of the key: %v %+v", err, out)
 	}
-	claim := worker.ClaimKey(lim.Prefix(), "order-7")
+	claim := producer.ClaimKey(lim.Prefix(), "order-7")
 	if v, err := rdb.Get(ctx, claim).Result(); err != nil || !strings.HasPrefix(v, tasks.TypeSMSSend+"|") {
 		t.Fatalf("claim: %q %v, want the type and the caller's token", v, err)
 	}
-	if ttl := rdb.PTTL(ctx, claim).Val(); ttl <= 0 || ttl > worker.ClaimTTL {
-		t.Fatalf("claim TTL %v, want up to %v", ttl, worker.ClaimTTL)
+	// Kept for the task's life: its slot (now) and DefaultClaimRetention.
+	if ttl := rdb.PTTL(ctx, claim).Val(); ttl < producer.DefaultClaimRetention-time.Minute || ttl > producer.DefaultClaimRetention {
+		t.Fatalf("claim TTL %v, want about %v", ttl, producer.DefaultClaimRetention)
 	}
 	out, err = enq.Enqueue(ctx, []*asynq.Task{wa})
 	if err != nil {
@@ -132,25 +135,22 @@ func TestEnqueuerRefusesOneKeyOnTwoTaskTypes(t *testing.T) {
 	// connection fails every enqueue after the claim.
 	closed := srv.Client(t)
 	require.NoError(t, closed.Close())
-	broken, err := worker.NewEnqueuer(asynq.NewClientFromRedisClient(closed), lim, []worker.Channel{{Name: "sms", TaskType: tasks.TypeSMSSend}})
+	broken, err := producer.New(producer.Options{Redis: closed, Limiter: lim, Channels: []worker.Channel{{Name: "sms", TaskType: tasks.TypeSMSSend}}})
 	require.NoError(t, err)
 	out, err = broken.Enqueue(ctx, []*asynq.Task{smsTask("order-9")})
 	require.NoError(t, err)
 	require.Error(t, out[0].Err, "the enqueue on a closed connection")
-	require.Zero(t, rdb.Exists(ctx, worker.ClaimKey(lim.Prefix(), "order-9")).Val(), "the failed send kept its claim")
-	// Once the claim is gone (its TTL outlasts only the enqueue; the
-	// repeat above took it over and gave it back), the SMS task in its
-	// queue still holds the key; the refused send leaves no claim behind.
-	if err := rdb.Del(ctx, claim).Err(); err != nil {
-		t.Fatal(err)
-	}
+	require.Zero(t, rdb.Exists(ctx, producer.ClaimKey(lim.Prefix(), "order-9")).Val(), "the failed send kept its claim")
+	// The repeat left the enqueued task's claim as it was: the key is
+	// still the SMS task's, and a refused send changes nothing.
+	v, err := rdb.Get(ctx, claim).Result()
+	require.NoError(t, err)
+	require.Equal(t, tasks.TypeSMSSend+"|enqueued", v)
 	out, err = enq.Enqueue(ctx, []*asynq.Task{wa})
 	if err != nil || !errors.Is(out[0].Err, tasks.ErrKeyInUse) {
 		t.Fatalf("the key held by a task in another queue: %v %+v", err, out)
 	}
-	if n := rdb.Exists(ctx, claim).Val(); n != 0 {
-		t.Fatal("a refused send kept its claim")
-	}
+	require.Equal(t, tasks.TypeSMSSend+"|enqueued", rdb.Get(ctx, claim).Val(), "a refused send changed the claim")
 	// Two types with one key in one batch: the first takes it.
 	out, err = enq.Enqueue(ctx, []*asynq.Task{waTask("order-8"), smsTask("order-8")})
 	if err != nil || out[0].Err != nil || !errors.Is(out[1].Err, tasks.ErrKeyInUse) {
@@ -169,10 +169,11 @@ func TestEnqueuerRefusesOneKeyOnTwoTaskTypes(t *testing.T) {
 }
 
 // Two channels may share a queue: a repeat of a keyed send there is asynq's
-// duplicate, not another channel's key. A same-type repeat takes the claim
-// over, so the first caller giving its claim back cannot free the key
-// while the second is still enqueuing.
-func TestEnqueuerOnASharedQueue(t *testing.T) {
+// duplicate, not another channel's key, and it leaves the enqueued task's
+// claim. A same-type repeat takes over a claim still being enqueued, so
+// the first caller giving its claim back cannot free the key while the
+// second is still enqueuing.
+func TestEnqueueOnASharedQueue(t *testing.T) {
 	srv, rdb, lim, enq := enqueuerOn(t,
 		worker.Channel{Name: "whatsapp", TaskType: tasks.TypeWhatsAppSend, Queue: "msgs"},
 		worker.Channel{Name: "sms", TaskType: tasks.TypeSMSSend, Queue: "msgs"})
@@ -183,32 +184,34 @@ func TestEnqueuerOnASharedQueue(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, out[0].Err)
 	require.Equal(t, "msgs", out[0].Info.Queue, "the channel's queue")
-	first, err := rdb.Get(ctx, worker.ClaimKey(lim.Prefix(), "k")).Result()
+	first, err := rdb.Get(ctx, producer.ClaimKey(lim.Prefix(), "k")).Result()
 	require.NoError(t, err)
 
 	out, err = enq.Enqueue(ctx, []*asynq.Task{sms})
 	require.NoError(t, err)
 	require.ErrorIs(t, out[0].Err, tasks.ErrDuplicate, "a repeat on a shared queue")
-	// The repeat took the claim over (its value replaced the first
-	// caller's, so the first caller's give-back could no longer free it)
-	// and, not enqueued, gave it back.
-	require.NotEmpty(t, first)
-	require.Zero(t, rdb.Exists(ctx, worker.ClaimKey(lim.Prefix(), "k")).Val())
-	// A failed repeat takes the claim over from another caller of its
-	// type, then gives back its own.
-	require.NoError(t, rdb.Set(ctx, worker.ClaimKey(lim.Prefix(), "k"), tasks.TypeSMSSend+"|someone-else", time.Minute).Err())
+	// The first send's claim is kept as enqueued; the repeat leaves it.
+	require.Equal(t, tasks.TypeSMSSend+"|enqueued", first)
+	require.Equal(t, first, rdb.Get(ctx, producer.ClaimKey(lim.Prefix(), "k")).Val())
+	wa, err := tasks.NewWhatsAppSendTask(tasks.WhatsAppSend{PhoneNumberID: "1065", To: "+12025550101", Text: "hi", IdempotencyKey: "k"})
+	require.NoError(t, err)
+	out, err = enq.Enqueue(ctx, []*asynq.Task{wa})
+	require.NoError(t, err)
+	require.ErrorIs(t, out[0].Err, tasks.ErrKeyInUse, "the claim: an SMS task holds the key")
+	// A failed repeat takes over a claim another caller of its type is
+	// still enqueuing with, then gives back its own.
+	require.NoError(t, rdb.Set(ctx, producer.ClaimKey(lim.Prefix(), "k"), tasks.TypeSMSSend+"|someone-else", time.Minute).Err())
 	closed := srv.Client(t)
 	require.NoError(t, closed.Close())
-	broken, err := worker.NewEnqueuer(asynq.NewClientFromRedisClient(closed), lim, []worker.Channel{{Name: "sms", TaskType: tasks.TypeSMSSend, Queue: "msgs"}})
+	broken, err := producer.New(producer.Options{Redis: closed, Limiter: lim, Channels: []worker.Channel{{Name: "sms", TaskType: tasks.TypeSMSSend, Queue: "msgs"}}})
 	require.NoError(t, err)
 	out, err = broken.Enqueue(ctx, []*asynq.Task{sms})
 	require.NoError(t, err)
 	require.Error(t, out[0].Err)
-	require.Zero(t, rdb.Exists(ctx, worker.ClaimKey(lim.Prefix(), "k")).Val(), "the failed repeat took the claim over, so it gives it back")
+	require.Zero(t, rdb.Exists(ctx, producer.ClaimKey(lim.Prefix(), "k")).Val(), "the failed repeat took the claim over, so it gives it back")
 
-	wa, err := tasks.NewWhatsAppSendTask(tasks.WhatsAppSend{PhoneNumberID: "1065", To: "+12025550101", Text: "hi", IdempotencyKey: "k"})
-	require.NoError(t, err)
-	require.NoError(t, rdb.Del(ctx, worker.ClaimKey(lim.Prefix(), "k")).Err())
+	// Without a claim (as for a task a plain asynq client enqueued), the
+	// same queue still refuses the ID: asynq's own answer.
 	out, err = enq.Enqueue(ctx, []*asynq.Task{wa})
 	require.NoError(t, err)
 	require.ErrorIs(t, out[0].Err, tasks.ErrDuplicate, "the same queue holds the key: asynq refuses it")

@@ -1,4 +1,4 @@
-package worker
+package producer_test
 
 import (
 	"context"
@@ -14,14 +14,16 @@ import (
 
 	"github.com/sluice-dev/sluice/channels"
 	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/producer"
 	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
+	"github.com/sluice-dev/sluice/worker"
 )
 
 // The sends waiting for a paused number are planned for the pause's end
 // and come back once each, at the number's pace: enqueued with the
-// Enqueuer they are planned at enqueue and dequeued once; enqueued by a
+// producer they are planned at enqueue and dequeued once; enqueued by a
 // plain asynq client they are planned at their first dequeue, and dequeued
 // once more. None is sent back without a place (outcome "throttled").
 func TestPausedNumberResumesOncePerSend(t *testing.T) {
@@ -32,16 +34,16 @@ func TestPausedNumberResumesOncePerSend(t *testing.T) {
 	var mu sync.Mutex
 	sentAt := map[string][]time.Time{}
 	delivered := make(chan string, 1000)
-	ch := Channel{Name: "whatsapp", TaskType: tasks.TypeWhatsAppSend,
+	ch := worker.Channel{Name: "whatsapp", TaskType: tasks.TypeWhatsAppSend,
 		PauseScopes: map[string]string{channels.ScopeSender: "{phone_number_id}"},
 		Rules: []rules.Rule{{Key: "whatsapp:number:{phone_number_id}",
 			Limit: throttle.Limit{Name: "throughput", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(100), Burst: 1}}},
-		Prepare: func(b []byte) (Prepared, error) {
+		Prepare: func(b []byte) (worker.Prepared, error) {
 			p, err := tasks.DecodeWhatsAppSend(b)
 			if err != nil {
-				return Prepared{}, err
+				return worker.Prepared{}, err
 			}
-			return Prepared{Fields: p.Fields(), Send: func(context.Context) (channels.Response, error) {
+			return worker.Prepared{Fields: p.Fields(), Send: func(context.Context) (channels.Response, error) {
 				mu.Lock()
 				sentAt[p.IdempotencyKey] = append(sentAt[p.IdempotencyKey], time.Now())
 				mu.Unlock()
@@ -60,7 +62,7 @@ func TestPausedNumberResumesOncePerSend(t *testing.T) {
 		require.NoError(t, err)
 		return tk
 	}
-	enq, err := NewEnqueuer(asynq.NewClientFromRedisClient(rdb), lim, []Channel{ch})
+	enq, err := producer.New(producer.Options{Redis: rdb, Limiter: lim, Channels: []worker.Channel{ch}})
 	require.NoError(t, err)
 	var ts []*asynq.Task
 	for i := range each {
@@ -82,7 +84,7 @@ func TestPausedNumberResumesOncePerSend(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	w, err := New(Options{Redis: rdb, Limiter: lim, Channels: []Channel{ch}, Concurrency: 50, Metrics: NewMetrics(reg),
+	w, err := worker.New(worker.Options{Redis: rdb, Limiter: lim, Channels: []worker.Channel{ch}, Concurrency: 50, Metrics: worker.NewMetrics(reg),
 		Logger: slog.New(slog.DiscardHandler), ShutdownTimeout: time.Second})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
@@ -104,16 +106,37 @@ func TestPausedNumberResumesOncePerSend(t *testing.T) {
 	// A send signals delivered before its outcome is counted: wait for the
 	// last one's count.
 	require.Eventually(t, func() bool {
-		return counter(t, reg, "sluice_tasks_total", "outcome", OutcomeSent) >= float64(2*each)
+		return counter(t, reg, "sluice_tasks_total", "outcome", worker.OutcomeSent) >= float64(2*each)
 	}, 10*time.Second, time.Millisecond, "every delivered send counted")
-	sent := counter(t, reg, "sluice_tasks_total", "outcome", OutcomeSent)
-	planned := counter(t, reg, "sluice_tasks_total", "outcome", OutcomePlanned)
-	bounced := counter(t, reg, "sluice_tasks_total", "outcome", OutcomeThrottled)
+	sent := counter(t, reg, "sluice_tasks_total", "outcome", worker.OutcomeSent)
+	planned := counter(t, reg, "sluice_tasks_total", "outcome", worker.OutcomePlanned)
+	bounced := counter(t, reg, "sluice_tasks_total", "outcome", worker.OutcomeThrottled)
 	t.Logf("%v sent, %v planned, %v sent back without a place", sent, planned, bounced)
 	require.Equal(t, float64(2*each), sent)
 	require.Zero(t, bounced, "a paused send is planned, not sent back to come again when the pause ends")
 	// Each plain send is planned once, at its first dequeue; the
-	// Enqueuer's are not planned again (5% leeway for a busy host, where a
+	// producer's are not planned again (5% leeway for a busy host, where a
 	// send may come back too late for its slot).
 	require.LessOrEqual(t, planned, 1.05*each, "dequeues: %v for %d sends", sent+planned, 2*each)
+}
+
+// counter is the value of the counter name whose label has value; 0 when
+// there is none.
+func counter(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }

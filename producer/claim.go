@@ -1,0 +1,84 @@
+package producer
+
+import (
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluice-dev/sluice/control"
+)
+
+// ClaimTTL is how long a claim on an idempotency key lasts while its task
+// is being enqueued: it only has to outlast one Enqueue call, so that two
+// producers sending one key on two channels at once cannot both find it
+// free. Once the task is enqueued the claim is kept for its life
+// (Options.ClaimRetention).
+const ClaimTTL = 10 * time.Minute
+
+// DefaultClaimRetention is Options.ClaimRetention's default: 7 days past
+// a task's planned slot. That outlasts a task's life in asynq with
+// Sluice's defaults: its retries (worker.DefaultMaxRetryAfter and the
+// provider retry's max_age, 24 h each) and a completed task's retention
+// (tasks.DefaultRetention, 24 h). asynq keeps an archived task longer (up
+// to 90 days); after the claim ends, its key may be used on another
+// channel.
+const DefaultClaimRetention = 7 * 24 * time.Hour
+
+// ClaimKey is the Redis key of an ID's claim: "<prefix>:_idem:<id>", with
+// the limiter's prefix (redis.key_prefix, "sluice"); a string, the task
+// type and who holds it. The leading '_' keeps it out of the limiter's key
+// listings, and it has no hash tag, so claims spread over Redis Cluster's
+// slots.
+func ClaimKey(prefix, id string) string { return control.ClaimKey(prefix, id) }
+
+// enqueuedToken is the token of a claim whose task was enqueued: the claim
+// then holds the key for the task's life, and no caller takes it over or
+// gives it back.
+const enqueuedToken = "enqueued"
+
+// claimScript takes a claim: KEYS[1] the claim; ARGV[1] the task type,
+// ARGV[2] the caller's token, ARGV[3] the TTL in ms. A claim's value is
+// "<type>|<token>", the token enqueuedToken once its task is enqueued.
+// It returns the type holding the key when that is another type; "=" when
+// a task of the caller's type was enqueued with it (the claim is left as
+// it is: asynq answers a repeat in the same queue itself); else "" after
+// setting the caller's value, taking over a claim of the same type that is
+// still being enqueued, so that the first caller giving its claim back
+// cannot free the key while the second is still enqueuing. The TTL never
+// shortens. One script, so two producers cannot both find the key free.
+var claimScript = redis.NewScript(`local cur = redis.call('GET', KEYS[1])
+if cur then
+  if string.sub(cur, 1, #ARGV[1] + 1) ~= ARGV[1] .. '|' then
+    return string.match(cur, '^[^|]*')
+  end
+  if cur == ARGV[1] .. '|enqueued' then
+    return '='
+  end
+end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl < tonumber(ARGV[3]) then
+  ttl = tonumber(ARGV[3])
+end
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[2], 'PX', ttl)
+return ''`)
+
+// keepScript marks a claim enqueued: KEYS[1] the claim; ARGV[1] the task
+// type, ARGV[2] its TTL in ms. A claim of another type is left alone (it
+// cannot be this task's); the TTL never shortens.
+var keepScript = redis.NewScript(`local cur = redis.call('GET', KEYS[1])
+if cur and string.sub(cur, 1, #ARGV[1] + 1) ~= ARGV[1] .. '|' then
+  return 0
+end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl < tonumber(ARGV[2]) then
+  ttl = tonumber(ARGV[2])
+end
+redis.call('SET', KEYS[1], ARGV[1] .. '|enqueued', 'PX', ttl)
+return 1`)
+
+// unclaimScript deletes KEYS[1] if it still holds ARGV[1]: a claim a later
+// caller of the same type took over is theirs to give back, and an
+// enqueued task's claim is never given back.
+var unclaimScript = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0`)

@@ -1,0 +1,468 @@
+package producer
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/channels"
+	"github.com/sluice-dev/sluice/tasks"
+	"github.com/sluice-dev/sluice/throttle"
+	"github.com/sluice-dev/sluice/worker"
+)
+
+// Options configure a Client.
+type Options struct {
+	// Redis is the server asynq's tasks go to; the Limiter's server. Nil
+	// with Limiter nil: a Client that can only Check (a dry run, or a
+	// look before Redis is reached).
+	Redis redis.UniversalClient
+	// Limiter plans the sends (throttle.Redis.Plan) and keeps the claims
+	// on idempotency keys (ClaimKey, under its Prefix); set with Redis.
+	Limiter *throttle.Redis
+	// Channels are the enabled channels as their workers run them: Name
+	// and TaskType (required), Queue, Rules, PauseScopes, Headroom,
+	// TenantWeights and MaxPayloadBytes (0: tasks.MaxPayloadBytes) are
+	// read; Prepare is not. Send refuses a send of a task type no channel
+	// has (a disabled channel); Enqueue enqueues any task, one of a type
+	// no channel has to run now in its type's default queue.
+	Channels []worker.Channel
+	// Egress is the policy Send holds webhook and HTTP-call targets to
+	// (CheckTarget); the workers' dialers check each address again at
+	// send. Zero: public addresses only, names looked up with
+	// net.DefaultResolver.
+	Egress channels.Egress
+	// MaxRetry is each task's retry budget (asynq's MaxRetry: provider
+	// throttles and transient failures; Sluice's own limits never spend
+	// one) where an Item gives none. Zero: tasks.DefaultMaxRetry.
+	MaxRetry int
+	// Count is told, after each Send, how many new tasks (repeats of an
+	// idempotency key are not new) each tenant's campaign got
+	// (delivery.Store.AddEnqueued), so that a campaign's progress knows
+	// its size. Nil: not counted.
+	Count func(ctx context.Context, tenant, campaign string, n int) error
+	// ClaimRetention is how long past its planned slot an enqueued task's
+	// claim on its idempotency key is kept, refusing the key on the other
+	// channels. Zero: DefaultClaimRetention.
+	ClaimRetention time.Duration
+}
+
+// Client enqueues Sluice's sends (whatsapp:send, sms:send,
+// webhook:deliver, http:call): Send runs the whole path for every caller
+// (the HTTP API, `sluice send`, `sluice enqueue`); Enqueue is its last
+// part for tasks already built and checked. It is safe for concurrent use.
+type Client struct {
+	client    *asynq.Client
+	limiter   *throttle.Redis
+	chans     map[string]*channel // by task type
+	egress    channels.Egress
+	maxRetry  int
+	count     func(ctx context.Context, tenant, campaign string, n int) error
+	retention time.Duration
+}
+
+// channel is an enabled channel as the Client plans and checks its sends.
+type channel struct {
+	name       string
+	pacing     *worker.Pacing
+	queue      string
+	maxPayload int // 0: the task type's own cap, which the tasks package checks
+}
+
+// New returns a Client with opts; it does not reach Redis. The error names
+// the field: Redis without Limiter or the other way round, a channel whose rules, pause scopes or tenant weights
+// do not compile (worker.NewPacing), two channels of one task type.
+func New(opts Options) (*Client, error) {
+	switch {
+	case opts.Redis == nil && opts.Limiter != nil:
+		return nil, errors.New("producer: Options.Redis: required with a Limiter")
+	case opts.Limiter == nil && opts.Redis != nil:
+		return nil, errors.New("producer: Options.Limiter: required with Redis")
+	case opts.MaxRetry < 0:
+		return nil, fmt.Errorf("producer: Options.MaxRetry: %d, want 0 (the default) or more", opts.MaxRetry)
+	case opts.ClaimRetention < 0:
+		return nil, fmt.Errorf("producer: Options.ClaimRetention: %v, want 0 (the default) or more", opts.ClaimRetention)
+	}
+	c := &Client{limiter: opts.Limiter, chans: map[string]*channel{},
+		egress: opts.Egress, maxRetry: opts.MaxRetry, count: opts.Count, retention: opts.ClaimRetention}
+	if opts.Redis != nil {
+		c.client = asynq.NewClientFromRedisClient(opts.Redis)
+	}
+	if c.retention == 0 {
+		c.retention = DefaultClaimRetention
+	}
+	for i, ch := range opts.Channels {
+		p, err := worker.NewPacing(ch)
+		if err != nil {
+			return nil, fmt.Errorf("producer: Options.Channels[%d]: %w", i, err)
+		}
+		if _, dup := c.chans[ch.TaskType]; dup {
+			return nil, fmt.Errorf("producer: Options.Channels[%d]: a second channel for %s", i, ch.TaskType)
+		}
+		c.chans[ch.TaskType] = &channel{name: ch.Name, pacing: p, queue: p.Queue(), maxPayload: ch.MaxPayloadBytes}
+	}
+	return c, nil
+}
+
+// Enqueued is the outcome of one task of Client.Enqueue.
+type Enqueued struct {
+	// Info is asynq's record of the new task; nil when Err is set.
+	Info *asynq.TaskInfo
+	// ID is the task ID: an asynq.TaskID among Enqueue's opts (one task),
+	// else the payload's idempotency_key, else a random one (the plan needs
+	// it before the enqueue, so a TaskID set in asynq.NewTask's own options
+	// is not seen: pass it to Enqueue).
+	ID string
+	// ETA is when the send is expected to go: its planned slot, or the time
+	// of the call when it runs now. Past sends planned earlier keep theirs.
+	ETA time.Time
+	// Keys are the limiter keys (without prefix) of the GCRA limits the
+	// send was planned on, where its place is kept (throttle.Redis.Backlog);
+	// none when it was not planned (it runs now, or at its ProcessAt).
+	Keys []string
+	// Err is this task's error: a payload that does not decode,
+	// tasks.ErrKeyInUse when a task of another type holds its ID, or the
+	// enqueue's (tasks.ErrDuplicate wrapping asynq.ErrTaskIDConflict when
+	// the ID is taken in its queue: the task exists and is not enqueued
+	// twice).
+	Err error
+}
+
+// Enqueue claims, plans and enqueues ts, in order; opts apply to every task
+// (after the task's own options), a MaxRetry below 1 among them raised to 1
+// (tasks.MinMaxRetry). It checks nothing: Send is the path for sends built
+// from a caller's input. With asynq.ProcessAt or ProcessIn among opts the
+// caller's schedule is kept and nothing is planned now. The error is for a
+// failed plan or claim (Redis): then nothing is enqueued and no place is
+// kept. Each task's own outcome is in its Enqueued; a task whose enqueue
+// fails gives its new place back.
+//
+// Bulk sends on a channel's limits are planned (throttle.Redis.Plan, one
+// call per channel) with the channel's pacing (worker.Pacing: its rules,
+// pause scopes, tenant weights and headroom, or the wider headroom busy
+// workers published) and scheduled for the whole second of their place, so
+// a worker dequeues each once and holds it until its slot. High-priority
+// sends, sends with nothing to pace and other task types are enqueued to
+// run now; the worker reserves their slots when it dequeues them.
+//
+// Each task goes to its channel's queue, which the workers serve, whatever
+// queue its own options named, unless opts has an asynq.Queue.
+//
+// One ID is one send across channels, but asynq keeps task IDs unique only
+// within a queue. The claim (ClaimKey) is the one record of a chosen ID's
+// use (an idempotency key, or the one asynq.TaskID among opts gives): taken
+// here before the enqueue (for ClaimTTL) and kept, once the task is
+// enqueued, until ClaimRetention past its slot. A task whose ID a task of
+// another type claims is refused with tasks.ErrKeyInUse; a repeat of the
+// same type is asynq's to answer (tasks.ErrDuplicate). A claim whose task
+// is not enqueued is given back. Tasks enqueued without a Client
+// (tasks.Enqueue…, a plain asynq client) take no claim and are not seen.
+func (c *Client) Enqueue(ctx context.Context, ts []*asynq.Task, opts ...asynq.Option) ([]Enqueued, error) {
+	if c.client == nil {
+		return nil, errors.New("producer: Enqueue: the Client has no Redis (Options.Redis, Options.Limiter)")
+	}
+	return c.enqueue(ctx, ts, nil, opts)
+}
+
+// enqueue is Enqueue; ids[i], when ids is not nil and it is not "", is
+// task i's ID where it has no chosen one (instead of a random one).
+func (c *Client) enqueue(ctx context.Context, ts []*asynq.Task, ids []string, opts []asynq.Option) ([]Enqueued, error) {
+	out := make([]Enqueued, len(ts))
+	type pending struct {
+		i      int
+		reqs   []throttle.Request
+		tenant string
+	}
+	groups := map[*channel][]pending{}
+	var order []*channel
+	now := time.Now()
+	// A caller's own schedule (ProcessAt, ProcessIn) wins: such tasks are
+	// not planned now; they take their place when they are first dequeued.
+	scheduled, optID, optQueue := false, "", ""
+	for _, o := range opts {
+		switch o.Type() {
+		case asynq.ProcessAtOpt, asynq.ProcessInOpt:
+			scheduled = true
+		case asynq.TaskIDOpt:
+			optID, _ = o.Value().(string)
+		case asynq.QueueOpt:
+			optQueue, _ = o.Value().(string)
+		}
+	}
+	var keyed []int // tasks with a chosen ID
+	fs := make([]facts, len(ts))
+	queues := make([]string, len(ts))
+	for i, t := range ts {
+		out[i].ETA = now
+		switch ch := c.chans[t.Type()]; {
+		case optQueue != "":
+			queues[i] = optQueue
+		case ch != nil:
+			queues[i] = ch.queue
+		default:
+			queues[i] = tasks.DefaultQueue(t.Type())
+		}
+		f, err := payloadFacts(t)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		fs[i] = f
+		switch {
+		case optID != "" && len(ts) == 1:
+			out[i].ID = optID
+		case f.key != "":
+			out[i].ID = f.key
+		case ids != nil && ids[i] != "":
+			out[i].ID = ids[i]
+			continue
+		default:
+			out[i].ID = randomID()
+			continue
+		}
+		keyed = append(keyed, i)
+	}
+	claimed, err := c.claim(ctx, ts, keyed, out)
+	if err != nil {
+		return nil, err
+	}
+	// The claims set here are given back for every task not enqueued; the
+	// enqueued tasks' claims are kept first (keep), so those stay.
+	defer c.unclaim(ctx, out, claimed)
+	for i, t := range ts {
+		if out[i].Err != nil {
+			continue
+		}
+		ch, f := c.chans[t.Type()], fs[i]
+		if ch == nil || f.high || scheduled {
+			continue
+		}
+		reqs := ch.pacing.Requests(f.fields)
+		if !throttle.Reservable(reqs) {
+			continue
+		}
+		if _, ok := groups[ch]; !ok {
+			order = append(order, ch)
+		}
+		groups[ch] = append(groups[ch], pending{i, reqs, f.tenant})
+	}
+	planned := make([]bool, len(ts))
+	var plans []throttle.Planned
+	wider := c.publishedHeadroom(ctx, order)
+	for _, ch := range order {
+		g := groups[ch]
+		sends := make([]throttle.Send, len(g))
+		for k, p := range g {
+			sends[k] = throttle.Send{TaskID: out[p.i].ID, Tenant: p.tenant, Weight: ch.pacing.Weight(p.tenant), Requests: p.reqs}
+		}
+		ps, err := c.limiter.Plan(ctx, throttle.ReserveOptions{Headroom: max(ch.pacing.Headroom(), wider[ch.name])}, sends)
+		if err != nil {
+			// Nothing was enqueued: give back the places already taken.
+			for i, t := range ts {
+				if planned[i] {
+					c.release(ctx, t, out[i].ID)
+				}
+			}
+			return nil, err
+		}
+		plans = append(plans[:0], ps...)
+		for k, p := range g {
+			out[p.i].ETA = plans[k].At
+			planned[p.i] = plans[k].New
+			for _, r := range p.reqs {
+				if r.Limit.Algorithm == throttle.GCRA {
+					out[p.i].Keys = append(out[p.i].Keys, r.Key)
+				}
+			}
+		}
+	}
+	held := make([]bool, len(ts)) // enqueued now: its claim is kept
+	for i, t := range ts {
+		if out[i].Err != nil {
+			continue
+		}
+		o := append(tasks.FloorMaxRetry(opts), asynq.TaskID(out[i].ID))
+		if optQueue == "" && c.chans[t.Type()] != nil {
+			o = append(o, asynq.Queue(queues[i])) // the channel's queue, which its workers serve
+		}
+		if due := out[i].ETA.Truncate(time.Second); due.After(time.Now()) && !scheduled {
+			o = append(o, asynq.ProcessAt(due))
+		}
+		out[i].Info, out[i].Err = c.client.EnqueueContext(ctx, t, o...)
+		if out[i].Err == nil {
+			held[i] = true
+			continue
+		}
+		if errors.Is(out[i].Err, asynq.ErrTaskIDConflict) || errors.Is(out[i].Err, asynq.ErrDuplicateTask) {
+			out[i].Err = fmt.Errorf("enqueue %s (id %q): %w: %w", t.Type(), out[i].ID, tasks.ErrDuplicate, out[i].Err)
+		}
+		if planned[i] {
+			c.release(ctx, t, out[i].ID)
+		}
+	}
+	c.keep(ctx, ts, keyed, held, out)
+	return out, nil
+}
+
+// claim takes the claims of the chosen IDs of ts[idx], in one pipeline
+// (claimScript). A task whose ID a task of another type claims gets
+// tasks.ErrKeyInUse. It returns the claims it set, to give back (unclaim)
+// for the tasks that are not enqueued. The error is Redis's; then no claim
+// is kept.
+func (c *Client) claim(ctx context.Context, ts []*asynq.Task, idx []int, out []Enqueued) (claims, error) {
+	if len(idx) == 0 {
+		return claims{}, nil
+	}
+	cl := claims{token: randomID(), held: map[int]string{}}
+	cmds := make([]*redis.Cmd, len(idx))
+	_, err := c.limiter.Client().Pipelined(ctx, func(p redis.Pipeliner) error {
+		for k, i := range idx {
+			cmds[k] = claimScript.Eval(ctx, p, []string{ClaimKey(c.limiter.Prefix(), out[i].ID)}, ts[i].Type(), cl.token, ClaimTTL.Milliseconds())
+		}
+		return nil
+	})
+	for k, i := range idx {
+		if holder, cerr := cmds[k].Text(); cerr == nil && holder == "" {
+			cl.held[i] = ts[i].Type() + "|" + cl.token
+		}
+	}
+	if err != nil {
+		c.unclaim(ctx, out, cl)
+		return claims{}, fmt.Errorf("producer: claim idempotency keys: %w", err)
+	}
+	for k, i := range idx {
+		if holder, _ := cmds[k].Text(); holder != "" && holder != "=" {
+			out[i].Err = fmt.Errorf("enqueue %s (id %q): %w (a %s task)", ts[i].Type(), out[i].ID, tasks.ErrKeyInUse, holder)
+		}
+	}
+	return cl, nil
+}
+
+// keep marks the claims of ts[idx] whose tasks were enqueued (held) as
+// enqueued, kept until ClaimRetention past the task's slot. A claim not
+// kept (Redis failed) lasts its ClaimTTL; the task itself is enqueued all
+// the same.
+func (c *Client) keep(ctx context.Context, ts []*asynq.Task, idx []int, held []bool, out []Enqueued) {
+	ctx = context.WithoutCancel(ctx)
+	now := time.Now()
+	_, _ = c.limiter.Client().Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, i := range idx {
+			if !held[i] {
+				continue
+			}
+			slot := out[i].ETA
+			if out[i].Info != nil && out[i].Info.NextProcessAt.After(slot) {
+				slot = out[i].Info.NextProcessAt // the caller's own schedule
+			}
+			until := slot.Add(c.retention)
+			keepScript.Eval(ctx, p, []string{ClaimKey(c.limiter.Prefix(), out[i].ID)}, ts[i].Type(), until.Sub(now).Milliseconds())
+		}
+		return nil
+	})
+}
+
+// claims are the claims one Enqueue call set: by task index, the value
+// it set (type and token).
+type claims struct {
+	token string
+	held  map[int]string
+}
+
+// unclaim gives back the claims of cl whose tasks were not enqueued (no
+// Info), each only if it still holds this call's value: not one a later
+// caller took over, nor one kept for an enqueued task. A duplicate's claim
+// stays: a task holds its ID, and the caller that enqueued it keeps the
+// claim (or, with none, it lasts its ClaimTTL).
+func (c *Client) unclaim(ctx context.Context, out []Enqueued, cl claims) {
+	var keys, vals []string
+	for i, v := range cl.held {
+		if out[i].Info == nil && !errors.Is(out[i].Err, tasks.ErrDuplicate) {
+			keys, vals = append(keys, ClaimKey(c.limiter.Prefix(), out[i].ID)), append(vals, v)
+		}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	_, _ = c.limiter.Client().Pipelined(ctx, func(p redis.Pipeliner) error {
+		for k := range keys {
+			unclaimScript.Eval(ctx, p, []string{keys[k]}, vals[k]) // one key each: claims may be in different Cluster slots
+		}
+		return nil
+	})
+}
+
+// release gives back the new place of a task whose enqueue failed. A place
+// not given back only delays later sends by one slot.
+func (c *Client) release(ctx context.Context, t *asynq.Task, id string) {
+	ch := c.chans[t.Type()]
+	f, err := payloadFacts(t)
+	if ch == nil || err != nil {
+		return
+	}
+	_, _ = c.limiter.ReleasePlanned(context.WithoutCancel(ctx), throttle.Send{TaskID: id, Tenant: f.tenant,
+		Weight: ch.pacing.Weight(f.tenant), Requests: ch.pacing.Rules(f.fields)})
+}
+
+// facts is what planning needs from a payload.
+type facts struct {
+	fields   map[string]string
+	high     bool
+	key      string // idempotency key
+	tenant   string
+	campaign string
+}
+
+// payloadFacts decodes a task of a type the tasks package knows; other
+// types have no facts (and no error).
+func payloadFacts(t *asynq.Task) (facts, error) {
+	switch t.Type() {
+	case tasks.TypeWhatsAppSend:
+		p, err := tasks.DecodeWhatsAppSend(t.Payload())
+		return facts{p.Fields(), p.High(), p.IdempotencyKey, p.Tenant, p.Campaign}, err
+	case tasks.TypeSMSSend:
+		p, err := tasks.DecodeSMSSend(t.Payload())
+		return facts{p.Fields(), p.High(), p.IdempotencyKey, p.Tenant, p.Campaign}, err
+	case tasks.TypeWebhookDeliver:
+		p, err := tasks.DecodeWebhookDeliver(t.Payload())
+		return facts{p.Fields(), p.High(), p.IdempotencyKey, p.Tenant, p.Campaign}, err
+	case tasks.TypeHTTPCall:
+		p, err := tasks.DecodeHTTPCall(t.Payload())
+		return facts{p.Fields(), p.High(), p.IdempotencyKey, p.Tenant, p.Campaign}, err
+	}
+	return facts{}, nil
+}
+
+func randomID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
+
+// publishedHeadroom returns, by channel, the widest headroom the workers
+// pace the channels of order at now (their measured margins, published
+// every 2s: throttle.Redis.Margins), so that a plan is made at the pace
+// its sends will be reserved at; none when no worker published one. A
+// plan at the configured headroom while busy workers pace wider falls
+// behind its firm slots by the difference, 3% of a long campaign's
+// length. A failed read plans at the configured headroom.
+func (c *Client) publishedHeadroom(ctx context.Context, order []*channel) map[string]float64 {
+	if len(order) == 0 {
+		return nil
+	}
+	ms, err := c.limiter.Margins(ctx, time.Now())
+	if err != nil {
+		return nil
+	}
+	out := map[string]float64{}
+	for _, m := range ms {
+		out[m.Channel] = max(out[m.Channel], m.Headroom)
+	}
+	return out
+}

@@ -1,0 +1,357 @@
+package producer
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/sluice-dev/sluice/tasks"
+)
+
+// Item is one send for Client.Send.
+type Item struct {
+	// Task is the send: a whatsapp:send, sms:send, webhook:deliver or
+	// http:call task (tasks.New…Task), its idempotency key as the caller
+	// gave it, without a tenant's namespace. Its options are not kept:
+	// Send builds the task again from its payload.
+	Task *asynq.Task
+	// MaxRetry is the task's retry budget; 0: Options.MaxRetry.
+	MaxRetry int
+}
+
+// Result is the outcome of one Item of Client.Send or Client.Check.
+type Result struct {
+	// Task is the task as Send enqueues it: its payload's idempotency key
+	// with the tenant's namespace; nil when the item was refused before
+	// it was built (validate, namespace).
+	Task *asynq.Task
+	// ID is the task ID: the idempotency key (namespaced for a send with
+	// a tenant), else a random one (after the tenant's namespace for a
+	// send with a tenant); "" when the item was refused before the claim.
+	ID string
+	// Info is asynq's record of the new task; nil when Err is set, and
+	// from Check.
+	Info *asynq.TaskInfo
+	// ETA is when the send is expected to go (Enqueued.ETA).
+	ETA time.Time
+	// Keys are the limiter keys the send was planned on (Enqueued.Keys).
+	Keys []string
+	// Err is why the item was not enqueued: an error wrapping ErrInvalid
+	// (refused: its text names the field, "to: …", "idempotency_key: …",
+	// "channel: sms is disabled …", "payload: … bytes encoded, over …",
+	// "url https://host: …"); tasks.ErrKeyInUse (a task of another type
+	// holds the ID); tasks.ErrDuplicate (a task with the ID exists: it is
+	// not enqueued twice); else the enqueue's own failure (Redis).
+	Err error
+}
+
+// ErrInvalid is wrapped by the error of an item Send or Check refuses
+// before enqueuing it: a payload the tasks package rejects, an
+// idempotency key that does not fit its tenant's namespace or poses as
+// one, a disabled channel, a payload over its channel's cap, a target the
+// egress policy refuses. The error's text is the reason alone, naming the
+// field as the tasks package does.
+var ErrInvalid = errors.New("producer: send refused")
+
+// ErrNotCounted is wrapped by Send's error when its new tasks were
+// enqueued but Options.Count failed: the results stand.
+var ErrNotCounted = errors.New("producer: new tasks not counted for their campaign")
+
+// invalidError is a refusal: its text is err's, and it wraps ErrInvalid.
+type invalidError struct{ err error }
+
+func (e *invalidError) Error() string   { return e.err.Error() }
+func (e *invalidError) Unwrap() []error { return []error{ErrInvalid, e.err} }
+
+func invalid(err error) error { return &invalidError{err} }
+
+// TenantNamespace returns the prefix Sluice puts before the task ID of a
+// send with a tenant: "t-" and the first 16 hex digits of the tenant's
+// SHA-256, then ':' ("t-9f86d081884c7d65:", 19 characters). Keys of
+// different tenants never collide, and a tenant cannot name another
+// tenant's task. Sends without a tenant keep their key as is.
+func TenantNamespace(tenant string) string {
+	d := sha256.Sum256([]byte(tenant))
+	return "t-" + hex.EncodeToString(d[:8]) + ":"
+}
+
+// namespaceRE matches an ID that starts with a tenant namespace.
+var namespaceRE = regexp.MustCompile(`^t-[0-9a-f]{16}:`)
+
+// HasNamespace reports whether id starts with a tenant namespace
+// (TenantNamespace's shape): a task ID Send gave a send with a tenant. No
+// caller's key may start so.
+func HasNamespace(id string) bool { return namespaceRE.MatchString(id) }
+
+// TaskID is the ID Send gives the send of tenant with idempotency key
+// key: TenantNamespace(tenant)+key, or key without a tenant; a key that
+// already has the tenant's namespace is kept as it is. GET
+// /v1/tasks/{id} reads a tenant's key with it.
+func TaskID(tenant, key string) string {
+	if tenant == "" {
+		return key
+	}
+	ns := TenantNamespace(tenant)
+	if len(key) >= len(ns) && key[:len(ns)] == ns {
+		return key
+	}
+	return ns + key
+}
+
+// prepared is an item after Check's steps.
+type prepared struct {
+	task *asynq.Task
+	id   string // the ID where the payload has no key: the tenant's namespace and a random ID
+	send facts
+}
+
+// Check runs Send's first three steps on items, without Redis:
+//
+//   - validate: the payload decodes under the tasks package's rules
+//     (tasks.Decode…: a Sluice task type, every field valid);
+//   - namespace: a key that poses as a tenant's namespace is refused, and
+//     the key of a send with a tenant gets its tenant's namespace
+//     (TenantNamespace), within tasks.MaxIdempotencyKey in all;
+//   - check: the task type's channel is enabled (one of
+//     Options.Channels), the payload fits the channel's MaxPayloadBytes,
+//     and a webhook's or HTTP call's target passes Options.Egress
+//     (CheckTarget).
+//
+// Each refused item's Err wraps ErrInvalid; the others have their Task
+// (with the namespaced key) and no Err. A Client without Redis can Check.
+func (c *Client) Check(items []Item) []Result {
+	out := make([]Result, len(items))
+	c.check(items, out)
+	return out
+}
+
+func (c *Client) check(items []Item, out []Result) []prepared {
+	ps := make([]prepared, len(items))
+	for i, it := range items {
+		p, err := c.prepare(it)
+		if err != nil {
+			out[i].Err = invalid(err)
+			continue
+		}
+		ps[i], out[i].Task = p, p.task
+	}
+	return ps
+}
+
+// prepare validates, namespaces and checks one item.
+func (c *Client) prepare(it Item) (prepared, error) {
+	if it.Task == nil {
+		return prepared{}, errors.New("task: required")
+	}
+	typ := it.Task.Type()
+	if _, known := tasks.FieldNames(typ); !known {
+		return prepared{}, fmt.Errorf("type: %q is not a send Sluice makes (whatsapp:send, sms:send, webhook:deliver, http:call)", typ)
+	}
+	f, err := payloadFacts(it.Task)
+	if err != nil {
+		return prepared{}, err
+	}
+	// namespace
+	if HasNamespace(f.key) {
+		return prepared{}, errors.New(`idempotency_key: may not start with "t-" and 16 hex digits and ':', which Sluice reserves for tenants' keys`)
+	}
+	var id string
+	key := f.key
+	if f.tenant != "" {
+		ns := TenantNamespace(f.tenant)
+		if len(key) > tasks.MaxIdempotencyKey-len(ns) {
+			return prepared{}, fmt.Errorf("idempotency_key: %d characters, want at most %d for a send with a tenant (Sluice puts the tenant's %d-character namespace before it)",
+				len(key), tasks.MaxIdempotencyKey-len(ns), len(ns))
+		}
+		if key != "" {
+			key = ns + key
+		} else {
+			id = ns + randomID()
+		}
+	}
+	maxRetry := it.MaxRetry
+	if maxRetry == 0 {
+		maxRetry = c.maxRetry
+	}
+	var opts []asynq.Option
+	if maxRetry > 0 {
+		opts = append(opts, asynq.MaxRetry(maxRetry))
+	}
+	t, err := build(it.Task, key, opts)
+	if err != nil {
+		return prepared{}, err
+	}
+	// check
+	if err := c.enabled(typ); err != nil {
+		return prepared{}, err
+	}
+	ch := c.chans[typ]
+	if ch.maxPayload > 0 && len(t.Payload()) > ch.maxPayload {
+		return prepared{}, fmt.Errorf("payload: %d bytes encoded, over channels.%s.max_payload_bytes (%d)", len(t.Payload()), ch.name, ch.maxPayload)
+	}
+	if target := targetOf(t); target != "" {
+		if err := CheckTarget(c.egress, "url", target); err != nil {
+			return prepared{}, err
+		}
+	}
+	f.key = key
+	return prepared{task: t, id: id, send: f}, nil
+}
+
+// build builds t again from its payload (decoded before), with key as its
+// idempotency key and opts: the tasks package's constructor normalizes and
+// validates it in full.
+func build(t *asynq.Task, key string, opts []asynq.Option) (*asynq.Task, error) {
+	b := t.Payload()
+	switch t.Type() {
+	case tasks.TypeWhatsAppSend:
+		p, _ := tasks.DecodeWhatsAppSend(b)
+		p.IdempotencyKey = key
+		return tasks.NewWhatsAppSendTask(p, opts...)
+	case tasks.TypeSMSSend:
+		p, _ := tasks.DecodeSMSSend(b)
+		p.IdempotencyKey = key
+		return tasks.NewSMSSendTask(p, opts...)
+	case tasks.TypeWebhookDeliver:
+		p, _ := tasks.DecodeWebhookDeliver(b)
+		p.IdempotencyKey = key
+		return tasks.NewWebhookDeliverTask(p, opts...)
+	case tasks.TypeHTTPCall:
+		p, _ := tasks.DecodeHTTPCall(b)
+		p.IdempotencyKey = key
+		return tasks.NewHTTPCallTask(p, opts...)
+	}
+	return nil, fmt.Errorf("type: %q is not a send Sluice makes", t.Type())
+}
+
+// targetOf is the URL a webhook or HTTP-call task goes to; "" for the
+// other types.
+func targetOf(t *asynq.Task) string {
+	switch t.Type() {
+	case tasks.TypeWebhookDeliver:
+		p, _ := tasks.DecodeWebhookDeliver(t.Payload())
+		return p.URL
+	case tasks.TypeHTTPCall:
+		p, _ := tasks.DecodeHTTPCall(t.Payload())
+		return p.URL
+	}
+	return ""
+}
+
+// CheckChannel returns the error Send gives each send on the channel name
+// (one of tasks.Channels) when the Client has it disabled (no channel of
+// its task type among Options.Channels): "channel: sms is disabled in this
+// configuration (channels.sms.enabled)", wrapping ErrInvalid. A name the
+// tasks package does not know is an error too; nil for an enabled channel.
+// A caller with many sends on one channel (`sluice send`) asks once, before
+// it reads them.
+func (c *Client) CheckChannel(name string) error {
+	typ, ok := tasks.ChannelTaskType(name)
+	if !ok {
+		return invalid(fmt.Errorf("channel: %q: want one of %s", name, strings.Join(tasks.Channels(), ", ")))
+	}
+	if err := c.enabled(typ); err != nil {
+		return invalid(err)
+	}
+	return nil
+}
+
+// enabled refuses a send of task type typ when no channel of the Client
+// has it.
+func (c *Client) enabled(typ string) error {
+	if c.chans[typ] == nil {
+		name := channelName(typ)
+		return fmt.Errorf("channel: %s is disabled in this configuration (channels.%s.enabled)", name, name)
+	}
+	return nil
+}
+
+// channelName is the channel (tasks.Channels) whose sends are of type
+// typ, else typ.
+func channelName(typ string) string {
+	for _, name := range tasks.Channels() {
+		if t, ok := tasks.ChannelTaskType(name); ok && t == typ {
+			return name
+		}
+	}
+	return typ
+}
+
+// Send runs items through the producer's path, in order, and returns each
+// item's Result:
+//
+//  1. validate, 2. namespace, 3. check: as Check (a refused item's Err
+//     wraps ErrInvalid);
+//  4. claim: the ID's claim (ClaimKey), the one record of an
+//     idempotency key's use across channels (tasks.ErrKeyInUse);
+//  5. plan: bulk sends take their place on their channel's limits
+//     (throttle.Redis.Plan, one call per channel);
+//  6. enqueue: asynq, in the channel's queue, scheduled for the planned
+//     second (a repeat of an ID in its queue is tasks.ErrDuplicate);
+//  7. count: the new tasks of each tenant's campaign (Options.Count).
+//
+// Steps 4 to 6 are Enqueue's. The error is a failed claim or plan (Redis,
+// or a Client without Redis): nothing was enqueued and the results are
+// nil. An error wrapping ErrNotCounted comes with the results: the tasks
+// were enqueued, Options.Count failed for some.
+func (c *Client) Send(ctx context.Context, items []Item) ([]Result, error) {
+	if c.client == nil {
+		return nil, errors.New("producer: Send: the Client has no Redis (Options.Redis, Options.Limiter); it can only Check")
+	}
+	out := make([]Result, len(items))
+	ps := c.check(items, out)
+	var ts []*asynq.Task
+	var ids []string
+	var idx []int
+	for i := range items {
+		if out[i].Err == nil {
+			ts, ids, idx = append(ts, ps[i].task), append(ids, ps[i].id), append(idx, i)
+		}
+	}
+	if len(ts) == 0 {
+		return out, nil
+	}
+	res, err := c.enqueue(ctx, ts, ids, nil)
+	if err != nil {
+		return nil, err
+	}
+	type group struct{ tenant, campaign string }
+	fresh := map[group]int{}
+	var order []group
+	for j, r := range res {
+		i := idx[j]
+		out[i].ID, out[i].Info, out[i].ETA, out[i].Keys, out[i].Err = r.ID, r.Info, r.ETA, r.Keys, r.Err
+		if f := ps[i].send; r.Err == nil && f.campaign != "" {
+			g := group{f.tenant, f.campaign}
+			if fresh[g] == 0 {
+				order = append(order, g)
+			}
+			fresh[g]++
+		}
+	}
+	if c.count == nil {
+		return out, nil
+	}
+	// The tasks are enqueued: count them even if the caller has gone, or
+	// its retry (a duplicate, never counted) would leave the campaign's
+	// progress short.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	var errs []error
+	for _, g := range order {
+		if err := c.count(cctx, g.tenant, g.campaign, fresh[g]); err != nil {
+			errs = append(errs, fmt.Errorf("campaign %q: %w", g.campaign, err))
+		}
+	}
+	if len(errs) > 0 {
+		return out, fmt.Errorf("%w: %w", ErrNotCounted, errors.Join(errs...))
+	}
+	return out, nil
+}
