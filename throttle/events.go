@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -251,7 +252,9 @@ func (s *eventSink) emit(ctx context.Context, typ, key string, window time.Durat
 	ttl := max(until.Sub(now).Milliseconds(), 1)
 	args := append([]any{ttl, s.opts.MaxLen, "type", typ, "at", now.UnixMilli()}, fields...)
 	keys := []string{s.l.StreamKey(), s.l.eventMarkKey(mark)}
-	if err := eventsScript.Run(context.WithoutCancel(ctx), s.l.rdb, keys, args...).Err(); err != nil {
+	// A nil reply (redis.Nil) is another process's marker: the event is
+	// already in the stream for this window.
+	if err := eventsScript.Run(context.WithoutCancel(ctx), s.l.rdb, keys, args...).Err(); err != nil && !errors.Is(err, redis.Nil) {
 		s.l.warn.eventWrite.warn(ctx, s.l.logger(), "throttle: event dropped", "type", typ, "key", key, "err", err)
 	}
 }

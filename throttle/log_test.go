@@ -118,3 +118,33 @@ func TestIgnoredOverrideIsLogged(t *testing.T) {
 			map[string]any{"key": "test:k:1", "limit": "conc", "override": "max 1"})
 	})
 }
+
+// An event another process already wrote this window is not a failure:
+// the second process's limiter writes nothing and logs nothing.
+func TestEventAnotherProcessWroteIsNotDropped(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		clk := testutil.NewClock(t0)
+		lim := throttle.Limit{Name: "daily", Algorithm: throttle.FixedWindow, Rate: throttle.PerDay(1)}
+		var bufs []*logBuffer
+		var first *throttle.Redis
+		for range 2 { // two processes on one Redis
+			log, buf := newLogger()
+			l := throttle.NewRedis(rdb, throttle.Options{Prefix: "logdup", Clock: clk.Now, Logger: log})
+			if first == nil {
+				first = l
+			}
+			for range 2 {
+				_, err := l.Consume(ctx, throttle.Request{Key: "test:a:1", Limit: lim})
+				require.NoError(t, err)
+			}
+			bufs = append(bufs, buf)
+		}
+		evs, _, err := first.Events(ctx, "0", 10, 0)
+		require.NoError(t, err)
+		require.Len(t, evs, 1, "one limits.exceeded for the key and window")
+		for i, b := range bufs {
+			require.Empty(t, b.records(t), "process %d logged", i+1)
+		}
+	})
+}
