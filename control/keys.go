@@ -63,3 +63,15 @@ func DeliveryCountersKey(prefix, group string) string {
 func CampaignGroup(tenant, campaign string) string {
 	return strconv.Itoa(len(tenant)) + ":" + tenant + ":" + campaign
 }
+
+// AsynqDelayedKeys are asynq's sorted sets of a queue's scheduled and
+// retrying tasks, task ID by Unix second: "asynq:{<queue>}:scheduled" and
+// "asynq:{<queue>}:retry" (asynq's layout since v0.18; hash tag {<queue>},
+// asynq's own). They are asynq's keys, not Sluice's: the worker writes them
+// in one place only, to move a paused scope's planned tasks past the pause
+// with ZADD XX INCR (asynq has no call that reschedules a task), and reads
+// nothing else of asynq's; worker's deferplan tests check the layout
+// against a real asynq.
+func AsynqDelayedKeys(queue string) (scheduled, retry string) {
+	return "asynq:{" + queue + "}:scheduled", "asynq:{" + queue + "}:retry"
+}

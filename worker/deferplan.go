@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-dev/sluice/control"
 	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
@@ -113,14 +114,14 @@ type taskMove struct {
 }
 
 // moveTasks moves each task of moves that waits in queue's scheduled or
-// retry set (asynq:{queue}:scheduled, asynq:{queue}:retry: sorted sets of
-// task ID by Unix second, asynq's layout since v0.18) by its whole seconds,
+// retry set (control.AsynqDelayedKeys) by its whole seconds,
 // and reports how many it moved. ZADD XX INCR changes only a member that is
 // there: a task already forwarded to pending, running or gone is left
 // alone. The keys share the queue's hash tag, so one pipeline serves a
 // Cluster too.
 func moveTasks(ctx context.Context, rdb redis.UniversalClient, queue string, moves []taskMove) (int, error) {
-	keys := []string{"asynq:{" + queue + "}:scheduled", "asynq:{" + queue + "}:retry"}
+	scheduled, retry := control.AsynqDelayedKeys(queue)
+	keys := []string{scheduled, retry}
 	moved := 0
 	for start := 0; start < len(moves); start += 500 {
 		end := min(start+500, len(moves))
