@@ -9,12 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-dev/sluice/control"
-	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/internal/testutil"
 	"github.com/sluice-dev/sluice/throttle"
 )
 
@@ -23,21 +22,7 @@ var t0 = time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC)
 
 func at0() time.Time { return t0 }
 
-// backends runs f against a private redis-server and against miniredis,
-// the demo's embedded Redis.
-func backends(t *testing.T, f func(t *testing.T, rdb redis.UniversalClient)) {
-	t.Run("redis-server", func(t *testing.T) {
-		t.Parallel()
-		f(t, redistest.Start(t).Client(t))
-	})
-	t.Run("miniredis", func(t *testing.T) {
-		t.Parallel()
-		m := miniredis.RunT(t)
-		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-		t.Cleanup(func() { _ = c.Close() })
-		f(t, c)
-	})
-}
+var backends = testutil.Backends
 
 func TestInspectReadsEachAlgorithmsState(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {

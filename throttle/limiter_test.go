@@ -8,32 +8,16 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/testutil"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluice-dev/sluice/internal/redistest"
 	"github.com/sluice-dev/sluice/throttle"
 )
 
 // t0 is a UTC midnight, so fixed windows of every length start there.
 var t0 = testutil.T0
 
-// backends runs f against a private redis-server and against miniredis, the
-// demo's embedded Redis: the Lua must behave the same on both.
-func backends(t *testing.T, f func(t *testing.T, rdb redis.UniversalClient)) {
-	t.Run("redis-server", func(t *testing.T) {
-		t.Parallel()
-		f(t, redistest.Start(t).Client(t))
-	})
-	t.Run("miniredis", func(t *testing.T) {
-		t.Parallel()
-		m := miniredis.RunT(t)
-		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-		t.Cleanup(func() { _ = c.Close() })
-		f(t, c)
-	})
-}
+var backends = testutil.Backends
 
 type step struct {
 	at        time.Duration // since t0
