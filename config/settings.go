@@ -41,6 +41,8 @@ type ChannelSettings struct {
 	MaxMargin time.Duration
 	// Hold: see channels.<name>.hold.
 	Hold time.Duration
+	// PairBackoff: see channels.<name>.pair_backoff.
+	PairBackoff time.Duration
 	// TenantWeights maps a tenant to its weight: see
 	// channels.<name>.tenant_weights. Weights are float64, the type the
 	// worker and the limiter (throttle.ReserveOptions) take; the file gives
@@ -147,6 +149,13 @@ var channelSettings = []channelSetting{
 		why:    "asynq brings a planned send back at the whole second of its slot, so the hold must span a second",
 		at:     func(s *ChannelSettings) *time.Duration { return &s.Hold },
 		worker: func(ch *worker.Channel) *time.Duration { return &ch.Hold },
+	},
+	durationSetting{
+		key:    "pair_backoff",
+		doc:    "delay after a provider throttle that concerns one recipient (WhatsApp 131056, Twilio 14107) and names no wait.",
+		def:    same(worker.DefaultPairBackoff),
+		at:     func(s *ChannelSettings) *time.Duration { return &s.PairBackoff },
+		worker: func(ch *worker.Channel) *time.Duration { return &ch.PairBackoff },
 	},
 	weightsSetting{
 		key: "tenant_weights",

@@ -88,7 +88,8 @@ type Channel struct {
 	// names no delay. Zero means 1s.
 	ThrottleBackoff time.Duration
 	// PairBackoff is that wait when the throttle concerns one recipient
-	// (WhatsApp 131056, Twilio 14107). Zero means 6s, WhatsApp's pair interval.
+	// (WhatsApp 131056, Twilio 14107); channels.<name>.pair_backoff. Zero
+	// means DefaultPairBackoff (6s, WhatsApp's pair interval).
 	PairBackoff time.Duration
 	// MaxRetryAfter caps the wait a provider asks for (Retry-After and the
 	// like): a longer one is cut to MaxRetryAfter, so a hostile or broken
