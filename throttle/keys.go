@@ -137,6 +137,13 @@ func pausesChannel(prefix string, db int) string {
 	return prefix + ":{_pauses}:db" + strconv.Itoa(db)
 }
 
+// legacyPausesChannel is the name the release before issue 21 announced
+// and watched pauses on, "sluice:{_pauses}", shared by every database.
+// announce publishes there too, for one release, so that workers of that
+// release still stop the sends they hold while a fleet is upgraded; nothing
+// subscribes to it.
+func legacyPausesChannel(prefix string) string { return prefix + ":{_pauses}" }
+
 // databaseOf is the database number rdb selects: its Options().DB for a
 // single-node or Sentinel client, 0 for a Cluster (which has only db 0)
 // and for any other client.

@@ -167,7 +167,10 @@ func (l *Redis) EndPauseRun(ctx context.Context, key string) (bool, error) {
 // left (0: no longer). Best effort: the scripts decide pauses anyway.
 func (l *Redis) announce(ctx context.Context, key string, left time.Duration) {
 	msg := key + " " + strconv.FormatInt(left.Microseconds(), 10)
-	if err := l.rdb.Publish(context.WithoutCancel(ctx), l.PausesChannel(), msg).Err(); err != nil {
+	pipe := l.rdb.Pipeline()
+	pipe.Publish(ctx, l.PausesChannel(), msg)
+	pipe.Publish(ctx, legacyPausesChannel(l.prefix), msg) // the earlier release's workers, while a fleet is upgraded
+	if _, err := pipe.Exec(context.WithoutCancel(ctx)); err != nil {
 		l.warn.eventWrite.warn(ctx, l.logger(), "throttle: pause announcement dropped", "key", key, "err", err)
 	}
 }

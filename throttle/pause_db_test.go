@@ -2,6 +2,7 @@ package throttle_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,5 +95,30 @@ func nextPause(t *testing.T, heard <-chan string) string {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no pause announcement within 5s")
 		return ""
+	}
+}
+
+// While a fleet is upgraded, workers of the release before issue 21 watch
+// "<prefix>:{_pauses}": a pause announced now reaches them there too, so
+// they stop the sends they hold for the paused scope.
+func TestPauseIsAnnouncedOnTheEarlierReleasesChannel(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	l := throttle.NewRedis(rdb, throttle.Options{Prefix: "up", OverrideRefresh: -1})
+	sub := rdb.Subscribe(ctx, "up:{_pauses}")
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pause := throttle.PauseKey("wa", "sender", "1")
+	if _, err := l.Pause(ctx, pause, throttle.PauseOptions{Wait: time.Minute, Code: 130429}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := sub.ReceiveMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key, _, _ := strings.Cut(m.Payload, " "); key != pause {
+		t.Fatalf("the earlier release's channel heard %q; want %q", m.Payload, pause)
 	}
 }
