@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-dev/sluice/config"
 	"github.com/sluice-dev/sluice/internal/api"
 	"github.com/sluice-dev/sluice/producer"
+	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
 )
 
@@ -490,6 +492,16 @@ func TestTenantIsolation(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
 	require.Equal(t, http.StatusOK, get(acmeKey, random.ID).Status, "a tenant's key reads its task with a random ID")
 	require.Equal(t, http.StatusNotFound, get(globexKey, random.ID).Status)
+
+	// A task of acme's without the namespace (enqueued by the release
+	// before issue 21, or by tasks.Enqueue… with a tenant) is found by its
+	// bare ID for acme, and for no other tenant.
+	old, err := tasks.NewSMSSendTask(tasks.SMSSend{Delivery: tasks.Delivery{Tenant: "acme"}, From: "+12025550100", To: "+12025550123", Body: "hi", IdempotencyKey: "legacy-1"})
+	require.NoError(t, err)
+	_, err = asynq.NewClientFromRedisClient(e.rdb).Enqueue(old, asynq.Queue("sms"))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, get(acmeKey, "legacy-1").Status, "a tenant's task without the namespace")
+	require.Equal(t, http.StatusNotFound, get(globexKey, "legacy-1").Status)
 
 	// A task without a tenant is not a tenant's either.
 	r, plain := send(adminKey, sms())

@@ -51,7 +51,9 @@ type TaskStatus struct {
 // tenant has its tenant's namespace in its ID (producer.Send gives it,
 // whoever sent it: the API, `sluice send`, `sluice enqueue`), so such a
 // key may give the id the API returned ("t-…:order-1") or the idempotency
-// key it sent ("order-1"): both name one task (producer.TaskID).
+// key it sent ("order-1"): both name one task (producer.TaskID). A bare id
+// is also looked up as it is, for the tenant's tasks that have no
+// namespace (an earlier release's, or tasks.Enqueue…'s).
 func (h *handler) getTask(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !validTaskID(id) {
@@ -60,7 +62,14 @@ func (h *handler) getTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p, _ := PrincipalFrom(r.Context())
-	if h.serveTask(w, r, p, producer.TaskID(p.Tenant, id)) {
+	full := producer.TaskID(p.Tenant, id)
+	if h.serveTask(w, r, p, full) {
+		return
+	}
+	// A task of this tenant without the namespace: enqueued by the release
+	// before issue 21, or by tasks.Enqueue… with a tenant. serveTask shows
+	// it only when its payload has the key's tenant.
+	if full != id && h.serveTask(w, r, p, id) {
 		return
 	}
 	writeProblem(w, &Problem{Type: typeNotFound, Title: "Not Found", Status: http.StatusNotFound, Detail: "no task with this id"})
