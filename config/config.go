@@ -189,12 +189,10 @@ type ChannelConfig struct {
 	// Defaults "WHATSAPP_APP_SECRET" and "WHATSAPP_VERIFY_TOKEN".
 	AppSecretEnv   string
 	VerifyTokenEnv string
-	// ChannelSettings are the channel's tunables: timeout,
-	// throttle_backoff, probe_every, max_retry_after, max_payload_bytes,
-	// headroom, max_margin, hold and tenant_weights. The settings table in
-	// settings.go gives each its YAML key, default, bounds and
-	// documentation, and ChannelSettings.Apply turns them into
-	// worker.Channel's fields.
+	// ChannelSettings are the channel's tunables. The settings table in
+	// settings.go lists them and gives each its YAML key, default, bounds
+	// and documentation (generated into sluice.example.yaml), and
+	// ChannelSettings.Apply turns them into worker.Channel's fields.
 	ChannelSettings
 	// Adaptive tunes adaptive limits (YAML section adaptive: enabled,
 	// decrease, floor, increase, quiet, margin, ceiling_ttl;

@@ -284,7 +284,7 @@ func (r durationSetting) span() string {
 	case r.min > 0 || r.zeroMeans != "":
 		return lo + " to " + showDuration(r.max)
 	}
-	return "at most " + showDuration(r.max)
+	return "> 0, at most " + showDuration(r.max)
 }
 
 func (r durationSetting) decode(d *decoder, n *yaml.Node, path, channel string, s *ChannelSettings) {

@@ -147,7 +147,7 @@ func TestSettingsBounds(t *testing.T) {
 		{"timeout", "fast", nil, `want a duration such as 100ms, 15s or 1m, got "fast"`},
 		{"throttle_backoff", "0s", nil, "want a duration > 0, got 0s"},
 		{"max_retry_after", "168h", 168 * time.Hour, ""},
-		{"max_retry_after", "168h1s", nil, "want at most 168h: a longer cap would let a provider park tasks for that long, got 168h1s"},
+		{"max_retry_after", "168h1s", nil, "want > 0, at most 168h: a longer cap would let a provider park tasks for that long, got 168h1s"},
 		{"max_payload_bytes", "1", 1, ""},
 		{"max_payload_bytes", "16384", 16384, ""},
 		{"max_payload_bytes", "16385", nil, "want at most 16384: the cap of sms:send payloads (tasks.MaxPayloadBytes), got 16385"},

@@ -31,7 +31,8 @@
 //   - task IDs are unique per queue, so overriding the queue (asynq.Queue)
 //     gives the key a different scope, and these helpers accept a key that a
 //     task of another channel holds; producer.Client (the CLI and the HTTP
-//     API) refuses that with ErrKeyInUse;
+//     API) refuses that with ErrKeyInUse when that task, too, went through
+//     a producer.Client (its claim; these helpers take none);
 //   - an archived task (retries exhausted) also keeps its ID; to send it again,
 //     delete or re-run the archived task or use a new key;
 //   - a payload without a key gets a random ID and is never deduplicated.
