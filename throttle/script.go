@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"embed"
+	"fmt"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -43,8 +44,8 @@ func writeLua(b *strings.Builder, name string) {
 	}
 	for line := range strings.Lines(string(src)) {
 		t := strings.TrimSpace(line)
-		if part, ok := strings.CutPrefix(t, `--- @include "`); ok {
-			writeLua(b, strings.TrimSuffix(part, `"`))
+		if part, ok := includeOf(name, t); ok {
+			writeLua(b, part)
 			continue
 		}
 		if t == "" || strings.HasPrefix(t, "--") {
@@ -53,6 +54,21 @@ func writeLua(b *strings.Builder, name string) {
 		b.WriteString(t)
 		b.WriteByte('\n')
 	}
+}
+
+// includeOf reads a trimmed line of file name: the part it includes, if it
+// is an include line. A comment line that names @include in another form
+// panics: it would be dropped as a comment, and the script fail only when
+// that part runs.
+func includeOf(name, line string) (string, bool) {
+	if !strings.HasPrefix(line, "--") || !strings.Contains(line, "@include") {
+		return "", false
+	}
+	part, ok := strings.CutPrefix(line, `--- @include "`)
+	if !ok || !strings.HasSuffix(part, `"`) || strings.Count(part, `"`) != 1 {
+		panic(fmt.Sprintf(`throttle: %s: malformed include %q: want --- @include "part.lua"`, name, line))
+	}
+	return strings.TrimSuffix(part, `"`), true
 }
 
 // runInts runs s with EVALSHA, as Script.Run does (EVAL's fallback is a
