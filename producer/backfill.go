@@ -42,7 +42,8 @@ const backfillPageSize = 500
 // n is the number of claims written. The error is a channel whose rules
 // do not compile (worker.NewPacing), Redis's, or ctx's; on one the marker
 // is given back, so that a later call walks again (the claims written
-// stay, and are not written twice).
+// stay, and are not written twice). A process that dies during the walk
+// keeps the marker until it expires: the next walk is then retention later.
 func Backfill(ctx context.Context, rdb redis.UniversalClient, prefix string, chans []worker.Channel, retention time.Duration) (n int, err error) {
 	queues := map[string]map[string]bool{} // queue → the task types its channels run
 	var order []string
