@@ -20,6 +20,13 @@ import "strconv"
 // script of its own, so claims spread over Redis Cluster's slots.
 func ClaimKey(prefix, id string) string { return prefix + ":_idem:" + id }
 
+// ClaimBackfillKey marks that the claims of the tasks an earlier release
+// enqueued without one were written (producer.Backfill), a string set
+// with NX for the claims' retention, so that of many serve processes
+// starting together one walks the queues: "<prefix>:_idem_backfill:v1"
+// ("sluice:_idem_backfill:v1"). No hash tag: it is read and written alone.
+func ClaimBackfillKey(prefix string) string { return prefix + ":_idem_backfill:v1" }
+
 // FirstFailureKey is the Redis key of a task's first failed attempt, a
 // string of Unix ms on the worker's clock: "<prefix>:_failed:<queue>:<task
 // id>" ("sluice:_failed:sms:01JD3…"). No hash tag: it is read and written

@@ -25,6 +25,7 @@ func TestControlKeysAreNotListedAsLimits(t *testing.T) {
 	for _, k := range []string{
 		control.FirstFailureKey("sluice", "sms", "01JD3"),
 		control.ClaimKey("sluice", "order-7"),
+		control.ClaimBackfillKey("sluice"),
 		control.DeliveryRecordKey("sluice", "01JD3"),
 	} {
 		require.NoError(t, rdb.Set(ctx, k, "1", 0).Err())

@@ -162,7 +162,8 @@ type Enqueued struct {
 // another type claims is refused with tasks.ErrKeyInUse; a repeat of the
 // same type is asynq's to answer (tasks.ErrDuplicate). A claim whose task
 // is not enqueued is given back. Tasks enqueued without a Client
-// (tasks.Enqueue…, a plain asynq client) take no claim and are not seen.
+// (tasks.Enqueue…, a plain asynq client) take no claim and are not seen,
+// except those in a channel's queue when Backfill walks it.
 func (c *Client) Enqueue(ctx context.Context, ts []*asynq.Task, opts ...asynq.Option) ([]Enqueued, error) {
 	if c.client == nil {
 		return nil, errors.New("producer: Enqueue: the Client has no Redis (Options.Redis, Options.Limiter)")

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"time"
 
 	"github.com/sluice-dev/sluice/config"
 	"github.com/sluice-dev/sluice/internal/api"
@@ -71,9 +72,11 @@ func Serve(ctx context.Context, cfg *config.Config, redisURL string, logger *slo
 		return err
 	}
 	logger.Info("worker started", "concurrency", cfg.Worker.Concurrency)
+	backfilled := backfillClaims(ctx, sys, logger)
 	<-ctx.Done()
 	logger.Info("shutting down: finishing in-flight sends", "timeout", cfg.Worker.ShutdownTimeout)
 	w.Shutdown()
+	<-backfilled // it stops at its next page once ctx is done
 	stopHTTP()
 	logger.Info("stopped")
 	return nil
@@ -84,4 +87,25 @@ func Serve(ctx context.Context, cfg *config.Config, redisURL string, logger *slo
 func PartsOf(sys *app.System, keys *api.Keys, secrets app.Secrets, logger *slog.Logger) Parts {
 	return Parts{Config: sys.Config, Redis: sys.Redis, Limiter: sys.Limiter, Registry: sys.Registry, Store: sys.Store,
 		Worker: sys.Worker, Producer: sys.Producer, Keys: keys, Secrets: secrets, Logger: logger}
+}
+
+// backfillClaims runs the producer's Backfill in the background: the
+// claims of the tasks an earlier release enqueued without one, written once
+// per deployment (the first serve process to start after the upgrade walks
+// the queues; the others find the marker and write none). It logs how many
+// it wrote and how long that took at INFO, a failure at WARN; serve runs
+// on either way. The channel is closed when it is done.
+func backfillClaims(ctx context.Context, sys *app.System, logger *slog.Logger) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		start := time.Now()
+		n, err := sys.Producer.Backfill(ctx)
+		if err != nil {
+			logger.Warn("claims backfill failed", "claims", n, "took", time.Since(start), "err", err)
+			return
+		}
+		logger.Info("claims backfill", "claims", n, "took", time.Since(start))
+	}()
+	return done
 }
