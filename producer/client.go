@@ -264,7 +264,13 @@ func (c *Client) enqueue(ctx context.Context, ts []*asynq.Task, ids []string, op
 		}
 		ps, err := c.limiter.Plan(ctx, throttle.ReserveOptions{Headroom: max(ch.pacing.Headroom(), wider[ch.name])}, sends)
 		if err != nil {
-			// Nothing was enqueued: give back the places already taken.
+			// Nothing was enqueued: give back the places already taken,
+			// this channel's earlier batches' too (ps holds them).
+			for k, p := range g {
+				if k < len(ps) && ps[k].New {
+					planned[p.i] = true
+				}
+			}
 			for i, t := range ts {
 				if planned[i] {
 					c.release(ctx, t, out[i].ID)

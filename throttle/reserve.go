@@ -283,6 +283,12 @@ type Planned struct {
 // than opts.Hold ahead writes limits.exceeded for the key they share, as
 // Reserve does for a backlog. opts.TaskID and Priority are ignored: each
 // Send has its own TaskID, and planning is for bulk sends.
+//
+// An error from Redis may come after some batches were planned: then the
+// returned slice is not nil and holds their places (Planned.New for a
+// place this call took; the zero Planned for a send not planned), which
+// the caller gives back with ReleasePlanned. A place a failed call may
+// have taken without answering is swept with its task (the cleanup job).
 func (l *Redis) Plan(ctx context.Context, opts ReserveOptions, sends []Send) ([]Planned, error) {
 	hold, headroom, err := reserveParams(opts)
 	if err != nil {
@@ -332,11 +338,13 @@ func (l *Redis) Plan(ctx context.Context, opts ReserveOptions, sends []Send) ([]
 				all = append(all, it.reqs...)
 			}
 			raw, err := reserveScriptFor(all).Run(ctx, l.rdb, ra.keys, ra.args...).Int64Slice() // GCRA and pauses
+			// On a failed call, the places earlier calls took are in out
+			// (New), for the caller to give back.
 			if err != nil {
-				return nil, fmt.Errorf("throttle: plan %q: %w", part[0].reqs[0].Key, err)
+				return out, fmt.Errorf("throttle: plan %q: %w", part[0].reqs[0].Key, err)
 			}
 			if len(raw) != 1+2*len(part) {
-				return nil, fmt.Errorf("%w: %d values for %d planned sends", ErrMalformedReply, len(raw), len(part))
+				return out, fmt.Errorf("%w: %d values for %d planned sends", ErrMalformedReply, len(raw), len(part))
 			}
 			now = time.UnixMicro(raw[0])
 			if first == nil {
