@@ -278,9 +278,10 @@ type slowlogReader struct {
 	err    error
 }
 
-// slowlogLen is slowlog-max-len while reading: far more than 200ms of
-// commands at any rate this harness reaches.
-const slowlogLen = 50000
+// slowlogLen is slowlog-max-len while reading: more than 100ms of
+// commands, and than one plan script at enqueue logs (its calls inside
+// included); entries overwritten before they are read are counted.
+const slowlogLen = 200000
 
 func startSlowlog(t *testing.T, rdb *redis.Client) *slowlogReader {
 	t.Helper()
@@ -319,14 +320,23 @@ func (s *slowlogReader) read() {
 		s.err = errors.Join(s.err, err)
 		return
 	}
+	// More are logged between the two reads: read again, twice as many,
+	// until the answer reaches back to the last read or the log's length.
 	n := int64(slowlogLen)
 	if s.lastID >= 0 {
-		n = min(n, newest[0].ID-s.lastID+2) // +2: this read's first SLOWLOG GET, and one to see a gap
+		n = min(n, newest[0].ID-s.lastID+1000)
 	}
-	entries, err := s.rdb.SlowLogGet(ctx, n).Result()
-	if err != nil {
-		s.err = errors.Join(s.err, err)
-		return
+	var entries []redis.SlowLog
+	for {
+		entries, err = s.rdb.SlowLogGet(ctx, n).Result()
+		if err != nil {
+			s.err = errors.Join(s.err, err)
+			return
+		}
+		if s.lastID < 0 || n >= slowlogLen || len(entries) < int(n) || entries[len(entries)-1].ID <= s.lastID {
+			break
+		}
+		n = min(2*n, slowlogLen)
 	}
 	// Newest first.
 	oldest := int64(-1)
@@ -371,7 +381,8 @@ func (s *slowlogReader) finish(t *testing.T) (map[string]commandStat, int64) {
 var idPart = regexp.MustCompile(`[0-9A-Za-z_+.-]*[0-9][0-9A-Za-z_+.-]*`)
 
 // slowlogName names a logged command: EVALSHA as "evalsha <sha1 prefix>
-// <first key, its ID parts as *>", others by their name, the harness's own
+// <first key, its ID parts as *>", SCAN with its options, others by their
+// name, the harness's own
 // SLOWLOG, INFO and CONFIG as "".
 func slowlogName(args []string) string {
 	if len(args) == 0 {
@@ -396,6 +407,10 @@ func slowlogName(args []string) string {
 			}
 		}
 		return name
+	case "scan": // its pattern says whose
+		if len(args) > 2 {
+			return cmd + " " + idPart.ReplaceAllString(strings.Join(args[2:], " "), "*")
+		}
 	}
 	return cmd
 }
