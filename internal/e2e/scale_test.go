@@ -60,7 +60,7 @@ import (
 // and, for Sluice, asynq dequeues per send. Then the ratio line:
 // redis_cpu_per_send_ratio and delivered_rate_ratio, Sluice over plain.
 //
-// With SLUICE_BENCH_SLOWLOG=1 the Sluice run also logs the Redis work per
+// With SLUICE_BENCH_SLOWLOG=1 each run also logs the Redis work per
 // delivered send script by script: every command Redis ran is read back
 // from SLOWLOG (threshold 0) while the run goes, and EVALSHA calls are told
 // apart by their script's SHA1 and the shape of their first key; commands
@@ -650,6 +650,10 @@ func TestBenchScale(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), bound)
 		defer cancel()
 
+		var slow *slowlogReader
+		if sz.slowlog {
+			slow = startSlowlog(t, rdb)
+		}
 		before := readRedisWork(t, rdb)
 		start := time.Now()
 		for n := range sz.numbers {
@@ -674,6 +678,11 @@ func TestBenchScale(t *testing.T) {
 		waitAllDone(t, emu, insp, total, bound, anyExited(workers))
 		plain.deliverWall = time.Since(started)
 		after := readRedisWork(t, rdb)
+		var scripts map[string]commandStat
+		var missed int64
+		if slow != nil {
+			scripts, missed = slow.finish(t)
+		}
 
 		st := emu.Stats()[emulator.ChannelWhatsApp]
 		rates, all := numberRates(emu.Records(), sz.numbers)
@@ -684,7 +693,11 @@ func TestBenchScale(t *testing.T) {
 		plain.worst, plain.med = rates[0], rates[len(rates)/2]
 		plain.throttles, plain.duplicates = st.Throttled, st.Duplicates
 		plain.figures(sum, d)
+		sum.add("slowlog", sz.slowlog)
 		sum.report(t)
+		if slow != nil {
+			logScripts(t, scripts, missed, st.Unique)
+		}
 		require.Equal(t, total, st.Unique, "delivered")
 	})
 	if t.Failed() {
