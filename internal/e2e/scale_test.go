@@ -269,6 +269,7 @@ func (a redisWork) perSend(delivered int) map[string]string {
 // script or command.
 type slowlogReader struct {
 	rdb    *redis.Client
+	once   sync.Once
 	stop   chan struct{}
 	done   chan struct{}
 	mu     sync.Mutex
@@ -304,7 +305,14 @@ func startSlowlog(t *testing.T, rdb *redis.Client) *slowlogReader {
 			}
 		}
 	}()
+	t.Cleanup(s.end) // a test that fails before finish
 	return s
+}
+
+// end stops the reading goroutine and waits for it.
+func (s *slowlogReader) end() {
+	s.once.Do(func() { close(s.stop) })
+	<-s.done
 }
 
 // read takes the entries logged since the last read.
@@ -369,8 +377,7 @@ func (s *slowlogReader) read() {
 // finish stops reading, turns the slowlog off and returns the sums.
 func (s *slowlogReader) finish(t *testing.T) (map[string]commandStat, int64) {
 	t.Helper()
-	close(s.stop)
-	<-s.done
+	s.end()
 	require.NoError(t, s.rdb.ConfigSet(context.Background(), "slowlog-log-slower-than", "10000").Err())
 	require.NoError(t, s.err, "reading SLOWLOG")
 	return s.byName, s.missed
