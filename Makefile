@@ -2,7 +2,7 @@
 GO ?= go
 REDIS_SERVER := $(shell command -v redis-server 2>/dev/null || ls /usr/bin/redis-server 2>/dev/null)
 
-.PHONY: test vet bench e2e-full e2e-stress e2e-outage redis-server demo build lint-openapi
+.PHONY: test vet bench bench-scale e2e-full e2e-stress e2e-outage redis-server demo build lint-openapi
 # `make test` passes on a busy host: its tests assert invariants, not speed.
 # The end-to-end tests (internal/e2e, doc.go) assert there that no provider
 # cap is exceeded in any 1-second span, WhatsApp pairs are 6s apart, every
@@ -80,6 +80,20 @@ e2e-full: redis-server
 # pause (internal/e2e/stress_test.go).
 e2e-stress: redis-server
 	SLUICE_E2E_STRESS=1 $(GO) test -count=1 -v -timeout 60m -run '^TestStress' ./internal/e2e/
+
+# The many-numbers measurement of issue 22, never run by `make test`: 30
+# WhatsApp numbers x 300 sends through `sluice send` (one campaign each,
+# strict emulator, 80/s a number) and 2 `sluice serve` started after the
+# enqueue; then the same sends through plain asynq over HTTP with no limits,
+# on a fresh Redis. It logs Redis CPU and INFO commandstats per delivered
+# send, delivered/s, each number's rate against its cap, throttles, and the
+# ratio lines redis_cpu_per_send_ratio and delivered_rate_ratio (Sluice over
+# plain asynq). SLUICE_BENCH_NUMBERS, SLUICE_BENCH_SENDS and
+# SLUICE_BENCH_WORKERS set the size; SLUICE_BENCH_SLOWLOG=1 adds Redis' work
+# per send script by script (which costs Redis CPU itself), see
+# internal/e2e/scale_test.go. Run it on an idle host.
+bench-scale: redis-server
+	SLUICE_BENCH_SCALE=1 $(GO) test -count=1 -v -timeout 20m -run '^TestBenchScale$$' ./internal/e2e/
 
 # Redis outages mid-campaign (docs/redis-outages.md), a measurement never
 # run by `make test`: two `sluice serve` processes, strict emulators, 1,000

@@ -33,5 +33,10 @@
 // figures (one log line, and JSON with SLUICE_E2E_STRESS_OUT) and assert
 // only the invariants above.
 //
+// The many-numbers measurement (scale_test.go, `make bench-scale`) never
+// runs in `make test` either: it is skipped unless SLUICE_BENCH_SCALE=1, and
+// compares Sluice's Redis work and delivered rate with plain asynq's for
+// the same sends.
+//
 // The package has no non-test code. Its tests are skipped with -short.
 package e2e
