@@ -7,42 +7,16 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/sluice-dev/sluice/internal/dnstest"
+
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/dns/dnsmessage"
 )
 
 // failingDNS is a resolver whose every answer is rcode with no records,
-// served in process.
+// served in process (dnstest).
 func failingDNS(rcode dnsmessage.RCode) *net.Resolver {
-	return &net.Resolver{PreferGo: true, Dial: func(context.Context, string, string) (net.Conn, error) {
-		client, server := net.Pipe()
-		go func() {
-			defer server.Close()
-			buf := make([]byte, 1500)
-			n, err := server.Read(buf)
-			if err != nil || n < 2 {
-				return
-			}
-			var p dnsmessage.Parser
-			h, err := p.Start(buf[2:n])
-			if err != nil {
-				return
-			}
-			q, err := p.Question()
-			if err != nil {
-				return
-			}
-			b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: h.ID, Response: true, RecursionAvailable: true, RCode: rcode})
-			_ = b.StartQuestions()
-			_ = b.Question(q)
-			out, err := b.Finish()
-			if err != nil {
-				return
-			}
-			_, _ = server.Write(append([]byte{byte(len(out) >> 8), byte(len(out))}, out...))
-		}()
-		return client, nil
-	}}
+	return dnstest.Server{RCode: rcode}.Resolver()
 }
 
 // CheckTarget resolves a name at enqueue and checks what it resolves to,

@@ -13,8 +13,9 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/sluice-dev/sluice/internal/dnstest"
+
 	"github.com/stretchr/testify/require"
-	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/sluice-dev/sluice/tasks"
 )
@@ -70,55 +71,9 @@ func requireRefused(t *testing.T, target string, err error) {
 }
 
 // fakeDNS is a resolver whose every A or AAAA answer is addr, served in
-// process: the test reaches no DNS server.
+// process (dnstest): the test reaches no DNS server.
 func fakeDNS(addr netip.Addr, lookups *atomic.Int64) *net.Resolver {
-	return &net.Resolver{PreferGo: true, Dial: func(context.Context, string, string) (net.Conn, error) {
-		client, server := net.Pipe()
-		go serveDNS(server, addr, lookups)
-		return client, nil
-	}}
-}
-
-// serveDNS answers one query on conn. A net.Pipe is not a PacketConn, so
-// the Go resolver frames messages as over TCP: a 2-byte length first.
-func serveDNS(conn net.Conn, addr netip.Addr, lookups *atomic.Int64) {
-	defer conn.Close()
-	buf := make([]byte, 1500)
-	n, err := conn.Read(buf)
-	if err != nil {
-		return
-	}
-	if n < 2 {
-		return
-	}
-	msg := buf[2:n]
-	var p dnsmessage.Parser
-	h, err := p.Start(msg)
-	if err != nil {
-		return
-	}
-	q, err := p.Question()
-	if err != nil {
-		return
-	}
-	lookups.Add(1)
-	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true, RecursionAvailable: true})
-	b.EnableCompression()
-	_ = b.StartQuestions()
-	_ = b.Question(q)
-	_ = b.StartAnswers()
-	rh := dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 0}
-	switch {
-	case q.Type == dnsmessage.TypeA && addr.Is4():
-		_ = b.AResource(rh, dnsmessage.AResource{A: addr.As4()})
-	case q.Type == dnsmessage.TypeAAAA && addr.Is6():
-		_ = b.AAAAResource(rh, dnsmessage.AAAAResource{AAAA: addr.As16()})
-	}
-	out, err := b.Finish()
-	if err != nil {
-		return
-	}
-	_, _ = conn.Write(append([]byte{byte(len(out) >> 8), byte(len(out))}, out...))
+	return dnstest.Server{Fallback: addr, Lookups: lookups}.Resolver()
 }
 
 // TestEgressChecksTheDialledAddress: a name passes CheckURL (it is not an

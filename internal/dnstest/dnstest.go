@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 
 	"golang.org/x/net/dns/dnsmessage"
 )
@@ -22,16 +23,32 @@ var Public = netip.MustParseAddr("93.184.215.14")
 // name's A query gets its IPv4 address and its AAAA query its IPv6 one;
 // the other family has no record.
 func Resolver(answers map[string]netip.Addr, fallback netip.Addr) *net.Resolver {
+	return Server{Answers: answers, Fallback: fallback}.Resolver()
+}
+
+// Server is an in-process DNS server's answers: Answers and Fallback as
+// Resolver takes them; RCode, when not 0 (success), is every answer's
+// response code, with no record (dnsmessage.RCodeServerFailure for a DNS
+// fault); Lookups, when not nil, counts the questions answered.
+type Server struct {
+	Answers  map[string]netip.Addr
+	Fallback netip.Addr
+	RCode    dnsmessage.RCode
+	Lookups  *atomic.Int64
+}
+
+// Resolver returns a *net.Resolver that s answers.
+func (s Server) Resolver() *net.Resolver {
 	return &net.Resolver{PreferGo: true, Dial: func(context.Context, string, string) (net.Conn, error) {
 		client, server := net.Pipe()
-		go serve(server, answers, fallback)
+		go s.serve(server)
 		return client, nil
 	}}
 }
 
 // serve answers one query on conn. A net.Pipe is not a PacketConn, so the
 // Go resolver frames messages as over TCP: a 2-byte length first.
-func serve(conn net.Conn, answers map[string]netip.Addr, fallback netip.Addr) {
+func (s Server) serve(conn net.Conn) {
 	defer conn.Close()
 	buf := make([]byte, 1500)
 	n, err := conn.Read(buf)
@@ -47,13 +64,19 @@ func serve(conn net.Conn, answers map[string]netip.Addr, fallback netip.Addr) {
 	if err != nil {
 		return
 	}
+	if s.Lookups != nil {
+		s.Lookups.Add(1)
+	}
 	name := strings.TrimSuffix(strings.ToLower(q.Name.String()), ".")
-	addr, ok := answers[name]
+	addr, ok := s.Answers[name]
 	if !ok {
-		addr = fallback
+		addr = s.Fallback
 	}
 	hdr := dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true, RecursionAvailable: true}
-	if !addr.IsValid() {
+	switch {
+	case s.RCode != dnsmessage.RCodeSuccess:
+		hdr.RCode, addr = s.RCode, netip.Addr{}
+	case !addr.IsValid():
 		hdr.RCode = dnsmessage.RCodeNameError
 	}
 	b := dnsmessage.NewBuilder(nil, hdr)
