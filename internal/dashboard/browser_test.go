@@ -4,30 +4,17 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/testutil"
 
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-dev/sluice/throttle"
 )
-
-// chromium finds a Chromium or Chrome binary: $SLUICE_CHROMIUM, then the
-// Debian and other usual names. "" when there is none.
-func chromium() string {
-	if p := os.Getenv("SLUICE_CHROMIUM"); p != "" {
-		return p
-	}
-	for _, name := range []string{"/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	return ""
-}
 
 // screenshotsDir is $SLUICE_SCREENSHOTS (created), else the test's temp dir.
 func screenshotsDir(t *testing.T) string {
@@ -76,11 +63,7 @@ const readLayout = `(() => {
 // below every key. A group opened stays open across the page's refreshes.
 // Screenshots go to $SLUICE_SCREENSHOTS (default: the test's temp dir).
 func TestBrowserLimitsPageAt1280(t *testing.T) {
-	bin := chromium()
-	if bin == "" {
-		t.Skip("no Chromium found (/usr/bin/chromium, chromium, chromium-browser, google-chrome; or set SLUICE_CHROMIUM): " +
-			"apt-get install -y chromium to run the browser tests")
-	}
+	bin := testutil.Chromium(t)
 	t.Parallel()
 	srv, lim, cfg := limitsServer(t, LimitsOptions{Refresh: 500 * time.Millisecond})
 	ctx := context.Background()
@@ -114,19 +97,7 @@ func TestBrowserLimitsPageAt1280(t *testing.T) {
 		lim.Emit(ctx, typ, fmt.Sprintf("whatsapp:pair:%s:+1202555%04d", number, i), time.Millisecond, "name", "pair", "limit", 1, "code", 131056)
 	}
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(bin), chromedp.DisableGPU, chromedp.WindowSize(1280, 900),
-		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"))
-	if os.Geteuid() == 0 {
-		opts = append(opts, chromedp.NoSandbox)
-	}
-	// The deadline bounds a hang; it measures nothing.
-	bctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	actx, cancelAlloc := chromedp.NewExecAllocator(bctx, opts...)
-	t.Cleanup(cancelAlloc)
-	cctx, cancelTab := chromedp.NewContext(actx)
-	t.Cleanup(cancelTab)
+	cctx := testutil.Browser(t, bin, 1280, 900, 2*time.Minute)
 	require.NoError(t, chromedp.Do(cctx, chromedp.Navigate(srv.URL+"/limits/")))
 	require.NoError(t, chromedp.Do(cctx, chromedp.WaitVisible(`#keys`)))
 	width, err := chromedp.Run(cctx, chromedp.Evaluate[int](`document.documentElement.clientWidth`))

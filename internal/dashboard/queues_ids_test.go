@@ -1,15 +1,15 @@
 package dashboard
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/testutil"
 
 	"github.com/chromedp/chromedp"
 	"github.com/hibiken/asynq"
@@ -52,11 +52,7 @@ func TestQueuesShowWholeTaskIDs(t *testing.T) {
 // In a browser, asynqmon's pending tasks of a campaign show their whole,
 // different IDs.
 func TestBrowserQueuesShowCampaignTaskIDs(t *testing.T) {
-	bin := chromium()
-	if bin == "" {
-		t.Skip("no Chromium found (/usr/bin/chromium, chromium, chromium-browser, google-chrome; or set SLUICE_CHROMIUM): " +
-			"apt-get install -y chromium to run the browser tests")
-	}
+	bin := testutil.Chromium(t)
 	t.Parallel()
 	rdb := redistest.Start(t).Client(t)
 	client := asynq.NewClientFromRedisClient(rdb)
@@ -78,18 +74,7 @@ func TestBrowserQueuesShowCampaignTaskIDs(t *testing.T) {
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.DisableGPU, chromedp.WindowSize(1280, 900),
-		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"))
-	if os.Geteuid() == 0 {
-		opts = append(opts, chromedp.NoSandbox)
-	}
-	// The deadline bounds a hang; it measures nothing.
-	bctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	actx, cancelAlloc := chromedp.NewExecAllocator(bctx, opts...)
-	t.Cleanup(cancelAlloc)
-	cctx, cancelTab := chromedp.NewContext(actx)
-	t.Cleanup(cancelTab)
+	cctx := testutil.Browser(t, bin, 1280, 900, 2*time.Minute)
 	require.NoError(t, chromedp.Do(cctx, chromedp.Navigate(srv.URL+"/queues/queues/sms?status=pending")))
 	ids, err := chromedp.Run(cctx, chromedp.Poll[[]string](`(() => {
 		const ids = [...document.querySelectorAll("table tbody tr th")].map(c => c.textContent.trim());

@@ -8,11 +8,12 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/testutil"
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
@@ -27,20 +28,6 @@ import (
 	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
 )
-
-// chromium finds a Chromium or Chrome binary: $SLUICE_CHROMIUM, then the
-// Debian and other usual names. "" when there is none.
-func chromium() string {
-	if p := os.Getenv("SLUICE_CHROMIUM"); p != "" {
-		return p
-	}
-	for _, name := range []string{"/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	return ""
-}
 
 // artifactsDir is $SLUICE_ARTIFACTS/screenshots, by default
 // <repository root>/artifacts/screenshots (gitignored).
@@ -104,11 +91,7 @@ const (
 // between two refreshes, the spam-paused number with the provider's code
 // and reason, and the queue with its counts in asynqmon.
 func TestBrowserShowsALiveCampaign(t *testing.T) {
-	bin := chromium()
-	if bin == "" {
-		t.Skip("no Chromium found (/usr/bin/chromium, chromium, chromium-browser, google-chrome; or set SLUICE_CHROMIUM): " +
-			"apt-get install chromium, as .ci/run does, to run the browser tests")
-	}
+	bin := testutil.Chromium(t)
 	t.Parallel()
 	rdb := redistest.Start(t).Client(t)
 	emu, err := emulator.Start(emulator.Options{})
@@ -142,24 +125,9 @@ func TestBrowserShowsALiveCampaign(t *testing.T) {
 	})
 	require.NoError(t, err)
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(bin),
-		chromedp.DisableGPU,
-		chromedp.WindowSize(1400, 1000),
-		// Nothing leaves the machine: asynqmon's page asks Google for fonts.
-		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"),
-	)
-	if os.Geteuid() == 0 {
-		opts = append(opts, chromedp.NoSandbox)
-	}
-	// Every wait below is bounded by this deadline: it bounds a hang (a
+	// Every wait below is bounded by the deadline: it bounds a hang (a
 	// browser on an idle host is done in under 20s), it measures nothing.
-	bctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
-	actx, cancelAlloc := chromedp.NewExecAllocator(bctx, opts...)
-	t.Cleanup(cancelAlloc)
-	cctx, cancelTab := chromedp.NewContext(actx)
-	t.Cleanup(cancelTab)
+	cctx := testutil.Browser(t, bin, 1400, 1000, 3*time.Minute)
 	// The browser is up before the campaign starts, so a slow start on a
 	// loaded machine does not eat into the 35s the pages have to show it.
 	require.NoError(t, chromedp.Do(cctx, chromedp.Navigate("about:blank")))
