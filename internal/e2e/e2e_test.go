@@ -150,9 +150,16 @@ func (w *worker) exited() bool {
 // its output is logged if the test failed.
 func startWorker(t *testing.T, bin, name, cfgPath, httpAddr string, env []string) *worker {
 	t.Helper()
-	w := &worker{name: name, httpAddr: httpAddr, done: make(chan struct{})}
-	w.cmd = exec.Command(bin, "serve", "--config", cfgPath)
-	w.cmd.Env = append(os.Environ(), env...) // the last value of a duplicate key wins
+	cmd := exec.Command(bin, "serve", "--config", cfgPath)
+	cmd.Env = append(os.Environ(), env...) // the last value of a duplicate key wins
+	return startProcess(t, name, httpAddr, cmd)
+}
+
+// startProcess starts cmd as the worker name. At cleanup the process is
+// killed if still running and its output is logged if the test failed.
+func startProcess(t *testing.T, name, httpAddr string, cmd *exec.Cmd) *worker {
+	t.Helper()
+	w := &worker{name: name, httpAddr: httpAddr, done: make(chan struct{}), cmd: cmd}
 	w.cmd.Stdout = &w.stdout
 	w.cmd.Stderr = &w.stderr
 	require.NoError(t, w.cmd.Start(), "start %s", name)

@@ -517,26 +517,9 @@ func startPlainWorker(t *testing.T, name string, cfg plainWorkerConfig) *worker 
 	require.NoError(t, err)
 	b, err := json.Marshal(cfg)
 	require.NoError(t, err)
-	w := &worker{name: name, done: make(chan struct{})}
-	w.cmd = exec.Command(self, "-test.run=^$")
-	w.cmd.Env = append(os.Environ(), plainWorkerEnv+"="+string(b))
-	w.cmd.Stdout = &w.stdout
-	w.cmd.Stderr = &w.stderr
-	require.NoError(t, w.cmd.Start(), "start %s", name)
-	go func() {
-		w.waitErr = w.cmd.Wait()
-		close(w.done)
-	}()
-	t.Cleanup(func() {
-		if !w.exited() {
-			_ = w.cmd.Process.Kill()
-		}
-		<-w.done
-		if t.Failed() {
-			t.Logf("--- %s exit: %v\nstderr:\n%s", name, w.waitErr, w.stderr.String())
-		}
-	})
-	return w
+	cmd := exec.Command(self, "-test.run=^$")
+	cmd.Env = append(os.Environ(), plainWorkerEnv+"="+string(b))
+	return startProcess(t, name, "", cmd)
 }
 
 // anyExited is an error naming the first of workers that has exited.
