@@ -30,3 +30,33 @@ func TestUnclaimLeavesAClaimTakenOver(t *testing.T) {
 		t.Fatal("the holder's give-back left the claim")
 	}
 }
+
+// The claim scripts run by EVALSHA; a Redis that lost its scripts (a
+// restart, SCRIPT FLUSH) gets them loaded again and every call still runs,
+// once each.
+func TestEvalPipelinedLoadsLostScripts(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	keys := []string{"sluice:_idem:a", "sluice:_idem:b", "sluice:_idem:c"}
+	claim := func(i int) ([]string, []any) { return []string{keys[i]}, []any{"sms:send", "tok", 60000} }
+	for round := range 2 {
+		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		cmds, err := evalPipelined(ctx, rdb, claimScript, len(keys), claim)
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		for i, c := range cmds {
+			if v, err := c.Text(); err != nil || v != "" {
+				t.Fatalf("round %d: claim %d = %q, %v; want the caller's own claim taken again", round, i, v, err)
+			}
+			if v := rdb.Get(ctx, keys[i]).Val(); v != "sms:send|tok" {
+				t.Fatalf("round %d: key %d holds %q", round, i, v)
+			}
+		}
+	}
+	if n, err := rdb.Do(ctx, "SCRIPT", "EXISTS", claimScript.Hash()).Slice(); err != nil || n[0] != int64(1) {
+		t.Fatalf("script not loaded after the calls: %v %v", n, err)
+	}
+}

@@ -327,12 +327,9 @@ func (c *Client) claim(ctx context.Context, ts []*asynq.Task, idx []int, out []E
 		return claims{}, nil
 	}
 	cl := claims{token: randomID(), held: map[int]string{}}
-	cmds := make([]*redis.Cmd, len(idx))
-	_, err := c.limiter.Client().Pipelined(ctx, func(p redis.Pipeliner) error {
-		for k, i := range idx {
-			cmds[k] = claimScript.Eval(ctx, p, []string{ClaimKey(c.limiter.Prefix(), out[i].ID)}, ts[i].Type(), cl.token, ClaimTTL.Milliseconds())
-		}
-		return nil
+	cmds, err := evalPipelined(ctx, c.limiter.Client(), claimScript, len(idx), func(k int) ([]string, []any) {
+		i := idx[k]
+		return []string{ClaimKey(c.limiter.Prefix(), out[i].ID)}, []any{ts[i].Type(), cl.token, ClaimTTL.Milliseconds()}
 	})
 	for k, i := range idx {
 		if holder, cerr := cmds[k].Text(); cerr == nil && holder == "" {
@@ -358,19 +355,23 @@ func (c *Client) claim(ctx context.Context, ts []*asynq.Task, idx []int, out []E
 func (c *Client) keep(ctx context.Context, ts []*asynq.Task, idx []int, held []bool, out []Enqueued) {
 	ctx = context.WithoutCancel(ctx)
 	now := time.Now()
-	_, _ = c.limiter.Client().Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, i := range idx {
-			if !held[i] {
-				continue
-			}
-			slot := out[i].ETA
-			if out[i].Info != nil && out[i].Info.NextProcessAt.After(slot) {
-				slot = out[i].Info.NextProcessAt // the caller's own schedule
-			}
-			until := slot.Add(c.retention)
-			keepScript.Eval(ctx, p, []string{ClaimKey(c.limiter.Prefix(), out[i].ID)}, ts[i].Type(), until.Sub(now).Milliseconds())
+	var kept []int
+	for _, i := range idx {
+		if held[i] {
+			kept = append(kept, i)
 		}
-		return nil
+	}
+	if len(kept) == 0 {
+		return
+	}
+	_, _ = evalPipelined(ctx, c.limiter.Client(), keepScript, len(kept), func(k int) ([]string, []any) {
+		i := kept[k]
+		slot := out[i].ETA
+		if out[i].Info != nil && out[i].Info.NextProcessAt.After(slot) {
+			slot = out[i].Info.NextProcessAt // the caller's own schedule
+		}
+		until := slot.Add(c.retention)
+		return []string{ClaimKey(c.limiter.Prefix(), out[i].ID)}, []any{ts[i].Type(), until.Sub(now).Milliseconds()}
 	})
 }
 
@@ -397,11 +398,9 @@ func (c *Client) unclaim(ctx context.Context, out []Enqueued, cl claims) {
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
-	_, _ = c.limiter.Client().Pipelined(ctx, func(p redis.Pipeliner) error {
-		for k := range keys {
-			unclaimScript.Eval(ctx, p, []string{keys[k]}, vals[k]) // one key each: claims may be in different Cluster slots
-		}
-		return nil
+	// One key each: claims may be in different Cluster slots.
+	_, _ = evalPipelined(ctx, c.limiter.Client(), unclaimScript, len(keys), func(k int) ([]string, []any) {
+		return []string{keys[k]}, []any{vals[k]}
 	})
 }
 
