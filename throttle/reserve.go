@@ -510,12 +510,13 @@ func checkOneScope(reqs []Request) error {
 }
 
 // reserveArgs builds reserve.lua's KEYS and ARGV: each distinct limiter key
-// once, as its state, plan and backlog keys, and each send's fields.
+// once (a GCRA limit's as its state, plan and backlog keys; any other's,
+// which has no books, as its state key alone), and each send's fields.
 type reserveArgs struct {
 	l     *Redis
 	keys  []string
 	args  []any
-	index map[string]int // full key → its position (1-based, in threes)
+	index map[string]int // full key → the position of its first key in KEYS (1-based)
 }
 
 func (l *Redis) newReserveArgs(mode string, hold time.Duration, headroom float64, nsends int) *reserveArgs {
@@ -550,8 +551,12 @@ func (ra *reserveArgs) send(taskID string, p Priority, retake bool, callID, tena
 		k := ra.l.Key(r.Key)
 		ki, ok := ra.index[k]
 		if !ok {
-			ra.keys = append(ra.keys, k, planKey(k), backlogKey(k))
-			ki = len(ra.keys) / 3
+			ki = len(ra.keys) + 1
+			if r.Limit.Algorithm == GCRA {
+				ra.keys = append(ra.keys, k, planKey(k), backlogKey(k))
+			} else {
+				ra.keys = append(ra.keys, k)
+			}
 			ra.index[k] = ki
 		}
 		ra.args = appendReserveLimit(ra.args, ki, r, fieldOf(fields, i))

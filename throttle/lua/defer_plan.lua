@@ -28,7 +28,7 @@
 -- the pause's end) and is told to come back then: one dequeue more, as before.
 --
 -- KEYS: per limit i: KEYS[2i-1] plan hash, KEYS[2i] backlog (reserve.lua's
---   KEYS[3i-1] and KEYS[3i]: the plan and backlog of a GCRA limit keyed by
+--   KEYS[i+1] and KEYS[i+2]: the plan and backlog of a GCRA limit keyed by
 --   exactly the scope's fields)
 -- ARGV[1] now us ("0" = Redis TIME)   ARGV[2] the pause's end, us
 -- ARGV[3] most sends to move (larger backlogs are left as they are)

@@ -1,9 +1,9 @@
 -- pace.lua: a GCRA limit's pace and what its two books hold for a send;
 -- part of reserve.lua (joined after its arguments; see there).
 --
--- The firm book is the limit's own TAT (gcra.lua's state, KEYS[3i-2]): a
+-- The firm book is the limit's own TAT (gcra.lua's state, its state key): a
 -- firm reservation is an exact instant, at most `hold` us ahead. The plan
--- book (hash KEYS[3i-1], the plan hash, and zset KEYS[3i], the backlog)
+-- book (the plan hash, KEYS after the state key, and the backlog zset)
 -- holds the sends told to come back later. A limit paced slower than one
 -- send a second (a pair limit, a 1/s sender) keeps a plan tail: PTAT,
 -- field 't'..extra. A faster one keeps a count per future whole second

@@ -4,7 +4,7 @@
 -- tenant_turns.lua; see there).
 --
 -- A place is a planned instant (us) that a send holds under its task ID
--- in the backlog of each of its GCRA limits (zset KEYS[3i], task id ->
+-- in the backlog of each of its GCRA limits (its backlog zset, task id ->
 -- planned us), counted in that second of each fast limit's plan and behind
 -- the plan tail of each slow one.
 

@@ -19,15 +19,18 @@
 -- limit, so network jitter between the sender and the provider cannot put
 -- one more than the limit into any span the provider counts.
 --
--- KEYS: per limit i: KEYS[3i-2] state (the firm book), KEYS[3i-1] plan hash,
---       KEYS[3i] backlog (zset). Every key the script touches is one of these.
+-- KEYS: per distinct limiter key, its state key (a GCRA limit's firm book),
+--       then, for a GCRA limit only, its plan hash and its backlog (zset):
+--       the other algorithms keep no books. Every key the script touches is
+--       one of these.
 -- ARGV[1] now us ("0" = Redis TIME)   ARGV[2] mode: reserve | plan | release
 -- ARGV[3] prefetch: most extra slots  ARGV[4] hold us (firm at most this far ahead)
 -- ARGV[5] headroom (fraction)         ARGV[6] prefetch span us (0: none)
 -- ARGV[7] number of sends, then per send: task id ('' = none), priority
 --         (high | bulk | retake), call id (names its leases and sliding-log
 --         entries), tenant ('' = none), tenant weight (> 0), number of
---         limits m, then m times: key index i,
+--         limits m, then m times: key index i (its state key is KEYS[i], a
+--         GCRA limit's plan and backlog KEYS[i+1] and KEYS[i+2]),
 --         algorithm, limit, period us, burst, cost, extra (as consume.lua)
 -- Only GCRA limits are paced and planned; the other algorithms are decided
 -- at now by their own decide/commit ("reserve" mode only; "release" skips
@@ -67,7 +70,7 @@ local function parse(a)
   a = a + 6
   for j = 1, m do
     local i = ARGV[a] + 0
-    s.limits[j] = {i = i, key = KEYS[3 * i - 2], plan = KEYS[3 * i - 1], backlog = KEYS[3 * i],
+    s.limits[j] = {key = KEYS[i], plan = KEYS[i + 1], backlog = KEYS[i + 2],
       algo = ARGV[a + 1], limit = ARGV[a + 2] + 0, period = ARGV[a + 3] + 0,
       burst = ARGV[a + 4] + 0, cost = ARGV[a + 5] + 0, extra = ARGV[a + 6]}
     a = a + 7
