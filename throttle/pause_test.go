@@ -2,6 +2,7 @@ package throttle_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -186,6 +187,51 @@ func TestPauseErrors(t *testing.T) {
 	if _, err := l.Pause(ctx, "wa:paused:sender:1", throttle.PauseOptions{}); err == nil {
 		t.Fatal("a pause without a wait was set")
 	}
+}
+
+// PausesOf reads the pause keys it is given and lists those on now, as
+// Pauses lists the channel's: a key not paused, or whose pause ended, is
+// left out, a key named twice counts once, and nothing else is read.
+func TestPausesOfReadsTheKeysGiven(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		clock := testutil.NewClock(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
+		l := throttle.NewRedis(rdb, throttle.Options{Clock: clock.Now, OverrideRefresh: -1})
+		ctx := context.Background()
+		sender, pair := throttle.PauseKey("wa", "sender", "1"), throttle.PauseKey("wa", "pair", "1:+15550100")
+		ended, channel := throttle.PauseKey("wa", "sender", "2"), throttle.PauseKey("wa", "channel", "")
+		for _, k := range []string{pair, sender, ended} {
+			if _, err := l.Pause(ctx, k, throttle.PauseOptions{Wait: time.Hour, Code: 131048, Reason: "spam rate limit"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := l.Resume(ctx, ended); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(time.Second)
+		got, err := l.PausesOf(ctx, []string{pair, ended, channel, sender, pair, throttle.PauseKey("wa", "sender", "3")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		all, err := l.Pauses(ctx, "wa:")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 2 || got[0].Key != pair || got[1].Key != sender || got[1].Code != 131048 || got[1].Reason != "spam rate limit" ||
+			!got[1].Until.Equal(clock.Now().Add(time.Hour-time.Second)) {
+			t.Fatalf("pauses of the keys %+v; want the pair's and number 1's, on for 59m59s", got)
+		}
+		if len(all) != len(got) || all[0] != got[0] || all[1] != got[1] {
+			t.Fatalf("PausesOf %+v, Pauses %+v; want the same pauses", got, all)
+		}
+		if got, err := l.PausesOf(ctx, nil); err != nil || len(got) != 0 {
+			t.Fatalf("pauses of no keys: %+v, %v", got, err)
+		}
+		for _, k := range []string{"wa:number:1", "", "wa:{x}:paused"} {
+			if _, err := l.PausesOf(ctx, []string{sender, k}); !errors.Is(err, throttle.ErrBadRequest) {
+				t.Fatalf("pauses of %q: %v, want ErrBadRequest", k, err)
+			}
+		}
+	})
 }
 
 func TestPauseDropsPrefetchedSlots(t *testing.T) {
