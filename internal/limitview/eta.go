@@ -2,6 +2,7 @@ package limitview
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,6 +34,48 @@ func Holds(p, key string) bool {
 	}
 	_, ident, _ := strings.Cut(kres, ":")
 	return ident == id || strings.HasPrefix(ident, id+":")
+}
+
+// HolderKeys returns the keys (throttle.PauseKey) of the pauses of scopes
+// that would hold the sends planned on the limiter key key (Holds), so
+// that they can be read by name (throttle.Redis.PausesOf) instead of
+// listing every pause: for each scope, the key that covers the whole
+// channel ("whatsapp:paused:sender"), then, but for the account's, the key
+// of each leading part of key's identifier ("whatsapp:paused:sender:1065"
+// and "…:1065:+15550100" for "whatsapp:pair:1065:+15550100"). Each key
+// returned holds key. Every pause of scopes that holds key is among them
+// but one of the account with an id ("sms:paused:account:AC…"): it holds
+// every key of its channel whatever its id, which key does not name, so
+// the caller adds the account's key it knows. None is repeated, in scopes'
+// order.
+func HolderKeys(key string, scopes []string) []string {
+	ch, res, _ := strings.Cut(key, ":")
+	_, ident, _ := strings.Cut(res, ":")
+	var ids []string
+	for i := range len(ident) {
+		if ident[i] == ':' && i > 0 {
+			ids = append(ids, ident[:i])
+		}
+	}
+	if ident != "" {
+		ids = append(ids, ident)
+	}
+	var out []string
+	for _, s := range scopes {
+		out = append(out, throttle.PauseKey(ch, s, ""))
+		if s == scopeAccount {
+			continue
+		}
+		for _, id := range ids {
+			out = append(out, throttle.PauseKey(ch, s, id))
+		}
+	}
+	seen := make(map[string]bool, len(out))
+	return slices.DeleteFunc(out, func(k string) bool {
+		dup := seen[k]
+		seen[k] = true
+		return dup
+	})
 }
 
 // HoldersOf returns the pauses among all that hold key's sends (Holds),

@@ -3,6 +3,8 @@ package limitview
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,6 +38,51 @@ func TestHolds(t *testing.T) {
 	} {
 		require.Equal(t, c.want, Holds(c.pause, c.key), "Holds(%q, %q)", c.pause, c.key)
 	}
+}
+
+// HolderKeys names exactly the pauses of its scopes that Holds says hold
+// a key, but an account's with an id: checked against every pause key
+// made of the scopes and of ids drawn from the keys (each of their
+// segments and leading parts) and a few others.
+func TestHolderKeysAreTheHoldersOfTheirScopes(t *testing.T) {
+	t.Parallel()
+	keys := []string{
+		"whatsapp:pair:106540352242922:+12025550199", "whatsapp:number:106540352242922",
+		"sms:sender:+12025550100", "sms:sender:MG0123", "webhook:host:example.com:8443",
+		"webhook:host:[::1]:8443", "http:host:a::b", "sms:global", "sms", "sms:sender:x:",
+	}
+	scopes := []string{"account", "channel", "pair", "sender"}
+	ids := map[string]bool{"": true, "AC0123": true, "10654035224292": true, "+12025550101": true}
+	for _, k := range keys {
+		parts := strings.Split(k, ":")
+		for i := range parts {
+			ids[parts[i]] = true
+			for j := i + 1; j <= len(parts); j++ {
+				ids[strings.Join(parts[i:j], ":")] = true
+			}
+		}
+	}
+	for _, k := range keys {
+		got := HolderKeys(k, scopes)
+		require.Len(t, got, len(slices.Compact(slices.Sorted(slices.Values(got)))), "HolderKeys(%q) repeats a key: %q", k, got)
+		for _, p := range got {
+			require.True(t, Holds(p, k), "HolderKeys(%q) names %q, which does not hold it", k, p)
+		}
+		for _, ch := range []string{"whatsapp", "sms", "webhook", "http"} {
+			for _, s := range scopes {
+				for id := range ids {
+					p := throttle.PauseKey(ch, s, id)
+					if Holds(p, k) && (s != "account" || id == "") {
+						require.Contains(t, got, p, "HolderKeys(%q) misses %q", k, p)
+					}
+				}
+			}
+		}
+	}
+	require.Equal(t, []string{"whatsapp:paused:account", "whatsapp:paused:pair", "whatsapp:paused:pair:1065",
+		"whatsapp:paused:pair:1065:+12025550199", "whatsapp:paused:sender", "whatsapp:paused:sender:1065",
+		"whatsapp:paused:sender:1065:+12025550199"},
+		HolderKeys("whatsapp:pair:1065:+12025550199", []string{"account", "pair", "sender", "pair"}))
 }
 
 func TestEstimateDrainSteps(t *testing.T) {
