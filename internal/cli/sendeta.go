@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/sluice-dev/sluice/channels"
 	"github.com/sluice-dev/sluice/config"
 	"github.com/sluice-dev/sluice/internal/limitview"
+	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/throttle"
+	"github.com/sluice-dev/sluice/worker"
 )
 
 // expectedEnd is when a campaign's last send is expected.
@@ -34,15 +38,16 @@ const estimateWorkers = 8
 // estimateEnd corrects the campaign's planned end (planned, the latest of
 // its sends' slots) for what the plan did not see: the pauses that hold the
 // GCRA keys its sends were planned on (keys) and the adaptive limits that
-// pace them slower than planned. It reads the channel's pauses and the
-// adaptive limits once, then each key that one of them concerns
-// (limitview.ReadKey; the others drain as planned). The error is Redis's.
+// pace them slower than planned. It reads the pauses that can hold keys
+// (keyPauses) and the adaptive limits once, then each key that one of them
+// concerns (limitview.ReadKey; the others drain as planned). The error is
+// Redis's.
 func estimateEnd(ctx context.Context, lim *throttle.Redis, cfg *config.Config, channel string, keys []string, planned time.Time) (expectedEnd, error) {
 	end := expectedEnd{At: planned, Planned: planned}
 	if len(keys) == 0 {
 		return end, nil
 	}
-	pauses, err := lim.Pauses(ctx, channel+":"+throttle.PauseName+":")
+	pauses, err := keyPauses(ctx, lim, cfg, channel, keys)
 	if err != nil {
 		return end, err
 	}
@@ -99,6 +104,67 @@ func estimateEnd(ctx context.Context, lim *throttle.Redis, cfg *config.Config, c
 		end.At, end.Why = d.At, d.Why()
 	}
 	return end, nil
+}
+
+// keyPauses returns the pauses on now of channel that can hold keys (the
+// channel's limiter keys), sorted by key: of those Pauses lists for the
+// channel, at least every one that holds one of keys (limitview.Holds).
+// It reads them by name (throttle.Redis.PausesOf: an HGETALL per pause
+// key, pipelined), not by walking the keyspace, which would cost every
+// send a walk as long as the keyspace, however small the campaign: the
+// keys of the channel's pause scopes (worker.BundledPauseScopes, and
+// worker.ScopeChannel for `sluice channels pause`) that hold one of keys
+// (limitview.HolderKeys), and the account's pause where the account has
+// an id (SMS: the Twilio account SID, which no limiter key names), read
+// from the environment as serve reads it (credentialFields). Where that
+// id is unknown here, the account's pause can only be found among all the
+// channel's: then it lists them all (Pauses), as before.
+func keyPauses(ctx context.Context, lim *throttle.Redis, cfg *config.Config, channel string, keys []string) ([]throttle.Paused, error) {
+	scopes := maps.Clone(worker.BundledPauseScopes(channel))
+	if scopes == nil {
+		scopes = map[string]string{}
+	}
+	scopes[worker.ScopeChannel] = "" // `sluice channels pause`, the workers' credential pauses
+	names := slices.Sorted(maps.Keys(scopes))
+	var read []string
+	if t := scopes[channels.ScopeAccount]; t != "" {
+		k, ok := renderPauseKey(channel, channels.ScopeAccount, t, credentialFields(cfg, channel))
+		if !ok {
+			return lim.Pauses(ctx, channel+":"+throttle.PauseName+":")
+		}
+		read = append(read, k)
+	}
+	for _, k := range keys {
+		read = append(read, limitview.HolderKeys(k, names)...)
+	}
+	return lim.PausesOf(ctx, read)
+}
+
+// renderPauseKey is scope's pause key on channel, its id the template t
+// (worker.Channel.PauseScopes) filled from fields, as the workers make it;
+// ok is false when a field t names is not among fields.
+func renderPauseKey(channel, scope, t string, fields map[string]string) (string, bool) {
+	k, err := rules.ParseKey(channel, throttle.PauseKey(channel, scope, t), nil)
+	if err != nil {
+		return "", false
+	}
+	return k.Render(fields)
+}
+
+// credentialFields are the send fields a channel's workers take from its
+// credentials rather than from the task (worker.SMSChannel's account_sid,
+// the Twilio account SID), read from this process's environment as `sluice
+// serve` reads them (config.Config.Secret); nil where none is set here.
+func credentialFields(cfg *config.Config, channel string) map[string]string {
+	cc := cfg.Channels[channel]
+	if channel != "sms" || cc == nil || cc.AccountSIDEnv == "" {
+		return nil
+	}
+	sid, err := cfg.Secret(cc.AccountSIDEnv)
+	if err != nil || channels.CheckAccountSID(sid) != nil {
+		return nil // serve would not start with it: no worker pauses under it
+	}
+	return map[string]string{"account_sid": sid}
 }
 
 // String is the end for a person: "at 15:56:21Z (in 7m2s; held by
