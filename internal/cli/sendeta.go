@@ -125,7 +125,6 @@ func keyPauses(ctx context.Context, lim *throttle.Redis, cfg *config.Config, cha
 		scopes = map[string]string{}
 	}
 	scopes[worker.ScopeChannel] = "" // `sluice channels pause`, the workers' credential pauses
-	names := slices.Sorted(maps.Keys(scopes))
 	var read []string
 	if t := scopes[channels.ScopeAccount]; t != "" {
 		k, ok := renderPauseKey(channel, channels.ScopeAccount, t, credentialFields(cfg, channel))
@@ -135,7 +134,7 @@ func keyPauses(ctx context.Context, lim *throttle.Redis, cfg *config.Config, cha
 		read = append(read, k)
 	}
 	for _, k := range keys {
-		read = append(read, limitview.HolderKeys(k, names)...)
+		read = append(read, limitview.HolderKeys(k, scopes)...)
 	}
 	return lim.PausesOf(ctx, read)
 }

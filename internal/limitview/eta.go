@@ -2,6 +2,7 @@ package limitview
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -39,16 +40,19 @@ func Holds(p, key string) bool {
 // HolderKeys returns the keys (throttle.PauseKey) of the pauses of scopes
 // that would hold the sends planned on the limiter key key (Holds), so
 // that they can be read by name (throttle.Redis.PausesOf) instead of
-// listing every pause: for each scope, the key that covers the whole
-// channel ("whatsapp:paused:sender"), then, but for the account's, the key
-// of each leading part of key's identifier ("whatsapp:paused:sender:1065"
-// and "…:1065:+15550100" for "whatsapp:pair:1065:+15550100"). Each key
-// returned holds key. Every pause of scopes that holds key is among them
-// but one of the account with an id ("sms:paused:account:AC…"): it holds
-// every key of its channel whatever its id, which key does not name, so
-// the caller adds the account's key it knows. None is repeated, in scopes'
-// order.
-func HolderKeys(key string, scopes []string) []string {
+// listing every pause. scopes maps a scope to the template of its id, as
+// worker.Channel.PauseScopes does ("" for a scope that covers the whole
+// channel: its pauses have no id). For each scope, in scopes' sorted
+// order, they are the key with no id ("whatsapp:paused:account"), then,
+// for a scope with an id but the account's, the key of each leading part
+// of key's identifier ("whatsapp:paused:pair:1065" and
+// "whatsapp:paused:pair:1065:+15550100" for
+// "whatsapp:pair:1065:+15550100"); none is repeated. Each key returned
+// holds key. Every pause of scopes that holds key is among them but one of
+// the account with an id ("sms:paused:account:AC…"): it holds every key of
+// its channel whatever its id, which key does not name, so the caller adds
+// the account's key it knows.
+func HolderKeys(key string, scopes map[string]string) []string {
 	ch, res, _ := strings.Cut(key, ":")
 	_, ident, _ := strings.Cut(res, ":")
 	var ids []string
@@ -61,21 +65,16 @@ func HolderKeys(key string, scopes []string) []string {
 		ids = append(ids, ident)
 	}
 	var out []string
-	for _, s := range scopes {
+	for _, s := range slices.Sorted(maps.Keys(scopes)) {
 		out = append(out, throttle.PauseKey(ch, s, ""))
-		if s == scopeAccount {
+		if scopes[s] == "" || s == scopeAccount {
 			continue
 		}
 		for _, id := range ids {
 			out = append(out, throttle.PauseKey(ch, s, id))
 		}
 	}
-	seen := make(map[string]bool, len(out))
-	return slices.DeleteFunc(out, func(k string) bool {
-		dup := seen[k]
-		seen[k] = true
-		return dup
-	})
+	return out
 }
 
 // HoldersOf returns the pauses among all that hold key's sends (Holds),
