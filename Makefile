@@ -46,13 +46,17 @@ endif
 # Benchmarks, never run by `make test`. The throttle benchmarks compare
 # Sluice with go-redis/redis_rate (decisions/s, Redis CPU, memory per key);
 # they run more decisions so that the alternating rounds are long enough.
+# BenchmarkPlannedSend: Redis µs of plan and reserve per paced WhatsApp send.
 # The API benchmarks: requests/s of POST /v1/calls, ms per batch of 1,000.
-# Then the backlog scenario at full size (e2e-full, about 7 minutes): sends/s,
-# dequeues, limiter calls and Redis CPU per send.
+# Then the many-numbers run (bench-scale, below), whose last line holds the
+# ratio lines against plain asynq (redis_cpu_per_send_ratio,
+# delivered_rate_ratio), and the backlog scenario at full size (e2e-full,
+# about 7 minutes): sends/s, dequeues, limiter calls and Redis CPU per send.
 bench: redis-server
 	$(GO) test -run '^$$' -bench . -benchtime 5000x -count 1 ./worker/
 	$(GO) test -run '^$$' -bench . -benchtime 60000x -count 1 ./throttle/
 	$(GO) test -run '^$$' -bench BenchmarkEnqueue -benchtime 3s -count 1 ./internal/api/
+	$(MAKE) bench-scale
 	$(MAKE) e2e-full
 
 # The end-to-end tests at full size, with their timing asserted: run it on
