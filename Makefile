@@ -2,7 +2,7 @@
 GO ?= go
 REDIS_SERVER := $(shell command -v redis-server 2>/dev/null || ls /usr/bin/redis-server 2>/dev/null)
 
-.PHONY: test vet bench bench-scale e2e-full e2e-stress e2e-outage redis-server demo build lint-openapi
+.PHONY: test vet bench bench-scale bench-backlog e2e-full e2e-stress e2e-outage redis-server demo build lint-openapi
 # `make test` passes on a busy host: its tests assert invariants, not speed.
 # The end-to-end tests (internal/e2e, doc.go) assert there that no provider
 # cap is exceeded in any 1-second span, WhatsApp pairs are 6s apart, every
@@ -98,6 +98,18 @@ e2e-stress: redis-server
 # internal/e2e/scale_test.go. Run it on an idle host.
 bench-scale: redis-server
 	SLUICE_BENCH_SCALE=1 $(GO) test -count=1 -v -timeout 20m -run '^TestBenchScale$$' ./internal/e2e/
+
+# The backlog memory measurement of issue 22, never run by `make test`:
+# 100,000 WhatsApp sends over 30 numbers enqueued through `sluice send` (one
+# campaign each, no worker: every send waits, planned), then the same sends
+# through a plain asynq client, each on a fresh Redis. It logs INFO memory
+# used_memory's growth per waiting send, keys per send, a table of MEMORY
+# USAGE by key family (task hashes, queues, limiter plans and backlogs,
+# idempotency claims, ...) and the ratio line memory_per_send_ratio (Sluice
+# over plain asynq). SLUICE_BENCH_BACKLOG_SENDS and SLUICE_BENCH_NUMBERS set
+# the size, see internal/e2e/backlog_mem_test.go. About a minute.
+bench-backlog: redis-server
+	SLUICE_BENCH_BACKLOG=1 $(GO) test -count=1 -v -timeout 20m -run '^TestBenchBacklogMemory$$' ./internal/e2e/
 
 # Redis outages mid-campaign (docs/redis-outages.md), a measurement never
 # run by `make test`: two `sluice serve` processes, strict emulators, 1,000

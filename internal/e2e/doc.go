@@ -36,7 +36,9 @@
 // The many-numbers measurement (scale_test.go, `make bench-scale`) never
 // runs in `make test` either: it is skipped unless SLUICE_BENCH_SCALE=1, and
 // compares Sluice's Redis work and delivered rate with plain asynq's for
-// the same sends.
+// the same sends. The backlog memory measurement (backlog_mem_test.go,
+// `make bench-backlog`), skipped unless SLUICE_BENCH_BACKLOG=1, compares
+// the Redis memory a waiting send holds with plain asynq's.
 //
 // The package has no non-test code. Its tests are skipped with -short.
 package e2e
