@@ -51,7 +51,7 @@ type RedisConfig struct {
 
 // WorkerConfig tunes the asynq server.
 type WorkerConfig struct {
-	// Concurrency is the number of tasks processed at once. Default 400
+	// Concurrency is the number of tasks processed at once. Default 2,000
 	// (worker.DefaultConcurrency): planned sends wait for their slot in a
 	// worker, so most of them are waiting, not sending.
 	Concurrency int

@@ -213,9 +213,14 @@ func (ch Channel) weight(tenant string) float64 {
 const (
 	// DefaultConcurrency is Options.Concurrency's default: sends wait on the
 	// network, not the CPU, and a paced send holds its slot while it waits
-	// for its instant (up to Channel.Hold), so a worker needs about
-	// rate × (hold + send latency) slots: 80/s held 0.5s on average is 40.
-	DefaultConcurrency = 400
+	// for its instant (up to Channel.Hold). asynq releases planned sends at
+	// whole seconds, so at the start of each second a worker takes the
+	// second's sends and holds each until its slot: it needs about its
+	// share of the combined paced rate × 1 s, plus the sends in flight.
+	// 2,000 serves 2,000 paced sends a second per worker process (25
+	// WhatsApp numbers at 80/s); at 400, two workers held 30 numbers to
+	// 0.46 of their cap (`make bench-scale`, issue 22).
+	DefaultConcurrency = 2000
 	// DefaultDelayedTaskCheckInterval is Options.DelayedTaskCheckInterval's
 	// default; MaxDelayedTaskCheckInterval its largest value, so that a
 	// throttled task comes back within a second of its wait.
@@ -260,7 +265,7 @@ type Options struct {
 	// delays another.
 	Queues map[string]int
 	// Concurrency is the number of tasks processed at once, held paced
-	// sends included. Zero means DefaultConcurrency (400).
+	// sends included. Zero means DefaultConcurrency (2,000).
 	Concurrency int
 	// DelayedTaskCheckInterval is how often due throttled and retried tasks
 	// move back to their queue; at most 1s so waits are honoured within a

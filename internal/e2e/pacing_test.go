@@ -417,6 +417,7 @@ func span(records []emulator.Record, keep func(emulator.Record) bool) (first, la
 type workSnapshot struct {
 	dequeues  map[string]int            // sluice_tasks_total by channel, every outcome
 	sent      map[string]int            // sluice_tasks_total{outcome="sent"} by channel
+	outcomes  map[string]map[string]int // sluice_tasks_total by channel and outcome
 	calls     map[string]int            // sluice_limiter_calls_total by channel
 	callsByOp map[string]map[string]int // by channel and op
 	holdLE    map[string]float64        // sluice_hold_seconds cumulative buckets, all channels
@@ -466,7 +467,7 @@ var labelPair = regexp.MustCompile(`([a-z_]+)="([^"]*)"`)
 // snapshot scrapes the workers' /metrics, summed over them, and Redis' CPU.
 func snapshot(t *testing.T, hc *http.Client, workers []*worker, rdb *redis.Client) workSnapshot {
 	t.Helper()
-	s := workSnapshot{dequeues: map[string]int{}, sent: map[string]int{}, calls: map[string]int{}, callsByOp: map[string]map[string]int{}, holdLE: map[string]float64{}, lateLE: map[string]float64{}}
+	s := workSnapshot{dequeues: map[string]int{}, sent: map[string]int{}, outcomes: map[string]map[string]int{}, calls: map[string]int{}, callsByOp: map[string]map[string]int{}, holdLE: map[string]float64{}, lateLE: map[string]float64{}}
 	for _, w := range workers {
 		resp, err := hc.Get("http://" + w.httpAddr + "/metrics")
 		require.NoError(t, err, w.name)
@@ -489,6 +490,10 @@ func snapshot(t *testing.T, hc *http.Client, workers []*worker, rdb *redis.Clien
 				if labels["outcome"] == "sent" {
 					s.sent[labels["channel"]] += int(v)
 				}
+				if s.outcomes[labels["channel"]] == nil {
+					s.outcomes[labels["channel"]] = map[string]int{}
+				}
+				s.outcomes[labels["channel"]][labels["outcome"]] += int(v)
 			case "sluice_limiter_calls_total":
 				s.calls[labels["channel"]] += int(v)
 				if s.callsByOp[labels["channel"]] == nil {

@@ -644,6 +644,7 @@ func TestBenchScale(t *testing.T) {
 		sum.add("dequeues_per_send", float64(metrics.dequeues["whatsapp"])/float64(st.Unique))
 		sum.add("limiter_calls_per_send", float64(metrics.calls["whatsapp"])/float64(st.Unique))
 		sum.add("limiter_calls_by_op", metrics.callsByOp["whatsapp"])
+		sum.add("outcomes", metrics.outcomes["whatsapp"])
 		sum.add("max_in_1s", maxOver(emulator.MaxInSpan(records, emulator.ChannelWhatsApp, time.Second)))
 		sum.add("slowlog", sz.slowlog)
 		sum.report(t)
