@@ -87,40 +87,36 @@ return 0`)
 // evalPipelined runs script s once per call in one pipeline, by EVALSHA
 // (go-redis's Script.Eval in a pipeline sends the whole source each time):
 // call(i) gives the i-th call's keys and arguments. Calls that find the
-// script missing (NOSCRIPT: a restarted or flushed Redis) run again in a
-// second pipeline once it is loaded; the scripts run here are idempotent
-// for a repeated call. It returns each call's command, and the first
-// error among them (each command holds its own), as Pipelined does.
+// script missing (NOSCRIPT: a restarted or flushed Redis) never ran; they
+// run again in a second pipeline by EVAL, which loads the script on the
+// node that serves them (a SCRIPT LOAD would need every Cluster master).
+// It returns each call's command, and the first error among them (each
+// command holds its own), as Pipelined does.
 func evalPipelined(ctx context.Context, rdb redis.UniversalClient, s *redis.Script, n int, call func(i int) ([]string, []any)) ([]*redis.Cmd, error) {
 	cmds := make([]*redis.Cmd, n)
-	run := func(idx []int) error {
-		_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, i := range idx {
-				keys, args := call(i)
-				cmds[i] = s.EvalSha(ctx, p, keys, args...)
-			}
-			return nil
-		})
-		return err
-	}
-	all := make([]int, n)
-	for i := range all {
-		all[i] = i
-	}
-	err := run(all)
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range cmds {
+			keys, args := call(i)
+			cmds[i] = s.EvalSha(ctx, p, keys, args...)
+		}
+		return nil
+	})
 	var missing []int
 	for i, c := range cmds {
-		if c != nil && c.Err() != nil && redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
 			missing = append(missing, i)
 		}
 	}
 	if len(missing) == 0 {
 		return cmds, err
 	}
-	if lerr := s.Load(ctx, rdb).Err(); lerr != nil {
-		return cmds, lerr
-	}
-	_ = run(missing)
+	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, i := range missing {
+			keys, args := call(i)
+			cmds[i] = s.Eval(ctx, p, keys, args...)
+		}
+		return nil
+	})
 	for _, c := range cmds {
 		if err := c.Err(); err != nil && err != redis.Nil {
 			return cmds, err

@@ -31,9 +31,9 @@ func TestUnclaimLeavesAClaimTakenOver(t *testing.T) {
 	}
 }
 
-// The claim scripts run by EVALSHA; a Redis that lost its scripts (a
-// restart, SCRIPT FLUSH) gets them loaded again and every call still runs,
-// once each.
+// The claim scripts run by EVALSHA; on a Redis that lost its scripts (a
+// restart, SCRIPT FLUSH) the calls run again by EVAL, which loads them, and
+// every call still runs, once each.
 func TestEvalPipelinedLoadsLostScripts(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
 	ctx := context.Background()
