@@ -511,12 +511,22 @@ func checkOneScope(reqs []Request) error {
 
 // reserveArgs builds reserve.lua's KEYS and ARGV: each distinct limiter key
 // once (a GCRA limit's as its state, plan and backlog keys; any other's,
-// which has no books, as its state key alone), and each send's fields.
+// which has no books, as its state key alone), and each send's fields. A
+// key that one send of a batch uses for a GCRA limit and another for
+// another algorithm is listed once for each (its state key twice), so that
+// a GCRA limit's plan and backlog always follow its state key.
 type reserveArgs struct {
 	l     *Redis
 	keys  []string
 	args  []any
-	index map[string]int // full key → the position of its first key in KEYS (1-based)
+	index map[reserveKey]int // → the position of its first key in KEYS (1-based)
+}
+
+// reserveKey names an entry of reserveArgs.keys: a full key, and whether a
+// GCRA limit uses it (then with its books).
+type reserveKey struct {
+	key  string
+	gcra bool
 }
 
 func (l *Redis) newReserveArgs(mode string, hold time.Duration, headroom float64, nsends int) *reserveArgs {
@@ -528,7 +538,7 @@ func (l *Redis) newReserveArgs(mode string, hold time.Duration, headroom float64
 	if mode == "reserve" && l.prefetchSpan > 0 {
 		prefetch, span = MaxPrefetch, l.prefetchSpan.Microseconds()
 	}
-	return &reserveArgs{l: l, index: map[string]int{},
+	return &reserveArgs{l: l, index: map[reserveKey]int{},
 		args: []any{now, mode, prefetch, hold.Microseconds(), strconv.FormatFloat(headroom, 'f', -1, 64), span, nsends}}
 }
 
@@ -548,14 +558,14 @@ func (ra *reserveArgs) send(taskID string, p Priority, retake bool, callID, tena
 	}
 	ra.args = append(ra.args, taskID, pr, callID, tenant, strconv.FormatFloat(weight, 'g', -1, 64), len(reqs))
 	for i, r := range reqs {
-		k := ra.l.Key(r.Key)
+		k := reserveKey{ra.l.Key(r.Key), r.Limit.Algorithm == GCRA}
 		ki, ok := ra.index[k]
 		if !ok {
 			ki = len(ra.keys) + 1
-			if r.Limit.Algorithm == GCRA {
-				ra.keys = append(ra.keys, k, planKey(k), backlogKey(k))
+			if k.gcra {
+				ra.keys = append(ra.keys, k.key, planKey(k.key), backlogKey(k.key))
 			} else {
-				ra.keys = append(ra.keys, k)
+				ra.keys = append(ra.keys, k.key)
 			}
 			ra.index[k] = ki
 		}
