@@ -219,7 +219,8 @@ const (
 	// share of the combined paced rate × 1 s, plus the sends in flight.
 	// 2,000 serves 2,000 paced sends a second per worker process (25
 	// WhatsApp numbers at 80/s); at 400, two workers held 30 numbers to
-	// 0.46 of their cap (`make bench-scale`, issue 22).
+	// 0.56 of their cap at worst, 0.72 for the median (`make bench-scale`,
+	// issue 22).
 	DefaultConcurrency = 2000
 	// DefaultDelayedTaskCheckInterval is Options.DelayedTaskCheckInterval's
 	// default; MaxDelayedTaskCheckInterval its largest value, so that a
