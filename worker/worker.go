@@ -310,6 +310,8 @@ type Worker struct {
 	// unrecorded keeps the sends whose delivery record Redis refused; nil
 	// without Options.Delivery.
 	unrecorded *unrecorded
+	// insp runs planned tasks early (pullNext); nil without Options.Redis.
+	insp *asynq.Inspector
 }
 
 // pauseWatcher is implemented by limiters that announce pauses
@@ -356,6 +358,9 @@ func New(opts Options) (*Worker, error) {
 	w := &Worker{opts: opts, mux: asynq.NewServeMux(), logger: opts.Logger, handlers: map[string]*handler{}}
 	if opts.Delivery != nil {
 		w.unrecorded = newUnrecorded(opts.Delivery, max(minUnrecorded, 2*opts.Concurrency), opts.Logger, opts.Metrics)
+	}
+	if opts.Redis != nil {
+		w.insp = asynq.NewInspectorFromRedisClient(opts.Redis)
 	}
 	opts.Metrics.watchAdaptive(opts.Limiter)
 	known := make(map[string]string, len(opts.Channels)) // task type → channel
@@ -680,6 +685,7 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, a *attempt) error 
 	if err == nil {
 		a.resp, a.sent = resp, true
 		h.adaptUp(ctx, reqs)
+		h.pullNext(ctx, reqs, a.slot)
 		h.margin.accepted(h.now(), h.pauseKey(channels.ScopeSender, p.Fields), h.pauseKey(channels.ScopePair, p.Fields))
 		h.endPauseRuns(ctx, reqs, start)
 		if resp.Incomplete {
