@@ -95,21 +95,9 @@ func (sz backlogSize) perNumber(n int) int {
 
 func backlogSetup(t *testing.T) backlogSize {
 	t.Helper()
-	if os.Getenv(benchBacklogEnv) != "1" {
-		t.Skip("backlog memory measurement: set SLUICE_BENCH_BACKLOG=1 (make bench-backlog)")
-	}
-	if testing.Short() {
-		t.Skip("backlog memory measurement: not with -short")
-	}
+	benchGate(t, benchBacklogEnv, "backlog memory measurement", "make bench-backlog")
 	sz := backlogSize{sends: 100000, numbers: 30}
-	for env, p := range map[string]*int{benchBacklogSendsEnv: &sz.sends, benchNumbersEnv: &sz.numbers} {
-		if v := os.Getenv(env); v != "" {
-			n, err := strconv.Atoi(v)
-			require.NoError(t, err, env)
-			require.Positive(t, n, env)
-			*p = n
-		}
-	}
+	envInts(t, map[string]*int{benchBacklogSendsEnv: &sz.sends, benchNumbersEnv: &sz.numbers})
 	require.GreaterOrEqual(t, sz.sends, sz.numbers, "%s below %s: a number with no send", benchBacklogSendsEnv, benchNumbersEnv)
 	require.LessOrEqual(t, sz.perNumber(0), 10000, "recipientN has 10,000 distinct recipients: raise %s", benchNumbersEnv)
 	require.LessOrEqual(t, sz.numbers, 99999, benchNumbersEnv)

@@ -174,14 +174,31 @@ type benchScaleSize struct {
 
 func benchScaleSetup(t *testing.T) benchScaleSize {
 	t.Helper()
-	if os.Getenv(benchScaleEnv) != "1" {
-		t.Skip("scale measurement: set SLUICE_BENCH_SCALE=1 (make bench-scale)")
+	benchGate(t, benchScaleEnv, "scale measurement", "make bench-scale")
+	sz := benchScaleSize{numbers: 30, sends: 300, workers: 2, slowlog: os.Getenv(benchSlowlogEnv) == "1"}
+	envInts(t, map[string]*int{benchNumbersEnv: &sz.numbers, benchSendsEnv: &sz.sends, benchWorkersEnv: &sz.workers})
+	require.LessOrEqual(t, sz.sends, 10000, "%s: recipientN has 10,000 distinct recipients", benchSendsEnv)
+	require.LessOrEqual(t, sz.numbers, 99999, benchNumbersEnv)
+	return sz
+}
+
+// benchGate skips t unless the environment variable env is "1" and the
+// run is not -short: what names the measurement, target its make target.
+func benchGate(t *testing.T, env, what, target string) {
+	t.Helper()
+	if os.Getenv(env) != "1" {
+		t.Skipf("%s: set %s=1 (%s)", what, env, target)
 	}
 	if testing.Short() {
-		t.Skip("scale measurement: not with -short")
+		t.Skipf("%s: not with -short", what)
 	}
-	sz := benchScaleSize{numbers: 30, sends: 300, workers: 2, slowlog: os.Getenv(benchSlowlogEnv) == "1"}
-	for env, p := range map[string]*int{benchNumbersEnv: &sz.numbers, benchSendsEnv: &sz.sends, benchWorkersEnv: &sz.workers} {
+}
+
+// envInts sets *p from the environment variable of each entry of vars
+// where it is set; it must be a positive integer.
+func envInts(t *testing.T, vars map[string]*int) {
+	t.Helper()
+	for env, p := range vars {
 		if v := os.Getenv(env); v != "" {
 			n, err := strconv.Atoi(v)
 			require.NoError(t, err, env)
@@ -189,9 +206,6 @@ func benchScaleSetup(t *testing.T) benchScaleSize {
 			*p = n
 		}
 	}
-	require.LessOrEqual(t, sz.sends, 10000, "%s: recipientN has 10,000 distinct recipients", benchSendsEnv)
-	require.LessOrEqual(t, sz.numbers, 99999, benchNumbersEnv)
-	return sz
 }
 
 // benchNumber is the i-th WhatsApp phone_number_id of the run.
