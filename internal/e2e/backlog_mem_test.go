@@ -438,10 +438,7 @@ func TestBenchBacklogMemory(t *testing.T) {
 			writeCSV(t, csvs[n], sz.perNumber(n), func(i int) string { return fmt.Sprintf("%s,Ann,%d", recipientN(i), i) })
 		}
 		sluice = measureBacklog(t, sum, rdb, sz.sends, func() {
-			for n, csv := range csvs {
-				runCLI(t, bin, env, "--config", cfgPath, "send", "--channel", "whatsapp", "--csv", csv,
-					"--phone-number-id", benchNumber(n), "--template", "order_update", "--lang", "en_US", "--params", "name,order_id")
-			}
+			sendCampaigns(t, bin, env, cfgPath, csvs)
 		})
 	})
 	if t.Failed() {
@@ -461,17 +458,7 @@ func TestBenchBacklogMemory(t *testing.T) {
 			defer c.Close()
 			client := asynq.NewClientFromRedisClient(c)
 			ctx := context.Background()
-			for n := range sz.numbers {
-				for i := range sz.perNumber(n) {
-					_, err := tasks.EnqueueWhatsAppSend(ctx, client, tasks.WhatsAppSend{
-						PhoneNumberID:  benchNumber(n),
-						To:             recipientN(i),
-						Template:       &tasks.Template{Name: "order_update", Language: "en_US", Parameters: []string{"Ann", strconv.Itoa(i)}},
-						IdempotencyKey: fmt.Sprintf("plain-%d-%d", n, i),
-					})
-					require.NoError(t, err)
-				}
-			}
+			enqueuePlain(ctx, t, client, sz.numbers, sz.perNumber)
 		})
 	})
 	if t.Failed() {

@@ -208,6 +208,35 @@ func envInts(t *testing.T, vars map[string]*int) {
 	}
 }
 
+// sendCampaigns runs `sluice send` (bin, env, config cfg) once per file
+// of csvs, file n from WhatsApp number benchNumber(n), with the bench's
+// template.
+func sendCampaigns(t *testing.T, bin string, env []string, cfg string, csvs []string) {
+	t.Helper()
+	for n, csv := range csvs {
+		runCLI(t, bin, env, "--config", cfg, "send", "--channel", "whatsapp", "--csv", csv,
+			"--phone-number-id", benchNumber(n), "--template", "order_update", "--lang", "en_US", "--params", "name,order_id")
+	}
+}
+
+// enqueuePlain enqueues the same sends as sendCampaigns with a plain asynq
+// client: perNumber(n) sends from number benchNumber(n), send i to
+// recipientN(i).
+func enqueuePlain(ctx context.Context, t *testing.T, client *asynq.Client, numbers int, perNumber func(n int) int) {
+	t.Helper()
+	for n := range numbers {
+		for i := range perNumber(n) {
+			_, err := tasks.EnqueueWhatsAppSend(ctx, client, tasks.WhatsAppSend{
+				PhoneNumberID:  benchNumber(n),
+				To:             recipientN(i),
+				Template:       &tasks.Template{Name: "order_update", Language: "en_US", Parameters: []string{"Ann", strconv.Itoa(i)}},
+				IdempotencyKey: fmt.Sprintf("plain-%d-%d", n, i),
+			})
+			require.NoError(t, err)
+		}
+	}
+}
+
 // benchNumber is the i-th WhatsApp phone_number_id of the run.
 func benchNumber(i int) string { return fmt.Sprintf("1065403%08d", 10000+i) }
 
@@ -620,10 +649,7 @@ func TestBenchScale(t *testing.T) {
 		}
 		before := readRedisWork(t, rdb)
 		start := time.Now()
-		for n, csv := range csvs {
-			runCLI(t, bin, env, "--config", cfgs[0], "send", "--channel", "whatsapp", "--csv", csv,
-				"--phone-number-id", benchNumber(n), "--template", "order_update", "--lang", "en_US", "--params", "name,order_id")
-		}
+		sendCampaigns(t, bin, env, cfgs[0], csvs)
 		sluice.enqueue = time.Since(start)
 		started := time.Now()
 		workers := make([]*worker, sz.workers)
@@ -691,17 +717,7 @@ func TestBenchScale(t *testing.T) {
 		}
 		before := readRedisWork(t, rdb)
 		start := time.Now()
-		for n := range sz.numbers {
-			for i := range sz.sends {
-				_, err := tasks.EnqueueWhatsAppSend(ctx, client, tasks.WhatsAppSend{
-					PhoneNumberID:  benchNumber(n),
-					To:             recipientN(i),
-					Template:       &tasks.Template{Name: "order_update", Language: "en_US", Parameters: []string{"Ann", strconv.Itoa(i)}},
-					IdempotencyKey: fmt.Sprintf("plain-%d-%d", n, i),
-				})
-				require.NoError(t, err)
-			}
-		}
+		enqueuePlain(ctx, t, client, sz.numbers, func(int) int { return sz.sends })
 		plain.enqueue = time.Since(start)
 		started := time.Now()
 		workers := make([]*worker, sz.workers)
