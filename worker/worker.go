@@ -685,9 +685,9 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, a *attempt) error 
 	if err == nil {
 		a.resp, a.sent = resp, true
 		h.adaptUp(ctx, reqs)
-		h.pullNext(ctx, reqs, a.slot)
 		h.margin.accepted(h.now(), h.pauseKey(channels.ScopeSender, p.Fields), h.pauseKey(channels.ScopePair, p.Fields))
 		h.endPauseRuns(ctx, reqs, start)
+		h.pullNext(ctx, reqs, a.slot)
 		if resp.Incomplete {
 			m.outcome(name, OutcomeUnconfirmed)
 			id, _ := asynq.GetTaskID(ctx)
