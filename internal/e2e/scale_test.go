@@ -620,7 +620,6 @@ func TestBenchScale(t *testing.T) {
 
 	// 1. Sluice.
 	var sluice benchRun
-	var sluiceWork redisWork
 	t.Run("sluice", func(t *testing.T) {
 		sum := newStressSummary(t, stressScale{name: size}, 0)
 		rs := redistest.Start(t)
@@ -643,54 +642,22 @@ func TestBenchScale(t *testing.T) {
 			csvs[n] = filepath.Join(dir, fmt.Sprintf("number-%d.csv", n))
 			writeCSV(t, csvs[n], sz.sends, func(i int) string { return fmt.Sprintf("%s,Ann,%d", recipientN(i), i) })
 		}
-		var slow *slowlogReader
-		if sz.slowlog {
-			slow = startSlowlog(t, rdb)
-		}
-		before := readRedisWork(t, rdb)
-		start := time.Now()
-		sendCampaigns(t, bin, env, cfgs[0], csvs)
-		sluice.enqueue = time.Since(start)
-		started := time.Now()
-		workers := make([]*worker, sz.workers)
-		for i := range workers {
-			workers[i] = startWorker(t, bin, fmt.Sprintf("worker %d", i), cfgs[i], addrs[i], env)
-		}
-		insp := asynq.NewInspectorFromRedisClient(rdb)
-		waitAllDone(t, emu, insp, total, bound, anyExited(workers))
-		sluice.deliverWall = time.Since(started)
-		sluice.workerCPU = processCPU(workers)
-		after := readRedisWork(t, rdb)
-		var scripts map[string]commandStat
-		var missed int64
-		if slow != nil {
-			scripts, missed = slow.finish(t)
-		}
+		d := measureDelivery(t, sz, rdb, emu, bound,
+			func() { sendCampaigns(t, bin, env, cfgs[0], csvs) },
+			func(i int) *worker { return startWorker(t, bin, fmt.Sprintf("worker %d", i), cfgs[i], addrs[i], env) })
+		sluice = d.run
 		hc := &http.Client{Transport: &http.Transport{}, Timeout: 5 * time.Second}
 		defer hc.CloseIdleConnections()
-		metrics := snapshot(t, hc, workers, rdb)
+		metrics := snapshot(t, hc, d.workers, rdb)
 
-		st := emu.Stats()[emulator.ChannelWhatsApp]
-		records := emu.Records()
-		rates, all := numberRates(records, sz.numbers)
-		sluiceWork = after.minus(before)
-		sluice.delivered = st.Unique
-		sluice.cpuPerSend = float64(sluiceWork.cpu.Microseconds()) / float64(st.Unique)
-		sluice.ratePerSec = all
-		sluice.worst, sluice.med = rates[0], rates[len(rates)/2]
-		sluice.throttles, sluice.duplicates = st.Throttled, st.Duplicates
-		sluice.figures(sum, sluiceWork)
+		st := d.stats
 		sum.add("throttles_by_code", st.ThrottledByCode)
 		sum.add("dequeues_per_send", float64(metrics.dequeues["whatsapp"])/float64(st.Unique))
 		sum.add("limiter_calls_per_send", float64(metrics.calls["whatsapp"])/float64(st.Unique))
 		sum.add("limiter_calls_by_op", metrics.callsByOp["whatsapp"])
 		sum.add("outcomes", metrics.outcomes["whatsapp"])
-		sum.add("max_in_1s", maxOver(emulator.MaxInSpan(records, emulator.ChannelWhatsApp, time.Second)))
-		sum.add("slowlog", sz.slowlog)
-		sum.report(t)
-		if slow != nil {
-			logScripts(t, scripts, missed, st.Unique)
-		}
+		sum.add("max_in_1s", maxOver(emulator.MaxInSpan(d.records, emulator.ChannelWhatsApp, time.Second)))
+		d.report(t, sum, sz.slowlog)
 		require.Equal(t, total, st.Unique, "delivered")
 		require.Zero(t, st.Duplicates, "duplicates")
 	})
@@ -710,47 +677,15 @@ func TestBenchScale(t *testing.T) {
 		client := asynq.NewClientFromRedisClient(rdb)
 		ctx, cancel := context.WithTimeout(context.Background(), bound)
 		defer cancel()
-
-		var slow *slowlogReader
-		if sz.slowlog {
-			slow = startSlowlog(t, rdb)
-		}
-		before := readRedisWork(t, rdb)
-		start := time.Now()
-		enqueuePlain(ctx, t, client, sz.numbers, func(int) int { return sz.sends })
-		plain.enqueue = time.Since(start)
-		started := time.Now()
-		workers := make([]*worker, sz.workers)
-		for i := range workers {
-			workers[i] = startPlainWorker(t, fmt.Sprintf("plain worker %d", i), plainWorkerConfig{
-				RedisURL: rs.URL(), WhatsAppURL: emu.WhatsAppURL(), Concurrency: sluiceworker.DefaultConcurrency})
-		}
-		insp := asynq.NewInspectorFromRedisClient(rdb)
-		waitAllDone(t, emu, insp, total, bound, anyExited(workers))
-		plain.deliverWall = time.Since(started)
-		plain.workerCPU = processCPU(workers)
-		after := readRedisWork(t, rdb)
-		var scripts map[string]commandStat
-		var missed int64
-		if slow != nil {
-			scripts, missed = slow.finish(t)
-		}
-
-		st := emu.Stats()[emulator.ChannelWhatsApp]
-		rates, all := numberRates(emu.Records(), sz.numbers)
-		d := after.minus(before)
-		plain.delivered = st.Unique
-		plain.cpuPerSend = float64(d.cpu.Microseconds()) / float64(st.Unique)
-		plain.ratePerSec = all
-		plain.worst, plain.med = rates[0], rates[len(rates)/2]
-		plain.throttles, plain.duplicates = st.Throttled, st.Duplicates
-		plain.figures(sum, d)
-		sum.add("slowlog", sz.slowlog)
-		sum.report(t)
-		if slow != nil {
-			logScripts(t, scripts, missed, st.Unique)
-		}
-		require.Equal(t, total, st.Unique, "delivered")
+		d := measureDelivery(t, sz, rdb, emu, bound,
+			func() { enqueuePlain(ctx, t, client, sz.numbers, func(int) int { return sz.sends }) },
+			func(i int) *worker {
+				return startPlainWorker(t, fmt.Sprintf("plain worker %d", i), plainWorkerConfig{
+					RedisURL: rs.URL(), WhatsAppURL: emu.WhatsAppURL(), Concurrency: sluiceworker.DefaultConcurrency})
+			})
+		plain = d.run
+		d.report(t, sum, sz.slowlog)
+		require.Equal(t, total, d.stats.Unique, "delivered")
 	})
 	if t.Failed() {
 		return
@@ -771,6 +706,68 @@ func TestBenchScale(t *testing.T) {
 	sum.acceptance("throttles_0", sluice.throttles == 0)
 	sum.acceptance("worst_number_ge_0.95", sluice.worst >= 0.95)
 	sum.report(t)
+}
+
+// delivery is one side of TestBenchScale, measured by measureDelivery.
+type delivery struct {
+	run     benchRun
+	work    redisWork // Redis' counters from before the enqueue to the last completion
+	stats   emulator.ChannelStats
+	records []emulator.Record
+	workers []*worker
+	scripts map[string]commandStat // SLOWLOG sums; nil without SLUICE_BENCH_SLOWLOG
+	missed  int64
+}
+
+// measureDelivery measures one side of TestBenchScale on rdb and emu: it
+// starts the SLOWLOG reader if sz asks for it, runs enqueue (timed), starts
+// sz.workers workers with start, waits until every send is done (bound:
+// a hang), and reads the workers' CPU, Redis' counters and the emulator's
+// WhatsApp figures.
+func measureDelivery(t *testing.T, sz benchScaleSize, rdb *redis.Client, emu *emulator.Server, bound time.Duration, enqueue func(), start func(i int) *worker) delivery {
+	t.Helper()
+	var slow *slowlogReader
+	if sz.slowlog {
+		slow = startSlowlog(t, rdb)
+	}
+	var d delivery
+	before := readRedisWork(t, rdb)
+	began := time.Now()
+	enqueue()
+	d.run.enqueue = time.Since(began)
+	started := time.Now()
+	d.workers = make([]*worker, sz.workers)
+	for i := range d.workers {
+		d.workers[i] = start(i)
+	}
+	waitAllDone(t, emu, asynq.NewInspectorFromRedisClient(rdb), sz.numbers*sz.sends, bound, anyExited(d.workers))
+	d.run.deliverWall = time.Since(started)
+	d.run.workerCPU = processCPU(d.workers)
+	d.work = readRedisWork(t, rdb).minus(before)
+	if slow != nil {
+		d.scripts, d.missed = slow.finish(t)
+	}
+	d.stats = emu.Stats()[emulator.ChannelWhatsApp]
+	d.records = emu.Records()
+	rates, all := numberRates(d.records, sz.numbers)
+	d.run.delivered = d.stats.Unique
+	d.run.cpuPerSend = float64(d.work.cpu.Microseconds()) / float64(d.stats.Unique)
+	d.run.ratePerSec = all
+	d.run.worst, d.run.med = rates[0], rates[len(rates)/2]
+	d.run.throttles, d.run.duplicates = d.stats.Throttled, d.stats.Duplicates
+	return d
+}
+
+// report adds d's figures to sum and logs them, then the SLOWLOG sums
+// when they were read.
+func (d delivery) report(t *testing.T, sum *stressSummary, slowlog bool) {
+	t.Helper()
+	d.run.figures(sum, d.work)
+	sum.add("slowlog", slowlog)
+	sum.report(t)
+	if slowlog {
+		logScripts(t, d.scripts, d.missed, d.stats.Unique)
+	}
 }
 
 // logScripts logs the SLOWLOG sums per delivered send, the most µs first.
