@@ -34,6 +34,9 @@ func (l *Redis) NextTooLate(ctx context.Context, reqs []Request, at time.Time, h
 	if l.overrides == nil || l.adaptive == nil {
 		return "", nil
 	}
+	if s := l.adaptive.current(ctx); s == nil || len(s.entries) == 0 {
+		return "", nil // nothing adapted: every send's path, no work
+	}
 	var gcra []Request
 	for _, r := range reqs {
 		if r.Limit.Algorithm == GCRA && r.Limit.Rate.Limit > 0 {
