@@ -88,6 +88,7 @@ type marginBook struct {
 	curStart time.Time
 	feedback time.Duration // from jitter throttles, at feedbackAt
 	feedAt   time.Time
+	feedSeq  uint64 // counts the widenings of feedback
 	// marks holds, by scope key (a sender's or a pair's pause key), what
 	// a throttle of the scope is judged by.
 	marks map[string]*scopeMark
@@ -103,6 +104,13 @@ type scopeMark struct {
 	// judged: a throttle of the scope was judged already (its first one
 	// may be unseen jitter however soon it came).
 	judged bool
+	// widened is the feedback's widening (marginBook.feedSeq) that the
+	// scope's last jitter verdicts made (0: none), and prevFeed, prevAt
+	// the feedback from before them: a throttle of the scope judged the
+	// rate's gives it back (jitter).
+	widened  uint64
+	prevAt   time.Time
+	prevFeed time.Duration
 }
 
 // maxScopeMarks bounds marginBook.marks; past it, the marks of scopes
@@ -301,8 +309,9 @@ func (h *handler) headroom(now time.Time) float64 {
 // A jitter throttle says nothing about the limit's rate. A scope throttled
 // again soon after its first throttle (a limit set above the provider's
 // rate throttles again at once), or twice within heldFor, is not jitter:
-// the rate must come down. With the margin at its bound, only the unseen
-// case is jitter.
+// the rate must come down, and the margin that the scope's verdicts before
+// it added is given back (unless another scope's has widened it since).
+// With the margin at its bound, only the unseen case is jitter.
 func (b *marginBook) jitter(now, start time.Time, span time.Duration, key string, unseen bool) bool {
 	if b == nil || key == "" {
 		return false
@@ -336,10 +345,27 @@ func (b *marginBook) jitter(now, start time.Time, span time.Duration, key string
 		// cut to a quarter for the minute it takes to climb back.
 		want = max(in+in/2, in+5*time.Millisecond)
 	default:
+		// The rate, not jitter: the verdict before, if it widened the
+		// margin and nothing widened it since, was wrong (a limit set
+		// above the provider's rate draws a throttle at once, which
+		// counts as each worker's first). Its margin is given back, or
+		// the search for the rate (docs/adaptive.md) would pace its
+		// probes wider than the margin a host that is not late needs,
+		// find a rate above the provider's to hold, and draw its
+		// throttles a minute later, once the feedback has decayed.
+		if m.widened != 0 && m.widened == b.feedSeq {
+			b.feedback, b.feedAt = m.prevFeed, m.prevAt
+		}
+		m.widened = 0
 		return false
 	}
 	want = min(want, b.most)
 	if want > b.feedbackLocked(now) {
+		if m.widened == 0 || m.widened != b.feedSeq {
+			m.prevFeed, m.prevAt = b.feedback, b.feedAt // before the scope's run of verdicts
+		}
+		b.feedSeq++
+		m.widened = b.feedSeq
 		b.feedback, b.feedAt = want, now
 	}
 	return true

@@ -85,6 +85,9 @@ func TestThrottleAfterALateDepartureWidensTheMargin(t *testing.T) {
 	if b.jitter(t0.Add(600*time.Millisecond), t0.Add(600*time.Millisecond), time.Second, sender, true) {
 		t.Fatal("no late departure and not the first: a throttle is about the rate")
 	}
+	if m := b.margin(t0.Add(600 * time.Millisecond)); m != base {
+		t.Fatalf("the second throttle says the first was the rate too: margin %v, want %v (the widening given back)", m, base)
+	}
 	b.observe(t0.Add(time.Second), 24*time.Millisecond, sender) // over the 15ms margin
 	start := t0.Add(1500 * time.Millisecond)
 	// unseen false (an adapted limit): only a late departure of its own
@@ -165,15 +168,22 @@ func TestThrottleAfterAHeldRateIsUnseenJitter(t *testing.T) {
 	if m := b.margin(now); m < base+base/2 || m > base+base/2+time.Millisecond {
 		t.Fatalf("margin %v, want half as wide again as %v", m, base)
 	}
+	if !b.jitter(now, t0.Add(500*time.Millisecond), time.Second, fresh, true) {
+		t.Fatal("a scope's first throttle, 0.5s after its first send: unseen jitter")
+	}
+	widest := b.margin(now)
 	if b.jitter(now.Add(500*time.Millisecond), now.Add(500*time.Millisecond), time.Second, number, true) {
 		t.Fatal("a second throttle before the rate held again is about the rate")
 	}
-	if !b.jitter(now, t0.Add(500*time.Millisecond), time.Second, fresh, true) {
-		t.Fatal("a scope's first throttle, 0.5s after its first send: unseen jitter")
+	if m := b.margin(now.Add(500 * time.Millisecond)); m != widest {
+		t.Fatalf("margin %v, want %v: the number's verdict was wrong, but the fresh sender's widened the margin since", m, widest)
 	}
 	b.accepted(now, fresh)
 	if b.jitter(now.Add(time.Second), now.Add(time.Second), time.Second, fresh, true) {
 		t.Fatal("throttled again 1s later: the rate is wrong")
+	}
+	if m := b.margin(now.Add(time.Second)); m < base+base/2 || m > base+base/2+time.Millisecond {
+		t.Fatalf("margin %v, want the number's widening back, %v: the fresh sender's verdict is given back", m, base+base/2)
 	}
 	b.accepted(now, "whatsapp:paused:sender:3")
 	if b.jitter(now, now, time.Second, "whatsapp:paused:sender:3", false) {
