@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -835,5 +836,84 @@ func TestRetakeRespacesSlowLimits(t *testing.T) {
 	}
 	if got := r.At.Sub(sent); got < interval-time.Millisecond {
 		t.Fatalf("the pair's next send %v after the late one, want at least %v", got, interval)
+	}
+}
+
+// A worker that starts behind a backlog takes many overdue sends at once:
+// those the number's firm slots hold back past the hold are planned again
+// from the second their slot comes within the hold, not from now, so that
+// none of them comes back before it can go.
+func TestSendsHeldBackByTheFirmBookComeBackWhenTheyCanGo(t *testing.T) {
+	l, clock := reserveLimiter(t)
+	ctx := context.Background()
+	opts := throttle.ReserveOptions{Headroom: 0.015}
+	const n = 400
+	sends := make([]throttle.Send, n)
+	for i := range sends {
+		sends[i] = throttle.Send{TaskID: fmt.Sprint("c", i), Requests: []throttle.Request{{Key: "wa:number:1", Limit: mps80}}}
+	}
+	plans, err := l.Plan(ctx, opts, sends)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The workers start 3s into the plan: the first 3s's sends (about 240)
+	// are due or overdue and come back at once, with the 4th's.
+	clock.Set(plans[0].At.Add(3 * time.Second))
+	back := 0
+	for _, p := range plans {
+		if p.At.Before(clock.Now().Truncate(time.Second).Add(time.Second)) {
+			back++
+		}
+	}
+	sends = sends[:back]
+	var wg sync.WaitGroup
+	res := make([]throttle.Reservation, back)
+	for i := range sends {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o := opts
+			o.TaskID = sends[i].TaskID
+			r, err := l.Reserve(ctx, o, sends[i].Requests...)
+			if err != nil {
+				t.Error(err)
+			}
+			res[i] = r
+		}()
+	}
+	wg.Wait()
+	firm, early := 0, 0
+	var last time.Time
+	for _, r := range res {
+		if r.Firm {
+			firm++
+			if r.At.After(last) {
+				last = r.At
+			}
+			continue
+		}
+		if !r.Planned {
+			t.Fatalf("neither firm nor planned: %+v", r)
+		}
+	}
+	for _, r := range res {
+		// Back at its place's whole second, its slot must be within the
+		// hold: no earlier than the firm book's end less the hold.
+		if !r.Firm && r.At.Truncate(time.Second).Before(last.Add(-throttle.DefaultHold).Truncate(time.Second)) {
+			early++
+		}
+	}
+	secs := map[int64]int{}
+	for _, r := range res {
+		if !r.Firm {
+			secs[r.At.Unix()-clock.Now().Unix()]++
+		}
+	}
+	t.Logf("%d back, %d firm (the last %v from now); held back, by their place's second from now: %v", back, firm, last.Sub(clock.Now()), secs)
+	if firm < 150 || firm > 170 {
+		t.Fatalf("%d firm, want the hold's worth at 80/s (about 160)", firm)
+	}
+	if early > 0 {
+		t.Fatalf("%d of %d held-back sends come back before their slot can be within the hold (firm book ends %v after now)", early, back-firm, last.Sub(clock.Now()))
 	}
 }
