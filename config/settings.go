@@ -43,6 +43,8 @@ type ChannelSettings struct {
 	Hold time.Duration
 	// PairBackoff: see channels.<name>.pair_backoff.
 	PairBackoff time.Duration
+	// BatchSends: see channels.<name>.batch_sends.
+	BatchSends bool
 	// TenantWeights maps a tenant to its weight: see
 	// channels.<name>.tenant_weights. Weights are float64, the type the
 	// worker and the limiter (throttle.ReserveOptions) take; the file gives
@@ -156,6 +158,13 @@ var channelSettings = []channelSetting{
 		def:    same(worker.DefaultPairBackoff),
 		at:     func(s *ChannelSettings) *time.Duration { return &s.PairBackoff },
 		worker: func(ch *worker.Channel) *time.Duration { return &ch.PairBackoff },
+	},
+	boolSetting{
+		key:    "batch_sends",
+		doc:    "the producer (`sluice send`, the HTTP API, `sluice enqueue`) carries the channel's sends planned for the same second in one asynq task of up to 100 (sluice:batch), so that asynq's enqueue, forward, dequeue and completion are paid once per batch; each send keeps its ID, claim, slot, delivery record and retries, and one that must come back becomes a task of its own (docs/pacing.md, Batch tasks). Every worker runs batch tasks whatever this says: turn it on once no worker older than this setting serves the channel's queue.",
+		def:    false,
+		at:     func(s *ChannelSettings) *bool { return &s.BatchSends },
+		worker: func(ch *worker.Channel) *bool { return &ch.BatchSends },
 	},
 	weightsSetting{
 		key: "tenant_weights",
@@ -333,6 +342,35 @@ func (r durationSetting) describe() string {
 		out += " 0 means " + r.zeroMeans + "."
 	}
 	return out + " Default " + defaults(r.channels, r.def, showDuration) + "."
+}
+
+// boolSetting is a row whose value is true or false.
+type boolSetting struct {
+	key, doc string
+	channels []string // nil: every channel
+	def      bool
+	at       func(*ChannelSettings) *bool
+	worker   func(*worker.Channel) *bool // nil: not a worker.Channel field
+}
+
+func (r boolSetting) name() string                  { return r.key }
+func (r boolSetting) appliesTo(channel string) bool { return appliesTo(r.channels, channel) }
+func (r boolSetting) setDefault(s *ChannelSettings, channel string) {
+	*r.at(s) = r.def
+}
+
+func (r boolSetting) decode(d *decoder, n *yaml.Node, path, channel string, s *ChannelSettings) {
+	d.boolean(n, path, r.at(s))
+}
+
+func (r boolSetting) apply(s *ChannelSettings, ch *worker.Channel) {
+	if r.worker != nil {
+		*r.worker(ch) = *r.at(s)
+	}
+}
+
+func (r boolSetting) describe() string {
+	return prefix(r.channels) + r.doc + " true or false. Default " + strconv.FormatBool(r.def) + "."
 }
 
 // bytesSetting is a row whose value is a whole number of bytes.

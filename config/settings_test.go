@@ -49,7 +49,11 @@ func TestSettingsTableComplete(t *testing.T) {
 		require.NotNil(t, r, "field %s has no row %q", f.Name, key)
 		text := r.describe()
 		require.Regexp(t, `(Default|by default)[ ,]`, text, "%s: default", key)
-		require.Regexp(t, `(> 0|at most|to \d|\d to)`, text, "%s: bounds", key)
+		if f.Type.Kind() == reflect.Bool {
+			require.Contains(t, text, "true or false", "%s: values", key)
+		} else {
+			require.Regexp(t, `(> 0|at most|to \d|\d to)`, text, "%s: bounds", key)
+		}
 		require.Greater(t, len(text), 60, "%s: doc", key)
 
 		// A distinct value in the field lands in the worker field of the
@@ -69,6 +73,8 @@ func TestSettingsTableComplete(t *testing.T) {
 			v.SetFloat(0.0123)
 		case reflect.Map:
 			v.Set(reflect.ValueOf(map[string]float64{"acme": 3}))
+		case reflect.Bool:
+			v.SetBool(!v.Bool())
 		default:
 			t.Fatalf("%s: no test value for kind %s", f.Name, f.Type.Kind())
 		}

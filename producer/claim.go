@@ -36,12 +36,22 @@ func ClaimKey(prefix, id string) string { return control.ClaimKey(prefix, id) }
 // gives it back.
 const enqueuedToken = "enqueued"
 
+// batchedToken is the token of a claim whose send a batch task carries
+// (batch.go): the claim, not asynq, then answers a repeat of the ID, for
+// the claim's life; claimScript says batchedHolder.
+const batchedToken = "batched"
+
+// batchedHolder is what claimScript returns for a claim kept as batched.
+const batchedHolder = "=batched"
+
 // claimScript takes a claim: KEYS[1] the claim; ARGV[1] the task type,
 // ARGV[2] the caller's token, ARGV[3] the TTL in ms. A claim's value is
 // "<type>|<token>", the token enqueuedToken once its task is enqueued.
 // It returns the type holding the key when that is another type; "=" when
 // a task of the caller's type was enqueued with it (the claim is left as
-// it is: asynq answers a repeat in the same queue itself); else "" after
+// it is: asynq answers a repeat in the same queue itself); batchedHolder
+// when a batch task carried a send of the caller's type with it (a
+// repeat: asynq has no task of that ID to answer it); else "" after
 // setting the caller's value, taking over a claim of the same type that is
 // still being enqueued, so that the first caller giving its claim back
 // cannot free the key while the second is still enqueuing. The TTL never
@@ -54,6 +64,9 @@ if cur then
   if cur == ARGV[1] .. '|enqueued' then
     return '='
   end
+  if cur == ARGV[1] .. '|batched' then
+    return '=batched'
+  end
 end
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl < tonumber(ARGV[3]) then
@@ -63,8 +76,9 @@ redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[2], 'PX', ttl)
 return ''`)
 
 // keepScript marks a claim enqueued: KEYS[1] the claim; ARGV[1] the task
-// type, ARGV[2] its TTL in ms. A claim of another type is left alone (it
-// cannot be this task's); the TTL never shortens.
+// type, ARGV[2] its TTL in ms, ARGV[3] the token (enqueuedToken, or
+// batchedToken for a send a batch task carries). A claim of another type
+// is left alone (it cannot be this task's); the TTL never shortens.
 var keepScript = redis.NewScript(`local cur = redis.call('GET', KEYS[1])
 if cur and string.sub(cur, 1, #ARGV[1] + 1) ~= ARGV[1] .. '|' then
   return 0
@@ -73,7 +87,7 @@ local ttl = redis.call('PTTL', KEYS[1])
 if ttl < tonumber(ARGV[2]) then
   ttl = tonumber(ARGV[2])
 end
-redis.call('SET', KEYS[1], ARGV[1] .. '|enqueued', 'PX', ttl)
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[3], 'PX', ttl)
 return 1`)
 
 // unclaimScript deletes KEYS[1] if it still holds ARGV[1]: a claim a later

@@ -72,7 +72,8 @@ type channel struct {
 	name       string
 	pacing     *worker.Pacing
 	queue      string
-	maxPayload int // 0: the task type's own cap, which the tasks package checks
+	maxPayload int  // 0: the task type's own cap, which the tasks package checks
+	batch      bool // worker.Channel.BatchSends: Send carries a second's sends in batch tasks
 }
 
 // New returns a Client with opts; it does not reach Redis. The error names
@@ -105,7 +106,7 @@ func New(opts Options) (*Client, error) {
 		if _, dup := c.chans[ch.TaskType]; dup {
 			return nil, fmt.Errorf("producer: Options.Channels[%d]: a second channel for %s", i, ch.TaskType)
 		}
-		c.chans[ch.TaskType] = &channel{name: ch.Name, pacing: p, queue: p.Queue(), maxPayload: ch.MaxPayloadBytes}
+		c.chans[ch.TaskType] = &channel{name: ch.Name, pacing: p, queue: p.Queue(), maxPayload: ch.MaxPayloadBytes, batch: ch.BatchSends}
 	}
 	return c, nil
 }
@@ -168,12 +169,15 @@ func (c *Client) Enqueue(ctx context.Context, ts []*asynq.Task, opts ...asynq.Op
 	if c.client == nil {
 		return nil, errors.New("producer: Enqueue: the Client has no Redis (Options.Redis, Options.Limiter)")
 	}
-	return c.enqueue(ctx, ts, nil, opts)
+	return c.enqueue(ctx, ts, nil, opts, nil)
 }
 
 // enqueue is Enqueue; ids[i], when ids is not nil and it is not "", is
 // task i's ID where it has no chosen one (instead of a random one).
-func (c *Client) enqueue(ctx context.Context, ts []*asynq.Task, ids []string, opts []asynq.Option) ([]Enqueued, error) {
+// maxRetry[i], when maxRetry is not nil, is task i's asynq MaxRetry (its
+// own options hold it, which asynq does not show): with it, tasks of a
+// channel with BatchSends may go in batch tasks (batch.go).
+func (c *Client) enqueue(ctx context.Context, ts []*asynq.Task, ids []string, opts []asynq.Option, maxRetry []int) ([]Enqueued, error) {
 	out := make([]Enqueued, len(ts))
 	type pending struct {
 		i      int
@@ -290,8 +294,23 @@ func (c *Client) enqueue(ctx context.Context, ts []*asynq.Task, ids []string, op
 		}
 	}
 	held := make([]bool, len(ts)) // enqueued now: its claim is kept
+	var batched []bool            // carried by a batch task: its claim is kept as batched
+	if maxRetry != nil && len(opts) == 0 {
+		batched = c.enqueueBatches(ctx, ts, queues, planned, keyed, claimed, maxRetry, out)
+		for i, b := range batched {
+			switch {
+			case b && out[i].Err == nil:
+				held[i] = true
+			case b:
+				batched[i] = false
+				if planned[i] {
+					c.release(ctx, ts[i], out[i].ID)
+				}
+			}
+		}
+	}
 	for i, t := range ts {
-		if out[i].Err != nil {
+		if out[i].Err != nil || held[i] {
 			continue
 		}
 		o := append(tasks.FloorMaxRetry(opts), asynq.TaskID(out[i].ID))
@@ -313,7 +332,7 @@ func (c *Client) enqueue(ctx context.Context, ts []*asynq.Task, ids []string, op
 			c.release(ctx, t, out[i].ID)
 		}
 	}
-	c.keep(ctx, ts, keyed, held, out)
+	c.keep(ctx, ts, keyed, held, batched, out)
 	return out, nil
 }
 
@@ -341,7 +360,13 @@ func (c *Client) claim(ctx context.Context, ts []*asynq.Task, idx []int, out []E
 		return claims{}, fmt.Errorf("producer: claim idempotency keys: %w", err)
 	}
 	for k, i := range idx {
-		if holder, _ := cmds[k].Text(); holder != "" && holder != "=" {
+		switch holder, _ := cmds[k].Text(); holder {
+		case "", "=":
+		case batchedHolder:
+			// A batch carried a send with this ID: asynq has no task of its
+			// ID to answer the repeat, the claim does.
+			out[i].Err = fmt.Errorf("enqueue %s (id %q): %w: a batch task carried a send with this ID", ts[i].Type(), out[i].ID, tasks.ErrDuplicate)
+		default:
 			out[i].Err = fmt.Errorf("enqueue %s (id %q): %w (a %s task)", ts[i].Type(), out[i].ID, tasks.ErrKeyInUse, holder)
 		}
 	}
@@ -352,7 +377,7 @@ func (c *Client) claim(ctx context.Context, ts []*asynq.Task, idx []int, out []E
 // enqueued, kept until ClaimRetention past the task's slot. A claim not
 // kept (Redis failed) lasts its ClaimTTL; the task itself is enqueued all
 // the same.
-func (c *Client) keep(ctx context.Context, ts []*asynq.Task, idx []int, held []bool, out []Enqueued) {
+func (c *Client) keep(ctx context.Context, ts []*asynq.Task, idx []int, held, batched []bool, out []Enqueued) {
 	ctx = context.WithoutCancel(ctx)
 	now := time.Now()
 	var kept []int
@@ -371,7 +396,11 @@ func (c *Client) keep(ctx context.Context, ts []*asynq.Task, idx []int, held []b
 			slot = out[i].Info.NextProcessAt // the caller's own schedule
 		}
 		until := slot.Add(c.retention)
-		return []string{ClaimKey(c.limiter.Prefix(), out[i].ID)}, []any{ts[i].Type(), until.Sub(now).Milliseconds()}
+		token := enqueuedToken
+		if batched != nil && batched[i] {
+			token = batchedToken
+		}
+		return []string{ClaimKey(c.limiter.Prefix(), out[i].ID)}, []any{ts[i].Type(), until.Sub(now).Milliseconds(), token}
 	})
 }
 

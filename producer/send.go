@@ -107,9 +107,10 @@ func TaskID(tenant, key string) string {
 
 // prepared is an item after Check's steps.
 type prepared struct {
-	task *asynq.Task
-	id   string // the ID where the payload has no key: the tenant's namespace and a random ID
-	send facts
+	task     *asynq.Task
+	id       string // the ID where the payload has no key: the tenant's namespace and a random ID
+	send     facts
+	maxRetry int // the task's asynq MaxRetry
 }
 
 // Check runs Send's first three steps on items, without Redis:
@@ -202,7 +203,10 @@ func (c *Client) prepare(it Item) (prepared, error) {
 		}
 	}
 	f.key = key
-	return prepared{task: t, id: id, send: f}, nil
+	if maxRetry <= 0 {
+		maxRetry = tasks.DefaultMaxRetry // the constructors'
+	}
+	return prepared{task: t, id: id, send: f, maxRetry: maxRetry}, nil
 }
 
 // build builds t again from its payload (decoded before), with key as its
@@ -294,7 +298,9 @@ func channelName(typ string) string {
 //  5. plan: bulk sends take their place on their channel's limits
 //     (throttle.Redis.Plan, one call per channel);
 //  6. enqueue: asynq, in the channel's queue, scheduled for the planned
-//     second (a repeat of an ID in its queue is tasks.ErrDuplicate);
+//     second (a repeat of an ID in its queue is tasks.ErrDuplicate); on a
+//     channel with BatchSends, the sends of one sender planned for the same
+//     second go in one batch task (batch.go), each reported as its own;
 //  7. count: the new tasks of each tenant's campaign (Options.Count).
 //
 // Steps 4 to 6 are Enqueue's. The error is a failed claim or plan (Redis,
@@ -309,16 +315,17 @@ func (c *Client) Send(ctx context.Context, items []Item) ([]Result, error) {
 	ps := c.check(items, out)
 	var ts []*asynq.Task
 	var ids []string
-	var idx []int
+	var retries, idx []int
 	for i := range items {
 		if out[i].Err == nil {
 			ts, ids, idx = append(ts, ps[i].task), append(ids, ps[i].id), append(idx, i)
+			retries = append(retries, ps[i].maxRetry)
 		}
 	}
 	if len(ts) == 0 {
 		return out, nil
 	}
-	res, err := c.enqueue(ctx, ts, ids, nil)
+	res, err := c.enqueue(ctx, ts, ids, nil, retries)
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-dev/sluice/channels"
 	"github.com/sluice-dev/sluice/control"
 	"github.com/sluice-dev/sluice/rules"
+	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
 )
 
@@ -207,6 +208,9 @@ type taskMeta struct {
 }
 
 func asynqMeta(ctx context.Context) taskMeta {
+	if m, ok := ctx.Value(memberKey{}).(taskMeta); ok {
+		return m // a batch's send (batch.go)
+	}
 	m := taskMeta{maxRetry: -1}
 	m.id, _ = asynq.GetTaskID(ctx)
 	m.queue, _ = asynq.GetQueueName(ctx)
@@ -227,6 +231,7 @@ func asynqMeta(ctx context.Context) taskMeta {
 // attempt (alreadySent) completes without one.
 func (h *handler) serve(ctx context.Context, t *asynq.Task) error {
 	meta := h.meta(ctx)
+	meta.retried += tasks.Retried(t.Headers()) // a batch's send with its own task
 	if done, err := h.alreadySent(ctx, meta); done || err != nil {
 		return h.settle(ctx, t, meta, err)
 	}

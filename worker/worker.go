@@ -115,6 +115,10 @@ type Channel struct {
 	// worker before its instant. Zero means throttle.DefaultHold (2s:
 	// asynq schedules in whole seconds).
 	Hold time.Duration
+	// BatchSends has producers carry the channel's sends planned for the
+	// same second in batch tasks (tasks.TypeBatch; batch.go). It is the
+	// producer's setting: a Worker runs batch tasks whatever it says.
+	BatchSends bool
 	// TenantWeights are the tenants' share weights on the channel's paced
 	// limits (tenant → weight, 0 < weight <= throttle.MaxTenantWeight); a
 	// tenant not listed weighs 1. Enqueue-time planning must use the same.
@@ -310,8 +314,14 @@ type Worker struct {
 	// unrecorded keeps the sends whose delivery record Redis refused; nil
 	// without Options.Delivery.
 	unrecorded *unrecorded
-	// insp runs planned tasks early (pullNext); nil without Options.Redis.
+	// insp runs planned tasks early (pullNext) and finds the sends of a
+	// batch that have their own task; nil without Options.Redis.
 	insp *asynq.Inspector
+	// client enqueues the own tasks of a batch's sends (batch.go).
+	client *asynq.Client
+	// members holds a place for each batch's send in flight, at most
+	// Options.Concurrency (batch.go).
+	members chan struct{}
 }
 
 // pauseWatcher is implemented by limiters that announce pauses
@@ -355,12 +365,14 @@ func New(opts Options) (*Worker, error) {
 			opts.Queues[ch.queueName()] = 1
 		}
 	}
-	w := &Worker{opts: opts, mux: asynq.NewServeMux(), logger: opts.Logger, handlers: map[string]*handler{}}
+	w := &Worker{opts: opts, mux: asynq.NewServeMux(), logger: opts.Logger, handlers: map[string]*handler{},
+		members: make(chan struct{}, opts.Concurrency)}
 	if opts.Delivery != nil {
 		w.unrecorded = newUnrecorded(opts.Delivery, max(minUnrecorded, 2*opts.Concurrency), opts.Logger, opts.Metrics)
 	}
 	if opts.Redis != nil {
 		w.insp = asynq.NewInspectorFromRedisClient(opts.Redis)
+		w.client = asynq.NewClientFromRedisClient(opts.Redis)
 	}
 	opts.Metrics.watchAdaptive(opts.Limiter)
 	known := make(map[string]string, len(opts.Channels)) // task type → channel
@@ -376,7 +388,8 @@ func New(opts Options) (*Worker, error) {
 		w.handlers[ch.Name] = h
 		known[ch.TaskType] = ch.Name
 	}
-	w.mux.Use(w.exactTypes(known))
+	w.mux.Handle(tasks.TypeBatch, asynq.HandlerFunc(w.serveBatch))
+	w.mux.Use(archiveMarked, w.exactTypes(known))
 	opts.Metrics.watchMargins(w)
 	w.srv = asynq.NewServerFromRedisClient(opts.Redis, asynq.Config{
 		Concurrency:              opts.Concurrency,
@@ -570,7 +583,7 @@ func (w *Worker) exactTypes(known map[string]string) asynq.MiddlewareFunc {
 	list := strings.Join(types, ", ")
 	return func(next asynq.Handler) asynq.Handler {
 		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-			if _, ok := known[t.Type()]; !ok {
+			if _, ok := known[t.Type()]; !ok && t.Type() != tasks.TypeBatch {
 				w.opts.Metrics.outcome(unknownChannel, OutcomeUnknownType)
 				return permanent(fmt.Errorf("unknown task type %.64q: no handler (this worker handles %s)", t.Type(), list))
 			}
@@ -678,6 +691,7 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, a *attempt) error 
 			defer h.release(ctx, d.Leases)
 		}
 	}
+	reserved(ctx) // a batch's next send may start: this one goes now
 	start := time.Now()
 	a.late = h.departed(start, a.slot, p.Fields)
 	resp, err := p.Send(ctx)
@@ -690,7 +704,7 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, a *attempt) error 
 		h.pullNext(ctx, reqs, a.slot)
 		if resp.Incomplete {
 			m.outcome(name, OutcomeUnconfirmed)
-			id, _ := asynq.GetTaskID(ctx)
+			id := taskID(ctx)
 			h.w.logger.Warn("sent, unconfirmed: the provider accepted the request but its reply was cut off or had no message id; not retried, a retry would send twice",
 				"task_id", id, "channel", name, "status", resp.Status, "provider_id", resp.ProviderID)
 			return nil
@@ -896,12 +910,15 @@ func gcraLimits(reqs []throttle.Request) []throttle.Request {
 // prefetched slot), from which its departure's lateness is measured.
 func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []throttle.Request, slot *time.Time) ([]throttle.Lease, error) {
 	m, name := h.w.opts.Metrics, h.ch.Name
-	id, _ := asynq.GetTaskID(ctx)
+	id := taskID(ctx)
 	opts := throttle.ReserveOptions{TaskID: id, Priority: p.Priority, Hold: h.ch.Hold, Headroom: h.headroom(h.now()),
 		Tenant: p.Tenant, Weight: h.ch.weight(p.Tenant)}
 	for round := 1; ; round++ {
 		sent := h.now()
 		r, err := res.Reserve(ctx, opts, reqs...)
+		if err == nil && (r.Firm || r.Local) {
+			reserved(ctx)
+		}
 		if err != nil {
 			m.call(name, "reserve")
 			m.outcome(name, OutcomeLimiterError)
@@ -1012,7 +1029,7 @@ func (h *handler) release(ctx context.Context, leases []throttle.Lease) {
 }
 
 func (w *Worker) logError(ctx context.Context, t *asynq.Task, err error) {
-	id, _ := asynq.GetTaskID(ctx)
+	id := taskID(ctx)
 	var te *ThrottledError
 	var be *BudgetSpentError
 	switch {
@@ -1024,8 +1041,7 @@ func (w *Worker) logError(ctx context.Context, t *asynq.Task, err error) {
 	case errors.Is(err, asynq.SkipRetry):
 		w.logger.Warn("archived", "task_id", id, "type", t.Type(), "reason", err.Error())
 	default:
-		n, _ := asynq.GetRetryCount(ctx)
-		w.logger.Warn("send failed, will retry", "task_id", id, "type", t.Type(), "retried", n, "err", err)
+		w.logger.Warn("send failed, will retry", "task_id", id, "type", t.Type(), "retried", asynqMeta(ctx).retried, "err", err)
 	}
 }
 

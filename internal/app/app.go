@@ -22,6 +22,7 @@ import (
 
 	"github.com/sluice-dev/sluice/channels"
 	"github.com/sluice-dev/sluice/config"
+	"github.com/sluice-dev/sluice/producer"
 	"github.com/sluice-dev/sluice/redact"
 	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
@@ -291,7 +292,7 @@ func StartCleanup(cfg *config.Config, lim *throttle.Redis, logger *slog.Logger, 
 		if st.ReclaimedLeases > 0 || st.RemovedKeys > 0 {
 			logger.Info("limiter cleanup", "scanned", st.Scanned, "reclaimed_leases", st.ReclaimedLeases, "removed_keys", st.RemovedKeys)
 		}
-		released, err := lim.SweepBacklogs(ctx, backlogGrace, taskGone(cfg, lim.Client()))
+		released, err := lim.SweepBacklogs(ctx, backlogGrace, taskGone(cfg, lim))
 		if err != nil {
 			m.failures.Inc()
 			logger.Warn("backlog sweep failed", "err", err)
@@ -315,8 +316,8 @@ const backlogGrace = 2 * time.Minute
 
 // taskGone reports whether a planned task will never come back: asynq no
 // longer has it in its channel's queue, or has archived or completed it.
-func taskGone(cfg *config.Config, rdb redis.UniversalClient) func(scope, id string) (bool, error) {
-	insp := asynq.NewInspectorFromRedisClient(rdb)
+func taskGone(cfg *config.Config, lim *throttle.Redis) func(scope, id string) (bool, error) {
+	insp := asynq.NewInspectorFromRedisClient(lim.Client())
 	return func(scope, id string) (bool, error) {
 		cc := cfg.Channels[scope]
 		if cc == nil {
@@ -325,7 +326,11 @@ func taskGone(cfg *config.Config, rdb redis.UniversalClient) func(scope, id stri
 		info, err := insp.GetTaskInfo(cc.Queue, id)
 		switch {
 		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
-			return true, nil
+			// A send a batch task carries has no task of its own: its
+			// claim, kept as batched, says so.
+			typ, _ := tasks.ChannelTaskType(scope)
+			held, cerr := producer.Batched(context.Background(), lim, typ, id)
+			return !held, cerr
 		case err != nil:
 			return false, err
 		}

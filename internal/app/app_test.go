@@ -116,7 +116,7 @@ func TestSweepReleasesDeletedAndArchivedTasks(t *testing.T) {
 	require.NoError(t, insp.ArchiveTask("whatsapp", "k2"))
 	require.NoError(t, insp.DeleteTask("whatsapp", "k150"))
 
-	gone := taskGone(cfg, rdb)
+	gone := taskGone(cfg, lim)
 	n, err := lim.SweepBacklogs(ctx, backlogGrace, gone)
 	require.NoError(t, err)
 	require.Zero(t, n, "nothing is overdue yet")

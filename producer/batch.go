@@ -1,0 +1,128 @@
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/tasks"
+	"github.com/sluice-dev/sluice/throttle"
+)
+
+// Batch tasks. A channel with BatchSends (channels.<name>.batch_sends) has
+// the sends of one sender (batchKey) planned for the same second carried by
+// batch tasks (tasks.TypeBatch) of up to tasks.MaxBatchSends: one asynq
+// task, scheduled for that second, instead of one per send. The worker runs each
+// send as its own task would run (worker, batch.go).
+//
+// Only Send batches, and only sends that this call planned anew (a repeat
+// that already holds a place goes as its own task, for asynq to answer)
+// and, for a chosen ID, whose claim this call took. Such a claim is kept as
+// batched (batchedToken): asynq holds no task of the send's ID, so the
+// claim answers a repeat of the ID with tasks.ErrDuplicate, for the claim's
+// life (Options.ClaimRetention past the slot).
+
+// batchKey groups sends: their queue, due second (Unix) and first paced
+// limit's key (the channel's first GCRA rule: a WhatsApp number, an SMS
+// sender, a webhook host), so that a batch is one sender's second: the
+// worker starts a batch's sends in turn, and a sender whose slots are
+// taken further ahead holds back only its own.
+type batchKey struct {
+	queue string
+	due   int64
+	lead  string
+}
+
+// enqueueBatches enqueues as batch tasks the sends of ts that may go in one
+// (above): planned[i] a new place, claimed the claims this call took, and
+// maxRetry[i] each task's MaxRetry. It sets their out[i].Info (the send as
+// asynq would show its own task: scheduled, due at its second) or, for a
+// batch asynq refused, their out[i].Err, and returns which sends it
+// handled either way. A second with one such send leaves it to the caller.
+func (c *Client) enqueueBatches(ctx context.Context, ts []*asynq.Task, queues []string, planned []bool, keyed []int, claimed claims, maxRetry []int, out []Enqueued) []bool {
+	done := make([]bool, len(ts))
+	isKeyed := make(map[int]bool, len(keyed))
+	for _, i := range keyed {
+		isKeyed[i] = true
+	}
+	now := time.Now()
+	groups := map[batchKey][]int{}
+	var order []batchKey
+	for i, t := range ts {
+		ch := c.chans[t.Type()]
+		if out[i].Err != nil || ch == nil || !ch.batch || !planned[i] || (isKeyed[i] && claimed.held[i] == "") {
+			continue
+		}
+		due := out[i].ETA.Truncate(time.Second)
+		if !due.After(now) {
+			continue // runs now: nothing to gain from waiting for a batch
+		}
+		k := batchKey{queue: queues[i], due: due.Unix()}
+		if len(out[i].Keys) > 0 {
+			k.lead = out[i].Keys[0]
+		}
+		if groups[k] == nil {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], i)
+	}
+	for _, k := range order {
+		g := groups[k]
+		for len(g) >= 2 {
+			n := min(len(g), tasks.MaxBatchSends)
+			if len(g)-n == 1 {
+				n-- // leave two for the next batch rather than one alone
+			}
+			c.enqueueBatch(ctx, ts, k, g[:n], maxRetry, out, done)
+			g = g[n:]
+		}
+	}
+	return done
+}
+
+// enqueueBatch enqueues one batch task of ts[idx], due at k's second.
+func (c *Client) enqueueBatch(ctx context.Context, ts []*asynq.Task, k batchKey, idx []int, maxRetry []int, out []Enqueued, done []bool) {
+	sends := make([]tasks.BatchSend, len(idx))
+	for j, i := range idx {
+		sends[j] = tasks.BatchSend{ID: out[i].ID, Type: ts[i].Type(), Payload: ts[i].Payload(), MaxRetry: maxRetry[i], At: out[i].ETA.UnixMilli()}
+	}
+	payload, err := tasks.EncodeBatch(sends)
+	if err != nil {
+		return // each goes as its own task
+	}
+	due := time.Unix(k.due, 0)
+	id := "batch-" + randomID()
+	_, err = c.client.EnqueueContext(ctx, asynq.NewTask(tasks.TypeBatch, payload), asynq.TaskID(id), asynq.Queue(k.queue),
+		asynq.ProcessAt(due), asynq.MaxRetry(tasks.DefaultMaxRetry))
+	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+		// The reply may have been lost after Redis enqueued it: ask. Sent
+		// as their own tasks as well, the sends would go twice.
+		if _, ierr := asynq.NewInspectorFromRedisClient(c.limiter.Client()).GetTaskInfo(k.queue, id); ierr == nil {
+			err = nil
+		}
+	}
+	for _, i := range idx {
+		done[i] = true
+		if err != nil {
+			out[i].Err = fmt.Errorf("enqueue %s (id %q) in a batch task: %w", ts[i].Type(), out[i].ID, err)
+			continue
+		}
+		out[i].Info = &asynq.TaskInfo{ID: out[i].ID, Queue: k.queue, Type: ts[i].Type(), Payload: ts[i].Payload(),
+			State: asynq.TaskStateScheduled, MaxRetry: maxRetry[i], NextProcessAt: due}
+	}
+}
+
+// Batched reports whether a batch task carries, or carried, the send of
+// type typ with ID id (its claim under lim's prefix is kept as batched): it
+// has no asynq task of its own until its batch gives it one.
+func Batched(ctx context.Context, lim *throttle.Redis, typ, id string) (bool, error) {
+	v, err := lim.Client().Get(ctx, ClaimKey(lim.Prefix(), id)).Result()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	return err == nil && v == typ+"|"+batchedToken, err
+}

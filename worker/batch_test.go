@@ -1,0 +1,277 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-dev/sluice/channels"
+	"github.com/sluice-dev/sluice/control"
+	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/rules"
+	"github.com/sluice-dev/sluice/tasks"
+	"github.com/sluice-dev/sluice/throttle"
+)
+
+// batchWorker runs a worker with one channel, "sms" (task type test:send),
+// limited to 1 send in 2s per payload "to" and, for the sends whose step is
+// "slow", 1 an hour in all; its Send answers by the step: "bad" refused for
+// good (Twilio 21211), "flaky" a transient failure (HTTP 502), others
+// accepted. It returns the sends accepted, by ID, as they come.
+func batchWorker(t *testing.T) (*Worker, redis.UniversalClient, <-chan string) {
+	t.Helper()
+	rdb := redistest.Start(t).Client(t)
+	lim := throttle.NewRedis(rdb, throttle.Options{Prefix: "wb"})
+	sent := make(chan string, 100)
+	ch := Channel{Name: "sms", TaskType: "test:send",
+		Rules: []rules.Rule{gcraRule("recipient", "sms:to:{to}", throttle.Rate{Limit: 1, Period: 2 * time.Second}),
+			gcraRule("hourly", "sms:hourly:{hourly}", throttle.Rate{Limit: 1, Period: time.Hour})},
+		Retry: RetryBudget{Schedule: []time.Duration{time.Minute}},
+		Prepare: func(b []byte) (Prepared, error) {
+			var p testPayload
+			if err := json.Unmarshal(b, &p); err != nil || p.ID == "" {
+				return Prepared{}, errors.New("id: missing")
+			}
+			hourly := p.ID // a key of its own: never holds it back
+			if p.Step == "slow" {
+				hourly = "slow"
+			}
+			return Prepared{Fields: map[string]string{"to": p.To, "hourly": hourly}, Send: func(context.Context) (channels.Response, error) {
+				switch p.Step {
+				case "bad":
+					return channels.Response{}, &channels.Error{Class: channels.Permanent, Provider: "twilio", HTTPStatus: 400, Code: 21211, Message: "Invalid 'To' Phone Number"}
+				case "flaky":
+					return channels.Response{}, &channels.Error{Class: channels.Transient, Provider: "twilio", HTTPStatus: 502, Message: "Bad Gateway"}
+				}
+				sent <- p.ID
+				return channels.Response{ProviderID: "SM" + p.ID, Status: 201}, nil
+			}}, nil
+		}}
+	w, err := New(Options{Redis: rdb, Limiter: lim, Channels: []Channel{ch}, Concurrency: 4,
+		Logger: slog.New(slog.DiscardHandler), ShutdownTimeout: time.Second})
+	require.NoError(t, err)
+	return w, rdb, sent
+}
+
+func batchOf(t *testing.T, sends ...testPayload) []byte {
+	t.Helper()
+	bs := make([]tasks.BatchSend, len(sends))
+	for i, p := range sends {
+		b, err := json.Marshal(p)
+		require.NoError(t, err)
+		bs[i] = tasks.BatchSend{ID: "id-" + p.ID, Type: "test:send", Payload: b, MaxRetry: 5}
+	}
+	payload, err := tasks.EncodeBatch(bs)
+	require.NoError(t, err)
+	return payload
+}
+
+// Each send of a batch goes as its own task would: sent (one that Sluice's
+// limits hold back for a moment waits in its batch), or given a task of its
+// own with its ID when it must come back later (a Sluice limit's block of
+// an hour, a failure the budget retries, with its retry counted) or is
+// given up (archived at once, with the reason). The batch completes.
+func TestBatchRunsEachSendAsItsOwnTask(t *testing.T) {
+	w, rdb, sent := batchWorker(t)
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Shutdown)
+	payload := batchOf(t,
+		testPayload{ID: "a", To: "+12025550101"},
+		testPayload{ID: "b", To: "+12025550102"},
+		testPayload{ID: "c", To: "+12025550101"}, // a's recipient: one of the two waits 2s, in the batch
+		testPayload{ID: "d", To: "+12025550103", Step: "bad"},
+		testPayload{ID: "e", To: "+12025550104", Step: "flaky"},
+		testPayload{ID: "f", To: "+12025550105", Step: "slow"},
+		testPayload{ID: "g", To: "+12025550106", Step: "slow"}, // f's hourly limit: one of the two waits an hour
+	)
+	_, err := asynq.NewClientFromRedisClient(rdb).Enqueue(asynq.NewTask(tasks.TypeBatch, payload), asynq.Queue("sms"), asynq.TaskID("batch-1"))
+	require.NoError(t, err)
+
+	got := map[string]bool{}
+	for range 4 {
+		got[recv(t, sent)] = true
+	}
+	require.True(t, got["a"] && got["b"] && got["c"], "a, b and c sent by the batch: %v", got)
+	held := "g" // the one of f and g that came second waits an hour
+	if got["g"] {
+		held = "f"
+	}
+	insp := asynq.NewInspectorFromRedisClient(rdb)
+	require.Eventually(t, func() bool {
+		_, err := insp.GetTaskInfo("sms", "batch-1")
+		return errors.Is(err, asynq.ErrTaskNotFound)
+	}, 10*time.Second, 10*time.Millisecond, "the batch completes")
+	for _, id := range []string{"a", "b", "c", "f", "g"} {
+		if id == held {
+			continue
+		}
+		_, err := insp.GetTaskInfo("sms", "id-"+id)
+		require.ErrorIs(t, err, asynq.ErrTaskNotFound, "%s went from the batch: no task of its own", id)
+	}
+	hl, err := insp.GetTaskInfo("sms", "id-"+held)
+	require.NoError(t, err)
+	require.Equal(t, asynq.TaskStateScheduled, hl.State, "%s waits for the hourly limit", held)
+	require.Greater(t, time.Until(hl.NextProcessAt), 50*time.Minute, "%s is due when its limit frees, about an hour on", held)
+	require.Empty(t, hl.Headers[tasks.HeaderRetried], "a Sluice limit's block spends no retry")
+	require.Equal(t, 5, hl.MaxRetry)
+	var d *asynq.TaskInfo
+	require.Eventually(t, func() bool {
+		d, _ = insp.GetTaskInfo("sms", "id-d")
+		return d != nil && d.State == asynq.TaskStateArchived
+	}, 10*time.Second, 10*time.Millisecond, "d's own task is archived at once")
+	require.Contains(t, d.LastErr, "Invalid 'To' Phone Number", "d is archived with its batch's reason")
+	e, err := insp.GetTaskInfo("sms", "id-e")
+	require.NoError(t, err)
+	require.Equal(t, asynq.TaskStateScheduled, e.State, "e waits for its retry")
+	require.Equal(t, "1", e.Headers[tasks.HeaderRetried], "e's failure is counted")
+	wait := time.Until(e.NextProcessAt)
+	require.True(t, wait > 55*time.Second && wait <= 67*time.Second, "e comes back after its budget's first wait (1m and up to 10%% jitter): in %v", wait)
+}
+
+// A send's own task counts the attempts it made in its batch: with one
+// failure there and a budget of one retry, its next failure is its last.
+func TestOwnTaskCountsTheBatchsAttempts(t *testing.T) {
+	w, rdb, _ := batchWorker(t)
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Shutdown)
+	b, err := json.Marshal(testPayload{ID: "e", To: "+12025550104", Step: "flaky"})
+	require.NoError(t, err)
+	_, err = asynq.NewClientFromRedisClient(rdb).Enqueue(asynq.NewTaskWithHeaders("test:send", b, map[string]string{tasks.HeaderRetried: "1"}),
+		asynq.Queue("sms"), asynq.TaskID("id-e"), asynq.MaxRetry(5))
+	require.NoError(t, err)
+	insp := asynq.NewInspectorFromRedisClient(rdb)
+	var e *asynq.TaskInfo
+	require.Eventually(t, func() bool {
+		e, _ = insp.GetTaskInfo("sms", "id-e")
+		return e != nil && e.State == asynq.TaskStateArchived
+	}, 10*time.Second, 10*time.Millisecond, "e: %+v", e)
+	require.Contains(t, e.LastErr, "2 attempts", "the attempt in the batch counts")
+}
+
+// A batch that runs again (its worker died after giving some sends their
+// own task) skips those: a send runs in one place at a time.
+func TestBatchThatRunsAgainSkipsSendsWithTheirOwnTask(t *testing.T) {
+	w, rdb, sent := batchWorker(t)
+	own, err := json.Marshal(testPayload{ID: "x", To: "+12025550105"})
+	require.NoError(t, err)
+	_, err = asynq.NewClientFromRedisClient(rdb).Enqueue(asynq.NewTask("test:send", own), asynq.Queue("sms"), asynq.TaskID("id-x"),
+		asynq.ProcessIn(time.Hour))
+	require.NoError(t, err)
+	payload := batchOf(t, testPayload{ID: "x", To: "+12025550105"}, testPayload{ID: "y", To: "+12025550106"})
+	// The batch's second run, as asynq would start it (retried 1).
+	ctx := withMember(context.Background(), taskMeta{id: "batch-2", queue: "sms", retried: 1, maxRetry: 25})
+	require.NoError(t, w.serveBatch(ctx, asynq.NewTask(tasks.TypeBatch, payload)))
+	require.Equal(t, "y", recv(t, sent))
+	select {
+	case id := <-sent:
+		t.Fatalf("%s sent: x runs from its own task only", id)
+	default:
+	}
+}
+
+// A batch asynq put back without counting a retry (a shutdown, a lost
+// lease) finds its run mark and skips the same sends.
+func TestBatchPutBackSkipsSendsWithTheirOwnTask(t *testing.T) {
+	w, rdb, sent := batchWorker(t)
+	own, err := json.Marshal(testPayload{ID: "x", To: "+12025550105"})
+	require.NoError(t, err)
+	_, err = asynq.NewClientFromRedisClient(rdb).Enqueue(asynq.NewTask("test:send", own), asynq.Queue("sms"), asynq.TaskID("id-x"),
+		asynq.ProcessIn(time.Hour))
+	require.NoError(t, err)
+	require.NoError(t, rdb.Set(context.Background(), control.BatchRunKey("wb", "sms", "batch-3"), 1, time.Hour).Err(), "its first run's mark")
+	payload := batchOf(t, testPayload{ID: "x", To: "+12025550105"}, testPayload{ID: "y", To: "+12025550106"})
+	ctx := withMember(context.Background(), taskMeta{id: "batch-3", queue: "sms", maxRetry: 25})
+	require.NoError(t, w.serveBatch(ctx, asynq.NewTask(tasks.TypeBatch, payload)))
+	require.Equal(t, "y", recv(t, sent))
+	select {
+	case id := <-sent:
+		t.Fatalf("%s sent: x runs from its own task only", id)
+	default:
+	}
+	n, err := rdb.Exists(context.Background(), control.BatchRunKey("wb", "sms", "batch-3")).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "a completed batch's mark is deleted")
+}
+
+// A batch's sends run at once, not one after the other: each is held until
+// its own slot, so a batch of a second's sends takes about that second.
+func TestBatchSendsRunTogether(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	lim := throttle.NewRedis(rdb, throttle.Options{Prefix: "wt"})
+	var mu sync.Mutex
+	inFlight, most := 0, 0
+	release := make(chan struct{})
+	ch := Channel{Name: "sms", TaskType: "test:send",
+		Prepare: func(b []byte) (Prepared, error) {
+			return Prepared{Send: func(context.Context) (channels.Response, error) {
+				mu.Lock()
+				inFlight++
+				most = max(most, inFlight)
+				if inFlight == 3 {
+					close(release)
+				}
+				mu.Unlock()
+				<-release
+				return channels.Response{ProviderID: "SM", Status: 201}, nil
+			}}, nil
+		}}
+	w, err := New(Options{Redis: rdb, Limiter: lim, Channels: []Channel{ch}, Concurrency: 3,
+		Logger: slog.New(slog.DiscardHandler), ShutdownTimeout: time.Second})
+	require.NoError(t, err)
+	payload := batchOf(t, testPayload{ID: "1"}, testPayload{ID: "2"}, testPayload{ID: "3"})
+	require.NoError(t, w.serveBatch(context.Background(), asynq.NewTask(tasks.TypeBatch, payload)))
+	require.Equal(t, 3, most, "the three sends were in flight together")
+}
+
+// A worker runs no more batch sends at once than its concurrency: the
+// others wait for a place.
+func TestBatchSendsTakeTheWorkersConcurrency(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	lim := throttle.NewRedis(rdb, throttle.Options{Prefix: "wc"})
+	var mu sync.Mutex
+	inFlight, most, done := 0, 0, 0
+	ch := Channel{Name: "sms", TaskType: "test:send",
+		Prepare: func(b []byte) (Prepared, error) {
+			return Prepared{Send: func(context.Context) (channels.Response, error) {
+				mu.Lock()
+				inFlight++
+				most = max(most, inFlight)
+				mu.Unlock()
+				runtime.Gosched()
+				mu.Lock()
+				inFlight--
+				done++
+				mu.Unlock()
+				return channels.Response{ProviderID: "SM", Status: 201}, nil
+			}}, nil
+		}}
+	w, err := New(Options{Redis: rdb, Limiter: lim, Channels: []Channel{ch}, Concurrency: 2,
+		Logger: slog.New(slog.DiscardHandler), ShutdownTimeout: time.Second})
+	require.NoError(t, err)
+	var sends []testPayload
+	for i := range 20 {
+		sends = append(sends, testPayload{ID: fmt.Sprint(i)})
+	}
+	require.NoError(t, w.serveBatch(context.Background(), asynq.NewTask(tasks.TypeBatch, batchOf(t, sends...))))
+	require.Equal(t, 20, done)
+	require.LessOrEqual(t, most, 2, "at most Concurrency sends at once")
+}
+
+// A batch whose payload does not decode is archived with the reason.
+func TestMalformedBatchIsArchived(t *testing.T) {
+	w, _, _ := batchWorker(t)
+	err := w.serveBatch(context.Background(), asynq.NewTask(tasks.TypeBatch, []byte(`{"v":1,"sends":[{"id":"","type":"test:send","payload":{}}]}`)))
+	require.ErrorIs(t, err, asynq.SkipRetry)
+	require.True(t, strings.Contains(err.Error(), "sends[0]: id: required"), err.Error())
+}
