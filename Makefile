@@ -95,7 +95,9 @@ e2e-stress: redis-server
 # plain asynq). SLUICE_BENCH_NUMBERS, SLUICE_BENCH_SENDS and
 # SLUICE_BENCH_WORKERS set the size; SLUICE_BENCH_SLOWLOG=1 adds Redis' work
 # per send script by script (which costs Redis CPU itself), see
-# internal/e2e/scale_test.go. Run it on an idle host.
+# internal/e2e/scale_test.go. Sluice runs with channels.whatsapp.batch_sends
+# (batch tasks); SLUICE_BENCH_BATCH=0 runs it without, to compare. Run it
+# on an idle host.
 bench-scale: redis-server
 	SLUICE_BENCH_SCALE=1 $(GO) test -count=1 -v -timeout 20m -run '^TestBenchScale$$' ./internal/e2e/
 

@@ -267,11 +267,20 @@ func TestPacedDeliveryUnderStrictProviders(t *testing.T) {
 }
 
 func headroom(sc pacingScale) string {
-	if sc.headroom == "" {
-		return ""
+	out := ""
+	if os.Getenv(batchSendsEnv) == "1" {
+		out = "    batch_sends: true\n"
 	}
-	return "    headroom: " + sc.headroom + "\n"
+	if sc.headroom == "" {
+		return out
+	}
+	return out + "    headroom: " + sc.headroom + "\n"
 }
+
+// batchSendsEnv "1" runs TestPacedDeliveryUnderStrictProviders with
+// channels.<name>.batch_sends on WhatsApp and SMS: the producer carries
+// each sender's second in a batch task (docs/pacing.md, Batch tasks).
+const batchSendsEnv = "SLUICE_E2E_BATCH_SENDS"
 
 // cluster is three `sluice serve` processes on one redis-server, against
 // strict emulators, registered with asynq.
