@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -114,6 +115,24 @@ func (c *Client) enqueueBatch(ctx context.Context, ts []*asynq.Task, k batchKey,
 		out[i].Info = &asynq.TaskInfo{ID: out[i].ID, Queue: k.queue, Type: ts[i].Type(), Payload: ts[i].Payload(),
 			State: asynq.TaskStateScheduled, MaxRetry: maxRetry[i], NextProcessAt: due}
 	}
+}
+
+// BatchedType returns the task type of the send with ID id that a batch
+// task carries or carried (its claim is kept as batched), and false when
+// the ID's claim is not a batched one. The error is Redis's.
+func (c *Client) BatchedType(ctx context.Context, id string) (string, bool, error) {
+	if c.limiter == nil {
+		return "", false, nil
+	}
+	v, err := c.limiter.Client().Get(ctx, ClaimKey(c.limiter.Prefix(), id)).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	typ, token, _ := strings.Cut(v, "|")
+	return typ, token == batchedToken, nil
 }
 
 // Batched reports whether a batch task carries, or carried, the send of

@@ -633,6 +633,49 @@ func TestGetTask(t *testing.T) {
 	r.problem(t)
 }
 
+// A send a batch task carries (channels.<name>.batch_sends) has no asynq
+// task of its own: GET /v1/tasks/{id} answers from its claim, scheduled,
+// then completed once its delivery record says the provider took it.
+func TestGetBatchedTask(t *testing.T) {
+	t.Parallel()
+	deliveries := func(_ context.Context, id string) (*api.Delivery, error) {
+		if id == "sent-1" {
+			return &api.Delivery{Status: "sent", ProviderID: "wamid.1"}, nil
+		}
+		return nil, nil
+	}
+	e := newEnv(t, envOptions{keys: keysEnv, deliveries: deliveries, config: func(c *config.Config) {
+		c.Channels["whatsapp"].BatchSends = true
+	}})
+	// The number's current second (80/s) goes now, as tasks of their own:
+	// 90 sends first fill it, and the four after them are planned for the
+	// next second, in a batch with the last of the 90.
+	var items []any
+	for i := range 90 {
+		items = append(items, with(whatsApp(), "idempotency_key", fmt.Sprint("fill-", i), "to", fmt.Sprintf("+1202556%04d", i)))
+	}
+	for i, key := range []string{"sent-1", "waiting-1", "waiting-2", "waiting-3"} {
+		items = append(items, with(whatsApp(), "idempotency_key", key, "to", fmt.Sprintf("+1202557%04d", i)))
+	}
+	r := e.do("POST", "/v1/messages/batch", map[string]any{"items": items}, bearer(adminKey), specValid)
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	for _, id := range []string{"waiting-1", "sent-1"} {
+		r = e.do("GET", "/v1/tasks/"+id, nil, bearer(adminKey), specValid)
+		require.Equal(t, http.StatusOK, r.Status, "%s: %s", id, r.Body)
+		var st api.TaskStatus
+		r.json(t, &st)
+		require.Equal(t, id, st.ID)
+		require.Equal(t, "whatsapp:send", st.Type)
+		require.Equal(t, "whatsapp", st.Queue)
+		if id == "sent-1" {
+			require.Equal(t, "completed", st.State)
+			require.Equal(t, "wamid.1", st.Delivery.ProviderID)
+		} else {
+			require.Equal(t, "scheduled", st.State)
+		}
+	}
+}
+
 func TestMetrics(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{keys: keysEnv})

@@ -72,6 +72,9 @@ func (h *handler) getTask(w http.ResponseWriter, r *http.Request) {
 	if full != id && h.serveTask(w, r, p, id) {
 		return
 	}
+	if h.serveBatched(w, r, p, full) {
+		return
+	}
 	writeProblem(w, &Problem{Type: typeNotFound, Title: "Not Found", Status: http.StatusNotFound, Detail: "no task with this id"})
 }
 
@@ -120,6 +123,41 @@ func (h *handler) serveTask(w http.ResponseWriter, r *http.Request, p Principal,
 		return true
 	}
 	return false
+}
+
+// serveBatched answers for a send that a batch task carries or carried
+// (channels.<name>.batch_sends) and that has no asynq task of its own: its
+// claim names its type. It is "scheduled" until its delivery record says
+// the provider accepted it ("completed"). The ID has the tenant's namespace
+// (serveTask's first try), so a tenant sees only its own. False when id is
+// no such send, or a 503 was written.
+func (h *handler) serveBatched(w http.ResponseWriter, r *http.Request, p Principal, id string) bool {
+	typ, ok, err := h.prod.BatchedType(r.Context(), id)
+	if err != nil {
+		h.backendFailed(r, err)
+		writeProblem(w, unavailable("the task could not be read; retry"))
+		return true
+	}
+	if !ok {
+		return false
+	}
+	cc := h.cfg.Channels[tasks.DefaultQueue(typ)] // the channel's name, as its type's default queue
+	if cc == nil || !cc.Enabled {
+		return false
+	}
+	st := TaskStatus{ID: id, Type: typ, Queue: cc.Queue, State: stateName(asynq.TaskStateScheduled), Tenant: p.Tenant}
+	if h.deliveries != nil {
+		d, err := h.deliveries(r.Context(), id)
+		if err != nil {
+			h.logger.Warn("api: delivery lookup failed", "task_id", id, "err", err)
+		}
+		st.Delivery = d
+		if d != nil && d.Status != "archived" {
+			st.State = stateName(asynq.TaskStateCompleted) // sent: the provider has it
+		}
+	}
+	writeJSON(w, http.StatusOK, st)
+	return true
 }
 
 func validTaskID(id string) bool {
