@@ -267,17 +267,14 @@ func TestPacedDeliveryUnderStrictProviders(t *testing.T) {
 }
 
 func headroom(sc pacingScale) string {
-	out := ""
-	if os.Getenv(batchSendsEnv) == "1" {
-		out = "    batch_sends: true\n"
-	}
 	if sc.headroom == "" {
-		return out
+		return ""
 	}
-	return out + "    headroom: " + sc.headroom + "\n"
+	return "    headroom: " + sc.headroom + "\n"
 }
 
-// batchSendsEnv "1" runs TestPacedDeliveryUnderStrictProviders with
+// batchSendsEnv "1" runs the tests that start a cluster (startCluster:
+// the pacing, stress, tenant, feedback and adaptive runs) with
 // channels.<name>.batch_sends on WhatsApp and SMS: the producer carries
 // each sender's second in a batch task (docs/pacing.md, Batch tasks).
 const batchSendsEnv = "SLUICE_E2E_BATCH_SENDS"
@@ -308,8 +305,14 @@ func startCluster(t *testing.T, channels func(*emulator.Server) string) *cluster
 	c := &cluster{bin: sluiceBinary(t), rdb: rs.Client(t), emu: emu, env: workerEnv(rs), dir: t.TempDir()}
 	addrs := freeAddrs(t, 3)
 	for i, addr := range addrs {
+		chans := channels(emu)
+		if os.Getenv(batchSendsEnv) == "1" {
+			for _, name := range []string{"whatsapp", "sms"} {
+				chans = strings.Replace(chans, "  "+name+":\n", "  "+name+":\n    batch_sends: true\n", 1)
+			}
+		}
 		cfg := fmt.Sprintf("http:\n  listen: %q\nworker:\n  shutdown_timeout: 5s\nchannels:\n%s  webhook:\n    enabled: false\n  http:\n    enabled: false\n",
-			addr, channels(emu))
+			addr, chans)
 		c.cfgPath = filepath.Join(c.dir, fmt.Sprintf("sluice-%d.yaml", i))
 		require.NoError(t, os.WriteFile(c.cfgPath, []byte(cfg), 0o600))
 		c.workers = append(c.workers, startWorker(t, c.bin, fmt.Sprintf("worker %d", i), c.cfgPath, addr, c.env))
