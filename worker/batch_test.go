@@ -160,48 +160,42 @@ func TestOwnTaskCountsTheBatchsAttempts(t *testing.T) {
 }
 
 // A batch that runs again (its worker died after giving some sends their
-// own task) skips those: a send runs in one place at a time.
+// own task, or asynq put it back without counting a retry: a shutdown, a
+// lost lease) skips those: a send runs in one place at a time. asynq's
+// retry count tells the first; the batch's run mark the second, and a
+// batch that completes deletes its mark.
 func TestBatchThatRunsAgainSkipsSendsWithTheirOwnTask(t *testing.T) {
-	w, rdb, sent := batchWorker(t)
-	own, err := json.Marshal(testPayload{ID: "x", To: "+12025550105"})
-	require.NoError(t, err)
-	_, err = asynq.NewClientFromRedisClient(rdb).Enqueue(asynq.NewTask("test:send", own), asynq.Queue("sms"), asynq.TaskID("id-x"),
-		asynq.ProcessIn(time.Hour))
-	require.NoError(t, err)
-	payload := batchOf(t, testPayload{ID: "x", To: "+12025550105"}, testPayload{ID: "y", To: "+12025550106"})
-	// The batch's second run, as asynq would start it (retried 1).
-	ctx := withMember(context.Background(), taskMeta{id: "batch-2", queue: "sms", retried: 1, maxRetry: 25})
-	require.NoError(t, w.serveBatch(ctx, asynq.NewTask(tasks.TypeBatch, payload)))
-	require.Equal(t, "y", recv(t, sent))
-	select {
-	case id := <-sent:
-		t.Fatalf("%s sent: x runs from its own task only", id)
-	default:
+	for _, tc := range []struct {
+		name    string
+		retried int  // asynq's count
+		mark    bool // the first run's mark is set
+	}{{"retried", 1, false}, {"put back", 0, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, rdb, sent := batchWorker(t)
+			ctx := context.Background()
+			own, err := json.Marshal(testPayload{ID: "x", To: "+12025550105"})
+			require.NoError(t, err)
+			_, err = asynq.NewClientFromRedisClient(rdb).Enqueue(asynq.NewTask("test:send", own), asynq.Queue("sms"), asynq.TaskID("id-x"),
+				asynq.ProcessIn(time.Hour))
+			require.NoError(t, err)
+			mark := control.BatchRunKey("wb", "sms", "batch-2")
+			if tc.mark {
+				require.NoError(t, rdb.Set(ctx, mark, 1, time.Hour).Err())
+			}
+			payload := batchOf(t, testPayload{ID: "x", To: "+12025550105"}, testPayload{ID: "y", To: "+12025550106"})
+			bctx := withMember(ctx, taskMeta{id: "batch-2", queue: "sms", retried: tc.retried, maxRetry: 25}) // as asynq starts it
+			require.NoError(t, w.serveBatch(bctx, asynq.NewTask(tasks.TypeBatch, payload)))
+			require.Equal(t, "y", recv(t, sent))
+			select {
+			case id := <-sent:
+				t.Fatalf("%s sent: x runs from its own task only", id)
+			default:
+			}
+			n, err := rdb.Exists(ctx, mark).Result()
+			require.NoError(t, err)
+			require.Zero(t, n, "a completed batch's mark is deleted")
+		})
 	}
-}
-
-// A batch asynq put back without counting a retry (a shutdown, a lost
-// lease) finds its run mark and skips the same sends.
-func TestBatchPutBackSkipsSendsWithTheirOwnTask(t *testing.T) {
-	w, rdb, sent := batchWorker(t)
-	own, err := json.Marshal(testPayload{ID: "x", To: "+12025550105"})
-	require.NoError(t, err)
-	_, err = asynq.NewClientFromRedisClient(rdb).Enqueue(asynq.NewTask("test:send", own), asynq.Queue("sms"), asynq.TaskID("id-x"),
-		asynq.ProcessIn(time.Hour))
-	require.NoError(t, err)
-	require.NoError(t, rdb.Set(context.Background(), control.BatchRunKey("wb", "sms", "batch-3"), 1, time.Hour).Err(), "its first run's mark")
-	payload := batchOf(t, testPayload{ID: "x", To: "+12025550105"}, testPayload{ID: "y", To: "+12025550106"})
-	ctx := withMember(context.Background(), taskMeta{id: "batch-3", queue: "sms", maxRetry: 25})
-	require.NoError(t, w.serveBatch(ctx, asynq.NewTask(tasks.TypeBatch, payload)))
-	require.Equal(t, "y", recv(t, sent))
-	select {
-	case id := <-sent:
-		t.Fatalf("%s sent: x runs from its own task only", id)
-	default:
-	}
-	n, err := rdb.Exists(context.Background(), control.BatchRunKey("wb", "sms", "batch-3")).Result()
-	require.NoError(t, err)
-	require.Zero(t, n, "a completed batch's mark is deleted")
 }
 
 // A batch's sends run at once, not one after the other: each is held until
