@@ -40,10 +40,10 @@ func FirstFailureKey(prefix, queue, taskID string) string {
 
 // BatchRunKey marks that a batch task (tasks.TypeBatch) has started once:
 // "<prefix>:_batch_run:<queue>:<batch task id>", a string, set NX by the
-// worker at the batch's start. A batch that finds it set runs again (its
-// worker died, or asynq put it back at a shutdown), even with asynq's retry
-// count at 0, and checks each send for a send already made or a task of its
-// own; a completed batch deletes it. No hash tag: it is read and written
+// worker at the batch's start. A batch that finds it set runs again (asynq
+// put it back at a shutdown, with its retry count at 0), and checks each
+// send for a send already made or a task of its own; a completed batch
+// deletes it. No hash tag: it is read and written
 // alone.
 func BatchRunKey(prefix, queue, batchID string) string {
 	return prefix + ":_batch_run:" + queue + ":" + batchID

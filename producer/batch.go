@@ -22,10 +22,11 @@ import (
 //
 // Only Send batches, and only sends that this call planned anew (a repeat
 // that already holds a place goes as its own task, for asynq to answer)
-// and, for a chosen ID, whose claim this call took. Such a claim is kept as
-// batched (batchedToken): asynq holds no task of the send's ID, so the
-// claim answers a repeat of the ID with tasks.ErrDuplicate, for the claim's
-// life (Options.ClaimRetention past the slot).
+// with an idempotency key whose claim this call took. The claim is kept as
+// batched (batchedToken) before the batch is enqueued: asynq holds no task
+// of the send's ID, so the claim answers a repeat of the key with
+// tasks.ErrDuplicate, for its life (Options.ClaimRetention past the slot),
+// and tells the cleanup the send's place is still wanted.
 
 // batchKey groups sends: their queue, due second (Unix) and first paced
 // limit's key (the channel's first GCRA rule: a WhatsApp number, an SMS
@@ -55,7 +56,10 @@ func (c *Client) enqueueBatches(ctx context.Context, ts []*asynq.Task, queues []
 	var order []batchKey
 	for i, t := range ts {
 		ch := c.chans[t.Type()]
-		if out[i].Err != nil || ch == nil || !ch.batch || !planned[i] || (isKeyed[i] && claimed.held[i] == "") {
+		// Only sends with an idempotency key whose claim this call took: the
+		// claim, kept as batched, is the one record that the send exists
+		// (for a repeat, and for the cleanup's sweep of places).
+		if out[i].Err != nil || ch == nil || !ch.batch || !planned[i] || !isKeyed[i] || claimed.held[i] == "" {
 			continue
 		}
 		due := out[i].ETA.Truncate(time.Second)
@@ -95,6 +99,13 @@ func (c *Client) enqueueBatch(ctx context.Context, ts []*asynq.Task, k batchKey,
 	if err != nil {
 		return // each goes as its own task
 	}
+	// The claims say batched before the batch exists: a repeat of a key
+	// from a caller racing this one is then a duplicate, not a task of its
+	// own beside the batch (asynq cannot tell: the batch's ID is not the
+	// send's).
+	if err := c.markBatched(ctx, ts, idx, out); err != nil {
+		return // each goes as its own task; the marks left are reset below
+	}
 	due := time.Unix(k.due, 0)
 	id := "batch-" + randomID()
 	_, err = c.client.EnqueueContext(ctx, asynq.NewTask(tasks.TypeBatch, payload), asynq.TaskID(id), asynq.Queue(k.queue),
@@ -102,8 +113,16 @@ func (c *Client) enqueueBatch(ctx context.Context, ts []*asynq.Task, k batchKey,
 	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
 		// The reply may have been lost after Redis enqueued it: ask. Sent
 		// as their own tasks as well, the sends would go twice.
-		if _, ierr := asynq.NewInspectorFromRedisClient(c.limiter.Client()).GetTaskInfo(k.queue, id); ierr == nil {
+		_, ierr := asynq.NewInspectorFromRedisClient(c.limiter.Client()).GetTaskInfo(k.queue, id)
+		switch {
+		case ierr == nil:
 			err = nil
+		case errors.Is(ierr, asynq.ErrTaskNotFound), errors.Is(ierr, asynq.ErrQueueNotFound):
+			c.unmarkBatched(ctx, ts, idx, out) // not enqueued: the keys are free again
+		default:
+			// Unknown: the claims stay batched and the places kept, so a
+			// retry of these keys is a duplicate rather than a second send.
+			err = fmt.Errorf("%w: %w (and asking asynq failed: %w)", ErrBatchOutcomeUnknown, err, ierr)
 		}
 	}
 	for _, i := range idx {
@@ -115,6 +134,36 @@ func (c *Client) enqueueBatch(ctx context.Context, ts []*asynq.Task, k batchKey,
 		out[i].Info = &asynq.TaskInfo{ID: out[i].ID, Queue: k.queue, Type: ts[i].Type(), Payload: ts[i].Payload(),
 			State: asynq.TaskStateScheduled, MaxRetry: maxRetry[i], NextProcessAt: due}
 	}
+}
+
+// ErrBatchOutcomeUnknown is wrapped by a send's error when the enqueue of
+// the batch task carrying it failed and asynq could not be asked whether it
+// landed: the send may be enqueued. Its claim stays batched, so a repeat of
+// its key is tasks.ErrDuplicate; check the task (GET /v1/tasks/{id}) before
+// sending it under a new key.
+var ErrBatchOutcomeUnknown = errors.New("batch task enqueue outcome unknown")
+
+// markBatched keeps the claims of ts[idx] as batched (batchedToken) until
+// ClaimRetention past their slot, in one pipeline; the error is Redis's.
+func (c *Client) markBatched(ctx context.Context, ts []*asynq.Task, idx []int, out []Enqueued) error {
+	now := time.Now()
+	_, err := evalPipelined(ctx, c.limiter.Client(), keepScript, len(idx), func(k int) ([]string, []any) {
+		i := idx[k]
+		return []string{ClaimKey(c.limiter.Prefix(), out[i].ID)}, []any{ts[i].Type(), out[i].ETA.Add(c.retention).Sub(now).Milliseconds(), batchedToken}
+	})
+	if err != nil {
+		c.unmarkBatched(ctx, ts, idx, out)
+	}
+	return err
+}
+
+// unmarkBatched gives back the batched claims of ts[idx], whose batch was
+// not enqueued.
+func (c *Client) unmarkBatched(ctx context.Context, ts []*asynq.Task, idx []int, out []Enqueued) {
+	_, _ = evalPipelined(context.WithoutCancel(ctx), c.limiter.Client(), unclaimScript, len(idx), func(k int) ([]string, []any) {
+		i := idx[k]
+		return []string{ClaimKey(c.limiter.Prefix(), out[i].ID)}, []any{ts[i].Type() + "|" + batchedToken}
+	})
 }
 
 // BatchedType returns the task type of the send with ID id that a batch

@@ -101,6 +101,15 @@ func TestSendCarriesASecondsSendsInABatchTask(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorIs(t, again[0].Err, tasks.ErrDuplicate)
 
+	// A repeat racing the first call (its claim still in flight, taken
+	// over) finds the ID's place: a duplicate, not a task beside the batch.
+	require.NoError(t, rdb.Set(ctx, producer.ClaimKey(lim.Prefix(), repeat), tasks.TypeSMSSend+"|in-flight", time.Minute).Err())
+	again, err = prod.Send(ctx, []producer.Item{items[n]})
+	require.NoError(t, err)
+	require.ErrorIs(t, again[0].Err, tasks.ErrDuplicate)
+	_, err = insp.GetTaskInfo("sms", repeat)
+	require.ErrorIs(t, err, asynq.ErrTaskNotFound, "no task of its own beside the batch")
+
 	// Without the setting, each send is its own task.
 	rdb2 := redistest.Start(t).Client(t)
 	lim2 := throttle.NewRedis(rdb2, throttle.Options{OverrideRefresh: -1})

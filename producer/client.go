@@ -303,7 +303,7 @@ func (c *Client) enqueue(ctx context.Context, ts []*asynq.Task, ids []string, op
 				held[i] = true
 			case b:
 				batched[i] = false
-				if planned[i] {
+				if planned[i] && !errors.Is(out[i].Err, ErrBatchOutcomeUnknown) {
 					c.release(ctx, ts[i], out[i].ID)
 				}
 			}
@@ -311,6 +311,12 @@ func (c *Client) enqueue(ctx context.Context, ts []*asynq.Task, ids []string, op
 	}
 	for i, t := range ts {
 		if out[i].Err != nil || held[i] {
+			continue
+		}
+		if ch := c.chans[t.Type()]; batched != nil && ch != nil && ch.batch && len(out[i].Keys) > 0 && !planned[i] {
+			// Its ID holds a place already: a task has it, or a batch task
+			// (whose ID is not the send's, so asynq would take this one).
+			out[i].Err = fmt.Errorf("enqueue %s (id %q): %w: its ID holds a planned place already", t.Type(), out[i].ID, tasks.ErrDuplicate)
 			continue
 		}
 		o := append(tasks.FloorMaxRetry(opts), asynq.TaskID(out[i].ID))

@@ -7,7 +7,7 @@ import (
 )
 
 // TypeBatch is the type of a batch task: one asynq task carrying the sends
-// of one queue planned for the same second (producer.Client, with
+// of one sender planned for the same second (producer.Client, with
 // channels.<name>.batch_sends). asynq's enqueue, forward, dequeue and
 // completion are then paid once per batch instead of once per send; each
 // send keeps its own ID, idempotency claim, slot, delivery record and

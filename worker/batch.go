@@ -42,11 +42,12 @@ import (
 // pushed each number's firm slots past the hold, so that the sends beyond
 // it were planned again.
 //
-// A batch that runs again (its worker died, asynq put it back at a
-// shutdown, or Redis refused a send's own task: control.BatchRunKey tells)
-// skips the sends that went (the delivery record, as for any task that runs
-// again) and those that have their own task already, so a send runs in one
-// place at a time and goes once.
+// A batch that runs again (asynq retries it: its lease was lost, its
+// worker died, Redis refused a send's own task; or asynq put it back at a
+// shutdown without counting a retry, which its run mark,
+// control.BatchRunKey, tells) skips the sends that went (the delivery
+// record, as for any task that runs again) and those that have their own
+// task already, so a send runs in one place at a time and goes once.
 
 // memberKey is the context key of a batch's send's taskMeta.
 type memberKey struct{}
@@ -79,13 +80,14 @@ func taskID(ctx context.Context) string {
 
 // batchRunTTL is how long a batch's run mark (control.BatchRunKey) lasts
 // when the batch does not complete: asynq puts a batch back without
-// counting a retry within its lease (about 30s) or a shutdown; a retry it
-// counts says so itself. A completed batch's mark is deleted.
+// counting a retry only at a shutdown, and the batch runs again within
+// moments; a retry it counts says so itself. A completed batch's mark is
+// deleted.
 const batchRunTTL = time.Hour
 
 // batchRan marks the batch of meta bm as started and reports whether it
 // had started before: asynq counts a retry, or the mark was set (asynq put
-// it back without one, at a shutdown or a lost lease).
+// it back without one, at a shutdown).
 func (w *Worker) batchRan(ctx context.Context, bm taskMeta) (bool, error) {
 	if bm.retried > 0 {
 		return true, nil
@@ -114,7 +116,7 @@ func (w *Worker) serveBatch(ctx context.Context, t *asynq.Task) error {
 	if rerun {
 		// Its sends look for a send already made (alreadySent), as a task
 		// that runs again does, and for a task of their own.
-		bm.retried = max(bm.retried, 1)
+		bm.rerun = true
 		for i, s := range b.Sends {
 			own, err := w.ownTask(bm.queue, s.ID)
 			if err != nil {
@@ -123,23 +125,42 @@ func (w *Worker) serveBatch(ctx context.Context, t *asynq.Task) error {
 			skip[i] = own
 		}
 	}
-	var wg sync.WaitGroup
-	errs := make([]error, len(b.Sends))
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		failed []error
+	)
+	// settle gives send s, whose attempt ended in err, its own task where
+	// it must come back, at once: a wait measured from the batch's end
+	// would bring it back late.
+	settle := func(s tasks.BatchSend, m taskMeta, err error) {
+		if err == nil || errors.Is(err, asynq.RevokeTask) {
+			return
+		}
+		st := asynq.NewTask(s.Type, s.Payload)
+		w.logError(withMember(ctx, m), st, err)
+		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchEnqueueTimeout)
+		defer cancel()
+		if err := w.enqueueOwn(ectx, m, st, err); err != nil {
+			mu.Lock()
+			failed = append(failed, fmt.Errorf("send %s: %w", s.ID, err))
+			mu.Unlock()
+		}
+	}
 	for i, s := range b.Sends {
 		if skip[i] {
 			continue
 		}
+		m := taskMeta{id: s.ID, queue: bm.queue, retried: bm.retried, maxRetry: s.MaxRetry, rerun: bm.rerun}
 		h := w.handlerOfType(s.Type)
 		if h == nil {
 			// Its own task: the mux archives it with the reason.
-			errs[i] = permanent(fmt.Errorf("unknown task type %.64q in a batch: no handler", s.Type))
+			settle(s, m, permanent(fmt.Errorf("unknown task type %.64q in a batch: no handler", s.Type)))
 			continue
 		}
 		if s.At > 0 && !sleep(ctx, time.Until(time.UnixMilli(s.At).Add(-batchLead))) || ctx.Err() != nil {
-			errs[i] = ctx.Err() // shutting down: its own task, due now
-			continue
+			break // shutting down: the batch comes back (below)
 		}
-		m := taskMeta{id: s.ID, queue: bm.queue, retried: bm.retried, maxRetry: s.MaxRetry}
 		admitted := make(chan struct{})
 		var once sync.Once
 		admit := func() { once.Do(func() { close(admitted) }) }
@@ -147,35 +168,32 @@ func (w *Worker) serveBatch(ctx context.Context, t *asynq.Task) error {
 		go func() {
 			defer wg.Done()
 			defer admit()
-			errs[i] = w.serveMember(context.WithValue(withMember(ctx, m), reservedKey{}, admit), h, asynq.NewTask(s.Type, s.Payload))
+			err := w.serveMember(context.WithValue(withMember(ctx, m), reservedKey{}, admit), h, asynq.NewTask(s.Type, s.Payload))
+			if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+				return // cut off by a shutdown or a deadline: the batch comes back
+			}
+			settle(s, m, err)
 		}()
 		select {
-		case <-admitted: // its slot is firm, or it is done: the next one starts
+		case <-admitted: // its slot is firm, it waits in the batch, or it is done: the next one starts
 		case <-ctx.Done():
 		}
 	}
 	wg.Wait()
-	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchEnqueueTimeout)
-	defer cancel()
-	var failed []error
-	for i, s := range b.Sends {
-		err := errs[i]
-		if skip[i] || err == nil || errors.Is(err, asynq.RevokeTask) {
-			continue
-		}
-		m := taskMeta{id: s.ID, queue: bm.queue, retried: bm.retried, maxRetry: s.MaxRetry}
-		st := asynq.NewTask(s.Type, s.Payload)
-		w.logError(withMember(ctx, m), st, err)
-		if err := w.enqueueOwn(ectx, m, st, err); err != nil {
-			failed = append(failed, fmt.Errorf("send %s: %w", s.ID, err))
-		}
+	if err := ctx.Err(); err != nil {
+		// asynq puts the batch back, at a shutdown without a retry (its run
+		// mark tells its next run), else with one: the next run skips the
+		// sends that went or have a task of their own, and runs the rest.
+		return fmt.Errorf("batch of %d sends cut off: %w", len(b.Sends), err)
 	}
 	if len(failed) > 0 {
 		// The batch runs again: its sends with their own task by now are
 		// skipped, the others run again.
 		return fmt.Errorf("batch of %d sends: %d could not get their own task: %w", len(b.Sends), len(failed), errors.Join(failed...))
 	}
-	w.opts.Redis.Del(ectx, control.BatchRunKey(w.prefix(), bm.queue, bm.id)) // done; left, it expires
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchEnqueueTimeout)
+	defer cancel()
+	w.opts.Redis.Del(dctx, control.BatchRunKey(w.prefix(), bm.queue, bm.id)) // done; left, it expires
 	return nil
 }
 
@@ -208,18 +226,22 @@ func (w *Worker) serveMember(ctx context.Context, h *handler, t *asynq.Task) err
 		select {
 		case w.members <- struct{}{}:
 		case <-ctx.Done():
-			return ctx.Err() // shutting down: its own task, due now
+			return ctx.Err() // cut off: the batch comes back
 		}
 		err := h.serve(ctx, t)
 		<-w.members
 		var te *ThrottledError
-		if !errors.As(err, &te) || te.Err != nil {
-			return err // sent, or the provider's answer or a failure: as a task's
+		if errors.Is(err, asynq.SkipRetry) || !errors.As(err, &te) || te.Err != nil {
+			return err // sent, given up, or the provider's answer or a failure: as a task's
 		}
 		// When asynq would bring its own task back (a new place: the
 		// second of it), never sooner than minBatchWait.
 		wait := max(RetryDelay(0, err, t), minBatchWait)
-		if wait > maxBatchWait || !sleep(ctx, wait) {
+		if wait > maxBatchWait {
+			return err
+		}
+		reserved(ctx) // the batch's next send need not wait behind this one
+		if !sleep(ctx, wait) {
 			return err
 		}
 	}

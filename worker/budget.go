@@ -203,8 +203,9 @@ func formatAge(d time.Duration) string {
 // taskMeta is what asynq tells a handler about its task.
 type taskMeta struct {
 	id, queue string
-	retried   int // failed attempts before this one
-	maxRetry  int // -1 when unknown
+	retried   int  // failed attempts before this one
+	maxRetry  int  // -1 when unknown
+	rerun     bool // a batch's send whose batch ran before (batch.go)
 }
 
 func asynqMeta(ctx context.Context) taskMeta {

@@ -172,7 +172,7 @@ func (h *handler) alreadySent(ctx context.Context, meta taskMeta) (bool, error) 
 		return sent("in memory, waiting for Redis", time.Time{})
 	}
 	look, ok := h.w.opts.Delivery.(SentLookup)
-	if meta.retried == 0 || !ok {
+	if (meta.retried == 0 && !meta.rerun) || !ok {
 		return false, nil
 	}
 	lctx, cancel := context.WithTimeout(ctx, recordTimeout)

@@ -309,8 +309,9 @@ func (h *handler) headroom(now time.Time) float64 {
 // A jitter throttle says nothing about the limit's rate. A scope throttled
 // again soon after its first throttle (a limit set above the provider's
 // rate throttles again at once), or twice within heldFor, is not jitter:
-// the rate must come down, and the margin that the scope's verdicts before
-// it added is given back (unless another scope's has widened it since).
+// the rate must come down, and, if no late departure was seen, the margin
+// that the scope's verdicts before it added is given back (unless another
+// scope's has widened it since).
 // With the margin at its bound, only the unseen case is jitter.
 func (b *marginBook) jitter(now, start time.Time, span time.Duration, key string, unseen bool) bool {
 	if b == nil || key == "" {
@@ -353,7 +354,9 @@ func (b *marginBook) jitter(now, start time.Time, span time.Duration, key string
 		// probes wider than the margin a host that is not late needs,
 		// find a rate above the provider's to hold, and draw its
 		// throttles a minute later, once the feedback has decayed.
-		if m.widened != 0 && m.widened == b.feedSeq {
+		// Not when a late departure was seen: at the bound, the margin is
+		// too narrow for this host, not too wide.
+		if !seen && m.widened != 0 && m.widened == b.feedSeq {
 			b.feedback, b.feedAt = m.prevFeed, m.prevAt
 		}
 		m.widened = 0

@@ -121,6 +121,9 @@ func TestThrottleAfterALateDepartureWidensTheMargin(t *testing.T) {
 	if b.jitter(late.Add(4500*time.Millisecond), late.Add(4500*time.Millisecond), time.Second, sender, true) {
 		t.Fatal("with the margin at its bound a throttle after a late send must lower the rate")
 	}
+	if m := b.margin(late.Add(4500 * time.Millisecond)); m != DefaultMaxMargin {
+		t.Fatalf("margin %v, want it kept at the bound %v: a late departure was seen, the margin is too narrow, not too wide", m, DefaultMaxMargin)
+	}
 	// At the bound, a throttle after the sender's sends held for 3s is
 	// still not a reason to cut its rate; a second one right after is.
 	held := late.Add(time.Minute)
