@@ -648,10 +648,11 @@ func TestGetBatchedTask(t *testing.T) {
 		c.Channels["whatsapp"].BatchSends = true
 	}})
 	// The number's current second (80/s) goes now, as tasks of their own:
-	// 90 sends first fill it, and the four after them are planned for the
-	// next second, in a batch with the last of the 90.
+	// 170 sends first fill it and the next, and the four after them are
+	// planned two seconds on, in a batch with the last of the 170, however
+	// long the request takes.
 	var items []any
-	for i := range 90 {
+	for i := range 170 {
 		items = append(items, with(whatsApp(), "idempotency_key", fmt.Sprint("fill-", i), "to", fmt.Sprintf("+1202556%04d", i)))
 	}
 	for i, key := range []string{"sent-1", "waiting-1", "waiting-2", "waiting-3"} {
