@@ -161,7 +161,7 @@ var channelSettings = []channelSetting{
 	},
 	boolSetting{
 		key:    "batch_sends",
-		doc:    "the producer (`sluice send`, the HTTP API, `sluice enqueue`) carries the channel's sends planned for the same second in one asynq task of up to 100 (sluice:batch), so that asynq's enqueue, forward, dequeue and completion are paid once per batch; each send keeps its ID, claim, slot, delivery record and retries, and one that must come back becomes a task of its own (docs/pacing.md, Batch tasks). Every worker runs batch tasks whatever this says: turn it on once no worker older than this setting serves the channel's queue.",
+		doc:    "the producer (`sluice send`, the HTTP API, `sluice enqueue`) carries one sender's sends with an idempotency key planned for the same second in one asynq task of up to 100 (sluice:batch), so that asynq's enqueue, forward, dequeue and completion are paid once per batch; each send keeps its ID, claim, slot, delivery record and retries, and one that must come back becomes a task of its own (docs/pacing.md, Batch tasks: what differs, and why it is off by default). Every worker runs batch tasks whatever this says: turn it on once no worker older than this setting serves the channel's queue.",
 		def:    false,
 		at:     func(s *ChannelSettings) *bool { return &s.BatchSends },
 		worker: func(ch *worker.Channel) *bool { return &ch.BatchSends },
