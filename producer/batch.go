@@ -40,17 +40,12 @@ type batchKey struct {
 }
 
 // enqueueBatches enqueues as batch tasks the sends of ts that may go in one
-// (above): planned[i] a new place, claimed the claims this call took, and
-// maxRetry[i] each task's MaxRetry. It sets their out[i].Info (the send as
-// asynq would show its own task: scheduled, due at its second) or, for a
-// batch asynq refused, their out[i].Err, and returns which sends it
-// handled either way. A second with one such send leaves it to the caller.
-func (c *Client) enqueueBatches(ctx context.Context, ts []*asynq.Task, queues []string, planned []bool, keyed []int, claimed claims, maxRetry []int, out []Enqueued) []bool {
-	done := make([]bool, len(ts))
-	isKeyed := make(map[int]bool, len(keyed))
-	for _, i := range keyed {
-		isKeyed[i] = true
-	}
+// (above): planned[i] a new place, claimed the claims this call took (only
+// sends with an idempotency key have one), and maxRetry[i] each task's
+// MaxRetry. It sets their out[i].Info (the send as asynq would show its own
+// task: scheduled, due at its second) or, for a batch asynq refused, their
+// out[i].Err. A second with one such send leaves it to the caller.
+func (c *Client) enqueueBatches(ctx context.Context, ts []*asynq.Task, queues []string, planned []bool, claimed claims, maxRetry []int, out []Enqueued) {
 	now := time.Now()
 	groups := map[batchKey][]int{}
 	var order []batchKey
@@ -59,7 +54,7 @@ func (c *Client) enqueueBatches(ctx context.Context, ts []*asynq.Task, queues []
 		// Only sends with an idempotency key whose claim this call took: the
 		// claim, kept as batched, is the one record that the send exists
 		// (for a repeat, and for the cleanup's sweep of places).
-		if out[i].Err != nil || ch == nil || !ch.batch || !planned[i] || !isKeyed[i] || claimed.held[i] == "" {
+		if out[i].Err != nil || ch == nil || !ch.batch || !planned[i] || claimed.held[i] == "" {
 			continue
 		}
 		due := out[i].ETA.Truncate(time.Second)
@@ -82,15 +77,16 @@ func (c *Client) enqueueBatches(ctx context.Context, ts []*asynq.Task, queues []
 			if len(g)-n == 1 {
 				n-- // leave two for the next batch rather than one alone
 			}
-			c.enqueueBatch(ctx, ts, k, g[:n], maxRetry, out, done)
+			c.enqueueBatch(ctx, ts, k, g[:n], maxRetry, out)
 			g = g[n:]
 		}
 	}
-	return done
 }
 
-// enqueueBatch enqueues one batch task of ts[idx], due at k's second.
-func (c *Client) enqueueBatch(ctx context.Context, ts []*asynq.Task, k batchKey, idx []int, maxRetry []int, out []Enqueued, done []bool) {
+// enqueueBatch enqueues one batch task of ts[idx], due at k's second. A
+// batch asynq did not take gives its sends' new places back, unless its
+// outcome is unknown.
+func (c *Client) enqueueBatch(ctx context.Context, ts []*asynq.Task, k batchKey, idx []int, maxRetry []int, out []Enqueued) {
 	sends := make([]tasks.BatchSend, len(idx))
 	for j, i := range idx {
 		sends[j] = tasks.BatchSend{ID: out[i].ID, Type: ts[i].Type(), Payload: ts[i].Payload(), MaxRetry: maxRetry[i], At: out[i].ETA.UnixMilli()}
@@ -103,8 +99,9 @@ func (c *Client) enqueueBatch(ctx context.Context, ts []*asynq.Task, k batchKey,
 	// from a caller racing this one is then a duplicate, not a task of its
 	// own beside the batch (asynq cannot tell: the batch's ID is not the
 	// send's).
-	if err := c.markBatched(ctx, ts, idx, out); err != nil {
-		return // each goes as its own task; the marks left are reset below
+	if err := c.keepClaims(ctx, ts, idx, out, batchedToken); err != nil {
+		c.unmarkBatched(ctx, ts, idx, out)
+		return // each goes as its own task
 	}
 	due := time.Unix(k.due, 0)
 	id := "batch-" + randomID()
@@ -126,9 +123,11 @@ func (c *Client) enqueueBatch(ctx context.Context, ts []*asynq.Task, k batchKey,
 		}
 	}
 	for _, i := range idx {
-		done[i] = true
 		if err != nil {
 			out[i].Err = fmt.Errorf("enqueue %s (id %q) in a batch task: %w", ts[i].Type(), out[i].ID, err)
+			if !errors.Is(err, ErrBatchOutcomeUnknown) {
+				c.release(ctx, ts[i], out[i].ID)
+			}
 			continue
 		}
 		out[i].Info = &asynq.TaskInfo{ID: out[i].ID, Queue: k.queue, Type: ts[i].Type(), Payload: ts[i].Payload(),
@@ -142,20 +141,6 @@ func (c *Client) enqueueBatch(ctx context.Context, ts []*asynq.Task, k batchKey,
 // its key is tasks.ErrDuplicate; check the task (GET /v1/tasks/{id}) before
 // sending it under a new key.
 var ErrBatchOutcomeUnknown = errors.New("batch task enqueue outcome unknown")
-
-// markBatched keeps the claims of ts[idx] as batched (batchedToken) until
-// ClaimRetention past their slot, in one pipeline; the error is Redis's.
-func (c *Client) markBatched(ctx context.Context, ts []*asynq.Task, idx []int, out []Enqueued) error {
-	now := time.Now()
-	_, err := evalPipelined(ctx, c.limiter.Client(), keepScript, len(idx), func(k int) ([]string, []any) {
-		i := idx[k]
-		return []string{ClaimKey(c.limiter.Prefix(), out[i].ID)}, []any{ts[i].Type(), out[i].ETA.Add(c.retention).Sub(now).Milliseconds(), batchedToken}
-	})
-	if err != nil {
-		c.unmarkBatched(ctx, ts, idx, out)
-	}
-	return err
-}
 
 // unmarkBatched gives back the batched claims of ts[idx], whose batch was
 // not enqueued.
@@ -173,7 +158,21 @@ func (c *Client) BatchedType(ctx context.Context, id string) (string, bool, erro
 	if c.limiter == nil {
 		return "", false, nil
 	}
-	v, err := c.limiter.Client().Get(ctx, ClaimKey(c.limiter.Prefix(), id)).Result()
+	return batchedType(ctx, c.limiter, id)
+}
+
+// Batched reports whether a batch task carries, or carried, the send of
+// type typ with ID id (its claim under lim's prefix is kept as batched): it
+// has no asynq task of its own until its batch gives it one.
+func Batched(ctx context.Context, lim *throttle.Redis, typ, id string) (bool, error) {
+	t, ok, err := batchedType(ctx, lim, id)
+	return ok && t == typ, err
+}
+
+// batchedType reads the claim of id under lim's prefix: its type, and
+// whether it is kept as batched.
+func batchedType(ctx context.Context, lim *throttle.Redis, id string) (string, bool, error) {
+	v, err := lim.Client().Get(ctx, ClaimKey(lim.Prefix(), id)).Result()
 	if errors.Is(err, redis.Nil) {
 		return "", false, nil
 	}
@@ -182,15 +181,4 @@ func (c *Client) BatchedType(ctx context.Context, id string) (string, bool, erro
 	}
 	typ, token, _ := strings.Cut(v, "|")
 	return typ, token == batchedToken, nil
-}
-
-// Batched reports whether a batch task carries, or carried, the send of
-// type typ with ID id (its claim under lim's prefix is kept as batched): it
-// has no asynq task of its own until its batch gives it one.
-func Batched(ctx context.Context, lim *throttle.Redis, typ, id string) (bool, error) {
-	v, err := lim.Client().Get(ctx, ClaimKey(lim.Prefix(), id)).Result()
-	if errors.Is(err, redis.Nil) {
-		return false, nil
-	}
-	return err == nil && v == typ+"|"+batchedToken, err
 }

@@ -293,27 +293,18 @@ func (c *Client) enqueue(ctx context.Context, ts []*asynq.Task, ids []string, op
 			}
 		}
 	}
-	held := make([]bool, len(ts)) // enqueued now: its claim is kept
-	var batched []bool            // carried by a batch task: its claim is kept as batched
-	if maxRetry != nil && len(opts) == 0 {
-		batched = c.enqueueBatches(ctx, ts, queues, planned, keyed, claimed, maxRetry, out)
-		for i, b := range batched {
-			switch {
-			case b && out[i].Err == nil:
-				held[i] = true
-			case b:
-				batched[i] = false
-				if planned[i] && !errors.Is(out[i].Err, ErrBatchOutcomeUnknown) {
-					c.release(ctx, ts[i], out[i].ID)
-				}
-			}
-		}
+	// Send's path (each task's MaxRetry known, no caller options) may
+	// carry sends in batch tasks, which keep their claims themselves.
+	send := maxRetry != nil && len(opts) == 0
+	if send {
+		c.enqueueBatches(ctx, ts, queues, planned, claimed, maxRetry, out)
 	}
+	held := make([]bool, len(ts)) // enqueued now as its own task: its claim is kept
 	for i, t := range ts {
-		if out[i].Err != nil || held[i] {
+		if out[i].Err != nil || out[i].Info != nil { // refused, or carried by a batch
 			continue
 		}
-		if ch := c.chans[t.Type()]; batched != nil && ch != nil && ch.batch && len(out[i].Keys) > 0 && !planned[i] {
+		if ch := c.chans[t.Type()]; send && ch != nil && ch.batch && len(out[i].Keys) > 0 && !planned[i] {
 			// Its ID holds a place already: a task has it, or a batch task
 			// (whose ID is not the send's, so asynq would take this one).
 			out[i].Err = fmt.Errorf("enqueue %s (id %q): %w: its ID holds a planned place already", t.Type(), out[i].ID, tasks.ErrDuplicate)
@@ -338,7 +329,7 @@ func (c *Client) enqueue(ctx context.Context, ts []*asynq.Task, ids []string, op
 			c.release(ctx, t, out[i].ID)
 		}
 	}
-	c.keep(ctx, ts, keyed, held, batched, out)
+	c.keep(ctx, ts, keyed, held, out)
 	return out, nil
 }
 
@@ -383,31 +374,33 @@ func (c *Client) claim(ctx context.Context, ts []*asynq.Task, idx []int, out []E
 // enqueued, kept until ClaimRetention past the task's slot. A claim not
 // kept (Redis failed) lasts its ClaimTTL; the task itself is enqueued all
 // the same.
-func (c *Client) keep(ctx context.Context, ts []*asynq.Task, idx []int, held, batched []bool, out []Enqueued) {
-	ctx = context.WithoutCancel(ctx)
-	now := time.Now()
+func (c *Client) keep(ctx context.Context, ts []*asynq.Task, idx []int, held []bool, out []Enqueued) {
 	var kept []int
 	for _, i := range idx {
 		if held[i] {
 			kept = append(kept, i)
 		}
 	}
-	if len(kept) == 0 {
-		return
+	_ = c.keepClaims(context.WithoutCancel(ctx), ts, kept, out, enqueuedToken)
+}
+
+// keepClaims sets the claims of ts[idx] to token (keepScript), each kept
+// until ClaimRetention past its task's slot, in one pipeline; the error is
+// Redis's.
+func (c *Client) keepClaims(ctx context.Context, ts []*asynq.Task, idx []int, out []Enqueued, token string) error {
+	if len(idx) == 0 {
+		return nil
 	}
-	_, _ = evalPipelined(ctx, c.limiter.Client(), keepScript, len(kept), func(k int) ([]string, []any) {
-		i := kept[k]
+	now := time.Now()
+	_, err := evalPipelined(ctx, c.limiter.Client(), keepScript, len(idx), func(k int) ([]string, []any) {
+		i := idx[k]
 		slot := out[i].ETA
 		if out[i].Info != nil && out[i].Info.NextProcessAt.After(slot) {
 			slot = out[i].Info.NextProcessAt // the caller's own schedule
 		}
-		until := slot.Add(c.retention)
-		token := enqueuedToken
-		if batched != nil && batched[i] {
-			token = batchedToken
-		}
-		return []string{ClaimKey(c.limiter.Prefix(), out[i].ID)}, []any{ts[i].Type(), until.Sub(now).Milliseconds(), token}
+		return []string{ClaimKey(c.limiter.Prefix(), out[i].ID)}, []any{ts[i].Type(), slot.Add(c.retention).Sub(now).Milliseconds(), token}
 	})
+	return err
 }
 
 // claims are the claims one Enqueue call set: by task index, the value
