@@ -70,13 +70,7 @@ func withMember(ctx context.Context, m taskMeta) context.Context {
 }
 
 // taskID is the ID of the task or batch send ctx runs.
-func taskID(ctx context.Context) string {
-	if m, ok := ctx.Value(memberKey{}).(taskMeta); ok {
-		return m.id
-	}
-	id, _ := asynq.GetTaskID(ctx)
-	return id
-}
+func taskID(ctx context.Context) string { return asynqMeta(ctx).id }
 
 // batchRunTTL is how long a batch's run mark (control.BatchRunKey) lasts
 // when the batch does not complete: asynq puts a batch back without

@@ -439,15 +439,11 @@ func (h *handler) initBudget(fields []string) error {
 		}
 		h.endpoint = &t
 	}
-	prefix := "sluice"
-	if p, ok := h.w.opts.Limiter.(prefixer); ok && p.Prefix() != "" {
-		prefix = p.Prefix()
-	}
 	logger := h.w.logger
 	if logger == nil {
 		logger = slog.Default()
 	}
-	h.failures = firstFailures{rdb: h.w.opts.Redis, prefix: prefix, warn: logger.Warn}
+	h.failures = firstFailures{rdb: h.w.opts.Redis, prefix: h.w.prefix(), warn: logger.Warn}
 	h.jitter, h.meta = defaultJitter, asynqMeta
 	return nil
 }
