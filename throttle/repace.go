@@ -52,7 +52,7 @@ func (l *Redis) NextTooLate(ctx context.Context, reqs []Request, at time.Time, h
 		if r.Limit == configured[i].Limit || r.Limit.Rate.Limit <= 0 {
 			continue // not adapted: its plan was made at the rate of now
 		}
-		interval := time.Duration(r.cost()) * r.Limit.Rate.Period / time.Duration(r.Limit.Rate.Limit)
+		interval := time.Duration(r.cost()) * r.Limit.Rate.Interval()
 		if interval < time.Second || interval > hold {
 			continue // a fast limit's plan counts seconds; a slower one's sends would not be held
 		}
