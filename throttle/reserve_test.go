@@ -32,6 +32,16 @@ func reserveLimiter(t *testing.T) (*throttle.Redis, *testutil.Clock) {
 	return l, clock
 }
 
+// numberCampaign is n bulk sends c0, c1, … on one WhatsApp number at 80/s
+// (mps80, key wa:number:1).
+func numberCampaign(n int) []throttle.Send {
+	sends := make([]throttle.Send, n)
+	for i := range sends {
+		sends[i] = throttle.Send{TaskID: fmt.Sprint("c", i), Requests: []throttle.Request{{Key: "wa:number:1", Limit: mps80}}}
+	}
+	return sends
+}
+
 // maxInSpan is the most instants within any half-open span of length w.
 func maxInSpan(ts []time.Time, w time.Duration) int {
 	s := slices.Clone(ts)
@@ -425,10 +435,7 @@ func TestOverdueBacklogIsPlannedAgainNotPolled(t *testing.T) {
 	ctx := context.Background()
 	opts := throttle.ReserveOptions{Headroom: 0.015}
 	const n = 800
-	sends := make([]throttle.Send, n)
-	for i := range sends {
-		sends[i] = throttle.Send{TaskID: fmt.Sprint("c", i), Requests: []throttle.Request{{Key: "wa:number:1", Limit: mps80}}}
-	}
+	sends := numberCampaign(n)
 	if _, err := l.Plan(ctx, opts, sends); err != nil {
 		t.Fatal(err)
 	}
@@ -848,10 +855,7 @@ func TestSendsHeldBackByTheFirmBookComeBackWhenTheyCanGo(t *testing.T) {
 	ctx := context.Background()
 	opts := throttle.ReserveOptions{Headroom: 0.015}
 	const n = 400
-	sends := make([]throttle.Send, n)
-	for i := range sends {
-		sends[i] = throttle.Send{TaskID: fmt.Sprint("c", i), Requests: []throttle.Request{{Key: "wa:number:1", Limit: mps80}}}
-	}
+	sends := numberCampaign(n)
 	plans, err := l.Plan(ctx, opts, sends)
 	if err != nil {
 		t.Fatal(err)
