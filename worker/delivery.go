@@ -94,9 +94,8 @@ type attempt struct {
 	sent     bool
 	resp     channels.Response
 	// slot is the instant the send was paced for (this host's clock; zero
-	// when it was not paced), late how long after it the send left.
+	// when it was not paced), from which its departure's lateness is measured.
 	slot time.Time
-	late time.Duration
 }
 
 // record reports the attempt's end to the DeliveryRecorder: a send the

@@ -1,6 +1,10 @@
 package worker
 
 import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 )
@@ -192,4 +196,58 @@ func TestThrottleAfterAHeldRateIsUnseenJitter(t *testing.T) {
 	if b.jitter(now, now, time.Second, "whatsapp:paused:sender:3", false) {
 		t.Fatal("an adapted scope's throttle is about the rate")
 	}
+}
+
+// A paced send's lateness is measured where it leaves: when the HTTP client
+// has written its request, so that a delay between the handoff to the
+// channel's Send and the wire (encoding, a dial, a busy host) counts; a
+// send that writes no request is measured at the handoff.
+func TestDepartureIsMeasuredOnTheWire(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	h := &handler{w: &Worker{}, ch: Channel{Name: "t"}, margin: newMarginBook(0, DefaultMaxMargin)}
+	delay := 40 * time.Millisecond
+	for _, tc := range []struct {
+		name    string
+		send    func(ctx context.Context) error
+		atLeast time.Duration
+		under   time.Duration
+	}{
+		{"an HTTP request written after a delay", func(ctx context.Context) error {
+			time.Sleep(delay) // the delay under measurement, not a wait for a result
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, nil)
+			if err != nil {
+				return err
+			}
+			resp, err := srv.Client().Do(req)
+			if err == nil {
+				resp.Body.Close()
+			}
+			return err
+		}, delay, DefaultMaxMargin + time.Second},
+		{"no request written", func(context.Context) error { return errors.New("refused before sending") }, 0, delay - lateBucket},
+	} {
+		h.margin = newMarginBook(0, time.Hour)
+		slot := time.Now()
+		dep, ctx := h.departing(context.Background(), slot, slot, nil)
+		_ = tc.send(ctx)
+		dep.done()
+		h.margin.mu.Lock()
+		w := h.margin.cur
+		h.margin.mu.Unlock()
+		if w.n != 1 {
+			t.Fatalf("%s: %d departures recorded, want 1", tc.name, w.n)
+		}
+		var got time.Duration // the end of the highest bucket counted
+		for i := range w.counts {
+			if w.counts[i] > 0 {
+				got = time.Duration(i+1) * lateBucket
+			}
+		}
+		if got < tc.atLeast || got > tc.under {
+			t.Errorf("%s: lateness %v, want at least %v and under %v", tc.name, got, tc.atLeast, tc.under)
+		}
+	}
+	var none *departure
+	none.done() // not paced: nothing to measure
 }

@@ -97,7 +97,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.depart = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "sluice_send_late_seconds",
-		Help:    "How late a paced send left for the provider after its slot, on this host's clock: what the channel's pacing margin absorbs (sluice_pacing_margin_seconds).",
+		Help:    "How late a paced send left for the provider after its slot, on this host's clock, measured when its HTTP request was written (else when it was handed to the channel): what the channel's pacing margin absorbs (sluice_pacing_margin_seconds).",
 		Buckets: []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25},
 	}, []string{"channel"})
 	m.margins = newMarginCollector()

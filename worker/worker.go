@@ -24,7 +24,10 @@ import (
 type Prepared struct {
 	// Fields are the values key templates may use (tasks' Fields()).
 	Fields map[string]string
-	// Send makes the provider request once.
+	// Send makes the provider request once. A paced send's lateness is
+	// measured when its HTTP request is written: make it with ctx
+	// (http.NewRequestWithContext), which carries the worker's
+	// httptrace.ClientTrace; otherwise it is measured when Send is called.
 	Send func(ctx context.Context) (channels.Response, error)
 	// Priority is the send's place among sends on the same limits:
 	// throttle.High overtakes planned bulk sends.
@@ -693,8 +696,9 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, a *attempt) error 
 	}
 	reserved(ctx) // a batch's next send may start: this one goes now
 	start := time.Now()
-	a.late = h.departed(start, a.slot, p.Fields)
-	resp, err := p.Send(ctx)
+	dep, sendCtx := h.departing(ctx, start, a.slot, p.Fields)
+	resp, err := p.Send(sendCtx)
+	dep.done()
 	m.sent(name, time.Since(start).Seconds())
 	if err == nil {
 		a.resp, a.sent = resp, true
