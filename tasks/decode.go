@@ -99,7 +99,87 @@ func decodeStrict(b []byte, v any) error {
 	if _, err := dec.Token(); err != io.EOF {
 		return errors.New("json: unexpected data after the top-level value")
 	}
-	return checkNames("", b, namesOf(reflect.TypeOf(v).Elem()))
+	t := reflect.TypeOf(v).Elem()
+	n := namesOf(t)
+	if flat := flatNamesOf(t, n); flat != nil && exactNames(b, flat) {
+		return nil
+	}
+	return checkNames("", b, n)
+}
+
+// flatNames is every member name of a names tree, at any depth. It stands
+// for the tree in exactNames only when no two of its names differ by case
+// alone: then a member name that is exactly one of them and that the
+// decoder matched (case-insensitively) to a field of its own object is
+// that field's exact name.
+type flatNames map[string]struct{}
+
+var flatCache sync.Map // reflect.Type → flatNames (nil: the tree has names that differ by case alone)
+
+// flatNamesOf returns struct type t's flatNames, or nil when two of its
+// names differ by case alone; cached per type.
+func flatNamesOf(t reflect.Type, n names) flatNames {
+	if f, ok := flatCache.Load(t); ok {
+		return f.(flatNames)
+	}
+	flat := flatNames{}
+	var add func(n names)
+	add = func(n names) {
+		for name, sub := range n {
+			flat[name] = struct{}{}
+			add(sub)
+		}
+	}
+	add(n)
+	for a := range flat {
+		for b := range flat {
+			if a != b && strings.EqualFold(a, b) {
+				flat = nil
+				break
+			}
+		}
+		if flat == nil {
+			break
+		}
+	}
+	flatCache.Store(t, flat)
+	return flat
+}
+
+// exactNames reports whether every member name in the JSON document b
+// (decoded without error) is one of flat's, spelled exactly and without
+// escapes: checkNames' answer for the payloads producers write, without
+// its token-by-token walk (half of a send's decoding, most of its
+// allocations). false only means checkNames must look: a name it does not
+// check (a member of a map, such as a webhook's headers) is not in flat.
+func exactNames(b []byte, flat flatNames) bool {
+	for i := 0; i < len(b); i++ {
+		if b[i] != '"' {
+			continue
+		}
+		j, escaped := i+1, false
+		for j < len(b) && b[j] != '"' {
+			if b[j] == '\\' {
+				escaped = true
+				j++
+			}
+			j++
+		}
+		k := j + 1
+		for k < len(b) && (b[k] == ' ' || b[k] == '\t' || b[k] == '\n' || b[k] == '\r') {
+			k++
+		}
+		if k < len(b) && b[k] == ':' { // a member name
+			if escaped {
+				return false
+			}
+			if _, ok := flat[string(b[i+1:min(j, len(b))])]; !ok {
+				return false
+			}
+		}
+		i = j
+	}
+	return true
 }
 
 // Names is the exact set of JSON member names a struct type decodes, with
