@@ -194,15 +194,31 @@ func marginHeadroom(m time.Duration) float64 {
 }
 
 // observe records a departure late by late (negative: early, counted as
-// on time) at now, this host's clock, of a send of the scopes keys.
+// on time) at now, this host's clock, of a send of the scopes keys: in the
+// histogram, and as the scopes' late departure when it is later than the
+// margin in force.
 func (b *marginBook) observe(now time.Time, late time.Duration, keys ...string) {
+	b.record(now, late, true, keys)
+}
+
+// lateAtHandoff marks the scopes keys with a send already late by late at
+// its handoff, at now, without counting it in the histogram (observe does
+// once it has left): a throttle judged while the send is on its way sees
+// it.
+func (b *marginBook) lateAtHandoff(now time.Time, late time.Duration, keys ...string) {
+	b.record(now, late, false, keys)
+}
+
+func (b *marginBook) record(now time.Time, late time.Duration, count bool, keys []string) {
 	if b == nil {
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	in := b.marginLocked(now)
-	b.cur.add(late)
+	if count {
+		b.cur.add(late)
+	}
 	if late <= in {
 		return
 	}
@@ -210,7 +226,7 @@ func (b *marginBook) observe(now time.Time, late time.Duration, keys ...string) 
 		if k == "" {
 			continue
 		}
-		if m := b.markLocked(now, k); m != nil {
+		if m := b.markLocked(now, k); m != nil && !m.lateAt.After(now) {
 			m.lateAt, m.lateBy = now, late
 		}
 	}
@@ -418,35 +434,31 @@ func (ch Channel) maxMargin() time.Duration {
 	return ch.MaxMargin
 }
 
-// departed records a send with fields leaving at at (this host's clock)
-// for its slot (zero: not paced, nothing to measure).
-func (h *handler) departed(at, slot time.Time, fields map[string]string) {
-	if slot.IsZero() {
-		return
-	}
-	late := max(at.Sub(slot), 0)
-	h.margin.observe(at, late, h.pauseKey(channels.ScopeSender, fields), h.pauseKey(channels.ScopePair, fields))
-	h.w.opts.Metrics.departed(h.ch.Name, late.Seconds())
+// scopesOf returns the scope keys a send with fields marks when it leaves
+// late: its sender's and its pair's.
+func (h *handler) scopesOf(fields map[string]string) []string {
+	return []string{h.pauseKey(channels.ScopeSender, fields), h.pauseKey(channels.ScopePair, fields)}
 }
 
 // departure measures how late a paced send left, where it leaves: when the
 // HTTP client has written the request to its connection (httptrace
-// WroteRequest), so that what happens between the handoff to the channel's
-// Send and the wire counts too: the request's encoding, the wait for a
-// connection (a dial, a TLS handshake), and a busy host's scheduling delays
-// in between. On this project's 2-core host at 1,700 sends a second, that
-// part added 5 to 13 ms to the 99.9th percentile of the lateness and up to
-// 60 ms to single sends (issue 22), which a strict provider counted as an
-// 81st send. A send whose request is never written without error (a
-// channel of one's own that is not HTTP, a request refused before it was
-// sent) is measured at the handoff, as before.
+// WroteRequest; the last write, when the client writes it again on a new
+// connection after a reused one failed), so that what happens between the
+// handoff to the channel's Send and the wire counts too: the request's
+// encoding, the wait for a connection (a dial, a TLS handshake), and a busy
+// host's scheduling delays in between. On this project's 2-core host at
+// 1,700 sends a second, that part added 5 to 13 ms to the 99.9th
+// percentile of the lateness and up to 60 ms to single sends (issue 22).
+// A send whose request is never written without error (a channel of one's
+// own that is not HTTP, a request refused before it was sent) is measured
+// at the handoff. A send already late at the handoff marks its scopes then
+// (lateAtHandoff), so that a throttle judged while it is on its way sees it.
 type departure struct {
 	h      *handler
 	slot   time.Time
 	start  time.Time // the handoff to the channel's Send
-	fields map[string]string
-
-	once sync.Once
+	scopes []string
+	wrote  atomic.Int64 // Unix ns of the last written request; 0: none
 }
 
 // departing returns the departure of a send handed to the channel at start
@@ -455,28 +467,32 @@ func (h *handler) departing(ctx context.Context, start, slot time.Time, fields m
 	if slot.IsZero() {
 		return nil, ctx
 	}
-	d := &departure{h: h, slot: slot, start: start, fields: fields}
+	d := &departure{h: h, slot: slot, start: start, scopes: h.scopesOf(fields)}
+	h.margin.lateAtHandoff(start, start.Sub(slot), d.scopes...)
 	return d, httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		WroteRequest: func(info httptrace.WroteRequestInfo) {
 			if info.Err == nil {
-				d.at(time.Now())
+				d.wrote.Store(time.Now().UnixNano())
 			}
 		},
 	})
 }
 
-// at records the departure at t, once: the first written request counts (a
-// client that retries a request on a broken connection writes it again).
-func (d *departure) at(t time.Time) {
-	d.once.Do(func() { d.h.departed(t, d.slot, d.fields) })
-}
-
-// done ends the measurement after the send returned: a send whose request
-// was not written is measured at the handoff.
-func (d *departure) done() {
-	if d != nil {
-		d.at(d.start)
+// done records the departure after the send returned and returns when the
+// send left: its request's last write, or the handoff when none was
+// written. A nil departure (not paced) records nothing and returns start.
+func (d *departure) done(start time.Time) time.Time {
+	if d == nil {
+		return start
 	}
+	at := d.start
+	if ns := d.wrote.Load(); ns != 0 {
+		at = time.Unix(0, ns)
+	}
+	late := max(at.Sub(d.slot), 0)
+	d.h.margin.observe(at, late, d.scopes...)
+	d.h.w.opts.Metrics.departed(d.h.ch.Name, late.Seconds())
+	return at
 }
 
 // jitterScope is the scope key whose late sends explain a throttle of

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"testing"
 	"time"
 )
@@ -200,18 +201,19 @@ func TestThrottleAfterAHeldRateIsUnseenJitter(t *testing.T) {
 
 // A paced send's lateness is measured where it leaves: when the HTTP client
 // has written its request, so that a delay between the handoff to the
-// channel's Send and the wire (encoding, a dial, a busy host) counts; a
-// send that writes no request is measured at the handoff.
+// channel's Send and the wire (encoding, a dial, a busy host) counts, and
+// not when the answer came; a send that writes no request is measured at
+// the handoff.
 func TestDepartureIsMeasuredOnTheWire(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	wrote := make(chan time.Time, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		<-wrote // answers only once the client reported the write: the answer comes after it
+	}))
 	defer srv.Close()
-	h := &handler{w: &Worker{}, ch: Channel{Name: "t"}, margin: newMarginBook(0, DefaultMaxMargin)}
 	delay := 40 * time.Millisecond
 	for _, tc := range []struct {
-		name    string
-		send    func(ctx context.Context) error
-		atLeast time.Duration
-		under   time.Duration
+		name string
+		send func(ctx context.Context) error
 	}{
 		{"an HTTP request written after a delay", func(ctx context.Context) error {
 			time.Sleep(delay) // the delay under measurement, not a wait for a result
@@ -224,30 +226,39 @@ func TestDepartureIsMeasuredOnTheWire(t *testing.T) {
 				resp.Body.Close()
 			}
 			return err
-		}, delay, DefaultMaxMargin + time.Second},
-		{"no request written", func(context.Context) error { return errors.New("refused before sending") }, 0, delay - lateBucket},
+		}},
+		{"no request written", func(context.Context) error { return errors.New("refused before sending") }},
 	} {
-		h.margin = newMarginBook(0, time.Hour)
+		h := &handler{w: &Worker{}, ch: Channel{Name: "t"}, margin: newMarginBook(0, time.Hour)}
+		// The test's own trace, called after the worker's: when it runs,
+		// the worker has taken the write's time.
+		var sawWrite time.Time
+		ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+			WroteRequest: func(httptrace.WroteRequestInfo) { sawWrite = time.Now(); wrote <- sawWrite },
+		})
 		slot := time.Now()
-		dep, ctx := h.departing(context.Background(), slot, slot, nil)
-		_ = tc.send(ctx)
-		dep.done()
+		dep, ctx := h.departing(ctx, slot, slot, nil)
+		err := tc.send(ctx)
+		left := dep.done(slot)
 		h.margin.mu.Lock()
 		w := h.margin.cur
 		h.margin.mu.Unlock()
 		if w.n != 1 {
 			t.Fatalf("%s: %d departures recorded, want 1", tc.name, w.n)
 		}
-		var got time.Duration // the end of the highest bucket counted
-		for i := range w.counts {
-			if w.counts[i] > 0 {
-				got = time.Duration(i+1) * lateBucket
+		if err != nil { // no request written: measured at the handoff
+			if !left.Equal(slot) || w.counts[0] != 1 {
+				t.Errorf("%s: left at %v after the handoff, want at it", tc.name, left.Sub(slot))
 			}
+			continue
 		}
-		if got < tc.atLeast || got > tc.under {
-			t.Errorf("%s: lateness %v, want at least %v and under %v", tc.name, got, tc.atLeast, tc.under)
+		if left.Sub(slot) < delay || left.After(sawWrite) {
+			t.Errorf("%s: left %v after the handoff, the write was seen %v after it: want the write's time, at least %v",
+				tc.name, left.Sub(slot), sawWrite.Sub(slot), delay)
 		}
 	}
 	var none *departure
-	none.done() // not paced: nothing to measure
+	if got := none.done(time.Time{}); !got.IsZero() {
+		t.Errorf("a send not paced left at %v, want its handoff", got) // and nothing is recorded
+	}
 }

@@ -698,7 +698,7 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, a *attempt) error 
 	start := time.Now()
 	dep, sendCtx := h.departing(ctx, start, a.slot, p.Fields)
 	resp, err := p.Send(sendCtx)
-	dep.done()
+	left := dep.done(start)
 	m.sent(name, time.Since(start).Seconds())
 	if err == nil {
 		a.resp, a.sent = resp, true
@@ -723,7 +723,7 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, a *attempt) error 
 	}
 	switch ce.Class {
 	case channels.Throttled:
-		key, wait := h.providerThrottled(ctx, ce, p.Fields, reqs, start)
+		key, wait := h.providerThrottled(ctx, ce, p.Fields, reqs, left)
 		m.outcome(name, OutcomeProviderThrottle)
 		m.throttled(name, ProviderLimit, wait.Seconds())
 		return &ThrottledError{Channel: name, Limit: ProviderLimit, Key: key, RetryAfter: ce.RetryAfter, Wait: wait, Err: ce}
