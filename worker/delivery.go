@@ -224,6 +224,6 @@ func (w *Worker) Feedback(ctx context.Context, channel string, fields map[string
 	if ce == nil || ce.Class != channels.Throttled {
 		return "", fmt.Errorf("worker: feedback for channel %s: want a throttle (channels.Throttled)", channel)
 	}
-	key, _ := h.providerThrottled(ctx, ce, fields, h.rules.Requests(fields), sent)
+	key, _ := h.providerThrottled(ctx, ce, fields, h.rules.Requests(fields), sent, sent)
 	return key, nil
 }

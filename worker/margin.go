@@ -226,7 +226,15 @@ func (b *marginBook) record(now time.Time, late time.Duration, count bool, keys 
 		if k == "" {
 			continue
 		}
-		if m := b.markLocked(now, k); m != nil && !m.lateAt.After(now) {
+		m := b.markLocked(now, k)
+		switch {
+		case m == nil:
+		case m.lateAt.After(now):
+			// A departure recorded once its answer came, after a later
+			// send's handoff marked the scope: the mark keeps its instant
+			// and takes the larger lateness.
+			m.lateBy = max(m.lateBy, late)
+		default:
 			m.lateAt, m.lateBy = now, late
 		}
 	}
@@ -458,7 +466,9 @@ type departure struct {
 	slot   time.Time
 	start  time.Time // the handoff to the channel's Send
 	scopes []string
-	wrote  atomic.Int64 // Unix ns of the last written request; 0: none
+	// wrote is 1 + the time from start to the last written request, in
+	// ns (kept from start, so on the monotonic clock); 0: none written.
+	wrote atomic.Int64
 }
 
 // departing returns the departure of a send handed to the channel at start
@@ -472,7 +482,7 @@ func (h *handler) departing(ctx context.Context, start, slot time.Time, fields m
 	return d, httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		WroteRequest: func(info httptrace.WroteRequestInfo) {
 			if info.Err == nil {
-				d.wrote.Store(time.Now().UnixNano())
+				d.wrote.Store(int64(time.Since(d.start)) + 1)
 			}
 		},
 	})
@@ -487,7 +497,7 @@ func (d *departure) done(start time.Time) time.Time {
 	}
 	at := d.start
 	if ns := d.wrote.Load(); ns != 0 {
-		at = time.Unix(0, ns)
+		at = d.start.Add(time.Duration(ns - 1))
 	}
 	late := max(at.Sub(d.slot), 0)
 	d.h.margin.observe(at, late, d.scopes...)

@@ -262,3 +262,20 @@ func TestDepartureIsMeasuredOnTheWire(t *testing.T) {
 		t.Errorf("a send not paced left at %v, want its handoff", got) // and nothing is recorded
 	}
 }
+
+// A send recorded once its answer came, after a later send's handoff
+// marked its scope, leaves the mark at the later instant with the larger
+// lateness: the margin widens for the wire's delay too.
+func TestLateMarkKeepsTheLargerLateness(t *testing.T) {
+	t0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	b := newMarginBook(0.015, DefaultMaxMargin)
+	b.lateAtHandoff(t0.Add(12*time.Millisecond), 20*time.Millisecond, "k") // the later send, at its handoff
+	b.observe(t0, 40*time.Millisecond, "k")                                // the earlier send, on the wire
+	m := b.marks["k"]
+	if m == nil || !m.lateAt.Equal(t0.Add(12*time.Millisecond)) || m.lateBy != 40*time.Millisecond {
+		t.Fatalf("mark %+v: want the later instant with the larger lateness, 40ms", m)
+	}
+	if b.cur.n != 1 {
+		t.Fatalf("%d departures counted, want 1: a handoff's mark is not counted", b.cur.n)
+	}
+}

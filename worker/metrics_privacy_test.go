@@ -70,7 +70,7 @@ func TestMetricsNameNoRecipient(t *testing.T) {
 			ce := &channels.Error{Class: channels.Throttled, Provider: channels.ProviderWhatsApp, Code: 131056, Scope: channels.ScopePair}
 			// A throttle a delivery callback reported (no departure time):
 			// it lowers the pair's rate whatever the margin.
-			_, wait := h.providerThrottled(ctx, ce, fields, h.rules.Requests(fields), time.Time{})
+			_, wait := h.providerThrottled(ctx, ce, fields, h.rules.Requests(fields), time.Time{}, time.Time{})
 			m.outcome(ch.Name, OutcomeProviderThrottle)
 			m.throttled(ch.Name, ProviderLimit, wait.Seconds())
 		}

@@ -723,7 +723,7 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, a *attempt) error 
 	}
 	switch ce.Class {
 	case channels.Throttled:
-		key, wait := h.providerThrottled(ctx, ce, p.Fields, reqs, left)
+		key, wait := h.providerThrottled(ctx, ce, p.Fields, reqs, start, left)
 		m.outcome(name, OutcomeProviderThrottle)
 		m.throttled(name, ProviderLimit, wait.Seconds())
 		return &ThrottledError{Channel: name, Limit: ProviderLimit, Key: key, RetryAfter: ce.RetryAfter, Wait: wait, Err: ce}
@@ -739,13 +739,15 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, a *attempt) error 
 }
 
 // providerThrottled applies the provider throttle ce to a send with
-// fields and requests reqs, sent at start (this host's clock; zero when
-// unknown, for a throttle reported later in a callback): it pauses the
+// fields and requests reqs, handed to its channel at start and on the wire
+// at left (this host's clock; both zero when unknown, for a throttle
+// reported later in a callback; the adaptive rate judges the send by start,
+// the jitter verdict by left): it pauses the
 // scope ce names (pause), counts it, and lowers the adaptive limits the
 // scope concerns. It returns the pause key ("" when none was paused) and
 // the wait: the time left of the pause, else ce.RetryAfter or the
 // channel's backoff, within MaxRetryAfter.
-func (h *handler) providerThrottled(ctx context.Context, ce *channels.Error, fields map[string]string, reqs []throttle.Request, start time.Time) (key string, wait time.Duration) {
+func (h *handler) providerThrottled(ctx context.Context, ce *channels.Error, fields map[string]string, reqs []throttle.Request, start, left time.Time) (key string, wait time.Duration) {
 	wait = ce.RetryAfter
 	if wait <= 0 {
 		wait = h.ch.ThrottleBackoff
@@ -773,7 +775,7 @@ func (h *handler) providerThrottled(ctx context.Context, ce *channels.Error, fie
 	h.w.opts.Metrics.providerThrottle(h.ch.Name, code, scope)
 	// A throttle a callback reported (start unknown) has no departure to
 	// judge: it lowers the rate, as the provider's later word on it.
-	if ce.IsRate() && !start.IsZero() && h.margin.jitter(h.now(), start, h.jitterSpan(ce.Scope), h.jitterScope(ce.Scope, fields), !h.adapted(ctx, reqs)) {
+	if ce.IsRate() && !left.IsZero() && h.margin.jitter(h.now(), left, h.jitterSpan(ce.Scope), h.jitterScope(ce.Scope, fields), !h.adapted(ctx, reqs)) {
 		// A send left later than the margin allowed just before: the
 		// spacing, not the rate, was short (margin.go).
 		h.w.logger.Info("provider throttle after a late departure: the pacing margin widens, the rate stays",
