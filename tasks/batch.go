@@ -58,13 +58,8 @@ type BatchSend struct {
 // send that is not valid: an empty ID or type, a payload that is not JSON,
 // or more than MaxBatchSends.
 func EncodeBatch(sends []BatchSend) ([]byte, error) {
-	if len(sends) == 0 || len(sends) > MaxBatchSends {
-		return nil, fmt.Errorf("%s: %d sends, want 1 to %d", TypeBatch, len(sends), MaxBatchSends)
-	}
-	for i, s := range sends {
-		if err := s.check(); err != nil {
-			return nil, fmt.Errorf("%s: sends[%d]: %w", TypeBatch, i, err)
-		}
+	if err := checkSends(sends); err != nil {
+		return nil, fmt.Errorf("%s: %w", TypeBatch, err)
 	}
 	return json.Marshal(Batch{V: PayloadVersion, Sends: sends})
 }
@@ -79,15 +74,24 @@ func DecodeBatch(b []byte) (Batch, error) {
 	if p.V != PayloadVersion {
 		return Batch{}, fmt.Errorf("%w: %s: v: %d, want %d", ErrMalformed, TypeBatch, p.V, PayloadVersion)
 	}
-	if len(p.Sends) == 0 || len(p.Sends) > MaxBatchSends {
-		return Batch{}, fmt.Errorf("%w: %s: %d sends, want 1 to %d", ErrMalformed, TypeBatch, len(p.Sends), MaxBatchSends)
-	}
-	for i, s := range p.Sends {
-		if err := s.check(); err != nil {
-			return Batch{}, fmt.Errorf("%w: %s: sends[%d]: %w", ErrMalformed, TypeBatch, i, err)
-		}
+	if err := checkSends(p.Sends); err != nil {
+		return Batch{}, fmt.Errorf("%w: %s: %w", ErrMalformed, TypeBatch, err)
 	}
 	return p, nil
+}
+
+// checkSends checks a batch's sends: 1 to MaxBatchSends, each valid; the
+// error names the send at fault ("sends[3]: id: required").
+func checkSends(sends []BatchSend) error {
+	if len(sends) == 0 || len(sends) > MaxBatchSends {
+		return fmt.Errorf("%d sends, want 1 to %d", len(sends), MaxBatchSends)
+	}
+	for i, s := range sends {
+		if err := s.check(); err != nil {
+			return fmt.Errorf("sends[%d]: %w", i, err)
+		}
+	}
+	return nil
 }
 
 func (s BatchSend) check() error {
