@@ -114,7 +114,7 @@ func (c *Client) enqueueBatch(ctx context.Context, ts []*asynq.Task, k batchKey,
 		switch {
 		case ierr == nil:
 			err = nil
-		case errors.Is(ierr, asynq.ErrTaskNotFound), errors.Is(ierr, asynq.ErrQueueNotFound):
+		case tasks.NoSuchTask(ierr):
 			c.unmarkBatched(ctx, ts, idx, out) // not enqueued: the keys are free again
 		default:
 			// Unknown: the claims stay batched and the places kept, so a

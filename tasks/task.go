@@ -105,6 +105,13 @@ func newTask(typ string, p interface{ Validate() error }, key string, opts []asy
 // blocks stay free.
 const MinMaxRetry = 1
 
+// NoSuchTask reports whether err, from asynq's Inspector.GetTaskInfo, says
+// the queue holds no task of that ID: asynq.ErrTaskNotFound, or
+// asynq.ErrQueueNotFound (a queue that never held a task).
+func NoSuchTask(err error) bool {
+	return errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound)
+}
+
 // FloorMaxRetry returns opts with asynq.MaxRetry(MinMaxRetry) appended when
 // the last MaxRetry among them is below MinMaxRetry (producer.Client and the
 // New…Task constructors apply it). The result's capacity is its length, so

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -225,4 +226,18 @@ func TestCompletedTaskKeepsKey(t *testing.T) {
 
 	_, err = EnqueueWhatsAppSend(ctx, client, p)
 	require.True(t, errors.Is(err, ErrDuplicate), "second enqueue after completion: got %v, want ErrDuplicate", err)
+}
+
+func TestNoSuchTask(t *testing.T) {
+	t.Parallel()
+	for _, err := range []error{asynq.ErrTaskNotFound, asynq.ErrQueueNotFound, fmt.Errorf("inspect: %w", asynq.ErrTaskNotFound)} {
+		if !NoSuchTask(err) {
+			t.Errorf("NoSuchTask(%v) = false, want true", err)
+		}
+	}
+	for _, err := range []error{nil, errors.New("i/o timeout"), asynq.ErrTaskIDConflict} {
+		if NoSuchTask(err) {
+			t.Errorf("NoSuchTask(%v) = true, want false", err)
+		}
+	}
 }

@@ -285,7 +285,7 @@ func (w *Worker) ownTask(queue, id string) (bool, error) {
 	switch {
 	case err == nil:
 		return true, nil
-	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+	case tasks.NoSuchTask(err):
 		return false, nil
 	}
 	return false, err

@@ -322,7 +322,7 @@ func (h *handler) duplicate(t *asynq.Task, id string, stamped bool) outcome {
 	}
 	info, err := h.insp.GetTaskInfo(queue, id)
 	switch {
-	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+	case tasks.NoSuchTask(err):
 		return outcome{status: http.StatusConflict, problem: &Problem{Type: typeConflict, Title: "Conflict", Status: http.StatusConflict,
 			Detail: "the idempotency key's task ended while this request was served; retry"}}
 	case err != nil:

@@ -2,7 +2,6 @@ package api
 
 import (
 	"encoding/json"
-	"errors"
 	"net/http"
 	"time"
 
@@ -89,7 +88,7 @@ func (h *handler) serveTask(w http.ResponseWriter, r *http.Request, p Principal,
 		}
 		info, err := h.insp.GetTaskInfo(cc.Queue, id)
 		switch {
-		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+		case tasks.NoSuchTask(err):
 			continue
 		case err != nil:
 			h.backendFailed(r, err)

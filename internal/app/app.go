@@ -325,7 +325,7 @@ func taskGone(cfg *config.Config, lim *throttle.Redis) func(scope, id string) (b
 		}
 		info, err := insp.GetTaskInfo(cc.Queue, id)
 		switch {
-		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+		case tasks.NoSuchTask(err):
 			// A send a batch task carries has no task of its own: its
 			// claim, kept as batched, says so.
 			typ, _ := tasks.ChannelTaskType(scope)
