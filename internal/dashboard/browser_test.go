@@ -155,7 +155,7 @@ func TestBrowserLimitsPageAt1280(t *testing.T) {
 	// replaced) and they stay open, 100 rows that fit the width.
 	at, err := chromedp.Run(cctx, chromedp.Evaluate[string](`document.getElementById("live").dataset.at`))
 	require.NoError(t, err)
-	require.NoError(t, chromedp.Do(cctx, chromedp.Click(`details[data-group="whatsapp/pair"] > summary`)))
+	require.NoError(t, testutil.Click(cctx, `details[data-group="whatsapp/pair"] > summary`))
 	_, err = chromedp.Run(cctx, chromedp.Poll[chromedp.Void](fmt.Sprintf(`document.getElementById("live").dataset.at !== %q`, at),
 		chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(30*time.Second)))
 	require.NoError(t, err, "no refresh")
@@ -165,7 +165,7 @@ func TestBrowserLimitsPageAt1280(t *testing.T) {
 	require.False(t, l.PageOverflow)
 	require.Empty(t, l.Overflowing)
 	require.GreaterOrEqual(t, l.KeyColumn["whatsapp/pair"], 200.0)
-	png, err = chromedp.Run(cctx, chromedp.Screenshot(`details[data-group="whatsapp/pair"]`))
+	png, err = testutil.ScreenshotOf(cctx, `details[data-group="whatsapp/pair"]`)
 	require.NoError(t, err)
 	save("limits-1280-pairs-open.png", png)
 }

@@ -64,7 +64,7 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 // artifact: a part of the page below the viewport.
 func screenshotOf(t *testing.T, ctx context.Context, sel, name string) {
 	t.Helper()
-	png, err := chromedp.Run(ctx, chromedp.Screenshot(sel))
+	png, err := testutil.ScreenshotOf(ctx, sel)
 	require.NoError(t, err)
 	saveArtifact(t, name, png)
 }

@@ -2,11 +2,13 @@ package testutil
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 )
 
@@ -49,3 +51,53 @@ func Browser(t *testing.T, bin string, width, height int, deadline time.Duration
 	t.Cleanup(cancelTab)
 	return cctx
 }
+
+// ScreenshotOf returns a PNG of the first element sel (a CSS selector)
+// matches, scrolled or not. It reads the element's box in one evaluation
+// and captures that clip of the page, so a page that replaces its nodes on
+// a timer (the limits page's refresh) cannot make it fail between finding
+// the node and measuring it, as chromedp.Screenshot can ("No node with given
+// id found").
+func ScreenshotOf(ctx context.Context, sel string) ([]byte, error) {
+	box, err := chromedp.Run(ctx, chromedp.Evaluate[page.Viewport](fmt.Sprintf(`(() => {
+		const e = document.querySelector(%q);
+		if (!e) throw new Error("no element matches " + %[1]q);
+		const r = e.getBoundingClientRect();
+		const x = Math.round(r.left + window.scrollX), y = Math.round(r.top + window.scrollY);
+		return {x, y, width: Math.round(r.right + window.scrollX) - x, height: Math.round(r.bottom + window.scrollY) - y, scale: 1};
+	})()`, sel)))
+	if err != nil {
+		return nil, fmt.Errorf("screenshot of %s: %w", sel, err)
+	}
+	if box.Width <= 0 || box.Height <= 0 {
+		return nil, fmt.Errorf("screenshot of %s: the element has no area (%v×%v px)", sel, box.Width, box.Height)
+	}
+	shot, err := chromedp.Call(ctx, page.CaptureScreenshot, page.CaptureScreenshotParams{
+		Format:                page.CaptureScreenshotFormatPng,
+		CaptureBeyondViewport: ptr(true),
+		FromSurface:           ptr(true),
+		Clip:                  &box,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("screenshot of %s: %w", sel, err)
+	}
+	return shot.Data, nil
+}
+
+// Click clicks the first element sel (a CSS selector) matches, found and
+// clicked in one evaluation, so a refresh that replaces the node between
+// the two cannot make the click fail or miss.
+func Click(ctx context.Context, sel string) error {
+	_, err := chromedp.Run(ctx, chromedp.Evaluate[bool](fmt.Sprintf(`(() => {
+		const e = document.querySelector(%q);
+		if (!e) throw new Error("no element matches " + %[1]q);
+		e.click();
+		return true;
+	})()`, sel)))
+	if err != nil {
+		return fmt.Errorf("click %s: %w", sel, err)
+	}
+	return nil
+}
+
+func ptr[T any](v T) *T { return &v }
