@@ -3,6 +3,7 @@ package throttle_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -316,5 +317,63 @@ func TestOnlyTheLimitThatSetsTheWaitCountsAWaiter(t *testing.T) {
 		d, err = l.Consume(ctx, number, pair("+3"))
 		require.NoError(t, err)
 		require.Equal(t, 1500*time.Millisecond, d.Wait, "one per window: second in line")
+	})
+}
+
+// A plan extends its books' lifetimes once per script, at its end
+// (extend_later in prelude.lua): every key a plan or a reservation writes
+// still has a TTL, and the number's books outlive the last send planned on
+// them.
+func TestPlannedBooksOutliveTheirPlan(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		clock := testutil.NewClock(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
+		l := throttle.NewRedis(rdb, throttle.Options{Prefix: "books", Clock: clock.Now, OverrideRefresh: -1})
+		ctx := context.Background()
+		opts := throttle.ReserveOptions{Headroom: 0.015}
+		var sends []throttle.Send
+		for i := range 400 {
+			// Two tenants, and every recipient twice: the second send of a
+			// pair is planned 6s behind the first.
+			sends = append(sends, throttle.Send{TaskID: fmt.Sprint("task-", i), Tenant: fmt.Sprint("t", i%2),
+				Requests: whatsAppSendRequests("106540352242922", fmt.Sprintf("+1202555%04d", i%200))})
+		}
+		planned, err := l.Plan(ctx, opts, sends)
+		require.NoError(t, err)
+		last := planned[0].At
+		for _, p := range planned {
+			if p.At.After(last) {
+				last = p.At
+			}
+		}
+		require.Greater(t, last.Sub(clock.Now()), 5*time.Second, "a plan some seconds long")
+		// The first sends come back and are reserved at their places; the
+		// last ones are planned again (they keep their places).
+		for i, p := range planned[:50] {
+			clock.Set(p.At)
+			o := opts
+			o.TaskID, o.Tenant = sends[i].TaskID, sends[i].Tenant
+			_, err := l.Reserve(ctx, o, sends[i].Requests...)
+			require.NoError(t, err)
+		}
+		_, err = l.Plan(ctx, opts, sends[350:]) // planned again: the same places
+		require.NoError(t, err)
+
+		keys, err := rdb.Keys(ctx, "books:*").Result() // a private server: KEYS is fine in a test
+		require.NoError(t, err)
+		require.NotEmpty(t, keys)
+		books := 0
+		for _, k := range keys {
+			ttl, err := rdb.PTTL(ctx, k).Result()
+			require.NoError(t, err)
+			require.Greater(t, ttl, time.Duration(0), "key %s has no TTL", k)
+			if strings.HasSuffix(k, "|plan") || strings.HasSuffix(k, "|backlog") {
+				books++
+				if strings.Contains(k, ":number:") {
+					// Redis counts a TTL on its own clock, the test's is set ahead.
+					require.Greater(t, ttl, last.Sub(clock.Now()), "book %s expires before its last planned send", k)
+				}
+			}
+		}
+		require.Greater(t, books, 100, "the number's and the pairs' books")
 	})
 }

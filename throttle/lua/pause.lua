@@ -7,12 +7,19 @@
 --                  reason, at = us it was set}; see pause_set.lua
 -- ARGV (per limit): nothing of its own (limit, period, burst are 0)
 -- State: the hash, written by pause_set.lua, pause_end.lua and
--- pause_run_end.lua; deciding never writes.
+-- pause_run_end.lua; deciding never writes, so a script reads it once.
 -- Returns: see prelude.lua. Paused: ok 0, retry = wait = the rest of the
 -- pause, reset = its end. Else ok 1, remaining 1. It takes nothing.
+-- A script reads each pause once: it never writes one (pause_set.lua and
+-- the others are scripts of their own), and the sends of a batch share
+-- their account's, channel's and number's pauses.
+local pause_ends = {}
 local function pause_decide(key, now)
-  local raw = read('HGET', key, 'u')
-  local u = tonumber(raw) or 0
+  local u = pause_ends[key]
+  if not u then
+    u = tonumber((read('HGET', key, 'u'))) or 0
+    pause_ends[key] = u
+  end
   local d = {algo = 'pause', key = key, now = now, taken = 0}
   if u > now then
     d.ok, d.rem_now, d.rem_after, d.retry, d.reset = 0, 0, 0, u - now, u

@@ -217,7 +217,7 @@ local function plan_count(s, sec, displace, claim)
       elseif not was then
         redis.call('HSET', l.plan, 'f' .. l.extra, l.fill)
       end
-      extend(l.plan, ttl_ms((sec + 2) * SEC - now))
+      extend_later(l.plan, ttl_ms((sec + 2) * SEC - now))
     end
   end
 end
@@ -243,12 +243,12 @@ local function plan_commit(s, at, sec, claim)
         local old = tonumber(redis.call('HGET', l.plan, 't' .. l.extra))
         if not old or tail > old then
           redis.call('HSET', l.plan, 't' .. l.extra, us(tail))
-          extend(l.plan, ttl_ms(tail - now))
+          extend_later(l.plan, ttl_ms(tail - now))
         end
       end
       if s.id ~= '' then
         redis.call('ZADD', l.backlog, at, s.id)
-        extend(l.backlog, ttl_ms(at - now) + 3600000)
+        extend_later(l.backlog, ttl_ms(at - now) + 3600000)
       end
     end
   end

@@ -86,13 +86,24 @@ end
 -- The mode dispatch. "release" gives up one send's place; "plan" and
 -- "reserve" decide each send in order, and a later send sees what the
 -- earlier ones took.
-if mode == 'release' then return {now, release_one(parse(8))} end
-local one = reserve_one
-if mode == 'plan' then one = plan_one end
-local out, a = {now}, 8
-for _ = 1, nsends do
-  local s
-  s, a = parse(a)
-  one(s, out)
+-- The books' lifetimes are extended once, at the end (extend_later), also
+-- when the body fails part way: its writes stay, and so must their TTLs.
+local function body()
+  if mode == 'release' then return {now, release_one(parse(8))} end
+  local one = reserve_one
+  if mode == 'plan' then one = plan_one end
+  local out, a = {now}, 8
+  for _ = 1, nsends do
+    local s
+    s, a = parse(a)
+    one(s, out)
+  end
+  return out
 end
-return out
+local ok, res = pcall(body)
+flush_extends()
+if not ok then
+  if type(res) == 'table' then return res end -- a command's error reply, as it came
+  error(res, 0)
+end
+return res

@@ -104,7 +104,7 @@ local function reserve_room(l, u, w)
   v[2], v[4] = v[2] + l.cost, (v[4] or 0) + l.cost
   rec[u] = v
   trec_save(l, sec, rec)
-  extend(l.plan, ttl_ms((sec + 2) * SEC - now))
+  extend_later(l.plan, ttl_ms((sec + 2) * SEC - now))
   local qf = 'q' .. l.extra .. '#' .. u
   local q = tonumber(redis.call('HGET', l.plan, qf))
   if not q or sec < q then redis.call('HSET', l.plan, qf, sec) end
