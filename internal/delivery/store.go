@@ -157,6 +157,7 @@ type Store struct {
 	prefix string
 	ttl    time.Duration
 	wait   time.Duration
+	sent   *sentBatcher // RecordSent's calls, coalesced (sent_batch.go)
 }
 
 var (
@@ -191,7 +192,9 @@ func New(o Options) (*Store, error) {
 	if o.PendingTTL < time.Second {
 		return nil, fmt.Errorf("delivery: Options.PendingTTL: %v, want at least 1s", o.PendingTTL)
 	}
-	return &Store{rdb: o.Redis, prefix: o.Prefix, ttl: o.TTL, wait: o.PendingTTL}, nil
+	st := &Store{rdb: o.Redis, prefix: o.Prefix, ttl: o.TTL, wait: o.PendingTTL}
+	st.sent = &sentBatcher{s: st, in: make(chan *sentCall, maxSentBatch)}
+	return st, nil
 }
 
 //go:embed lua/*.lua
@@ -217,12 +220,14 @@ func joinLua(names ...string) string {
 	return b.String()
 }
 
-// RecordSent records a send the provider accepted, in one round trip: the
+// RecordSent records a send the provider accepted, in one round trip
+// (shared with the calls that arrive meanwhile: sent_batch.go): the
 // task's record (state s.Status, "sent" or "sent_unconfirmed"), the index
 // from s.ProviderID to the task, a status a callback reported before, and
 // the campaign's Sent counter (once per task: calling it again for the
 // same send changes nothing but the TTLs). The error names a bad field
-// (wrapping worker.ErrInvalidRecord) or wraps Redis's.
+// (wrapping worker.ErrInvalidRecord), or is ctx's, or wraps Redis's (every
+// send that shared the script call gets it; calling again is safe).
 func (s *Store) RecordSent(ctx context.Context, r Sent) error {
 	st := State(r.Status)
 	if st != StateSent && st != StateSentUnconfirmed {
@@ -241,8 +246,8 @@ func (s *Store) RecordSent(ctx context.Context, r Sent) error {
 	if r.ProviderID != "" {
 		keys = append(keys, IndexKey(s.prefix, r.Channel, r.ProviderID))
 	}
-	err := recordSentScript.Run(ctx, s.rdb, keys, r.TaskID, r.Queue, r.Channel, r.Tenant, r.ProviderID, r.Status,
-		unixMilli(r.At), s.ttl.Milliseconds(), group, r.Campaign).Err()
+	err := s.sent.do(ctx, &sentCall{keys: keys, done: make(chan error, 1),
+		args: []any{r.TaskID, r.Queue, r.Channel, r.Tenant, r.ProviderID, r.Status, unixMilli(r.At), s.ttl.Milliseconds(), group, r.Campaign}})
 	if err != nil {
 		return fmt.Errorf("delivery: record sent %s: %w", r.TaskID, err)
 	}

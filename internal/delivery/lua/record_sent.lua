@@ -1,41 +1,64 @@
--- record_sent.lua: a send the provider accepted (worker.DeliveryRecorder).
--- Creates or refreshes the task's record, links the provider's message id
--- to it, applies a status a callback brought before this record existed,
--- and counts the send once for its campaign. Joined after states.lua.
+-- record_sent.lua: sends the provider accepted (worker.DeliveryRecorder),
+-- one or more in one call (Store.RecordSent coalesces the calls that
+-- arrive while one is in flight). For each: creates or refreshes the
+-- task's record, links the provider's message id to it, applies a status
+-- a callback brought before this record existed, and counts the send once
+-- for its campaign. Joined after states.lua.
 --
--- KEYS[1]: the task's record (hash); KEYS[2]: its campaign's counters
--- (hash); KEYS[3], only with a provider id: the message's index (hash:
--- task, group, and a pending state, code, reason, at)
--- ARGV[1..6]: task id, queue, channel, tenant, provider id (may be ""),
--- state (sent or sent_unconfirmed)
--- ARGV[7]: when, Unix ms; ARGV[8]: TTL of every key, ms; ARGV[9]: the counters' group
--- (tenant and campaign); ARGV[10]: campaign
--- Returns: 1 when the send was counted, 0 when the record had counted it.
-local record, counters = KEYS[1], KEYS[2]
-local ttl = ARGV[8]
-local old = redis.call('HGET', record, 'state')
-local fresh = rank(old) < 2
-redis.call('HSET', record, 'task_id', ARGV[1], 'queue', ARGV[2], 'channel', ARGV[3], 'tenant', ARGV[4],
-  'campaign', ARGV[10], 'provider_id', ARGV[5], 'sent_at', ARGV[7])
-if fresh then
-  redis.call('HSET', record, 'state', ARGV[6], 'code', '0', 'reason', '', 'at', ARGV[7])
-  redis.call('HINCRBY', counters, 'sent', 1)
-  -- A re-run of an archived task: it no longer counts as failed.
-  if old == 'archived' then redis.call('HINCRBY', counters, 'failed', -1) end
-elseif rank(old) == 2 then
-  redis.call('HSET', record, 'state', ARGV[6])
-end
-if #KEYS >= 3 then
-  local index = KEYS[3]
-  local p = redis.call('HMGET', index, 'state', 'code', 'reason', 'at')
-  if p[1] then
-    apply(record, counters, p[1], p[2], p[3], p[4])
-    redis.call('HDEL', index, 'state', 'code', 'reason', 'at')
+-- ARGV[1]: the number of sends n; then per send, 11 values: the number of
+-- its keys (2, or 3 with a provider id), task id, queue, channel, tenant,
+-- provider id (may be ""), state (sent or sent_unconfirmed), when (Unix
+-- ms), TTL of every key (ms), the counters' group (tenant and campaign),
+-- campaign.
+-- KEYS, per send in order: the task's record (hash); its campaign's
+-- counters (hash); only with a provider id, the message's index (hash:
+-- task, group, and a pending state, code, reason, at).
+-- Returns: per send, 1 when the send was counted, 0 when the record had
+-- counted it.
+
+-- record_one records one send: keys record, counters and index (nil
+-- without a provider id), its values at ARGV[a..a+9].
+local function record_one(record, counters, index, a)
+  local task, queue, channel, tenant, provider, state, at, ttl, group, campaign =
+    ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9]
+  local old = redis.call('HGET', record, 'state')
+  local fresh = rank(old) < 2
+  if fresh then
+    redis.call('HSET', record, 'task_id', task, 'queue', queue, 'channel', channel, 'tenant', tenant,
+      'campaign', campaign, 'provider_id', provider, 'sent_at', at, 'state', state, 'code', '0', 'reason', '', 'at', at)
+    redis.call('HINCRBY', counters, 'sent', 1)
+    -- A re-run of an archived task: it no longer counts as failed.
+    if old == 'archived' then redis.call('HINCRBY', counters, 'failed', -1) end
+  else
+    redis.call('HSET', record, 'task_id', task, 'queue', queue, 'channel', channel, 'tenant', tenant,
+      'campaign', campaign, 'provider_id', provider, 'sent_at', at)
+    if rank(old) == 2 then redis.call('HSET', record, 'state', state) end
   end
-  redis.call('HSET', index, 'task', ARGV[1], 'group', ARGV[9])
-  redis.call('PEXPIRE', index, ttl)
+  if index then
+    local p = redis.call('HMGET', index, 'state', 'code', 'reason', 'at')
+    if p[1] then
+      apply(record, counters, p[1], p[2], p[3], p[4])
+      redis.call('HDEL', index, 'state', 'code', 'reason', 'at')
+    end
+    redis.call('HSET', index, 'task', task, 'group', group)
+    redis.call('PEXPIRE', index, ttl)
+  end
+  redis.call('PEXPIRE', record, ttl)
+  if fresh then return 1 end
+  return 0
 end
-redis.call('PEXPIRE', record, ttl)
-redis.call('PEXPIRE', counters, ttl)
-if fresh then return 1 end
-return 0
+
+local out, k, a = {}, 1, 2
+-- A campaign's counters are extended once a call, to the longest TTL.
+local counters_ttl = {}
+for i = 1, tonumber(ARGV[1]) do
+  local nkeys = tonumber(ARGV[a])
+  local index = nil
+  if nkeys == 3 then index = KEYS[k + 2] end
+  out[i] = record_one(KEYS[k], KEYS[k + 1], index, a + 1)
+  local ttl = tonumber(ARGV[a + 8])
+  if (counters_ttl[KEYS[k + 1]] or 0) < ttl then counters_ttl[KEYS[k + 1]] = ttl end
+  k, a = k + nkeys, a + 11
+end
+for key, ttl in pairs(counters_ttl) do redis.call('PEXPIRE', key, ttl) end
+return out
