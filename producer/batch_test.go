@@ -17,6 +17,46 @@ import (
 	"github.com/sluice-dev/sluice/worker"
 )
 
+// A second that has begun is batched too: its batch is pending at once and
+// each of its sends is reported pending, not as a task of its own. (The
+// limiter's clock is an hour behind this host's, so every second the plan
+// gives has begun.)
+func TestSendBatchesASecondThatHasBegun(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	behind := time.Now().Add(-time.Hour)
+	lim := throttle.NewRedis(rdb, throttle.Options{OverrideRefresh: -1, Clock: func() time.Time { return behind }})
+	sender := rules.Rule{Limit: throttle.Limit{Name: "sender", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(5), Burst: 1}, Key: "sms:sender:{from}"}
+	prod, err := producer.New(producer.Options{Redis: rdb, Limiter: lim,
+		Channels: []worker.Channel{{Name: "sms", TaskType: tasks.TypeSMSSend, Rules: []rules.Rule{sender}, BatchSends: true}}})
+	require.NoError(t, err)
+	ctx := context.Background()
+	var items []producer.Item
+	for i := range 12 {
+		items = append(items, producer.Item{Task: smsTask(t, tasks.SMSSend{To: fmt.Sprintf("+1202555%04d", 1000+i),
+			IdempotencyKey: fmt.Sprintf("k%d", i)})})
+	}
+	out, err := prod.Send(ctx, items)
+	require.NoError(t, err)
+	for i, r := range out {
+		require.NoError(t, r.Err, i)
+		require.True(t, r.ETA.Before(time.Now()), "planned on the limiter's clock, an hour behind")
+		require.Equal(t, asynq.TaskStatePending, r.Info.State, "send %d", i)
+	}
+	insp := asynq.NewInspectorFromRedisClient(rdb)
+	pending, err := insp.ListPendingTasks("sms", asynq.PageSize(100))
+	require.NoError(t, err)
+	carried := 0
+	for _, ti := range pending {
+		require.Equal(t, tasks.TypeBatch, ti.Type, "no send is a task of its own")
+		b, err := tasks.DecodeBatch(ti.Payload)
+		require.NoError(t, err)
+		carried += len(b.Sends)
+	}
+	require.Equal(t, len(items), carried, "every send is carried by a batch")
+	require.Less(t, len(pending), len(items)/2, "a batch a second, not a task a send")
+}
+
 // With BatchSends, Send carries the sends planned for the same second in
 // batch tasks: each second's sends (5 at 5/s) in one task, scheduled for
 // that second, each send reported as its own (ID, queue, scheduled, due at
