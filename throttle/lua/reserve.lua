@@ -103,7 +103,13 @@ end
 local ok, res = pcall(body)
 flush_extends()
 if not ok then
-  if type(res) == 'table' then return res end -- a command's error reply, as it came
+  -- A command's error keeps its code (WRONGTYPE, OOM, READONLY: a client
+  -- follows a failover on READONLY): Redis 7 hands pcall the error as a
+  -- string ("READONLY You can't write ..."), Redis 6 as a table {err = ...};
+  -- re-raised, it would read "ERR READONLY ...". The script's own errors
+  -- (error()) are raised again as they were.
+  if type(res) == 'table' and res.err then return res end
+  if type(res) == 'string' and string.match(res, '^%u[%u_]* ') then return redis.error_reply(res) end
   error(res, 0)
 end
 return res
