@@ -37,8 +37,10 @@ func TestMain(m *testing.M) {
 	app.Resolver = dnstest.Resolver(map[string]netip.Addr{"localhost-alias.test": netip.MustParseAddr("127.0.0.1")}, dnstest.Public)
 	goleak.VerifyTestMain(m,
 		// The limiter's background batcher and go-redis's pool reaper end
-		// when their clients close, after the last test's cleanup.
+		// when their clients close, after the last test's cleanup; the
+		// delivery store's RecordSent batcher a second after its last call.
 		goleak.IgnoreTopFunction("github.com/sluice-dev/sluice/throttle.(*reserveBatcher).run"),
+		goleak.IgnoreTopFunction("github.com/sluice-dev/sluice/internal/delivery.(*sentBatcher).run"),
 	)
 }
 

@@ -15,7 +15,7 @@ import (
 
 // Many RecordSent calls at once share script calls (sent_batch.go), and
 // each send's record is what it would be alone: counted once (also a send
-// recorded twice, in one script or two), a status the provider reported
+// recorded twice), a status the provider reported
 // before applied, a send without a provider id recorded without an index.
 func TestRecordSentCallsAtOnce(t *testing.T) {
 	t.Parallel()
@@ -42,9 +42,13 @@ func TestRecordSentCallsAtOnce(t *testing.T) {
 		}
 		return c
 	}
+	// The script is loaded (a first call's NOSCRIPT and EVAL are not
+	// counted), and every caller waits for one signal.
+	require.NoError(t, s.RecordSent(ctx, delivery.Sent{TaskID: "warm", Queue: "whatsapp", Channel: "whatsapp", Status: "sent", At: t0}))
 	before := calls()
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*n)
+	start := make(chan struct{})
 	for i := range n {
 		r := delivery.Sent{TaskID: fmt.Sprint("task-", i), Queue: "whatsapp", Channel: "whatsapp", Tenant: "acme", Campaign: "bulk",
 			Status: "sent", At: t0}
@@ -56,9 +60,13 @@ func TestRecordSentCallsAtOnce(t *testing.T) {
 			times = 2 // the worker wrote it again after a timeout
 		}
 		for range times {
-			wg.Go(func() { errs <- s.RecordSent(ctx, r) })
+			wg.Go(func() {
+				<-start
+				errs <- s.RecordSent(ctx, r)
+			})
 		}
 	}
+	close(start)
 	wg.Wait()
 	close(errs)
 	recorded := 0
@@ -68,7 +76,10 @@ func TestRecordSentCallsAtOnce(t *testing.T) {
 	}
 	scripts := calls() - before
 	t.Logf("%d RecordSent calls in %d script calls", recorded, scripts)
-	require.LessOrEqual(t, scripts, int64(recorded))
+	// One script call a send without the coalescing; a lone call goes at
+	// once, so how many share one depends on the host, but with every
+	// caller released at once, far fewer calls than sends.
+	require.LessOrEqual(t, scripts, int64(recorded/2), "RecordSent calls made at once share script calls")
 
 	p, err := s.Progress(ctx, "acme", "bulk")
 	require.NoError(t, err)

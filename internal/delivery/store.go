@@ -220,8 +220,9 @@ func joinLua(names ...string) string {
 	return b.String()
 }
 
-// RecordSent records a send the provider accepted, in one round trip
-// (shared with the calls that arrive meanwhile: sent_batch.go): the
+// RecordSent records a send the provider accepted, in one script call
+// shared with the calls that arrive meanwhile (sent_batch.go; a call may
+// wait for the one in flight to end): the
 // task's record (state s.Status, "sent" or "sent_unconfirmed"), the index
 // from s.ProviderID to the task, a status a callback reported before, and
 // the campaign's Sent counter (once per task: calling it again for the
@@ -229,16 +230,28 @@ func joinLua(names ...string) string {
 // (wrapping worker.ErrInvalidRecord), or is ctx's, or wraps Redis's (every
 // send that shared the script call gets it; calling again is safe).
 func (s *Store) RecordSent(ctx context.Context, r Sent) error {
+	c, err := s.sentCallOf(r)
+	if err != nil {
+		return err
+	}
+	if err := s.sent.do(ctx, c); err != nil {
+		return fmt.Errorf("delivery: record sent %s: %w", r.TaskID, err)
+	}
+	return nil
+}
+
+// sentCallOf checks r and returns its call of record_sent.lua.
+func (s *Store) sentCallOf(r Sent) (*sentCall, error) {
 	st := State(r.Status)
 	if st != StateSent && st != StateSentUnconfirmed {
-		return invalid{fmt.Errorf("delivery: record sent: status %.40q, want sent or sent_unconfirmed", r.Status)}
+		return nil, invalid{fmt.Errorf("delivery: record sent: status %.40q, want sent or sent_unconfirmed", r.Status)}
 	}
 	if err := checkCommon(r.TaskID, r.Queue, r.Channel, r.Tenant, r.Campaign); err != nil {
-		return invalid{fmt.Errorf("delivery: record sent: %w", err)}
+		return nil, invalid{fmt.Errorf("delivery: record sent: %w", err)}
 	}
 	if r.ProviderID != "" {
 		if err := checkID("provider id", r.ProviderID); err != nil {
-			return invalid{fmt.Errorf("delivery: record sent: %w", err)}
+			return nil, invalid{fmt.Errorf("delivery: record sent: %w", err)}
 		}
 	}
 	group := Group(r.Tenant, r.Campaign)
@@ -246,12 +259,8 @@ func (s *Store) RecordSent(ctx context.Context, r Sent) error {
 	if r.ProviderID != "" {
 		keys = append(keys, IndexKey(s.prefix, r.Channel, r.ProviderID))
 	}
-	err := s.sent.do(ctx, &sentCall{keys: keys, done: make(chan error, 1),
-		args: []any{r.TaskID, r.Queue, r.Channel, r.Tenant, r.ProviderID, r.Status, unixMilli(r.At), s.ttl.Milliseconds(), group, r.Campaign}})
-	if err != nil {
-		return fmt.Errorf("delivery: record sent %s: %w", r.TaskID, err)
-	}
-	return nil
+	return &sentCall{keys: keys, done: make(chan error, 1),
+		args: []any{r.TaskID, r.Queue, r.Channel, r.Tenant, r.ProviderID, r.Status, unixMilli(r.At), s.ttl.Milliseconds(), group, r.Campaign}}, nil
 }
 
 // SentAt returns when the provider accepted the task's send, as recorded by

@@ -16,6 +16,8 @@
 -- Returns: per send, 1 when the send was counted, 0 when the record had
 -- counted it.
 
+local counters_extended = {}
+
 -- record_one records one send: keys record, counters and index (nil
 -- without a provider id), its values at ARGV[a..a+9].
 local function record_one(record, counters, index, a)
@@ -44,21 +46,20 @@ local function record_one(record, counters, index, a)
     redis.call('PEXPIRE', index, ttl)
   end
   redis.call('PEXPIRE', record, ttl)
+  -- A campaign's counters are extended once a call (every send of a store
+  -- has the same TTL), as soon as a send has written them: a send that
+  -- fails later in the call leaves no counters without one.
+  if not counters_extended[counters] and redis.call('PEXPIRE', counters, ttl) == 1 then counters_extended[counters] = true end
   if fresh then return 1 end
   return 0
 end
 
 local out, k, a = {}, 1, 2
--- A campaign's counters are extended once a call, to the longest TTL.
-local counters_ttl = {}
 for i = 1, tonumber(ARGV[1]) do
   local nkeys = tonumber(ARGV[a])
   local index = nil
   if nkeys == 3 then index = KEYS[k + 2] end
   out[i] = record_one(KEYS[k], KEYS[k + 1], index, a + 1)
-  local ttl = tonumber(ARGV[a + 8])
-  if (counters_ttl[KEYS[k + 1]] or 0) < ttl then counters_ttl[KEYS[k + 1]] = ttl end
   k, a = k + nkeys, a + 11
 end
-for key, ttl in pairs(counters_ttl) do redis.call('PEXPIRE', key, ttl) end
 return out

@@ -1,0 +1,53 @@
+package delivery
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-dev/sluice/internal/redistest"
+)
+
+// One script call may carry the same send twice (the worker wrote it again
+// after a timeout while the first write waited): it is counted once. A send
+// that fails later in the call leaves the campaign's counters, written by
+// an earlier send, with their TTL, and every send of the call gets the
+// error.
+func TestOneCallCarriesSeveralSends(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	s, err := New(Options{Redis: rdb, Prefix: "one"})
+	require.NoError(t, err)
+	ctx := context.Background()
+	at := time.Date(2026, 11, 27, 15, 0, 0, 0, time.UTC)
+	call := func(task, provider string) *sentCall {
+		c, err := s.sentCallOf(Sent{TaskID: task, Queue: "whatsapp", Channel: "whatsapp", Tenant: "acme", Campaign: "c",
+			ProviderID: provider, Status: "sent", At: at})
+		require.NoError(t, err)
+		return c
+	}
+	calls := []*sentCall{call("t1", "wamid.1"), call("t1", "wamid.1"), call("t2", "")}
+	s.sent.exec(calls)
+	for _, c := range calls {
+		require.NoError(t, <-c.done)
+	}
+	p, err := s.Progress(ctx, "acme", "c")
+	require.NoError(t, err)
+	require.Equal(t, Progress{Sent: 2}, p, "t1 twice in one call, counted once")
+
+	// t4's record key holds a list: the call fails at t4, after t3 made a
+	// campaign's counters.
+	require.NoError(t, rdb.RPush(ctx, RecordKey("one", "t4"), "x").Err())
+	c3, err := s.sentCallOf(Sent{TaskID: "t3", Queue: "whatsapp", Channel: "whatsapp", Tenant: "acme", Campaign: "d", Status: "sent", At: at})
+	require.NoError(t, err)
+	c4, err := s.sentCallOf(Sent{TaskID: "t4", Queue: "whatsapp", Channel: "whatsapp", Tenant: "acme", Campaign: "d", Status: "sent", At: at})
+	require.NoError(t, err)
+	s.sent.exec([]*sentCall{c3, c4})
+	require.ErrorContains(t, <-c3.done, "WRONGTYPE", "every send of the call gets the error")
+	require.ErrorContains(t, <-c4.done, "WRONGTYPE")
+	ttl, err := rdb.PTTL(ctx, CountersKey("one", Group("acme", "d"))).Result()
+	require.NoError(t, err)
+	require.Greater(t, ttl, time.Duration(0), "the counters t3 wrote expire")
+}
