@@ -44,7 +44,8 @@ type batchKey struct {
 // (above): planned[i] a new place, claimed the claims this call took (only
 // sends with an idempotency key have one), and maxRetry[i] each task's
 // MaxRetry. It sets their out[i].Info (the send as asynq would show its own
-// task: scheduled, due at its second) or, for a batch asynq refused, their
+// task: scheduled, due at its second, or pending for a second that has
+// begun) or, for a batch asynq refused, their
 // out[i].Err. A second with one such send leaves it to the caller.
 func (c *Client) enqueueBatches(ctx context.Context, ts []*asynq.Task, queues []string, planned []bool, claimed claims, maxRetry []int, out []Enqueued) {
 	groups := map[batchKey][]int{}
@@ -107,13 +108,18 @@ func (c *Client) enqueueBatch(ctx context.Context, ts []*asynq.Task, k batchKey,
 		return // each goes as its own task
 	}
 	due := time.Unix(k.due, 0)
+	// A batch due in a second that has begun is pending at once, as asynq
+	// makes a task due in the past (its answer says which, below).
 	state, next := asynq.TaskStateScheduled, due
 	if !due.After(time.Now()) {
-		state, next = asynq.TaskStatePending, time.Now() // asynq runs a task due in the past now
+		state, next = asynq.TaskStatePending, time.Now()
 	}
 	id := "batch-" + randomID()
-	_, err = c.client.EnqueueContext(ctx, asynq.NewTask(tasks.TypeBatch, payload), asynq.TaskID(id), asynq.Queue(k.queue),
+	info, err := c.client.EnqueueContext(ctx, asynq.NewTask(tasks.TypeBatch, payload), asynq.TaskID(id), asynq.Queue(k.queue),
 		asynq.ProcessAt(due), asynq.MaxRetry(tasks.DefaultMaxRetry))
+	if err == nil {
+		state, next = info.State, info.NextProcessAt // asynq's own reading of the second
+	}
 	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
 		// The reply may have been lost after Redis enqueued it: ask. Sent
 		// as their own tasks as well, the sends would go twice.
@@ -159,13 +165,33 @@ func (c *Client) unmarkBatched(ctx context.Context, ts []*asynq.Task, idx []int,
 }
 
 // BatchedType returns the task type of the send with ID id that a batch
-// task carries or carried (its claim is kept as batched), and false when
-// the ID's claim is not a batched one. The error is Redis's.
-func (c *Client) BatchedType(ctx context.Context, id string) (string, bool, error) {
+// task carries or carried (its claim is kept as batched) and its planned
+// instant (the claim is kept until Options.ClaimRetention past it, to the
+// millisecond), and false when the ID's claim is not a batched one. The
+// error is Redis's.
+func (c *Client) BatchedType(ctx context.Context, id string) (typ string, due time.Time, ok bool, err error) {
 	if c.limiter == nil {
-		return "", false, nil
+		return "", time.Time{}, false, nil
 	}
-	return batchedType(ctx, c.limiter, id)
+	rdb := c.limiter.Client()
+	pipe := rdb.Pipeline()
+	get := pipe.Get(ctx, ClaimKey(c.limiter.Prefix(), id))
+	ttl := pipe.PTTL(ctx, ClaimKey(c.limiter.Prefix(), id))
+	now := time.Now()
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return "", time.Time{}, false, err
+	}
+	if get.Err() != nil {
+		return "", time.Time{}, false, nil // gone meanwhile
+	}
+	typ, token, _ := strings.Cut(get.Val(), "|")
+	if token != batchedToken {
+		return "", time.Time{}, false, nil
+	}
+	if d := ttl.Val(); d > 0 {
+		due = now.Add(d - c.retention)
+	}
+	return typ, due, true, nil
 }
 
 // Batched reports whether a batch task carries, or carried, the send of

@@ -24,7 +24,10 @@ import (
 func TestSendBatchesASecondThatHasBegun(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Start(t).Client(t)
-	behind := time.Now().Add(-time.Hour)
+	// A whole second: the plan's first second has room for a full second's
+	// sends (five), so no second holds a lone send (which goes as its own
+	// task).
+	behind := time.Now().Add(-time.Hour).Truncate(time.Second)
 	lim := throttle.NewRedis(rdb, throttle.Options{OverrideRefresh: -1, Clock: func() time.Time { return behind }})
 	sender := rules.Rule{Limit: throttle.Limit{Name: "sender", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(5), Burst: 1}, Key: "sms:sender:{from}"}
 	prod, err := producer.New(producer.Options{Redis: rdb, Limiter: lim,
