@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/coalesce"
 )
 
 // Reserve calls are coalesced: while one reserve script is in flight, the
@@ -39,11 +41,8 @@ type reserveResult struct {
 }
 
 type reserveBatcher struct {
-	l  *Redis
-	in chan *reserveCall
-
-	mu      sync.Mutex
-	running bool // a run goroutine is serving in
+	l *Redis
+	q *coalesce.Batcher[*reserveCall]
 }
 
 // batcherIdle is how long the batcher's goroutine waits for calls before it
@@ -54,25 +53,17 @@ const batcherIdle = time.Second
 // batcher returns the limiter's batcher.
 func (l *Redis) batcher() *reserveBatcher {
 	l.batchOnce.Do(func() {
-		l.batch = &reserveBatcher{l: l, in: make(chan *reserveCall, maxReserveBatch)}
+		b := &reserveBatcher{l: l}
+		b.q = coalesce.New(maxReserveBatch, batcherIdle, b.serve)
+		l.batch = b
 	})
 	return l.batch
 }
 
 func (b *reserveBatcher) do(ctx context.Context, c *reserveCall) (reserveResult, error) {
-	select {
-	case b.in <- c:
-	case <-ctx.Done():
-		return reserveResult{}, ctx.Err()
+	if err := b.q.Add(ctx, c); err != nil {
+		return reserveResult{}, err
 	}
-	// After the send: a goroutine that exits finds the channel empty only
-	// before this call's send, and then this starts a new one.
-	b.mu.Lock()
-	if !b.running {
-		b.running = true
-		go b.run()
-	}
-	b.mu.Unlock()
 	select {
 	case res := <-c.done:
 		return res, res.err
@@ -100,53 +91,25 @@ func (b *reserveBatcher) releaseLeases(res reserveResult) {
 	_ = b.l.Release(ctx, res.r.Leases) // unreleased leases expire by themselves
 }
 
-func (b *reserveBatcher) run() {
-	idle := time.NewTimer(batcherIdle)
-	defer idle.Stop()
-	for {
-		var c *reserveCall
-		select {
-		case c = <-b.in:
-		case <-idle.C:
-			b.mu.Lock()
-			if len(b.in) == 0 {
-				b.running = false
-				b.mu.Unlock()
-				return
-			}
-			b.mu.Unlock()
-			idle.Reset(batcherIdle)
-			continue
+// serve runs one batch: one script per scope (a Redis Cluster slot) and
+// pacing settings, in the order of their first calls.
+func (b *reserveBatcher) serve(batch []*reserveCall) {
+	type group struct {
+		scope    string
+		hold     time.Duration
+		headroom float64
+	}
+	groups := map[group][]*reserveCall{}
+	var order []group
+	for _, c := range batch {
+		g := group{scope(c.reqs[0].Key), c.hold, c.headroom}
+		if _, ok := groups[g]; !ok {
+			order = append(order, g)
 		}
-		idle.Reset(batcherIdle)
-		batch := []*reserveCall{c}
-	drain:
-		for len(batch) < maxReserveBatch {
-			select {
-			case c := <-b.in:
-				batch = append(batch, c)
-			default:
-				break drain
-			}
-		}
-		// One script per scope (a Redis Cluster slot) and pacing settings.
-		type group struct {
-			scope    string
-			hold     time.Duration
-			headroom float64
-		}
-		groups := map[group][]*reserveCall{}
-		var order []group
-		for _, c := range batch {
-			g := group{scope(c.reqs[0].Key), c.hold, c.headroom}
-			if _, ok := groups[g]; !ok {
-				order = append(order, g)
-			}
-			groups[g] = append(groups[g], c)
-		}
-		for _, g := range order {
-			b.exec(groups[g])
-		}
+		groups[g] = append(groups[g], c)
+	}
+	for _, g := range order {
+		b.exec(groups[g])
 	}
 }
 

@@ -36,11 +36,11 @@ func TestMain(m *testing.M) {
 	// address, localhost-alias.test loopback, from a DNS in process.
 	app.Resolver = dnstest.Resolver(map[string]netip.Addr{"localhost-alias.test": netip.MustParseAddr("127.0.0.1")}, dnstest.Public)
 	goleak.VerifyTestMain(m,
-		// The limiter's background batcher and go-redis's pool reaper end
-		// when their clients close, after the last test's cleanup; the
-		// delivery store's RecordSent batcher a second after its last call.
-		goleak.IgnoreTopFunction("github.com/sluice-dev/sluice/throttle.(*reserveBatcher).run"),
-		goleak.IgnoreTopFunction("github.com/sluice-dev/sluice/internal/delivery.(*sentBatcher).run"),
+		// The limiter's reserve batcher and the delivery store's RecordSent
+		// batcher (internal/coalesce) end a second after their last call;
+		// go-redis's pool reaper when its client closes, after the last
+		// test's cleanup.
+		goleak.IgnoreTopFunction("github.com/sluice-dev/sluice/internal/coalesce.(*Batcher[...]).run"),
 	)
 }
 

@@ -45,9 +45,9 @@ func TestMain(m *testing.M) {
 		// A test's child process: `sluice` with the real stdout and stderr.
 		os.Exit(Execute(context.Background(), strings.Split(args, "\x1f"), os.Stdout, os.Stderr))
 	}
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/sluice-dev/sluice/throttle.(*reserveBatcher).run"),
-		// The delivery store's RecordSent batcher ends a second after its last call.
-		goleak.IgnoreTopFunction("github.com/sluice-dev/sluice/internal/delivery.(*sentBatcher).run"))
+	// The limiter's reserve batcher and the delivery store's RecordSent
+	// batcher (internal/coalesce) end a second after their last call.
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/sluice-dev/sluice/internal/coalesce.(*Batcher[...]).run"))
 }
 
 // testDNS answers the tests' target names in process: localhost-alias.test

@@ -19,9 +19,7 @@ import (
 // a time on a local redis-server (each its own script call); it reports
 // Redis's CPU per record (INFO used_cpu_sys + used_cpu_user).
 func BenchmarkRecordSent(b *testing.B) {
-	rdb := redistest.Start(b).Client(b)
-	s, err := delivery.New(delivery.Options{Redis: rdb, Prefix: "bench"})
-	require.NoError(b, err)
+	s, rdb := benchStore(b)
 	ctx := context.Background()
 	at := time.Now()
 	cpu0 := redisCPU(b, rdb)
@@ -41,9 +39,7 @@ func BenchmarkRecordSent(b *testing.B) {
 // a busy worker makes them: the calls that arrive while one is in flight
 // share the next script call (sent_batch.go).
 func BenchmarkRecordSentConcurrently(b *testing.B) {
-	rdb := redistest.Start(b).Client(b)
-	s, err := delivery.New(delivery.Options{Redis: rdb, Prefix: "bench"})
-	require.NoError(b, err)
+	s, rdb := benchStore(b)
 	ctx := context.Background()
 	at := time.Now()
 	var next atomic.Int64
@@ -62,6 +58,15 @@ func BenchmarkRecordSentConcurrently(b *testing.B) {
 	})
 	b.StopTimer()
 	b.ReportMetric((redisCPU(b, rdb)-cpu0).Seconds()*1e6/float64(b.N), "redis-cpu-µs/record")
+}
+
+// benchStore is a store on a redis-server of the benchmark's own.
+func benchStore(b *testing.B) (*delivery.Store, *redis.Client) {
+	b.Helper()
+	rdb := redistest.Start(b).Client(b)
+	s, err := delivery.New(delivery.Options{Redis: rdb, Prefix: "bench"})
+	require.NoError(b, err)
+	return s, rdb
 }
 
 // redisCPU is the server's used_cpu_sys + used_cpu_user so far.

@@ -3,8 +3,9 @@ package delivery
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/coalesce"
 )
 
 // RecordSent calls are coalesced: while one record script is in flight,
@@ -32,11 +33,8 @@ type sentCall struct {
 
 // sentBatcher runs the queued calls of one Store.
 type sentBatcher struct {
-	s  *Store
-	in chan *sentCall
-
-	mu      sync.Mutex
-	running bool // a run goroutine is serving in
+	s *Store
+	q *coalesce.Batcher[*sentCall]
 }
 
 // sentBatcherIdle is how long the batcher's goroutine waits for calls
@@ -44,58 +42,21 @@ type sentBatcher struct {
 // holds no goroutine.
 const sentBatcherIdle = time.Second
 
+func newSentBatcher(s *Store) *sentBatcher {
+	b := &sentBatcher{s: s}
+	b.q = coalesce.New(maxSentBatch, sentBatcherIdle, b.exec)
+	return b
+}
+
 func (b *sentBatcher) do(ctx context.Context, c *sentCall) error {
-	select {
-	case b.in <- c:
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := b.q.Add(ctx, c); err != nil {
+		return err
 	}
-	// After the send: a goroutine that exits finds the channel empty only
-	// before this call's send, and then this starts a new one.
-	b.mu.Lock()
-	if !b.running {
-		b.running = true
-		go b.run()
-	}
-	b.mu.Unlock()
 	select {
 	case err := <-c.done:
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
-	}
-}
-
-func (b *sentBatcher) run() {
-	idle := time.NewTimer(sentBatcherIdle)
-	defer idle.Stop()
-	for {
-		var c *sentCall
-		select {
-		case c = <-b.in:
-		case <-idle.C:
-			b.mu.Lock()
-			if len(b.in) == 0 {
-				b.running = false
-				b.mu.Unlock()
-				return
-			}
-			b.mu.Unlock()
-			idle.Reset(sentBatcherIdle)
-			continue
-		}
-		idle.Reset(sentBatcherIdle)
-		batch := []*sentCall{c}
-	drain:
-		for len(batch) < maxSentBatch {
-			select {
-			case c := <-b.in:
-				batch = append(batch, c)
-			default:
-				break drain
-			}
-		}
-		b.exec(batch)
 	}
 }
 

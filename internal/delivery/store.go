@@ -193,7 +193,7 @@ func New(o Options) (*Store, error) {
 		return nil, fmt.Errorf("delivery: Options.PendingTTL: %v, want at least 1s", o.PendingTTL)
 	}
 	st := &Store{rdb: o.Redis, prefix: o.Prefix, ttl: o.TTL, wait: o.PendingTTL}
-	st.sent = &sentBatcher{s: st, in: make(chan *sentCall, maxSentBatch)}
+	st.sent = newSentBatcher(st)
 	return st, nil
 }
 

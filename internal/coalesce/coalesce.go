@@ -1,0 +1,87 @@
+// Package coalesce runs calls in batches: while one batch is being
+// served, the calls that arrive queue up and are served together in the
+// next, up to a most per batch. A lone call is served at once, so its
+// latency is unchanged; under load the round trip and setup of each
+// batch are shared. The limiter's reserve calls (throttle) and the
+// delivery records (internal/delivery) go to Redis this way, one script
+// call per batch.
+package coalesce
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Batcher queues calls of type C and hands them to its serve func in
+// batches of at most Max, in the order they were queued, from one
+// goroutine: a batch is served before the next is taken. The goroutine
+// starts with the first call and ends after Idle with none, so a Batcher
+// nobody uses holds no goroutine. Safe for concurrent use.
+type Batcher[C any] struct {
+	in    chan C
+	idle  time.Duration
+	serve func([]C)
+
+	mu      sync.Mutex
+	running bool // a run goroutine is serving in
+}
+
+// New returns a Batcher that serves batches of at most most calls with
+// serve (which must hand each call its result: the Batcher only queues)
+// and whose goroutine ends after idle without a call.
+func New[C any](most int, idle time.Duration, serve func([]C)) *Batcher[C] {
+	return &Batcher[C]{in: make(chan C, most), idle: idle, serve: serve}
+}
+
+// Add queues c, waiting while most calls are queued already. It returns
+// ctx's error, and c is not queued, when ctx ends first.
+func (b *Batcher[C]) Add(ctx context.Context, c C) error {
+	select {
+	case b.in <- c:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	// After the send: a goroutine that exits finds the channel empty only
+	// before this call's send, and then this starts a new one.
+	b.mu.Lock()
+	if !b.running {
+		b.running = true
+		go b.run()
+	}
+	b.mu.Unlock()
+	return nil
+}
+
+func (b *Batcher[C]) run() {
+	idle := time.NewTimer(b.idle)
+	defer idle.Stop()
+	for {
+		var c C
+		select {
+		case c = <-b.in:
+		case <-idle.C:
+			b.mu.Lock()
+			if len(b.in) == 0 {
+				b.running = false
+				b.mu.Unlock()
+				return
+			}
+			b.mu.Unlock()
+			idle.Reset(b.idle)
+			continue
+		}
+		idle.Reset(b.idle)
+		batch := []C{c}
+	drain:
+		for len(batch) < cap(b.in) {
+			select {
+			case c := <-b.in:
+				batch = append(batch, c)
+			default:
+				break drain
+			}
+		}
+		b.serve(batch)
+	}
+}
