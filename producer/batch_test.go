@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-dev/sluice/internal/redistest"
@@ -17,28 +18,38 @@ import (
 	"github.com/sluice-dev/sluice/worker"
 )
 
+// smsProducer returns a producer whose SMS channel (a sender at 5/s)
+// batches sends or not, on a redis-server of the test's own and a limiter
+// on the clock now (nil: Redis's), with n sends of distinct recipients and
+// keys.
+func smsProducer(t *testing.T, n int, now func() time.Time, batch bool) (*redis.Client, *throttle.Redis, *producer.Client, []producer.Item) {
+	t.Helper()
+	rdb := redistest.Start(t).Client(t)
+	lim := throttle.NewRedis(rdb, throttle.Options{OverrideRefresh: -1, Clock: now})
+	sender := rules.Rule{Limit: throttle.Limit{Name: "sender", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(5), Burst: 1}, Key: "sms:sender:{from}"}
+	prod, err := producer.New(producer.Options{Redis: rdb, Limiter: lim,
+		Channels: []worker.Channel{{Name: "sms", TaskType: tasks.TypeSMSSend, Rules: []rules.Rule{sender}, BatchSends: batch}}})
+	require.NoError(t, err)
+	var items []producer.Item
+	for i := range n {
+		items = append(items, producer.Item{Task: smsTask(t, tasks.SMSSend{To: fmt.Sprintf("+1202555%04d", 1000+i),
+			IdempotencyKey: fmt.Sprintf("k%d", i)})})
+	}
+	return rdb, lim, prod, items
+}
+
 // A second that has begun is batched too: its batch is pending at once and
 // each of its sends is reported pending, not as a task of its own. (The
 // limiter's clock is an hour behind this host's, so every second the plan
 // gives has begun.)
 func TestSendBatchesASecondThatHasBegun(t *testing.T) {
 	t.Parallel()
-	rdb := redistest.Start(t).Client(t)
 	// A whole second: the plan's first second has room for a full second's
 	// sends (five), so no second holds a lone send (which goes as its own
 	// task).
 	behind := time.Now().Add(-time.Hour).Truncate(time.Second)
-	lim := throttle.NewRedis(rdb, throttle.Options{OverrideRefresh: -1, Clock: func() time.Time { return behind }})
-	sender := rules.Rule{Limit: throttle.Limit{Name: "sender", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(5), Burst: 1}, Key: "sms:sender:{from}"}
-	prod, err := producer.New(producer.Options{Redis: rdb, Limiter: lim,
-		Channels: []worker.Channel{{Name: "sms", TaskType: tasks.TypeSMSSend, Rules: []rules.Rule{sender}, BatchSends: true}}})
-	require.NoError(t, err)
+	rdb, _, prod, items := smsProducer(t, 12, func() time.Time { return behind }, true)
 	ctx := context.Background()
-	var items []producer.Item
-	for i := range 12 {
-		items = append(items, producer.Item{Task: smsTask(t, tasks.SMSSend{To: fmt.Sprintf("+1202555%04d", 1000+i),
-			IdempotencyKey: fmt.Sprintf("k%d", i)})})
-	}
 	out, err := prod.Send(ctx, items)
 	require.NoError(t, err)
 	for i, r := range out {
@@ -68,18 +79,8 @@ func TestSendBatchesASecondThatHasBegun(t *testing.T) {
 // one send, enqueue a task per send.
 func TestSendCarriesASecondsSendsInABatchTask(t *testing.T) {
 	t.Parallel()
-	rdb := redistest.Start(t).Client(t)
-	lim := throttle.NewRedis(rdb, throttle.Options{OverrideRefresh: -1})
-	sender := rules.Rule{Limit: throttle.Limit{Name: "sender", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(5), Burst: 1}, Key: "sms:sender:{from}"}
-	prod, err := producer.New(producer.Options{Redis: rdb, Limiter: lim,
-		Channels: []worker.Channel{{Name: "sms", TaskType: tasks.TypeSMSSend, Rules: []rules.Rule{sender}, BatchSends: true}}})
-	require.NoError(t, err)
+	rdb, lim, prod, items := smsProducer(t, 16, nil, true)
 	ctx := context.Background()
-	var items []producer.Item
-	for i := range 16 {
-		items = append(items, producer.Item{Task: smsTask(t, tasks.SMSSend{To: fmt.Sprintf("+1202555%04d", 1000+i),
-			IdempotencyKey: fmt.Sprintf("k%d", i)})})
-	}
 	out, err := prod.Send(ctx, items)
 	require.NoError(t, err)
 	// The sends due in a second that began after Send returned: batched
@@ -158,11 +159,7 @@ func TestSendCarriesASecondsSendsInABatchTask(t *testing.T) {
 	require.ErrorIs(t, err, asynq.ErrTaskNotFound, "no task of its own beside the batch")
 
 	// Without the setting, each send is its own task.
-	rdb2 := redistest.Start(t).Client(t)
-	lim2 := throttle.NewRedis(rdb2, throttle.Options{OverrideRefresh: -1})
-	plain, err := producer.New(producer.Options{Redis: rdb2, Limiter: lim2,
-		Channels: []worker.Channel{{Name: "sms", TaskType: tasks.TypeSMSSend, Rules: []rules.Rule{sender}}}})
-	require.NoError(t, err)
+	rdb2, _, plain, _ := smsProducer(t, 0, nil, false)
 	out, err = plain.Send(ctx, items)
 	require.NoError(t, err)
 	for i, r := range out {
