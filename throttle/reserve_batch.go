@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluice-dev/sluice/internal/coalesce"
+	"github.com/sluice-dev/sluice/throttle/coalesce"
 )
 
 // Reserve calls are coalesced: while one reserve script is in flight, the

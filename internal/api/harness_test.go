@@ -37,10 +37,10 @@ func TestMain(m *testing.M) {
 	app.Resolver = dnstest.Resolver(map[string]netip.Addr{"localhost-alias.test": netip.MustParseAddr("127.0.0.1")}, dnstest.Public)
 	goleak.VerifyTestMain(m,
 		// The limiter's reserve batcher and the delivery store's RecordSent
-		// batcher (internal/coalesce) end a second after their last call;
+		// batcher (throttle/coalesce) end a second after their last call;
 		// go-redis's pool reaper when its client closes, after the last
 		// test's cleanup.
-		goleak.IgnoreTopFunction("github.com/sluice-dev/sluice/internal/coalesce.(*Batcher[...]).run"),
+		goleak.IgnoreTopFunction("github.com/sluice-dev/sluice/throttle/coalesce.(*Batcher[...]).run"),
 	)
 }
 

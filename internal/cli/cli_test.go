@@ -46,8 +46,8 @@ func TestMain(m *testing.M) {
 		os.Exit(Execute(context.Background(), strings.Split(args, "\x1f"), os.Stdout, os.Stderr))
 	}
 	// The limiter's reserve batcher and the delivery store's RecordSent
-	// batcher (internal/coalesce) end a second after their last call.
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/sluice-dev/sluice/internal/coalesce.(*Batcher[...]).run"))
+	// batcher (throttle/coalesce) end a second after their last call.
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/sluice-dev/sluice/throttle/coalesce.(*Batcher[...]).run"))
 }
 
 // testDNS answers the tests' target names in process: localhost-alias.test

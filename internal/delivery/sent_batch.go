@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sluice-dev/sluice/internal/coalesce"
+	"github.com/sluice-dev/sluice/throttle/coalesce"
 )
 
 // RecordSent calls are coalesced: while one record script is in flight,

@@ -3,8 +3,8 @@
 // next, up to a most per batch. A lone call is served at once, so its
 // latency is unchanged; under load the round trip and setup of each
 // batch are shared. The limiter's reserve calls (throttle) and the
-// delivery records (internal/delivery) go to Redis this way, one script
-// call per batch.
+// worker's delivery records (internal/delivery) go to Redis this way, one
+// script call per batch.
 package coalesce
 
 import (
