@@ -23,6 +23,66 @@
 -- l.fill, l.swept; a slow one l.queued (its earliest instant behind its
 -- plan tail).
 
+-- A fast limit's plan hash is read once a script, not once a send: the
+-- sends of one plan call (up to 256 of a number) and of one reserve call
+-- (the sends of a batch) read the same fields (the fill and sweep pointers,
+-- a second's count and tenant record, a tenant's pointer). plan_fields
+-- keeps, per plan key, each field read or written (false: absent), and
+-- every read and write of a plan hash in these parts goes through the
+-- functions below (write-through: Redis gets every write as before). A
+-- script is atomic, so nothing else changes the hash meanwhile.
+local plan_fields = {}
+
+local function plan_cached(plan)
+  local t = plan_fields[plan]
+  if not t then
+    t = {}
+    plan_fields[plan] = t
+  end
+  return t
+end
+
+-- plan_get is HGET plan f: a string, or false when absent.
+local function plan_get(plan, f)
+  local t = plan_cached(plan)
+  local v = t[f]
+  if v == nil then
+    v = redis.call('HGET', plan, f)
+    t[f] = v
+  end
+  return v
+end
+
+-- plan_get2 is HMGET plan f1 f2, one round trip for what is not kept yet.
+local function plan_get2(plan, f1, f2)
+  local t = plan_cached(plan)
+  if t[f1] == nil or t[f2] == nil then
+    local v = redis.call('HMGET', plan, f1, f2)
+    t[f1], t[f2] = v[1], v[2]
+  end
+  return t[f1], t[f2]
+end
+
+-- plan_set is HSET plan f v (v a string or a number).
+local function plan_set(plan, f, v)
+  redis.call('HSET', plan, f, v)
+  plan_cached(plan)[f] = v
+end
+
+-- plan_incr is HINCRBY plan f n; it returns the new value.
+local function plan_incr(plan, f, n)
+  local v = redis.call('HINCRBY', plan, f, n)
+  plan_cached(plan)[f] = v
+  return v
+end
+
+-- plan_del is HDEL plan f...
+local function plan_del(plan, ...)
+  redis.call('HDEL', plan, ...)
+  local t = plan_cached(plan)
+  for _, f in ipairs({...}) do t[f] = false end
+end
+
 -- set_queued sets slow limit l's earliest instant behind its plan tail pt
 -- (nil: none) and its firm book.
 local function set_queued(l, pt)
@@ -44,14 +104,14 @@ local function pace(l)
   l.fast = T < SEC
   if l.fast then
     l.rate = SEC / T
-    local v = redis.call('HMGET', l.plan, 'f' .. l.extra, 's' .. l.extra)
-    local f = tonumber(v[1])
+    local fv, sv = plan_get2(l.plan, 'f' .. l.extra, 's' .. l.extra)
+    local f = tonumber(fv)
     -- No fill pointer: nothing is planned on the limit (the plan is idle).
     l.active = f ~= nil
     l.fill = f or 0
-    l.swept = tonumber(v[2]) or l.fill -- first second not yet swept
+    l.swept = tonumber(sv) or l.fill -- first second not yet swept
   else
-    set_queued(l, tonumber(redis.call('HGET', l.plan, 't' .. l.extra)))
+    set_queued(l, tonumber(plan_get(l.plan, 't' .. l.extra)))
   end
 end
 
@@ -73,7 +133,7 @@ end
 -- second sec.
 local function count(l, sec)
   if not l.active then return 0 end
-  return tonumber(redis.call('HGET', l.plan, l.extra .. '@' .. sec)) or 0
+  return tonumber(plan_get(l.plan, l.extra .. '@' .. sec)) or 0
 end
 
 -- advance moves fast limit l's fill pointer past the seconds that are full
@@ -84,7 +144,7 @@ local function advance(l, sec, n)
     l.fill = l.fill + 1
     n = count(l, l.fill)
   end
-  redis.call('HSET', l.plan, 'f' .. l.extra, l.fill)
+  plan_set(l.plan, 'f' .. l.extra, l.fill)
 end
 
 -- sweep drops the past seconds of a fast limit's plan, from the first not
@@ -96,7 +156,7 @@ local function sweep(l)
   if l.swept < cur then
     if cur - l.swept <= 1000 then
       for sec = l.swept, cur - 1 do
-        redis.call('HDEL', l.plan, l.extra .. '@' .. sec, l.extra .. '@' .. sec .. '#')
+        plan_del(l.plan, l.extra .. '@' .. sec, l.extra .. '@' .. sec .. '#')
       end
     else
       local pre = l.extra .. '@'
@@ -106,13 +166,14 @@ local function sweep(l)
           if sec and sec < cur then redis.call('HDEL', l.plan, f) end
         end
       end
+      plan_fields[l.plan] = nil -- read again from Redis
     end
     l.swept = cur
-    redis.call('HSET', l.plan, 's' .. l.extra, cur)
+    plan_set(l.plan, 's' .. l.extra, cur)
   end
   if l.fill < cur then
     l.fill = cur
-    redis.call('HSET', l.plan, 'f' .. l.extra, cur)
+    plan_set(l.plan, 'f' .. l.extra, cur)
   end
 end
 

@@ -48,11 +48,11 @@ local function unplan(s, sec, pay_only)
       else
         if v and v[2] >= l.cost then v[2] = v[2] - l.cost end
         local f = l.extra .. '@' .. sec
-        if (tonumber(redis.call('HGET', l.plan, f)) or 0) > 0 then
-          redis.call('HINCRBY', l.plan, f, -l.cost)
+        if (tonumber(plan_get(l.plan, f)) or 0) > 0 then
+          plan_incr(l.plan, f, -l.cost)
           if sec < l.fill then
             l.fill = sec
-            redis.call('HSET', l.plan, 'f' .. l.extra, sec)
+            plan_set(l.plan, 'f' .. l.extra, sec)
           end
         end
       end
@@ -110,10 +110,10 @@ local function leave(s, held, paid)
         if not l.fast and last == s.id then
           local tail = math.ceil(score)
           if tail > now + l.a then
-            redis.call('HSET', l.plan, 't' .. l.extra, us(tail))
+            plan_set(l.plan, 't' .. l.extra, us(tail))
             set_queued(l, tail)
           else
-            redis.call('HDEL', l.plan, 't' .. l.extra)
+            plan_del(l.plan, 't' .. l.extra)
             set_queued(l, nil)
           end
         end
@@ -185,7 +185,7 @@ local function plan_count(s, sec, displace, claim)
       if taken or claimed then
         n = count(l, sec)
       else
-        n = redis.call('HINCRBY', l.plan, l.extra .. '@' .. sec, l.cost)
+        n = plan_incr(l.plan, l.extra .. '@' .. sec, l.cost)
       end
       if claimed then
         mine[4] = mine[4] - l.cost
@@ -210,12 +210,12 @@ local function plan_count(s, sec, displace, claim)
       if n >= room(l, sec) and not victim(r, s.tenant, s.weight, l.cost) then tp = sec + 1 end
       if tp ~= l.tp then
         l.tp = tp
-        redis.call('HSET', l.plan, 'g' .. l.extra .. '#' .. s.tenant, tp)
+        plan_set(l.plan, 'g' .. l.extra .. '#' .. s.tenant, tp)
       end
       if sec == l.fill then
         advance(l, sec, n)
       elseif not was then
-        redis.call('HSET', l.plan, 'f' .. l.extra, l.fill)
+        plan_set(l.plan, 'f' .. l.extra, l.fill)
       end
       extend_later(l.plan, ttl_ms((sec + 2) * SEC - now))
     end
@@ -240,9 +240,9 @@ local function plan_commit(s, at, sec, claim)
         local base = at
         if shares_fast then base = (sec + 1) * SEC end
         local tail = math.ceil(base + l.T * l.cost)
-        local old = tonumber(redis.call('HGET', l.plan, 't' .. l.extra))
+        local old = tonumber(plan_get(l.plan, 't' .. l.extra))
         if not old or tail > old then
-          redis.call('HSET', l.plan, 't' .. l.extra, us(tail))
+          plan_set(l.plan, 't' .. l.extra, us(tail))
           extend_later(l.plan, ttl_ms(tail - now))
         end
       end

@@ -30,7 +30,7 @@ local function trec(l, sec)
   if r then return r end
   r = {}
   if l.active then
-    local raw = redis.call('HGET', l.plan, l.extra .. '@' .. sec .. '#')
+    local raw = plan_get(l.plan, l.extra .. '@' .. sec .. '#')
     if raw then r = cjson.decode(raw) end
   end
   l.recs[sec] = r
@@ -40,7 +40,7 @@ end
 -- trec_save writes record r of second sec back (an empty one is deleted).
 local function trec_save(l, sec, r)
   local f = l.extra .. '@' .. sec .. '#'
-  if next(r) == nil then redis.call('HDEL', l.plan, f) else redis.call('HSET', l.plan, f, cjson.encode(r)) end
+  if next(r) == nil then plan_del(l.plan, f) else plan_set(l.plan, f, cjson.encode(r)) end
 end
 
 -- victim returns the tenant of record r that tenant t (weight w, cost c)
@@ -69,7 +69,7 @@ local function tenant_from(l, s)
   if not l.active then return l.fill end
   if l.tp == nil then
     -- (a tenant new to the plan may find places from now on)
-    l.tp = tonumber(redis.call('HGET', l.plan, 'g' .. l.extra .. '#' .. s.tenant)) or 0
+    l.tp = tonumber(plan_get(l.plan, 'g' .. l.extra .. '#' .. s.tenant)) or 0
   end
   return math.max(math.floor(now / SEC), math.min(l.tp, l.fill))
 end
@@ -98,7 +98,7 @@ local function reserve_room(l, u, w)
     if r > 0 and (n + l.cost <= r or n == 0) then break end
     sec = sec + 1
   end
-  local n = redis.call('HINCRBY', l.plan, l.extra .. '@' .. sec, l.cost)
+  local n = plan_incr(l.plan, l.extra .. '@' .. sec, l.cost)
   local rec = trec(l, sec)
   local v = rec[u] or {w, 0, 0, 0}
   v[2], v[4] = v[2] + l.cost, (v[4] or 0) + l.cost
@@ -106,8 +106,8 @@ local function reserve_room(l, u, w)
   trec_save(l, sec, rec)
   extend_later(l.plan, ttl_ms((sec + 2) * SEC - now))
   local qf = 'q' .. l.extra .. '#' .. u
-  local q = tonumber(redis.call('HGET', l.plan, qf))
-  if not q or sec < q then redis.call('HSET', l.plan, qf, sec) end
+  local q = tonumber(plan_get(l.plan, qf))
+  if not q or sec < q then plan_set(l.plan, qf, sec) end
   advance(l, sec, n)
 end
 
@@ -115,19 +115,19 @@ end
 -- holds a reservation on fast limit l, or nil.
 local function first_reserved(l, u)
   local qf = 'q' .. l.extra .. '#' .. u
-  local q = tonumber(redis.call('HGET', l.plan, qf))
+  local q = tonumber(plan_get(l.plan, qf))
   if not q then return nil end
   local sec = math.max(q, math.floor(now / SEC))
   local last = sec + 3600
   while sec <= last do
     local v = trec(l, sec)[u]
     if v and (v[4] or 0) >= l.cost then
-      if sec ~= q then redis.call('HSET', l.plan, qf, sec) end
+      if sec ~= q then plan_set(l.plan, qf, sec) end
       return sec
     end
     sec = sec + 1
   end
-  redis.call('HDEL', l.plan, qf)
+  plan_del(l.plan, qf)
   return nil
 end
 
@@ -141,9 +141,9 @@ local function unreserve(l, u)
   v[2], v[4] = v[2] - l.cost, v[4] - l.cost
   if v[2] <= 0 and v[3] <= 0 then rec[u] = nil end
   trec_save(l, sec, rec)
-  redis.call('HINCRBY', l.plan, l.extra .. '@' .. sec, -l.cost)
+  plan_incr(l.plan, l.extra .. '@' .. sec, -l.cost)
   if sec < l.fill then
     l.fill = sec
-    redis.call('HSET', l.plan, 'f' .. l.extra, sec)
+    plan_set(l.plan, 'f' .. l.extra, sec)
   end
 end
