@@ -165,33 +165,13 @@ func (c *Client) unmarkBatched(ctx context.Context, ts []*asynq.Task, idx []int,
 }
 
 // BatchedType returns the task type of the send with ID id that a batch
-// task carries or carried (its claim is kept as batched) and its planned
-// instant (the claim is kept until Options.ClaimRetention past it, to the
-// millisecond), and false when the ID's claim is not a batched one. The
-// error is Redis's.
-func (c *Client) BatchedType(ctx context.Context, id string) (typ string, due time.Time, ok bool, err error) {
+// task carries or carried (its claim is kept as batched), and false when
+// the ID's claim is not a batched one. The error is Redis's.
+func (c *Client) BatchedType(ctx context.Context, id string) (string, bool, error) {
 	if c.limiter == nil {
-		return "", time.Time{}, false, nil
+		return "", false, nil
 	}
-	rdb := c.limiter.Client()
-	pipe := rdb.Pipeline()
-	get := pipe.Get(ctx, ClaimKey(c.limiter.Prefix(), id))
-	ttl := pipe.PTTL(ctx, ClaimKey(c.limiter.Prefix(), id))
-	now := time.Now()
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return "", time.Time{}, false, err
-	}
-	if get.Err() != nil {
-		return "", time.Time{}, false, nil // gone meanwhile
-	}
-	typ, token, _ := strings.Cut(get.Val(), "|")
-	if token != batchedToken {
-		return "", time.Time{}, false, nil
-	}
-	if d := ttl.Val(); d > 0 {
-		due = now.Add(d - c.retention)
-	}
-	return typ, due, true, nil
+	return batchedType(ctx, c.limiter, id)
 }
 
 // Batched reports whether a batch task carries, or carried, the send of

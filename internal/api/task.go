@@ -126,15 +126,14 @@ func (h *handler) serveTask(w http.ResponseWriter, r *http.Request, p Principal,
 
 // serveBatched answers for a send that a batch task carries or carried
 // (channels.<name>.batch_sends) and that has no asynq task of its own: its
-// claim names its type and its planned instant. It is "scheduled" (with
-// next_process_at, its second) until that second begins, then "pending"
-// (its batch is due, as the enqueue's answer said of a second that had
-// begun), until its delivery record says the provider accepted it
-// ("completed"). The ID has the tenant's namespace (serveTask's first try),
-// so a tenant sees only its own. False when id is no such send, or a 503
-// was written.
+// claim names its type. It is "scheduled" until its delivery record says
+// the provider accepted it ("completed"), also once its batch is due: the
+// claim does not say when that is (the enqueue's answer said "pending" for
+// a send of a second that had begun). The ID has the tenant's namespace
+// (serveTask's first try), so a tenant sees only its own. False when id is
+// no such send, or a 503 was written.
 func (h *handler) serveBatched(w http.ResponseWriter, r *http.Request, p Principal, id string) bool {
-	typ, due, ok, err := h.prod.BatchedType(r.Context(), id)
+	typ, ok, err := h.prod.BatchedType(r.Context(), id)
 	if err != nil {
 		h.backendFailed(r, err)
 		writeProblem(w, unavailable("the task could not be read; retry"))
@@ -147,10 +146,7 @@ func (h *handler) serveBatched(w http.ResponseWriter, r *http.Request, p Princip
 	if cc == nil || !cc.Enabled {
 		return false
 	}
-	st := TaskStatus{ID: id, Type: typ, Queue: cc.Queue, State: stateName(asynq.TaskStatePending), Tenant: p.Tenant}
-	if second := due.Truncate(time.Second); second.After(time.Now()) {
-		st.State, st.NextProcessAt = stateName(asynq.TaskStateScheduled), timePtr(second)
-	}
+	st := TaskStatus{ID: id, Type: typ, Queue: cc.Queue, State: stateName(asynq.TaskStateScheduled), Tenant: p.Tenant}
 	if h.deliveries != nil {
 		d, err := h.deliveries(r.Context(), id)
 		if err != nil {

@@ -12,8 +12,8 @@ import (
 
 // One script call may carry the same send twice (the worker wrote it again
 // after a timeout while the first write waited): it is counted once. A send
-// that fails later in the call leaves the campaign's counters, written by
-// an earlier send, with their TTL, and every send of the call gets the
+// that fails later in the call, or later in its own record, leaves every
+// key written before with its TTL, and every send of the call gets the
 // error.
 func TestOneCallCarriesSeveralSends(t *testing.T) {
 	t.Parallel()
@@ -50,4 +50,18 @@ func TestOneCallCarriesSeveralSends(t *testing.T) {
 	ttl, err := rdb.PTTL(ctx, CountersKey("one", Group("acme", "d"))).Result()
 	require.NoError(t, err)
 	require.Greater(t, ttl, time.Duration(0), "the counters t3 wrote expire")
+
+	// t5 fails within its own record, at its provider id's index (a list),
+	// after it wrote its record and a new campaign's counters: both expire.
+	require.NoError(t, rdb.RPush(ctx, IndexKey("one", "whatsapp", "wamid.5"), "x").Err())
+	c5, err := s.sentCallOf(Sent{TaskID: "t5", Queue: "whatsapp", Channel: "whatsapp", Tenant: "acme", Campaign: "e",
+		ProviderID: "wamid.5", Status: "sent", At: at})
+	require.NoError(t, err)
+	s.sent.exec([]*sentCall{c5})
+	require.ErrorContains(t, <-c5.done, "WRONGTYPE")
+	for _, k := range []string{CountersKey("one", Group("acme", "e")), RecordKey("one", "t5")} {
+		ttl, err := rdb.PTTL(ctx, k).Result()
+		require.NoError(t, err)
+		require.Greater(t, ttl, time.Duration(0), "%s expires", k)
+	}
 }

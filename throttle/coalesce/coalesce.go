@@ -31,6 +31,9 @@ type Batcher[C any] struct {
 // serve (which must hand each call its result: the Batcher only queues)
 // and whose goroutine ends after idle without a call.
 func New[C any](most int, idle time.Duration, serve func([]C)) *Batcher[C] {
+	if most < 1 {
+		panic("coalesce: a batch of at most fewer than one call") // a caller's defect: Add would wait forever
+	}
 	return &Batcher[C]{in: make(chan C, most), idle: idle, serve: serve}
 }
 

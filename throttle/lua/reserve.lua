@@ -105,9 +105,10 @@ flush_extends()
 if not ok then
   -- A command's error keeps its code (WRONGTYPE, OOM, READONLY: a client
   -- follows a failover on READONLY): Redis 7 hands pcall the error as a
-  -- string ("READONLY You can't write ..."), Redis 6 as a table {err = ...};
-  -- re-raised, it would read "ERR READONLY ...". The script's own errors
-  -- (error()) are raised again as they were.
+  -- string ("READONLY You can't write ..."; a table {err = ...} is taken
+  -- too); re-raised, it would read "ERR READONLY ...". The script's own
+  -- errors (error(): "user_script:…: sluice: …") are raised again as they
+  -- were.
   if type(res) == 'table' and res.err then return res end
   if type(res) == 'string' and string.match(res, '^%u[%u_]* ') then return redis.error_reply(res) end
   error(res, 0)

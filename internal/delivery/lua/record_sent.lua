@@ -16,7 +16,12 @@
 -- Returns: per send, 1 when the send was counted, 0 when the record had
 -- counted it.
 
+-- extend_counters sets a campaign's counters' TTL once a call (every send
+-- of a store has the same TTL), once they exist.
 local counters_extended = {}
+local function extend_counters(counters, ttl)
+  if not counters_extended[counters] and redis.call('PEXPIRE', counters, ttl) == 1 then counters_extended[counters] = true end
+end
 
 -- record_one records one send: keys record, counters and index (nil
 -- without a provider id), its values at ARGV[a..a+9].
@@ -36,6 +41,10 @@ local function record_one(record, counters, index, a)
       'campaign', campaign, 'provider_id', provider, 'sent_at', at)
     if rank(old) == 2 then redis.call('HSET', record, 'state', state) end
   end
+  -- Each key gets its TTL right after its first write, so that a command
+  -- failing later in the call (a key of another type) leaves none without.
+  redis.call('PEXPIRE', record, ttl)
+  extend_counters(counters, ttl)
   if index then
     local p = redis.call('HMGET', index, 'state', 'code', 'reason', 'at')
     if p[1] then
@@ -44,12 +53,8 @@ local function record_one(record, counters, index, a)
     end
     redis.call('HSET', index, 'task', task, 'group', group)
     redis.call('PEXPIRE', index, ttl)
+    extend_counters(counters, ttl) -- (a status applied may have made them)
   end
-  redis.call('PEXPIRE', record, ttl)
-  -- A campaign's counters are extended once a call (every send of a store
-  -- has the same TTL), as soon as a send has written them: a send that
-  -- fails later in the call leaves no counters without one.
-  if not counters_extended[counters] and redis.call('PEXPIRE', counters, ttl) == 1 then counters_extended[counters] = true end
   if fresh then return 1 end
   return 0
 end
