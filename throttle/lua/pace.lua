@@ -23,15 +23,21 @@
 -- l.fill, l.swept; a slow one l.queued (its earliest instant behind its
 -- plan tail).
 
--- A fast limit's plan hash is read once a script, not once a send: the
--- sends of one plan call (up to 256 of a number) and of one reserve call
--- (the sends of a batch) read the same fields (the fill and sweep pointers,
--- a second's count and tenant record, a tenant's pointer). plan_fields
+-- A limit's plan hash is read once a script, not once a send: the sends
+-- of one plan call (up to 256 of a number) and of one reserve call read
+-- the same fields (the fill and sweep pointers, a second's count and
+-- tenant record, a tenant's pointer, a slow limit's tail). plan_fields
 -- keeps, per plan key, each field read or written (false: absent), and
 -- every read and write of a plan hash in these parts goes through the
--- functions below (write-through: Redis gets every write as before). A
+-- functions below (write-through: Redis gets every write as before), but
+-- for sweep's walk of a long-idle plan, which drops the key's copy. A
 -- script is atomic, so nothing else changes the hash meanwhile.
 local plan_fields = {}
+
+-- PLAN_CHECK has every read the copy answers checked against Redis (an
+-- error names a field the copy got wrong): the package's tests turn it on
+-- for every script they run (TestMain in throttle).
+local PLAN_CHECK = false
 
 local function plan_cached(plan)
   local t = plan_fields[plan]
@@ -42,13 +48,26 @@ local function plan_cached(plan)
   return t
 end
 
--- plan_get is HGET plan f: a string, or false when absent.
+-- plan_check fails when the copy's v of plan's field f is not what Redis
+-- holds (numbers are compared as numbers: Redis keeps their text).
+local function plan_check(plan, f, v)
+  local r = redis.call('HGET', plan, f)
+  local same
+  if v == false or r == false then same = v == r else same = tostring(v) == r or tonumber(v) == tonumber(r) end
+  if not same then error('sluice: plan copy stale: ' .. plan .. ' ' .. f .. ': ' .. tostring(v) .. ', Redis ' .. tostring(r)) end
+end
+
+-- plan_get is HGET plan f: a string (a number once the script wrote it:
+-- the callers read it with tonumber, or it is a record's JSON), or false
+-- when absent.
 local function plan_get(plan, f)
   local t = plan_cached(plan)
   local v = t[f]
   if v == nil then
     v = redis.call('HGET', plan, f)
     t[f] = v
+  elseif PLAN_CHECK then
+    plan_check(plan, f, v)
   end
   return v
 end
@@ -59,6 +78,9 @@ local function plan_get2(plan, f1, f2)
   if t[f1] == nil or t[f2] == nil then
     local v = redis.call('HMGET', plan, f1, f2)
     t[f1], t[f2] = v[1], v[2]
+  elseif PLAN_CHECK then
+    plan_check(plan, f1, t[f1])
+    plan_check(plan, f2, t[f2])
   end
   return t[f1], t[f2]
 end

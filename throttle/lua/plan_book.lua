@@ -286,7 +286,8 @@ local function plan_one(s, out)
     out[#out + 1] = 0
     return
   end
-  -- Each send re-reads the books: it shares them with the ones before.
+  -- Each send reads the books anew (through the script's copy of the
+  -- plan hashes): it shares them with the ones before.
   -- A paused send is planned from the pause's end, so it comes back
   -- once, at the limits' pace, when the pause is over; but only past a
   -- pause that ends within PLAN_PAUSE_MAX. A longer one (credentials

@@ -22,8 +22,9 @@
 -- may hold its reservations (field 'q'..extra..'#'..tenant).
 
 -- trec returns fast limit l's tenant record of second sec (tenant ->
--- {weight, count, yields, reserved}, in cost units), read once a call and
--- kept in l.recs; {} when there is none.
+-- {weight, count, yields, reserved}, in cost units), read from the
+-- script's copy of the plan (plan_get), decoded once a send and kept in
+-- l.recs; {} when there is none.
 local function trec(l, sec)
   l.recs = l.recs or {}
   local r = l.recs[sec]
