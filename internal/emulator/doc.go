@@ -41,9 +41,10 @@
 // "v1,<base64 HMAC-SHA256(key, "{id}.{timestamp}.{body}")>" of which one must
 // match; key is the base64-decoded part of the secret after "whsec_". Bad or
 // missing signature: 401. Body not JSON: 400. Over the rate: 429 with
-// Retry-After, the seconds until the earliest request counted in the window
-// leaves it, rounded up, at least 1 (so 1 unless Clock was set back; with
-// CalendarSeconds, until the next whole second, so always 1). Success: 204.
+// Retry-After, the seconds until enough requests leave the fullest 1-second
+// span that would hold it, rounded up, at least 1 (so 1 unless requests were
+// decided out of order or Clock was set back; with CalendarSeconds, until
+// the next whole second, so always 1). Success: 204.
 //
 // # Limits and their sources
 //
@@ -101,15 +102,22 @@
 // read on Options.Clock when its handler starts, before authentication,
 // parsing and the emulator's lock, so that neither the emulator's own work
 // nor other requests move it. A request arriving at t is accepted iff
-// fewer than N requests with the same key
-// were accepted with arrival times in the half-open span (t-1s, t]. Refused
-// requests are not counted. So any 1-second span, wherever it starts, holds
-// at most N accepted requests: N spread 1/N s apart from t0 are accepted, the
-// (N+1)th anywhere before t0+1s is refused, and one at t0+1s is accepted
-// because the first has left the span. A burst that straddles a whole second
-// (N at s.999, then one at s+1.001) is refused. The limiter keeps the last N
-// acceptance times per key. If Clock is set back (a test's fake clock),
-// accepted requests later than t count as well, so the bound still holds.
+// every half-open 1-second span (y-1s, y] that holds t would hold at most N
+// accepted requests with the same key, counting it: with arrivals decided
+// in order, iff fewer than N were accepted with arrival times in (t-1s, t].
+// Refused requests are not counted. So any 1-second span, wherever it
+// starts, holds at most N accepted requests: N spread 1/N s apart from t0
+// are accepted, the (N+1)th anywhere before t0+1s is refused, and one at
+// t0+1s is accepted because the first has left the span. A burst that
+// straddles a whole second (N at s.999, then one at s+1.001) is refused.
+// Requests are decided in the order they take the lock, which on a busy host
+// is not always their arrival's: a request decided after one that arrived
+// later is checked against the spans that hold both (and against those only:
+// counting every later acceptance too refused requests that no 1-second
+// span was full for). The limiter keeps the acceptance times of the last 2s
+// per key; a request decided more than 1s behind the latest (a fake clock
+// set back) whose spans reach a time let go is refused, so the bound holds
+// in any order.
 //
 // With Options.CalendarSeconds the caps are calendar-second counts per key
 // instead: a request is accepted iff fewer than N requests with the same key

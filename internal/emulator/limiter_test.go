@@ -183,7 +183,7 @@ func TestPerSecondAllOrNothing(t *testing.T) {
 	}
 }
 
-func TestWindowKeepsLatestN(t *testing.T) {
+func TestWindowKeepsTheLast2s(t *testing.T) {
 	t.Parallel()
 	var w window
 	for i := range 1000 {
@@ -191,25 +191,76 @@ func TestWindowKeepsLatestN(t *testing.T) {
 		ok, _ := w.check(now, 80, 1)
 		require.True(t, ok, "arrival %d", i)
 		w.add(now, 80, 1)
-		require.LessOrEqual(t, len(w.at), 80)
+		require.LessOrEqual(t, len(w.at), 160)
 	}
-	assert.Len(t, w.at, 80)
-	assert.Equal(t, t0.Add(999*ms(12.5)), w.at[79])
+	assert.Len(t, w.at, 160) // (latest-2s, latest] at 12.5ms
+	assert.Equal(t, t0.Add(999*ms(12.5)), w.at[159])
 	assert.True(t, slices.IsSortedFunc(w.at, func(a, b time.Time) int { return a.Compare(b) }))
 }
 
-// TestPerSecondClockSetBack: accepted requests later than now still count,
-// so the bound holds for a clock that goes backwards.
+// TestPerSecondClockSetBack: a request decided after later ones (a clock
+// set back, or a request that took the lock late) is refused iff a
+// 1-second span holding it would be over the cap: the spans ending at the
+// accepted times after it count too.
 func TestPerSecondClockSetBack(t *testing.T) {
 	t.Parallel()
 	runSteps(t, newLimiter(false), limit{key: "k", perSecond: 2}, 0, []allowStep{
 		{at: ms(1500), ok: true},
-		{at: ms(1200), ok: true},                 // set back: only 1500 is after 200
-		{at: ms(600), ok: false, wait: ms(1600)}, // 1200 and 1500 are after -400
-		{at: ms(100), ok: false, wait: ms(2100)}, // Retry-After would be 3
-		{at: ms(2199), ok: false, wait: ms(1)},
-		{at: ms(2200), ok: true}, // 1200 has left
+		{at: ms(1200), ok: true},                 // (500, 1500] holds it and 1500
+		{at: ms(600), ok: false, wait: ms(1600)}, // (500, 1500] would hold 600, 1200, 1500
+		{at: ms(100), ok: true},                  // no span holds it with 1200 and 1500
+		{at: ms(2199), ok: false, wait: ms(1)},   // (1199, 2199] holds 1200, 1500
+		{at: ms(2200), ok: true},                 // 1200 has left
 	})
+}
+
+// TestPerSecondOutOfOrder decides requests as a busy server takes them:
+// arrivals a few ms apart, each decided up to 300ms after later ones. The
+// accepted ones never exceed the cap in any 1-second span, and each refused
+// one would have (no false refusal). In any order at all (a clock set back
+// by seconds), the cap still holds.
+func TestPerSecondOutOfOrder(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(7, 11))
+	const n = 5
+	for round := range 300 {
+		g := newLimiter(false)
+		l := limit{key: "k", perSecond: n}
+		var arrivals []time.Duration
+		for i := range 60 {
+			arrivals = append(arrivals, time.Duration(i)*ms(90)+time.Duration(rng.IntN(60))*time.Millisecond)
+		}
+		slices.Sort(arrivals)
+		// Decided in the order of arrival plus up to 300ms of delay each.
+		decided := slices.Clone(arrivals)
+		delay := map[time.Duration]time.Duration{}
+		for _, a := range arrivals {
+			delay[a] = time.Duration(rng.IntN(300)) * time.Millisecond
+		}
+		slices.SortStableFunc(decided, func(a, b time.Duration) int { return int(a + delay[a] - b - delay[b]) })
+		var accepted []time.Duration
+		for _, at := range decided {
+			ok, _, _ := g.allow(t0.Add(at), 0, l)
+			with := append(slices.Clone(accepted), at)
+			fits := maxInAnySpanOracle(with, time.Second) <= n
+			require.Equal(t, fits, ok, "round %d: request at %s after %v", round, at, accepted)
+			if ok {
+				accepted = with
+			}
+		}
+	}
+	for round := range 300 {
+		g := newLimiter(false)
+		l := limit{key: "k", perSecond: n}
+		var accepted []time.Duration
+		for range 40 {
+			at := time.Duration(rng.IntN(5000)) * time.Millisecond
+			if ok, _, _ := g.allow(t0.Add(at), 0, l); ok {
+				accepted = append(accepted, at)
+			}
+		}
+		require.LessOrEqual(t, maxInAnySpanOracle(accepted, time.Second), n, "round %d: accepted %v", round, accepted)
+	}
 }
 
 // maxInAnySpanOracle is the brute-force count: for every accepted time as a

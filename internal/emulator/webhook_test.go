@@ -168,11 +168,15 @@ func TestWebhookRateLimitRetryAfterClockSetBack(t *testing.T) {
 	h.clock.Set(t0.Add(ms(1500)))
 	require.Equal(t, http.StatusNoContent, h.hook(0, "a", event).status)
 	require.Equal(t, http.StatusNoContent, h.hook(0, "b", event).status)
-	// Set back 1.5s: both requests count until t0+2.5s.
-	h.clock.Set(t0)
+	// Set back 0.7s: the span (0.5s, 1.5s] would hold it and both, until
+	// they leave at t0+2.5s (1.7s on: Retry-After 2).
+	h.clock.Set(t0.Add(ms(800)))
 	r := h.hook(0, "c", event)
 	require.Equal(t, http.StatusTooManyRequests, r.status)
-	assert.Equal(t, "3", r.header.Get("Retry-After"))
+	assert.Equal(t, "2", r.header.Get("Retry-After"))
+	// Set back 1.5s: no 1-second span holds it with them.
+	h.clock.Set(t0)
+	require.Equal(t, http.StatusNoContent, h.hook(0, "d", event).status)
 }
 
 func TestWebhookRateLimitCalendar(t *testing.T) {
