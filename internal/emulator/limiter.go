@@ -62,15 +62,14 @@ type secondCount struct {
 	n      int
 }
 
-// window holds, in ascending order, the latest acceptance times of one key,
-// at most the limit's N of them: the request at now is accepted iff every
+// window holds, in ascending order, the acceptance times of one key of the
+// last 2s before the latest (add): the request at now is accepted iff every
 // 1-second span (y-1s, y] that holds now would hold at most N accepted
 // requests with it. Every 1-second span then holds at most N, whatever the
 // order in which requests are decided.
 //
 // With a clock that only moves forward, the one span to check is (now-1s,
-// now] and the kept times are the last N accepted: accepted iff fewer than
-// N arrived after now-1s. Requests are decided in the order they take the
+// now]: accepted iff fewer than N arrived after now-1s. Requests are decided in the order they take the
 // server's lock, not of their arrival (stamped before parsing and the
 // lock): on a busy host a request that arrived earlier can be decided after
 // later ones. Its now is then earlier than some kept times, and the spans
