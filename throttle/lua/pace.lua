@@ -23,6 +23,27 @@
 -- l.fill, l.swept; a slow one l.queued (its earliest instant behind its
 -- plan tail).
 
+-- extend_later is prelude.lua's extend at the script's end (flush_extends,
+-- reserve.lua; only that script plans, so only it carries these): a script that
+-- plans 256 sends on one number's books extends each book once, to the
+-- longest lifetime any send needed, not once a send (a PTTL and a PEXPIRE
+-- each). ms is counted from the script's now, the same for every call. A
+-- script that calls it must call flush_extends on every way out, an error
+-- included (reserve.lua runs its body under pcall): a key it created would
+-- otherwise never expire.
+local extend_to = {}
+local function extend_later(key, ms)
+  local cur = extend_to[key]
+  if not cur or ms > cur then extend_to[key] = ms end
+end
+
+-- flush_extends applies the extend_later calls: each key then lives at
+-- least the longest ms asked for it (a key deleted meanwhile stays deleted).
+local function flush_extends()
+  for key, ms in pairs(extend_to) do extend(key, ms) end
+  extend_to = {}
+end
+
 -- A limit's plan hash is read once a script, not once a send: the sends
 -- of one plan call (up to 256 of a number) and of one reserve call read
 -- the same fields (the fill and sweep pointers, a second's count and

@@ -56,26 +56,6 @@ local function extend(key, ms)
   if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
 end
 
--- extend_later is extend at the script's end (flush_extends): a script that
--- plans 256 sends on one number's books extends each book once, to the
--- longest lifetime any send needed, not once a send (a PTTL and a PEXPIRE
--- each). ms is counted from the script's now, the same for every call. A
--- script that calls it must call flush_extends on every way out, an error
--- included (reserve.lua runs its body under pcall): a key it created would
--- otherwise never expire.
-local extend_to = {}
-local function extend_later(key, ms)
-  local cur = extend_to[key]
-  if not cur or ms > cur then extend_to[key] = ms end
-end
-
--- flush_extends applies the extend_later calls: each key then lives at
--- least the longest ms asked for it (a key deleted meanwhile stays deleted).
-local function flush_extends()
-  for key, ms in pairs(extend_to) do extend(key, ms) end
-  extend_to = {}
-end
-
 -- window_refund gives back cost units counted in the window of now in a
 -- {w = window start, c = count} hash (fixed window, sliding window counter),
 -- if that window is still the current one.
