@@ -64,8 +64,9 @@ import (
 // delivered send script by script: every command Redis ran is read back
 // from SLOWLOG (threshold 0) while the run goes, and EVALSHA calls are told
 // apart by their script's SHA1 and the shape of their first key; commands
-// a script calls are listed apart, "(in a script)", their time being in
-// the script's too. Recording
+// a script calls are listed apart under the script that called them,
+// "(in evalsha 1a2b3c4d key) hget", their time being in the script's too.
+// Recording
 // every command costs Redis some CPU itself, so read the CPU figures of a
 // run without it.
 //
@@ -393,25 +394,34 @@ func (s *slowlogReader) read() {
 		}
 		n = min(2*n, slowlogLen)
 	}
-	// Newest first.
+	// Newest first: a script's commands are logged before it, and
+	// nothing runs between them, so oldest first the commands pending
+	// when a script's entry comes are its own.
 	oldest := int64(-1)
-	for _, e := range entries {
+	var inner []redis.SlowLog
+	for _, e := range slices.Backward(entries) {
 		if e.ID <= s.lastID {
-			break
+			continue
 		}
-		oldest = e.ID
+		if oldest < 0 {
+			oldest = e.ID
+		}
 		name := slowlogName(e.Args)
 		if name == "" {
 			continue
 		}
 		if e.ClientAddr == "?:0" || e.ClientAddr == "" {
-			// Called by a script: its time is in the script's too.
-			name = "(in a script) " + name
+			inner = append(inner, e) // called by a script: its time is in the script's too
+			continue
 		}
-		c := s.byName[name]
-		c.calls++
-		c.usec += e.Duration.Microseconds()
-		s.byName[name] = c
+		s.count(name, e.Duration)
+		for _, c := range inner {
+			s.count("(in "+name+") "+slowlogName(c.Args), c.Duration)
+		}
+		inner = inner[:0]
+	}
+	for _, c := range inner { // a read cut between a script's commands and its entry cannot happen; count them anyway
+		s.count("(in a script) "+slowlogName(c.Args), c.Duration)
 	}
 	if oldest > s.lastID+1 && s.lastID >= 0 {
 		s.missed += oldest - s.lastID - 1
@@ -419,6 +429,14 @@ func (s *slowlogReader) read() {
 	if len(entries) > 0 && entries[0].ID > s.lastID {
 		s.lastID = entries[0].ID
 	}
+}
+
+// count adds one call of name that took d.
+func (s *slowlogReader) count(name string, d time.Duration) {
+	c := s.byName[name]
+	c.calls++
+	c.usec += d.Microseconds()
+	s.byName[name] = c
 }
 
 // finish stops reading, turns the slowlog off and returns the sums.
@@ -788,7 +806,7 @@ func logScripts(t *testing.T, byName map[string]commandStat, missed int64, deliv
 	for _, n := range names {
 		c := byName[n]
 		perSend := float64(c.usec) / float64(delivered)
-		if !strings.HasPrefix(n, "(in a script) ") {
+		if !strings.HasPrefix(n, "(in ") {
 			totalUs += perSend
 		}
 		fmt.Fprintf(&b, "\n  %-70s %7.3f calls/send %7.1f us/call %7.1f us/send", n, float64(c.calls)/float64(delivered), float64(c.usec)/float64(c.calls), perSend)
