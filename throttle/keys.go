@@ -133,6 +133,11 @@ func (l *Redis) MarginsKey() string { return l.prefix + ":{_margins}" }
 // name's shape; a Cluster broadcasts a PUBLISH to every node.
 func (l *Redis) PausesChannel() string { return pausesChannel(l.prefix, l.db) }
 
+// PushesChannel is the pub/sub channel on which PushAfterLate announces
+// that a limit's slots moved on: "KEY BY_US AT_US SLOT_US"; WatchPushes
+// reads it. Named per prefix and database, as PausesChannel.
+func (l *Redis) PushesChannel() string { return l.prefix + ":{_pushes}:db" + strconv.Itoa(l.db) }
+
 func pausesChannel(prefix string, db int) string {
 	return prefix + ":{_pauses}:db" + strconv.Itoa(db)
 }

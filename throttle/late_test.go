@@ -1,0 +1,198 @@
+package throttle_test
+
+import (
+	"context"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/internal/testutil"
+	"github.com/sluice-dev/sluice/throttle"
+)
+
+// A send that left later than its limit's margin moves the slots taken
+// after it on by the excess; within the margin, or on a slower limit whose
+// margin is wider, nothing moves.
+func TestPushAfterLateMovesLaterSlots(t *testing.T) {
+	srv := redistest.Start(t)
+	t0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	clock := testutil.NewClock(t0)
+	l := throttle.NewRedis(srv.Client(t), throttle.Options{Clock: clock.Now, OverrideRefresh: -1})
+	ctx := context.Background()
+	h := 0.015
+	T := time.Duration(float64(time.Second) / 80 / (1 - h)) // 12.69ms
+	M := time.Duration(float64(time.Second) * h / (1 - h))  // 15.23ms
+	reqs := []throttle.Request{{Key: "wa:number:1", Limit: mps80}, {Key: "wa:pair:1:2", Limit: pair6}}
+	reserve := func() time.Time {
+		t.Helper()
+		r, err := l.Reserve(ctx, throttle.ReserveOptions{Headroom: h, Priority: throttle.High}, reqs[:1]...)
+		if err != nil || !r.Firm {
+			t.Fatalf("reserve: %+v, %v", r, err)
+		}
+		return r.At
+	}
+	first := reserve()
+	second := reserve()
+	if d := second.Sub(first); d < T-time.Microsecond || d > T+time.Microsecond {
+		t.Fatalf("slots %v apart, want %v", d, T)
+	}
+	// Within the margin: nothing moves.
+	moved, err := l.PushAfterLate(ctx, first, M-time.Millisecond, h, reqs...)
+	if err != nil || moved[0] != 0 || moved[1] != 0 {
+		t.Fatalf("late by %v: moved %v, %v; want nothing", M-time.Millisecond, moved, err)
+	}
+	// 20ms late: the number's later slots move on by 20ms - M; the pair's
+	// margin (91ms over 6s) covers it.
+	moved, err = l.PushAfterLate(ctx, first, 20*time.Millisecond, h, reqs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 20*time.Millisecond - M
+	if moved[0] < want || moved[0] > want+time.Microsecond || moved[1] != 0 {
+		t.Fatalf("moved %v, want [%v 0]", moved, want)
+	}
+	third := reserve()
+	if d := third.Sub(second); d < T+want-time.Microsecond || d > T+want+2*time.Microsecond {
+		t.Fatalf("next slot %v after the one before, want %v", d, T+want)
+	}
+	// A firm book that expired: the push counts from the late send's own
+	// slot.
+	clock.Set(third.Add(time.Minute))
+	late := clock.Now()
+	moved, err = l.PushAfterLate(ctx, late, 30*time.Millisecond, h, reqs[:1]...)
+	if err != nil || moved[0] == 0 {
+		t.Fatalf("moved %v, %v", moved, err)
+	}
+	if next := reserve(); next.Before(late.Add(T + 30*time.Millisecond - M)) {
+		t.Fatalf("slot %v after the late send's, want at least %v", next.Sub(late), T+30*time.Millisecond-M)
+	}
+}
+
+// Sends paced at 80/s leave at their slots plus a lateness of 0 to 2ms;
+// every 37th and the one after it are 25 and 20ms late (a host's hiccup),
+// more than the 15ms margin, and push the slots after them (each send's
+// slot is taken 300ms ahead, as a batch's). No 1-second span of the
+// arrivals holds more than 80. Without the push the late pair and the 79
+// sends after them are 81 in a second: one late send alone cannot do it
+// at 80/s, where the margin (15.2ms) is wider than the interval (12.7ms),
+// but the next one late too can (make bench-scale's throttles).
+func TestPushAfterLateKeepsEverySpanAtTheCap(t *testing.T) {
+	for _, push := range []bool{true, false} {
+		srv := redistest.Start(t)
+		clock := testutil.NewClock(time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC))
+		l := throttle.NewRedis(srv.Client(t), throttle.Options{Clock: clock.Now, OverrideRefresh: -1})
+		ctx := context.Background()
+		const lead, n = 300 * time.Millisecond, 1000
+		h := 0.015
+		M := time.Duration(float64(time.Second) * h / (1 - h))
+		reqs := []throttle.Request{{Key: "wa:number:1", Limit: mps80}}
+		type pending struct{ slot, arr time.Time }
+		var queue []pending
+		var arrivals []time.Time
+		var last time.Time
+		for reserved := 0; reserved < n || len(queue) > 0; {
+			// The next event: a reservation lead before the last slot, or
+			// the first pending send's departure.
+			nextRes := last.Add(-lead)
+			if reserved < n && (len(queue) == 0 || !queue[0].arr.Before(nextRes)) {
+				if nextRes.After(clock.Now()) {
+					clock.Set(nextRes)
+				}
+				r, err := l.Reserve(ctx, throttle.ReserveOptions{Headroom: h, Priority: throttle.High}, reqs...)
+				if err != nil || !r.Firm {
+					t.Fatalf("reserve %d: %+v, %v", reserved, r, err)
+				}
+				late := time.Duration(reserved*7%3) * time.Millisecond
+				switch {
+				case reserved%37 == 36:
+					late = 25 * time.Millisecond
+				case reserved%37 == 0 && reserved > 0:
+					late = 20 * time.Millisecond
+				}
+				queue = append(queue, pending{r.At, r.At.Add(late)})
+				sort.Slice(queue, func(i, j int) bool { return queue[i].arr.Before(queue[j].arr) })
+				last = r.At
+				reserved++
+				continue
+			}
+			p := queue[0]
+			queue = queue[1:]
+			if p.arr.After(clock.Now()) {
+				clock.Set(p.arr)
+			}
+			arrivals = append(arrivals, p.arr)
+			if late := p.arr.Sub(p.slot); push && late > M {
+				if _, err := l.PushAfterLate(ctx, p.slot, late, h, reqs...); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		most := 0
+		for i, y := range arrivals {
+			k := 0
+			for _, a := range arrivals[:i+1] {
+				if a.After(y.Add(-time.Second)) {
+					k++
+				}
+			}
+			most = max(most, k)
+		}
+		switch {
+		case push && most > 80:
+			t.Fatalf("with the push: %d arrivals in one second, cap 80", most)
+		case !push && most <= 80:
+			t.Fatalf("without the push: at most %d in a second; the test no longer sees what the push prevents", most)
+		}
+	}
+}
+
+// A push that moves a slot is announced to every process that watches:
+// the key, how far, when (the limiter's clock) and the late send's slot;
+// one within the margin moves nothing and says nothing.
+func TestWatchPushesHearsAPush(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := testutil.NewClock(time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC))
+	l := throttle.NewRedis(srv.Client(t), throttle.Options{Clock: clock.Now, OverrideRefresh: -1})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rdb, ch := l.Client(), l.PushesChannel()
+	heard := make(chan throttle.Push, 4)
+	go func() { _ = l.WatchPushes(ctx, func(p throttle.Push) { heard <- p }) }()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		n, err := rdb.PubSubNumSub(ctx, ch).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n[ch] > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("WatchPushes never subscribed")
+		}
+		time.Sleep(time.Millisecond) // polling PUBSUB NUMSUB: the subscription has no signal of its own
+	}
+	reqs := []throttle.Request{{Key: "wa:number:1", Limit: mps80}}
+	slot := clock.Now().Add(-time.Second)
+	if _, err := l.PushAfterLate(ctx, slot, 5*time.Millisecond, 0.015, reqs...); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.PushAfterLate(ctx, slot, 25*time.Millisecond, 0.015, reqs...); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-heard:
+		h := 0.015
+		want := 25*time.Millisecond - time.Duration(float64(time.Second)*h/(1-h))
+		if p.Key != "wa:number:1" || p.By < want || p.By > want+time.Microsecond || !p.At.Equal(clock.Now()) || !p.Slot.Equal(slot) {
+			t.Fatalf("heard %+v, want wa:number:1 by %v at %v for slot %v", p, want, clock.Now(), slot)
+		}
+	case <-time.After(5 * time.Second): // a bound on a hang
+		t.Fatal("no push heard")
+	}
+	select {
+	case p := <-heard:
+		t.Fatalf("heard %+v too: the push within the margin moved nothing", p)
+	default:
+	}
+}
