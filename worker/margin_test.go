@@ -3,11 +3,14 @@ package worker
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/throttle"
 )
 
 func TestHeadroomAndMarginAreInverse(t *testing.T) {
@@ -237,7 +240,7 @@ func TestDepartureIsMeasuredOnTheWire(t *testing.T) {
 			WroteRequest: func(httptrace.WroteRequestInfo) { sawWrite = time.Now(); wrote <- sawWrite },
 		})
 		slot := time.Now()
-		dep, ctx := h.departing(ctx, slot, slot, nil)
+		dep, ctx := h.departing(ctx, slot, slot, nil, nil)
 		err := tc.send(ctx)
 		left := dep.done(slot)
 		h.margin.mu.Lock()
@@ -277,5 +280,78 @@ func TestLateMarkKeepsTheLargerLateness(t *testing.T) {
 	}
 	if b.cur.n != 1 {
 		t.Fatalf("%d departures counted, want 1: a handoff's mark is not counted", b.cur.n)
+	}
+}
+
+// pushRecorder records PushAfterLate calls on calls.
+type pushRecorder struct {
+	throttle.Limiter
+	calls chan pushCall
+}
+
+type pushCall struct {
+	slot     time.Time
+	late     time.Duration
+	headroom float64
+	reqs     []throttle.Request
+}
+
+func (p pushRecorder) PushAfterLate(_ context.Context, slot time.Time, late time.Duration, headroom float64, reqs ...throttle.Request) ([]time.Duration, error) {
+	p.calls <- pushCall{slot, late, headroom, reqs}
+	return make([]time.Duration, len(reqs)), nil
+}
+
+// A send whose request is written later after its slot than the margin of
+// the channel's headroom (15.2ms a second at 0.015) moves its GCRA limits'
+// later slots on, once; one within the margin, or one with no paced
+// limit, does not.
+func TestLateWriteMovesTheSlotsAfterIt(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	rec := pushRecorder{calls: make(chan pushCall, 4)}
+	h := &handler{w: &Worker{opts: Options{Limiter: rec}, logger: slog.New(slog.DiscardHandler)}, ch: Channel{Name: "t", Headroom: 0.015}, margin: newMarginBook(0.015, time.Hour)}
+	number := throttle.Request{Key: "t:number:1", Limit: throttle.Limit{Name: "n", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(80), Burst: 1}}
+	reqs := []throttle.Request{number, throttle.PauseRequest("t:paused:sender:1")}
+	send := func(late time.Duration, reqs []throttle.Request) {
+		t.Helper()
+		slot := time.Now().Add(-late)
+		dep, ctx := h.departing(context.Background(), slot, slot, nil, reqs)
+		for range 2 { // a second write (the transport's retry) pushes no more
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+		}
+		dep.done(slot)
+	}
+	send(30*time.Millisecond, reqs)
+	select {
+	case c := <-rec.calls:
+		if c.late < 30*time.Millisecond || c.headroom != 0.015 || len(c.reqs) != 1 || c.reqs[0] != number {
+			t.Fatalf("push %+v: want the number's limit, late by 30ms or more, at headroom 0.015", c)
+		}
+	case <-time.After(10 * time.Second): // a bound on a hang, not a wait for the result
+		t.Fatal("no push after a send 30ms late")
+	}
+	send(0, reqs)                       // on time
+	send(30*time.Millisecond, reqs[1:]) // no paced limit
+	send(30*time.Millisecond, reqs)     // late again: its own push
+	select {
+	case c := <-rec.calls:
+		if c.late < 30*time.Millisecond {
+			t.Fatalf("push %+v: want the last send's, 30ms late", c)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no push after the last send")
+	}
+	select {
+	case c := <-rec.calls:
+		t.Fatalf("push %+v: want one push per late send and none for the others", c)
+	default:
 	}
 }

@@ -307,9 +307,12 @@ type Worker struct {
 	mux    *asynq.ServeMux
 	logger *slog.Logger
 	pauses pauseBook
+	// pushes are the recent pushes after late sends (pushbook.go); nil
+	// when the limiter announces none.
+	pushes *pushBook
 	// handlers are the channels' handlers by Channel.Name, for Feedback.
 	handlers map[string]*handler
-	stop     context.CancelFunc // ends the pause watch and the probe loop
+	stop     context.CancelFunc // ends the background loops (startBackground)
 	done     chan struct{}
 	// probeTick is the probe loop's tick; zero means probeTick (tests
 	// shorten it).
@@ -370,6 +373,9 @@ func New(opts Options) (*Worker, error) {
 	}
 	w := &Worker{opts: opts, mux: asynq.NewServeMux(), logger: opts.Logger, handlers: map[string]*handler{},
 		members: make(chan struct{}, opts.Concurrency)}
+	if _, ok := opts.Limiter.(pushWatcher); ok {
+		w.pushes = &pushBook{}
+	}
 	if opts.Delivery != nil {
 		w.unrecorded = newUnrecorded(opts.Delivery, max(minUnrecorded, 2*opts.Concurrency), opts.Logger, opts.Metrics)
 	}
@@ -431,8 +437,9 @@ func (w *Worker) Start() error {
 	return nil
 }
 
-// startBackground starts the pause watch and the probe loop, when the
-// limiter has them; w.stop ends them and w.done is closed when both have.
+// startBackground starts the pause and push watches, the probe loop and
+// the margins' publishing, those the limiter has; w.stop ends them and
+// w.done is closed when all have.
 func (w *Worker) startBackground() {
 	pw, watch := w.opts.Limiter.(pauseWatcher)
 	pr, probe := w.opts.Limiter.(prober)
@@ -444,7 +451,8 @@ func (w *Worker) startBackground() {
 	}
 	probe = probe && len(probed) > 0
 	mp, publish := w.opts.Limiter.(marginPublisher)
-	if !watch && !probe && !publish {
+	xw, pushes := w.opts.Limiter.(pushWatcher)
+	if !watch && !probe && !publish && !pushes {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -455,6 +463,19 @@ func (w *Worker) startBackground() {
 				err := pw.WatchPauses(ctx, func(key string, left time.Duration) { w.pauses.set(key, left, time.Now()) })
 				if ctx.Err() == nil {
 					w.logger.Warn("pause announcements: subscription ended; the limiter still decides pauses", "err", err)
+					if !sleep(ctx, time.Second) {
+						return
+					}
+				}
+			}
+		})
+	}
+	if pushes {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				err := xw.WatchPushes(ctx, w.pushes.add)
+				if ctx.Err() == nil {
+					w.logger.Warn("push announcements: subscription ended; sends held for slots taken before a push go at them", "err", err)
 					if !sleep(ctx, time.Second) {
 						return
 					}
@@ -696,7 +717,7 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, a *attempt) error 
 	}
 	reserved(ctx) // a batch's next send may start: this one goes now
 	start := time.Now()
-	dep, sendCtx := h.departing(ctx, start, a.slot, p.Fields)
+	dep, sendCtx := h.departing(ctx, start, a.slot, p.Fields, reqs)
 	resp, err := p.Send(sendCtx)
 	left := dep.done(start)
 	m.sent(name, time.Since(start).Seconds())
@@ -964,6 +985,10 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 				}
 			}
 			if r.Firm {
+				if err := h.heldForPushes(ctx, reqs, r.Now, slot); err != nil {
+					m.outcome(name, OutcomeTransient)
+					return r.Leases, err // shutdown: asynq puts the task back
+				}
 				m.held(name, delay.Seconds())
 				// A scope paused since the slot was taken (a provider
 				// throttle, in any worker): the slot goes unused, even if
@@ -1059,3 +1084,4 @@ func (a asynqLogger) Info(args ...any)  { a.l.Info(fmt.Sprint(args...), "compone
 func (a asynqLogger) Warn(args ...any)  { a.l.Warn(fmt.Sprint(args...), "component", "asynq") }
 func (a asynqLogger) Error(args ...any) { a.l.Error(fmt.Sprint(args...), "component", "asynq") }
 func (a asynqLogger) Fatal(args ...any) { a.l.Error(fmt.Sprint(args...), "component", "asynq") }
+
