@@ -1,0 +1,16 @@
+//go:build !linux
+
+package e2e
+
+import "testing"
+
+// emulatorNice is the nice value favorEmulator gives the test process on
+// Linux.
+const emulatorNice = -10
+
+// favorEmulator raises the test process's priority on Linux only.
+func favorEmulator(t *testing.T) bool {
+	t.Helper()
+	t.Log("emulator priority: unchanged (Linux only)")
+	return false
+}
