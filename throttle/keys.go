@@ -26,6 +26,9 @@ const (
 	planSuffix = "|plan"
 	// backlogSuffix: a GCRA limit's planned sends, a sorted set (Reserve).
 	backlogSuffix = "|backlog"
+	// pushesSuffix: a GCRA limit's ledger of its recent pushes after late
+	// sends, a sorted set (PushAfterLate).
+	pushesSuffix = "|pushes"
 	// probeSuffix: a pause's probe record, a hash: fields (JSON), code, n
 	// (probes so far) (SetProbe).
 	probeSuffix = "|probe"
@@ -65,13 +68,17 @@ func probeKey(full string) string { return full + probeSuffix }
 // "sluice:{whatsapp}:paused:sender:1065|probe-lock". Hash tag: full's.
 func probeLockKey(full string) string { return full + probeLockSuffix }
 
+// pushLedgerKey is a GCRA limit's ledger of pushes beside full:
+// "sluice:{whatsapp}:number:1065|pushes". Hash tag: full's.
+func pushLedgerKey(full string) string { return full + pushesSuffix }
+
 // stateOfBacklog is the key whose backlog k is (a backlogKey): k without
 // "|backlog"; ok is false for any other key.
 func stateOfBacklog(k string) (state string, ok bool) { return strings.CutSuffix(k, backlogSuffix) }
 
-// isBookKey reports whether a key is a plan or backlog key.
+// isBookKey reports whether a key is a plan, backlog or push ledger key.
 func isBookKey(k string) bool {
-	return strings.HasSuffix(k, planSuffix) || strings.HasSuffix(k, backlogSuffix)
+	return strings.HasSuffix(k, planSuffix) || strings.HasSuffix(k, backlogSuffix) || strings.HasSuffix(k, pushesSuffix)
 }
 
 // isProbeKey reports whether a key is a probe record or its lock.
@@ -134,7 +141,7 @@ func (l *Redis) MarginsKey() string { return l.prefix + ":{_margins}" }
 func (l *Redis) PausesChannel() string { return pausesChannel(l.prefix, l.db) }
 
 // PushesChannel is the pub/sub channel on which PushAfterLate announces
-// that a limit's slots moved on: "KEY BY_US AT_US SLOT_US"; WatchPushes
+// that a limit's slots moved on: "BY_US AT_US SLOT_US KEY"; WatchPushes
 // reads it. Named per prefix and database, as PausesChannel.
 func (l *Redis) PushesChannel() string { return l.prefix + ":{_pushes}:db" + strconv.Itoa(l.db) }
 

@@ -38,13 +38,13 @@ func TestPushAfterLateMovesLaterSlots(t *testing.T) {
 		t.Fatalf("slots %v apart, want %v", d, T)
 	}
 	// Within the margin: nothing moves.
-	moved, err := l.PushAfterLate(ctx, first, M-time.Millisecond, h, reqs...)
+	moved, err := l.PushAfterLate(ctx, first, time.Time{}, M-time.Millisecond, h, reqs...)
 	if err != nil || moved[0] != 0 || moved[1] != 0 {
 		t.Fatalf("late by %v: moved %v, %v; want nothing", M-time.Millisecond, moved, err)
 	}
 	// 20ms late: the number's later slots move on by 20ms - M; the pair's
 	// margin (91ms over 6s) covers it.
-	moved, err = l.PushAfterLate(ctx, first, 20*time.Millisecond, h, reqs...)
+	moved, err = l.PushAfterLate(ctx, first, time.Time{}, 20*time.Millisecond, h, reqs...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestPushAfterLateMovesLaterSlots(t *testing.T) {
 	// slot.
 	clock.Set(third.Add(time.Minute))
 	late := clock.Now()
-	moved, err = l.PushAfterLate(ctx, late, 30*time.Millisecond, h, reqs[:1]...)
+	moved, err = l.PushAfterLate(ctx, late, time.Time{}, 30*time.Millisecond, h, reqs[:1]...)
 	if err != nil || moved[0] == 0 {
 		t.Fatalf("moved %v, %v", moved, err)
 	}
@@ -87,7 +87,7 @@ func TestPushAfterLateKeepsEverySpanAtTheCap(t *testing.T) {
 		h := 0.015
 		M := time.Duration(float64(time.Second) * h / (1 - h))
 		reqs := []throttle.Request{{Key: "wa:number:1", Limit: mps80}}
-		type pending struct{ slot, arr time.Time }
+		type pending struct{ slot, taken, arr time.Time }
 		var queue []pending
 		var arrivals []time.Time
 		var last time.Time
@@ -110,7 +110,7 @@ func TestPushAfterLateKeepsEverySpanAtTheCap(t *testing.T) {
 				case reserved%37 == 0 && reserved > 0:
 					late = 20 * time.Millisecond
 				}
-				queue = append(queue, pending{r.At, r.At.Add(late)})
+				queue = append(queue, pending{r.At, r.Now, r.At.Add(late)})
 				sort.Slice(queue, func(i, j int) bool { return queue[i].arr.Before(queue[j].arr) })
 				last = r.At
 				reserved++
@@ -123,7 +123,7 @@ func TestPushAfterLateKeepsEverySpanAtTheCap(t *testing.T) {
 			}
 			arrivals = append(arrivals, p.arr)
 			if late := p.arr.Sub(p.slot); push && late > M {
-				if _, err := l.PushAfterLate(ctx, p.slot, late, h, reqs...); err != nil {
+				if _, err := l.PushAfterLate(ctx, p.slot, p.taken, late, h, reqs...); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -174,10 +174,10 @@ func TestWatchPushesHearsAPush(t *testing.T) {
 	}
 	reqs := []throttle.Request{{Key: "wa:number:1", Limit: mps80}}
 	slot := clock.Now().Add(-time.Second)
-	if _, err := l.PushAfterLate(ctx, slot, 5*time.Millisecond, 0.015, reqs...); err != nil {
+	if _, err := l.PushAfterLate(ctx, slot, time.Time{}, 5*time.Millisecond, 0.015, reqs...); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.PushAfterLate(ctx, slot, 25*time.Millisecond, 0.015, reqs...); err != nil {
+	if _, err := l.PushAfterLate(ctx, slot, time.Time{}, 25*time.Millisecond, 0.015, reqs...); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -194,5 +194,55 @@ func TestWatchPushesHearsAPush(t *testing.T) {
 	case p := <-heard:
 		t.Fatalf("heard %+v too: the push within the margin moved nothing", p)
 	default:
+	}
+}
+
+// The sends of one stall are late together: the first pushes its whole
+// excess, and the later ones only what it did not cover, as the slots a
+// limit's worth after them moved with it. A 40ms stall at 80/s moves the
+// slots 24.8ms, not 24.8 + 12.1.
+func TestPushesOfOneStallDoNotAddUp(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := testutil.NewClock(time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC))
+	l := throttle.NewRedis(srv.Client(t), throttle.Options{Clock: clock.Now, OverrideRefresh: -1})
+	ctx := context.Background()
+	h := 0.015
+	M := time.Duration(float64(time.Second) * h / (1 - h))
+	reqs := []throttle.Request{{Key: "wa:number:1", Limit: mps80}}
+	var slots []time.Time
+	var taken time.Time
+	for range 4 {
+		r, err := l.Reserve(ctx, throttle.ReserveOptions{Headroom: h, Priority: throttle.High}, reqs...)
+		if err != nil || !r.Firm {
+			t.Fatalf("reserve: %+v, %v", r, err)
+		}
+		slots, taken = append(slots, r.At), r.Now
+	}
+	// The stall ends 40ms after the first slot: the three sends due in it
+	// leave together.
+	end := slots[0].Add(40 * time.Millisecond)
+	clock.Set(end)
+	var moved []time.Duration
+	for _, s := range slots[:3] {
+		m, err := l.PushAfterLate(ctx, s, taken, end.Sub(s), h, reqs...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		moved = append(moved, m[0])
+	}
+	want := 40*time.Millisecond - M
+	if moved[0] < want || moved[0] > want+time.Microsecond || moved[1] != 0 || moved[2] != 0 {
+		t.Fatalf("moved %v, want [%v 0 0]", moved, want)
+	}
+	// A send whose slot was taken after the push (it moved with the TAT) and
+	// that leaves late by more than that pushes again.
+	r, err := l.Reserve(ctx, throttle.ReserveOptions{Headroom: h, Priority: throttle.High}, reqs...)
+	if err != nil || !r.Firm {
+		t.Fatalf("reserve: %+v, %v", r, err)
+	}
+	clock.Set(r.At.Add(20 * time.Millisecond))
+	m, err := l.PushAfterLate(ctx, r.At, r.Now, 20*time.Millisecond, h, reqs...)
+	if err != nil || m[0] < 20*time.Millisecond-M || m[0] > 20*time.Millisecond-M+time.Microsecond {
+		t.Fatalf("moved %v, %v; want %v", m, err, 20*time.Millisecond-M)
 	}
 }

@@ -6,26 +6,47 @@
 -- margin M = period * headroom / (1 - headroom) (15.2ms a second at 1.5%).
 -- A strict provider counts limit + 1 in one period when a send arrives more
 -- than M later, relative to its slot, than the send a limit's worth after
--- it. So once a send has left late by L > M, every firm slot taken after
--- it moves on by L - M: its firm book's TAT, at least the send's own slot
--- plus its interval (the TAT may have expired), grows by that much. Slots
--- already taken stay; the sends in them come before the limit's worth
--- after the late one.
+-- it (with the send after it late too, where M is wider than T). So once a
+-- send has left late by L > M, every slot after it moves on by L - M: the
+-- firm book's TAT (at least the send's own slot plus its interval: the TAT
+-- may have expired) grows by that much for the slots taken from now on,
+-- and the push is announced (PUBLISH) for those workers hold already.
 --
--- KEYS: per GCRA limit its state key (the firm book).
--- ARGV[1] now us ("0" = Redis TIME)  ARGV[2] the late send's slot us
--- ARGV[3] how late it left, us        ARGV[4] headroom (fraction)
--- then per key: limit, period us, cost, field ('' or its name in a shared
--- hash, as gcra.lua).
--- Returns: now us, then per key how far its slots moved, us (0: not late
--- for it, or the key holds another algorithm's state).
+-- Pushes made after the late send's slot was taken, for sends before it,
+-- have moved the slot a limit's worth after it already (each limit keeps
+-- them in a ledger, its pushes of the last LEDGER_US): only what they left
+-- is pushed. Without that, the sends of one stall, late together, would
+-- each push their whole lateness.
+--
+-- KEYS: per GCRA limit its state key (the firm book), then its ledger (a
+-- zset of "slot:pushed:now" members scored by when they were pushed).
+-- ARGV[1] now us ("0" = Redis TIME)   ARGV[2] the late send's slot us, as
+--   first taken (before any hold for a push)
+-- ARGV[3] how late it left after that slot, us
+-- ARGV[4] headroom (fraction)         ARGV[5] when its slot was taken, us
+--   (the reservation's now; 0: unknown, nothing is deducted)
+-- ARGV[6] the announcement channel
+-- then per limit: limit, period us, cost, field ('' or its name in a
+-- shared hash, as gcra.lua), name (the key without its prefix).
+-- Returns: now us, then per limit how far its slots moved, us (0: not late
+-- for it, covered by earlier pushes, or the key holds another algorithm's
+-- state).
+local LEDGER_US = 30000000
 local now = clock(ARGV[1])
-local slot, late, headroom = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local slot, late, headroom, taken = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local channel = ARGV[6]
 local out = {now}
-for i, key in ipairs(KEYS) do
-  local a = 5 + (i - 1) * 4
-  local limit, period, cost, field = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), ARGV[a + 3]
+for i = 1, #KEYS / 2 do
+  local key, ledger = KEYS[2 * i - 1], KEYS[2 * i]
+  local a = 7 + (i - 1) * 5
+  local limit, period, cost, field, name = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), ARGV[a + 3], ARGV[a + 4]
   local push = late - period * headroom / (1 - headroom)
+  if push > 0 and taken > 0 then
+    for _, m in ipairs(redis.call('ZRANGEBYSCORE', ledger, '(' .. us(taken), '+inf')) do
+      local s, p = string.match(m, '^(%d+):(%d+):')
+      if s and tonumber(s) < slot then push = push - tonumber(p) end
+    end
+  end
   out[i + 1] = 0
   if push > 0 then
     local raw, wrong
@@ -33,8 +54,13 @@ for i, key in ipairs(KEYS) do
     if not wrong then
       local T = period / limit / (1 - headroom)
       local tat = math.max(tonumber(raw) or 0, slot + T * cost)
+      push = math.ceil(push)
       gcra_store(key, field, now, false, math.max(0, tat + push - now))
-      out[i + 1] = math.ceil(push)
+      redis.call('ZADD', ledger, now, us(slot) .. ':' .. push .. ':' .. us(now))
+      redis.call('ZREMRANGEBYSCORE', ledger, '-inf', '(' .. us(now - LEDGER_US))
+      redis.call('PEXPIRE', ledger, ttl_ms(LEDGER_US))
+      redis.call('PUBLISH', channel, push .. ' ' .. us(now) .. ' ' .. us(slot) .. ' ' .. name)
+      out[i + 1] = push
     end
   end
 end
