@@ -96,6 +96,13 @@ type attempt struct {
 	// slot is the instant the send was paced for (this host's clock; zero
 	// when it was not paced), from which its departure's lateness is measured.
 	slot time.Time
+	// base is slot before the send was held for pushes after late sends
+	// (heldForPushes), taken when its reservation was made (the limiter's
+	// clock) and headroom the reservation's: what a push after this send
+	// left late counts from (departure.pushIfLate).
+	base     time.Time
+	taken    time.Time
+	headroom float64
 }
 
 // record reports the attempt's end to the DeliveryRecorder: a send the

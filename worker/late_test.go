@@ -49,7 +49,7 @@ func TestLateWakeUpTakesANewSlot(t *testing.T) {
 		{Key: "t:k:1", Limit: throttle.Limit{Name: "k", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(80), Burst: 1}},
 		{Key: "t:pair:1", Limit: throttle.Limit{Name: "pair", Algorithm: throttle.GCRA, Rate: throttle.Rate{Limit: 1, Period: 6 * time.Second}, Burst: 1}},
 	}
-	if _, err := h.reserve(context.Background(), f, Prepared{}, reqs, new(time.Time)); err != nil {
+	if _, err := h.reserve(context.Background(), f, Prepared{}, reqs, &attempt{}); err != nil {
 		t.Fatal(err)
 	}
 	if len(f.calls) != 2 || f.calls[0].Priority != throttle.Bulk || f.calls[1].Priority != throttle.High || !f.calls[1].Retake || f.calls[1].TaskID != "" {
@@ -81,7 +81,7 @@ func TestPlannedSendComesBackAtItsSlotsSecond(t *testing.T) {
 	now := func() time.Time { return base }
 	h := &handler{w: &Worker{}, ch: Channel{Name: "t", Hold: 2 * time.Second}, rules: &rules.Set{}, now: now}
 	reqs := []throttle.Request{{Key: "t:k:1", Limit: throttle.Limit{Name: "k", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(80), Burst: 1}}}
-	_, err := h.reserve(context.Background(), plannedReserver{now: now}, Prepared{}, reqs, new(time.Time))
+	_, err := h.reserve(context.Background(), plannedReserver{now: now}, Prepared{}, reqs, &attempt{})
 	var te *ThrottledError
 	if !errors.As(err, &te) || !te.Planned {
 		t.Fatalf("err %v, want a planned *ThrottledError", err)

@@ -467,6 +467,10 @@ type departure struct {
 	start  time.Time // the handoff to the channel's Send
 	scopes []string
 	paced  []throttle.Request // the send's GCRA limits
+	// base, taken and headroom are the attempt's: what a push counts from
+	// (pushIfLate).
+	base, taken time.Time
+	headroom    float64
 	// wrote is 1 + the time from start to the last written request, in
 	// ns (kept from start, so on the monotonic clock); 0: none written.
 	wrote  atomic.Int64
@@ -474,14 +478,18 @@ type departure struct {
 }
 
 // departing returns the departure of a send on reqs handed to the channel
-// at start for slot (nil when the send is not paced) and ctx carrying its
-// trace.
-func (h *handler) departing(ctx context.Context, start, slot time.Time, fields map[string]string, reqs []throttle.Request) (*departure, context.Context) {
-	if slot.IsZero() {
+// at start for a.slot (nil when the send is not paced) and ctx carrying
+// its trace.
+func (h *handler) departing(ctx context.Context, start time.Time, a *attempt, fields map[string]string, reqs []throttle.Request) (*departure, context.Context) {
+	if a.slot.IsZero() {
 		return nil, ctx
 	}
-	d := &departure{h: h, slot: slot, start: start, scopes: h.scopesOf(fields), paced: gcraLimits(reqs)}
-	h.margin.lateAtHandoff(start, start.Sub(slot), d.scopes...)
+	d := &departure{h: h, slot: a.slot, start: start, scopes: h.scopesOf(fields), paced: gcraLimits(reqs),
+		base: a.base, taken: a.taken, headroom: a.headroom}
+	if d.base.IsZero() {
+		d.base = d.slot
+	}
+	h.margin.lateAtHandoff(start, start.Sub(d.slot), d.scopes...)
 	return d, httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		WroteRequest: func(info httptrace.WroteRequestInfo) {
 			if info.Err == nil {
@@ -495,28 +503,29 @@ func (h *handler) departing(ctx context.Context, start, slot time.Time, fields m
 // latePusher is implemented by limiters that move a limit's later slots
 // on after a late send (*throttle.Redis; see throttle.Redis.PushAfterLate).
 type latePusher interface {
-	PushAfterLate(ctx context.Context, slot time.Time, late time.Duration, headroom float64, reqs ...throttle.Request) ([]time.Duration, error)
+	PushAfterLate(ctx context.Context, slot, taken time.Time, late time.Duration, headroom float64, reqs ...throttle.Request) ([]time.Duration, error)
 }
 
 // latePushTimeout bounds a push: it runs beside the send, in the
 // background, and a lost one only leaves the spacing as it was.
 const latePushTimeout = 2 * time.Second
 
-// pushIfLate moves the send's limits' later slots on when it left late
-// later than the margin of the channel's configured headroom on one of
-// them (throttle.Redis.PushAfterLate): the measured margin covers a
-// quantile of the departures, and a send later than it, with the one after
-// it late too, made 81 sends of a number at 80/s in one second in `make
+// pushIfLate moves the send's limits' later slots on when it left later
+// after its slot, as first given (base: before any hold for a push), than
+// the margin of the headroom it was paced at on one of them
+// (throttle.Redis.PushAfterLate): the measured margin covers a quantile
+// of the departures, and a send later than it, with the one after it late
+// too, made 81 sends of a number at 80/s in one second in `make
 // bench-scale`. It runs once a departure, at the request's write (or at
-// done when none was written), in the background; the sends a limit's
-// worth later take their slots after it (a batch's 300ms ahead, a task's
-// at most a second ahead of its second).
+// done when none was written), in the background; a channel paced with no
+// headroom pushes nothing (every send would). late is from d.slot.
 func (d *departure) pushIfLate(late time.Duration) {
 	lp, ok := d.h.w.opts.Limiter.(latePusher)
-	if !ok || len(d.paced) == 0 {
+	h := d.headroom
+	if !ok || len(d.paced) == 0 || h <= 0 || h >= 1 {
 		return
 	}
-	h := d.h.ch.headroom()
+	late += d.slot.Sub(d.base) // from the slot first given
 	over := false
 	for _, r := range d.paced {
 		if late > time.Duration(float64(r.Limit.Rate.Period)*h/(1-h)) {
@@ -526,17 +535,17 @@ func (d *departure) pushIfLate(late time.Duration) {
 	if !over || !d.pushed.CompareAndSwap(false, true) {
 		return
 	}
-	slot, ch, logger := d.h.clock.limiter(d.slot), d.h.ch.Name, d.h.w.logger
-	go func() {
+	slot, w, ch := d.h.clock.limiter(d.base), d.h.w, d.h.ch.Name
+	w.pushing.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), latePushTimeout)
 		defer cancel()
-		moved, err := lp.PushAfterLate(ctx, slot, late, h, d.paced...)
+		moved, err := lp.PushAfterLate(ctx, slot, d.taken, late, h, d.paced...)
 		if err != nil {
-			logger.Warn("a late send's limits could not be moved on; the spacing after it is as it was", "channel", ch, "late", late.Round(time.Millisecond/10), "err", err)
+			w.logger.Warn("a late send's limits could not be moved on; the spacing after it is as it was", "channel", ch, "late", late.Round(time.Millisecond/10), "err", err)
 			return
 		}
-		logger.Debug("a send left later than its margin: the slots after it moved on", "channel", ch, "late", late.Round(time.Millisecond/10), "moved", moved)
-	}()
+		w.logger.Debug("a send left later than its margin: the slots after it moved on", "channel", ch, "late", late.Round(time.Millisecond/10), "moved", moved)
+	})
 }
 
 // done records the departure after the send returned and returns when the

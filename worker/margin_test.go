@@ -240,7 +240,7 @@ func TestDepartureIsMeasuredOnTheWire(t *testing.T) {
 			WroteRequest: func(httptrace.WroteRequestInfo) { sawWrite = time.Now(); wrote <- sawWrite },
 		})
 		slot := time.Now()
-		dep, ctx := h.departing(ctx, slot, slot, nil, nil)
+		dep, ctx := h.departing(ctx, slot, &attempt{slot: slot}, nil, nil)
 		err := tc.send(ctx)
 		left := dep.done(slot)
 		h.margin.mu.Lock()
@@ -290,32 +290,36 @@ type pushRecorder struct {
 }
 
 type pushCall struct {
-	slot     time.Time
-	late     time.Duration
-	headroom float64
-	reqs     []throttle.Request
+	slot, taken time.Time
+	late        time.Duration
+	headroom    float64
+	reqs        []throttle.Request
 }
 
-func (p pushRecorder) PushAfterLate(_ context.Context, slot time.Time, late time.Duration, headroom float64, reqs ...throttle.Request) ([]time.Duration, error) {
-	p.calls <- pushCall{slot, late, headroom, reqs}
+func (p pushRecorder) PushAfterLate(_ context.Context, slot, taken time.Time, late time.Duration, headroom float64, reqs ...throttle.Request) ([]time.Duration, error) {
+	p.calls <- pushCall{slot, taken, late, headroom, reqs}
 	return make([]time.Duration, len(reqs)), nil
 }
 
 // A send whose request is written later after its slot than the margin of
-// the channel's headroom (15.2ms a second at 0.015) moves its GCRA limits'
-// later slots on, once; one within the margin, or one with no paced
-// limit, does not.
+// the headroom it was paced at (15.2ms a second at 0.015) moves its GCRA
+// limits' later slots on, once, counted from the slot it was first given
+// (before a hold for a push) and with its reservation's time; one within
+// the margin, one with no paced limit, or one paced with no headroom does
+// not.
 func TestLateWriteMovesTheSlotsAfterIt(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer srv.Close()
-	rec := pushRecorder{calls: make(chan pushCall, 4)}
+	rec := pushRecorder{calls: make(chan pushCall, 8)}
 	h := &handler{w: &Worker{opts: Options{Limiter: rec}, logger: slog.New(slog.DiscardHandler)}, ch: Channel{Name: "t", Headroom: 0.015}, margin: newMarginBook(0.015, time.Hour)}
 	number := throttle.Request{Key: "t:number:1", Limit: throttle.Limit{Name: "n", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(80), Burst: 1}}
 	reqs := []throttle.Request{number, throttle.PauseRequest("t:paused:sender:1")}
-	send := func(late time.Duration, reqs []throttle.Request) {
+	taken := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	send := func(late, held time.Duration, headroom float64, reqs []throttle.Request) {
 		t.Helper()
 		slot := time.Now().Add(-late)
-		dep, ctx := h.departing(context.Background(), slot, slot, nil, reqs)
+		a := &attempt{slot: slot, base: slot.Add(-held), taken: taken, headroom: headroom}
+		dep, ctx := h.departing(context.Background(), slot, a, nil, reqs)
 		for range 2 { // a second write (the transport's retry) pushes no more
 			req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, nil)
 			if err != nil {
@@ -328,30 +332,25 @@ func TestLateWriteMovesTheSlotsAfterIt(t *testing.T) {
 			resp.Body.Close()
 		}
 		dep.done(slot)
+		h.w.pushing.Wait()
 	}
-	send(30*time.Millisecond, reqs)
-	select {
-	case c := <-rec.calls:
-		if c.late < 30*time.Millisecond || c.headroom != 0.015 || len(c.reqs) != 1 || c.reqs[0] != number {
-			t.Fatalf("push %+v: want the number's limit, late by 30ms or more, at headroom 0.015", c)
-		}
-	case <-time.After(10 * time.Second): // a bound on a hang, not a wait for the result
-		t.Fatal("no push after a send 30ms late")
+	send(30*time.Millisecond, 0, 0.015, reqs)
+	send(-time.Second, 0, 0.015, reqs)                          // on time, however busy the host
+	send(30*time.Millisecond, 0, 0.015, reqs[1:])               // no paced limit
+	send(30*time.Millisecond, 0, 0, reqs)                       // no headroom: every send would push
+	send(10*time.Millisecond, 10*time.Millisecond, 0.015, reqs) // held 10ms for a push: 20ms after its first slot
+	close(rec.calls)
+	var got []pushCall
+	for c := range rec.calls {
+		got = append(got, c)
 	}
-	send(0, reqs)                       // on time
-	send(30*time.Millisecond, reqs[1:]) // no paced limit
-	send(30*time.Millisecond, reqs)     // late again: its own push
-	select {
-	case c := <-rec.calls:
-		if c.late < 30*time.Millisecond {
-			t.Fatalf("push %+v: want the last send's, 30ms late", c)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no push after the last send")
+	if len(got) != 2 {
+		t.Fatalf("%d pushes %+v, want 2: the late send's and the held one's", len(got), got)
 	}
-	select {
-	case c := <-rec.calls:
-		t.Fatalf("push %+v: want one push per late send and none for the others", c)
-	default:
+	if c := got[0]; c.late < 30*time.Millisecond || c.headroom != 0.015 || !c.taken.Equal(taken) || len(c.reqs) != 1 || c.reqs[0] != number {
+		t.Fatalf("push %+v: want the number's limit, late by 30ms or more, at headroom 0.015, taken at %v", c, taken)
+	}
+	if c := got[1]; c.late < 20*time.Millisecond || !c.slot.Before(time.Now().Add(-20*time.Millisecond)) {
+		t.Fatalf("push %+v: want it late by its 10ms and the 10ms it was held, from the slot first given", c)
 	}
 }

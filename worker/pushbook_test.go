@@ -48,3 +48,24 @@ func TestPushesMoveTheSendsHeldAfterTheLateOne(t *testing.T) {
 		t.Fatalf("moved %v after pushMemory, want 0", got)
 	}
 }
+
+// reserve holds a firm send for a push announced after its reservation:
+// its slot moves, and base and taken keep what the push after it would
+// count from.
+func TestReserveHoldsAFirmSendForAPush(t *testing.T) {
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	f := &fakeReserver{now: clock}
+	number := throttle.Request{Key: "t:number:1", Limit: throttle.Limit{Name: "n", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(80), Burst: 1}}
+	var b pushBook
+	b.add(throttle.Push{Key: number.Key, By: 7 * time.Millisecond, At: now.Add(time.Microsecond), Slot: now.Add(-time.Second)})
+	h := &handler{w: &Worker{pushes: &b}, ch: Channel{Name: "t", Hold: 2 * time.Second, Headroom: 0.015}, rules: nil, now: clock}
+	a := &attempt{}
+	if _, err := h.reserve(context.Background(), f, Prepared{}, []throttle.Request{number}, a); err != nil {
+		t.Fatal(err)
+	}
+	first := now.Add(time.Millisecond) // the fake's slot
+	if !a.base.Equal(first) || !a.slot.Equal(first.Add(7*time.Millisecond)) || !a.taken.Equal(now) {
+		t.Fatalf("slot %v base %v taken %v; want base %v, slot 7ms after it, taken %v", a.slot, a.base, a.taken, first, now)
+	}
+}

@@ -308,8 +308,11 @@ type Worker struct {
 	logger *slog.Logger
 	pauses pauseBook
 	// pushes are the recent pushes after late sends (pushbook.go); nil
-	// when the limiter announces none.
-	pushes *pushBook
+	// when the limiter announces none. pushing counts the pushes this
+	// worker's late sends make (departure.pushIfLate): Shutdown waits for
+	// them (each bounded by latePushTimeout).
+	pushes  *pushBook
+	pushing sync.WaitGroup
 	// handlers are the channels' handlers by Channel.Name, for Feedback.
 	handlers map[string]*handler
 	stop     context.CancelFunc // ends the background loops (startBackground)
@@ -502,6 +505,7 @@ func (w *Worker) startBackground() {
 // most) to write the delivery records Redis refused, and returns.
 func (w *Worker) Shutdown() {
 	w.srv.Shutdown()
+	w.pushing.Wait()
 	if w.stop != nil {
 		w.stop()
 		<-w.done
@@ -688,7 +692,7 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, a *attempt) error 
 	a.p, a.prepared = p, true
 	reqs := pauseRequests(h.rules.Requests(p.Fields), h.pauses, p.Fields)
 	if res, ok := h.w.opts.Limiter.(Reserver); ok && throttle.Reservable(reqs) {
-		leases, err := h.reserve(ctx, res, p, reqs, &a.slot)
+		leases, err := h.reserve(ctx, res, p, reqs, a)
 		if err != nil {
 			if len(leases) > 0 {
 				h.release(ctx, leases) // shut down during the hold: the send never went
@@ -717,7 +721,7 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, a *attempt) error 
 	}
 	reserved(ctx) // a batch's next send may start: this one goes now
 	start := time.Now()
-	dep, sendCtx := h.departing(ctx, start, a.slot, p.Fields, reqs)
+	dep, sendCtx := h.departing(ctx, start, a, p.Fields, reqs)
 	resp, err := p.Send(sendCtx)
 	left := dep.done(start)
 	m.sent(name, time.Since(start).Seconds())
@@ -883,9 +887,10 @@ const maxLate = 5 * time.Millisecond
 // no slot comes within the hold the send goes now, late: the headroom is
 // there for that. The error is ctx's, when it ends during the wait.
 //
-// It sets *slot to the instant the send now goes at (this host's clock):
-// the new slot, or the retake's own instant on slow limits.
-func (h *handler) retake(ctx context.Context, res Reserver, reqs []throttle.Request, slot *time.Time) error {
+// It sets a.slot to the instant the send now goes at (this host's
+// clock): the new slot, or the retake's own instant on slow limits; and
+// a.taken to the retake's reservation (the limiter's clock).
+func (h *handler) retake(ctx context.Context, res Reserver, reqs []throttle.Request, a *attempt) error {
 	paced := gcraLimits(reqs)
 	if len(paced) == 0 {
 		return nil
@@ -896,11 +901,11 @@ func (h *handler) retake(ctx context.Context, res Reserver, reqs []throttle.Requ
 	if err != nil || !r.Firm {
 		return nil
 	}
-	*slot = asked
+	a.slot, a.taken = asked, r.Now
 	if at := h.clock.local(r.At); at.After(asked) {
-		*slot = at
+		a.slot = at
 	}
-	if w := slot.Sub(h.now()); w > 0 && w <= h.ch.Hold && !sleep(ctx, w) {
+	if w := a.slot.Sub(h.now()); w > 0 && w <= h.ch.Hold && !sleep(ctx, w) {
 		return ctx.Err()
 	}
 	return nil
@@ -933,9 +938,11 @@ func gcraLimits(reqs []throttle.Request) []throttle.Request {
 // reserve takes the send's firm slot and holds the send until its instant,
 // or returns a *ThrottledError that brings the task back for its planned
 // slot. It returns the Concurrency leases the reservation took, and sets
-// *slot to the instant the send was given (this host's clock; zero for a
-// prefetched slot), from which its departure's lateness is measured.
-func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []throttle.Request, slot *time.Time) ([]throttle.Lease, error) {
+// a.slot to the instant the send was given (this host's clock; zero for a
+// prefetched slot), from which its departure's lateness is measured, and
+// a.base, a.taken and a.headroom (see attempt).
+func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []throttle.Request, a *attempt) ([]throttle.Lease, error) {
+	slot := &a.slot
 	m, name := h.w.opts.Metrics, h.ch.Name
 	id := taskID(ctx)
 	opts := throttle.ReserveOptions{TaskID: id, Priority: p.Priority, Hold: h.ch.Hold, Headroom: h.headroom(h.now()),
@@ -954,7 +961,7 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 		if r.Local {
 			// A slot an earlier call prefetched: firm now, no round trip,
 			// unless a pause this worker knows of came since.
-			*slot = time.Time{}
+			*slot, a.base, a.taken = time.Time{}, time.Time{}, time.Time{}
 			return nil, h.pausedMeanwhile(reqs, time.Time{})
 		}
 		m.call(name, "reserve")
@@ -964,7 +971,7 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 		// nor the reply's latency moves the send.
 		delay := r.Delay()
 		if r.Firm || (delay <= h.ch.Hold && round < maxHoldRounds && r.Planned) {
-			*slot = h.clock.local(r.At)
+			*slot, a.taken, a.headroom = h.clock.local(r.At), r.Now, opts.Headroom
 			if wait := slot.Sub(h.now()); wait > 0 && delay > 0 {
 				if wait > delay+h.ch.Hold {
 					wait = delay // the clock mapping jumped: trust the reply
@@ -978,14 +985,15 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 				late := h.now().Sub(deadline)
 				m.woke(name, late.Seconds())
 				if late > maxLate && r.Firm && round < maxHoldRounds {
-					if err := h.retake(ctx, res, reqs, slot); err != nil {
+					if err := h.retake(ctx, res, reqs, a); err != nil {
 						m.outcome(name, OutcomeTransient)
 						return r.Leases, err
 					}
 				}
 			}
 			if r.Firm {
-				if err := h.heldForPushes(ctx, reqs, r.Now, slot); err != nil {
+				a.base = *slot
+				if err := h.heldForPushes(ctx, reqs, a.taken, slot); err != nil {
 					m.outcome(name, OutcomeTransient)
 					return r.Leases, err // shutdown: asynq puts the task back
 				}
@@ -1084,4 +1092,3 @@ func (a asynqLogger) Info(args ...any)  { a.l.Info(fmt.Sprint(args...), "compone
 func (a asynqLogger) Warn(args ...any)  { a.l.Warn(fmt.Sprint(args...), "component", "asynq") }
 func (a asynqLogger) Error(args ...any) { a.l.Error(fmt.Sprint(args...), "component", "asynq") }
 func (a asynqLogger) Fatal(args ...any) { a.l.Error(fmt.Sprint(args...), "component", "asynq") }
-
