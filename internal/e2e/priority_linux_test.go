@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"os"
+	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -37,4 +39,32 @@ func favorEmulator(t *testing.T) bool {
 		}
 	}
 	return true
+}
+
+// forkAtNormalPriority keeps the calling goroutine on its own thread from
+// now on (until it exits, which ends the thread) at nice 0: the processes
+// it starts (redis-server, the workers, the CLI) are forked from that
+// thread and take its nice value, not the emulator's.
+func forkAtNormalPriority(t *testing.T) {
+	t.Helper()
+	runtime.LockOSThread()
+	if err := syscall.Setpriority(syscall.PRIO_PROCESS, syscall.Gettid(), 0); err != nil {
+		t.Logf("emulator priority: nice 0 for the thread that starts processes: %v", err)
+	}
+}
+
+// processNice is the nice value of process pid's main thread, from
+// /proc/<pid>/stat (field 19); 0 when it cannot be read.
+func processNice(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 17 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[16]) // fields after the command: state is field 3, nice 19
+	return n
 }

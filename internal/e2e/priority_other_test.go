@@ -14,3 +14,9 @@ func favorEmulator(t *testing.T) bool {
 	t.Log("emulator priority: unchanged (Linux only)")
 	return false
 }
+
+// forkAtNormalPriority does nothing off Linux.
+func forkAtNormalPriority(*testing.T) {}
+
+// processNice is 0 off Linux.
+func processNice(int) int { return 0 }

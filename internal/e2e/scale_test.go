@@ -501,6 +501,7 @@ type benchRun struct {
 	enqueue     time.Duration
 	deliverWall time.Duration // from the workers' start to the last completion
 	workerCPU   time.Duration // the worker processes' CPU (user + system), start to last completion
+	workerNice  int           // the first worker process's nice value (favorEmulator leaves it at 0)
 }
 
 // figures adds r's figures to sum and the commandstats of d.
@@ -516,6 +517,7 @@ func (r benchRun) figures(sum *stressSummary, d redisWork) {
 	sum.add("redis_cpu_ms", float64(d.cpu.Microseconds())/1000)
 	sum.add("redis_cpu_us_per_send", r.cpuPerSend)
 	sum.add("worker_cpu_us_per_send", float64(r.workerCPU.Microseconds())/float64(r.delivered))
+	sum.add("worker_nice", r.workerNice)
 	sum.add("commands_per_send", d.perSend(r.delivered))
 }
 
@@ -647,6 +649,7 @@ func TestBenchScale(t *testing.T) {
 	// 1. Sluice.
 	var sluice benchRun
 	t.Run("sluice", func(t *testing.T) {
+		forkAtNormalPriority(t)
 		sum := newStressSummary(t, stressScale{name: size}, 0)
 		rs := redistest.Start(t)
 		rdb := rs.Client(t)
@@ -695,6 +698,7 @@ func TestBenchScale(t *testing.T) {
 	// 2. Plain asynq, the same sends, on a fresh redis-server.
 	var plain benchRun
 	t.Run("plain_asynq", func(t *testing.T) {
+		forkAtNormalPriority(t)
 		sum := newStressSummary(t, stressScale{name: size}, 0)
 		rs := redistest.Start(t)
 		rdb := rs.Client(t)
@@ -771,6 +775,7 @@ func measureDelivery(t *testing.T, sz benchScaleSize, rdb *redis.Client, emu *em
 	waitAllDone(t, emu, asynq.NewInspectorFromRedisClient(rdb), sz.numbers*sz.sends, bound, anyExited(d.workers))
 	d.run.deliverWall = time.Since(started)
 	d.run.workerCPU = processCPU(d.workers)
+	d.run.workerNice = processNice(d.workers[0].cmd.Process.Pid)
 	d.work = readRedisWork(t, rdb).minus(before)
 	if slow != nil {
 		d.scripts, d.missed = slow.finish(t)
