@@ -102,25 +102,11 @@ type Push struct {
 // slots a push moved and that they hold already. It returns ctx's error,
 // or the subscription's.
 func (l *Redis) WatchPushes(ctx context.Context, fn func(Push)) error {
-	sub := l.rdb.Subscribe(ctx, l.PushesChannel())
-	defer sub.Close()
-	if _, err := sub.Receive(ctx); err != nil {
-		return fmt.Errorf("throttle: watch pushes: %w", err)
-	}
-	ch := sub.Channel()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case m, ok := <-ch:
-			if !ok {
-				return nil
-			}
-			if p, ok := parsePush(m.Payload); ok {
-				fn(p)
-			}
+	return l.watch(ctx, l.PushesChannel(), "pushes", func(payload string) {
+		if p, ok := parsePush(payload); ok {
+			fn(p)
 		}
-	}
+	})
 }
 
 // parsePush reads "BY_US AT_US SLOT_US KEY" (the key last: it may hold

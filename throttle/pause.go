@@ -181,10 +181,27 @@ func (l *Redis) announce(ctx context.Context, key string, left time.Duration) {
 // for a slot taken before the pause (a firm reservation), without a round
 // trip. It returns ctx's error, or the subscription's.
 func (l *Redis) WatchPauses(ctx context.Context, fn func(key string, left time.Duration)) error {
-	sub := l.rdb.Subscribe(ctx, l.PausesChannel())
+	return l.watch(ctx, l.PausesChannel(), "pauses", func(payload string) {
+		key, v, found := strings.Cut(payload, " ")
+		us, err := strconv.ParseInt(v, 10, 64)
+		if !found || err != nil || us < 0 {
+			return
+		}
+		if us > 0 {
+			l.prefetch.dropKey(l.Key(key))
+		}
+		fn(key, time.Duration(us)*time.Microsecond)
+	})
+}
+
+// watch subscribes to channel and calls fn with each message's payload
+// until ctx ends; what names it in the error. It returns ctx's error, the
+// subscription's, or nil when the subscription's channel closed.
+func (l *Redis) watch(ctx context.Context, channel, what string, fn func(payload string)) error {
+	sub := l.rdb.Subscribe(ctx, channel)
 	defer sub.Close()
 	if _, err := sub.Receive(ctx); err != nil {
-		return fmt.Errorf("throttle: watch pauses: %w", err)
+		return fmt.Errorf("throttle: watch %s: %w", what, err)
 	}
 	ch := sub.Channel()
 	for {
@@ -195,15 +212,7 @@ func (l *Redis) WatchPauses(ctx context.Context, fn func(key string, left time.D
 			if !ok {
 				return nil
 			}
-			key, v, found := strings.Cut(m.Payload, " ")
-			us, err := strconv.ParseInt(v, 10, 64)
-			if !found || err != nil || us < 0 {
-				continue
-			}
-			if us > 0 {
-				l.prefetch.dropKey(l.Key(key))
-			}
-			fn(key, time.Duration(us)*time.Microsecond)
+			fn(m.Payload)
 		}
 	}
 }
