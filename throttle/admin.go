@@ -88,11 +88,12 @@ func (l *Redis) Reset(ctx context.Context, keys ...string) (int64, error) {
 	for _, k := range keys {
 		// One key per call: keys of different scopes live in different
 		// cluster slots.
-		// The key's plan and backlog (Reserve) go with it.
+		// The key's plan and backlog (Reserve) and its push ledger
+		// (PushAfterLate: its pushes moved a firm book now gone) go with it.
 		full := l.Key(k)
 		c, err := l.rdb.Unlink(ctx, full).Result()
 		if err == nil {
-			err = l.rdb.Unlink(ctx, planKey(full), backlogKey(full)).Err()
+			err = l.rdb.Unlink(ctx, planKey(full), backlogKey(full), pushLedgerKey(full)).Err()
 		}
 		if err != nil {
 			return n, fmt.Errorf("throttle: reset %s: %w", k, err)

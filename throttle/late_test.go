@@ -246,3 +246,44 @@ func TestPushesOfOneStallDoNotAddUp(t *testing.T) {
 		t.Fatalf("moved %v, %v; want %v", m, err, 20*time.Millisecond-M)
 	}
 }
+
+// Two GCRA limits that share a key (as hash fields) keep their pushes
+// apart: a later send's push deducts only its own limit's. (Deducting the
+// other's too left a push of 2.3ms where 10ms was needed.)
+func TestPushesOfLimitsSharingAKeyStayApart(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := testutil.NewClock(time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC))
+	l := throttle.NewRedis(srv.Client(t), throttle.Options{Clock: clock.Now, OverrideRefresh: -1})
+	ctx := context.Background()
+	h := 0.015
+	M := time.Duration(float64(time.Second) * h / (1 - h))
+	reqs := []throttle.Request{
+		{Key: "wa:number:1", Limit: mps80},
+		{Key: "wa:number:1", Limit: throttle.Limit{Name: "ten", Algorithm: throttle.GCRA, Rate: throttle.Rate{Limit: 700, Period: 10 * time.Second}, Burst: 1}},
+	}
+	var slots []time.Time
+	var taken time.Time
+	for range 2 {
+		r, err := l.Reserve(ctx, throttle.ReserveOptions{Headroom: h, Priority: throttle.High}, reqs...)
+		if err != nil || !r.Firm {
+			t.Fatalf("reserve: %+v, %v", r, err)
+		}
+		slots, taken = append(slots, r.At), r.Now
+	}
+	clock.Set(slots[0].Add(160 * time.Millisecond))
+	a, err := l.PushAfterLate(ctx, slots[0], taken, 160*time.Millisecond, h, reqs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := 170 * time.Millisecond // the second, held in the same stall
+	clock.Set(slots[1].Add(late))
+	b, err := l.PushAfterLate(ctx, slots[1], taken, late, h, reqs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// On the 1-second limit the second needs late - M, less the first's push.
+	want := late - M - a[0]
+	if want <= 0 || b[0] < want-time.Microsecond || b[0] > want+time.Microsecond {
+		t.Fatalf("pushes %v then %v: the second on the 1-second limit moved %v, want %v", a, b, b[0], want)
+	}
+}

@@ -473,8 +473,11 @@ type departure struct {
 	headroom    float64
 	// wrote is 1 + the time from start to the last written request, in
 	// ns (kept from start, so on the monotonic clock); 0: none written.
-	wrote  atomic.Int64
-	pushed atomic.Bool // pushIfLate ran its push
+	wrote atomic.Int64
+	// pushed is the lateness pushIfLate last pushed for, in ns (0: none):
+	// a later write of the request (the transport's retry on a new
+	// connection) that is later still pushes again.
+	pushed atomic.Int64
 }
 
 // departing returns the departure of a send on reqs handed to the channel
@@ -541,10 +544,18 @@ func (d *departure) pushIfLate(late time.Duration) {
 			over = true
 		}
 	}
-	if !over || !d.pushed.CompareAndSwap(false, true) {
+	if !over {
 		return
 	}
+	if prev := d.pushed.Load(); prev != 0 && late <= time.Duration(prev)+time.Millisecond || !d.pushed.CompareAndSwap(prev, int64(late)) {
+		return // pushed for this lateness already (or another write is pushing)
+	}
 	slot, w, ch := d.h.clock.limiter(d.base), d.h.w, d.h.ch.Name
+	w.pushMu.Lock()
+	defer w.pushMu.Unlock()
+	if w.pushClosed {
+		return // shut down: the handler outlived its timeout
+	}
 	w.pushing.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), latePushTimeout)
 		defer cancel()

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
+	"slices"
 	"testing"
 	"time"
 
@@ -320,17 +321,15 @@ func TestLateWriteMovesTheSlotsAfterIt(t *testing.T) {
 		slot := time.Now().Add(-late)
 		a := &attempt{slot: slot, base: slot.Add(-held), taken: taken, headroom: headroom}
 		dep, ctx := h.departing(context.Background(), slot, a, nil, reqs)
-		for range 2 { // a second write (the transport's retry) pushes no more
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp, err := srv.Client().Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, nil)
+		if err != nil {
+			t.Fatal(err)
 		}
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
 		dep.done(slot)
 		h.w.pushing.Wait()
 	}
@@ -352,5 +351,44 @@ func TestLateWriteMovesTheSlotsAfterIt(t *testing.T) {
 	}
 	if c := got[1]; c.late < 20*time.Millisecond || !c.slot.Before(time.Now().Add(-20*time.Millisecond)) {
 		t.Fatalf("push %+v: want it late by its 10ms and the 10ms it was held, from the slot first given", c)
+	}
+}
+
+// A push counts pushAllowance for the way to the provider: a send 11ms
+// late pushes under a 15.2ms margin, one 9ms late does not. A later write
+// of the same request (the transport's retry) pushes again only when it
+// is later by more than a millisecond.
+func TestPushCountsTheWayToTheProvider(t *testing.T) {
+	rec := pushRecorder{calls: make(chan pushCall, 8)}
+	h := &handler{w: &Worker{opts: Options{Limiter: rec}, logger: slog.New(slog.DiscardHandler)}, ch: Channel{Name: "t", Headroom: 0.015}}
+	number := throttle.Request{Key: "t:number:1", Limit: throttle.Limit{Name: "n", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(80), Burst: 1}}
+	slot := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	dep := func() *departure {
+		return &departure{h: h, slot: slot, base: slot, headroom: 0.015, paced: []throttle.Request{number}}
+	}
+	pushes := func() []time.Duration {
+		h.w.pushing.Wait()
+		var got []time.Duration
+		for {
+			select {
+			case c := <-rec.calls:
+				got = append(got, c.late)
+			default:
+				return got
+			}
+		}
+	}
+	dep().pushIfLate(9 * time.Millisecond)
+	if got := pushes(); len(got) != 0 {
+		t.Fatalf("9ms late: pushed %v, want nothing (9+5ms is within 15.2ms)", got)
+	}
+	d := dep()
+	d.pushIfLate(11 * time.Millisecond)
+	d.pushIfLate(11*time.Millisecond + 500*time.Microsecond) // written again at once
+	d.pushIfLate(30 * time.Millisecond)                      // written again, later
+	got := pushes()
+	slices.Sort(got) // pushed from goroutines of their own
+	if len(got) != 2 || got[0] != 11*time.Millisecond+pushAllowance || got[1] != 30*time.Millisecond+pushAllowance {
+		t.Fatalf("pushed %v, want [%v %v]", got, 11*time.Millisecond+pushAllowance, 30*time.Millisecond+pushAllowance)
 	}
 }

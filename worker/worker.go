@@ -313,6 +313,11 @@ type Worker struct {
 	// them (each bounded by latePushTimeout).
 	pushes  *pushBook
 	pushing sync.WaitGroup
+	// pushMu guards pushClosed, set by Shutdown before it waits on
+	// pushing: a handler asynq abandoned at its shutdown timeout may still
+	// finish a send, and its push must not Add to pushing during Wait.
+	pushMu     sync.Mutex
+	pushClosed bool
 	// handlers are the channels' handlers by Channel.Name, for Feedback.
 	handlers map[string]*handler
 	stop     context.CancelFunc // ends the background loops (startBackground)
@@ -505,6 +510,9 @@ func (w *Worker) startBackground() {
 // most) to write the delivery records Redis refused, and returns.
 func (w *Worker) Shutdown() {
 	w.srv.Shutdown()
+	w.pushMu.Lock()
+	w.pushClosed = true
+	w.pushMu.Unlock()
 	w.pushing.Wait()
 	if w.stop != nil {
 		w.stop()
@@ -888,8 +896,7 @@ const maxLate = 5 * time.Millisecond
 // there for that. The error is ctx's, when it ends during the wait.
 //
 // It sets a.slot to the instant the send now goes at (this host's
-// clock): the new slot, or the retake's own instant on slow limits; and
-// a.taken to the retake's reservation (the limiter's clock).
+// clock): the new slot, or the retake's own instant on slow limits.
 func (h *handler) retake(ctx context.Context, res Reserver, reqs []throttle.Request, a *attempt) error {
 	paced := gcraLimits(reqs)
 	if len(paced) == 0 {
@@ -901,7 +908,10 @@ func (h *handler) retake(ctx context.Context, res Reserver, reqs []throttle.Requ
 	if err != nil || !r.Firm {
 		return nil
 	}
-	a.slot, a.taken = asked, r.Now
+	// a.taken stays the first reservation's: the retake's new slots are on
+	// the fast limits only, and a push made between the two still moves
+	// the slow limits' (holding a fast one for it too only costs a gap).
+	a.slot = asked
 	if at := h.clock.local(r.At); at.After(asked) {
 		a.slot = at
 	}

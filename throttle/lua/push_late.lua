@@ -19,7 +19,8 @@
 -- each push their whole lateness.
 --
 -- KEYS: per GCRA limit its state key (the firm book), then its ledger (a
--- zset of "slot:pushed:now" members scored by when they were pushed).
+-- zset of "slot:pushed:now:field" members scored by when they were pushed;
+-- GCRA limits sharing a key as hash fields keep their pushes apart).
 -- ARGV[1] now us ("0" = Redis TIME)   ARGV[2] the late send's slot us, as
 --   first taken (before any hold for a push)
 -- ARGV[3] how late it left after that slot, us
@@ -43,8 +44,8 @@ for i = 1, #KEYS / 2 do
   local push = late - period * headroom / (1 - headroom)
   if push > 0 and taken > 0 then
     for _, m in ipairs(redis.call('ZRANGEBYSCORE', ledger, '(' .. us(taken), '+inf')) do
-      local s, p = string.match(m, '^(%d+):(%d+):')
-      if s and tonumber(s) < slot then push = push - tonumber(p) end
+      local s, p, f = string.match(m, '^(%d+):(%d+):%d+:(.*)$')
+      if s and f == field and tonumber(s) < slot then push = push - tonumber(p) end
     end
   end
   out[i + 1] = 0
@@ -56,7 +57,7 @@ for i = 1, #KEYS / 2 do
       local tat = math.max(tonumber(raw) or 0, slot + T * cost)
       push = math.ceil(push)
       gcra_store(key, field, now, false, math.max(0, tat + push - now))
-      redis.call('ZADD', ledger, now, us(slot) .. ':' .. push .. ':' .. us(now))
+      redis.call('ZADD', ledger, now, us(slot) .. ':' .. push .. ':' .. us(now) .. ':' .. field)
       redis.call('ZREMRANGEBYSCORE', ledger, '-inf', '(' .. us(now - LEDGER_US))
       redis.call('PEXPIRE', ledger, ttl_ms(LEDGER_US))
       redis.call('PUBLISH', channel, push .. ' ' .. us(now) .. ' ' .. us(slot) .. ' ' .. name)
