@@ -527,10 +527,12 @@ const pushAllowance = 5 * time.Millisecond
 // pushAllowance (throttle.Redis.PushAfterLate, with the lateness and the
 // allowance): the measured margin covers a quantile of the departures,
 // and a send later than it, with the one after it late too, made 81 sends
-// of a number at 80/s in one second in `make bench-scale`. It runs once a
-// departure, at the request's write (or at done when none was written),
-// in the background; a channel paced with no headroom pushes nothing
-// (every send would). late is from d.slot.
+// of a number at 80/s in one second in `make bench-scale`. It runs at the
+// request's write (or at done when none was written), in the background,
+// once, or again when the transport writes the request again later still
+// by over a millisecond (the second push is whole: more gap, never less);
+// a channel paced with no headroom pushes nothing (every send would).
+// late is from d.slot.
 func (d *departure) pushIfLate(late time.Duration) {
 	lp, ok := d.h.w.opts.Limiter.(latePusher)
 	h := d.headroom
