@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http/httptrace"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -540,13 +541,10 @@ func (d *departure) pushIfLate(late time.Duration) {
 		return
 	}
 	late += d.slot.Sub(d.base) + pushAllowance // from the slot first given, to the provider
-	over := false
-	for _, r := range d.paced {
-		if late > time.Duration(float64(r.Limit.Rate.Period)*h/(1-h)) {
-			over = true
-		}
-	}
-	if !over {
+	perSecond := headroomMargin(h)             // a limit's margin is this much a second of its period
+	if !slices.ContainsFunc(d.paced, func(r throttle.Request) bool {
+		return late > time.Duration(float64(perSecond)*r.Limit.Rate.Period.Seconds())
+	}) {
 		return
 	}
 	if prev := d.pushed.Load(); prev != 0 && late <= time.Duration(prev)+time.Millisecond || !d.pushed.CompareAndSwap(prev, int64(late)) {
