@@ -98,8 +98,7 @@ func (w *window) check(now time.Time, n, c int) (ok bool, wait time.Duration) {
 	if !w.dropped.IsZero() && w.dropped.After(now.Add(-time.Second)) {
 		return false, w.dropped.Add(time.Second).Sub(now)
 	}
-	// after(t) is the index of the first kept time after t.
-	after := func(t time.Time) int { return sort.Search(len(w.at), func(i int) bool { return w.at[i].After(t) }) }
+	after := w.after
 	// The span ending at now, then those ending at each kept time within
 	// 1s after now: first..end-1 are the span's kept times.
 	first, end := after(now.Add(-time.Second)), after(now)
@@ -117,6 +116,11 @@ func (w *window) check(now time.Time, n, c int) (ok bool, wait time.Duration) {
 	return false, w.at[worstFirst+worst-room-1].Add(time.Second).Sub(now)
 }
 
+// after is the index of the first kept time after t (len(w.at): none).
+func (w *window) after(t time.Time) int {
+	return sort.Search(len(w.at), func(i int) bool { return w.at[i].After(t) })
+}
+
 // add counts c units accepted at now: unit k (from 0) at now + k/n
 // seconds, so that more than n units go out over the following seconds.
 // It keeps the times of the last 2s before the latest: the spans that hold
@@ -126,8 +130,7 @@ func (w *window) add(now time.Time, n, c int) {
 		w.at = append(w.at, now.Add(time.Duration(k/n)*time.Second))
 	}
 	sort.Slice(w.at, func(i, j int) bool { return w.at[i].Before(w.at[j]) })
-	horizon := w.at[len(w.at)-1].Add(-2 * time.Second)
-	if k := sort.Search(len(w.at), func(i int) bool { return w.at[i].After(horizon) }); k > 0 {
+	if k := w.after(w.at[len(w.at)-1].Add(-2 * time.Second)); k > 0 {
 		w.dropped = w.at[k-1]
 		w.at = append(w.at[:0], w.at[k:]...)
 	}
