@@ -15,23 +15,13 @@ import (
 // after it on by the excess; within the margin, or on a slower limit whose
 // margin is wider, nothing moves.
 func TestPushAfterLateMovesLaterSlots(t *testing.T) {
-	srv := redistest.Start(t)
-	t0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
-	clock := testutil.NewClock(t0)
-	l := throttle.NewRedis(srv.Client(t), throttle.Options{Clock: clock.Now, OverrideRefresh: -1})
+	l, clock := lateLimiter(t)
 	ctx := context.Background()
 	h := 0.015
 	T := time.Duration(float64(time.Second) / 80 / (1 - h)) // 12.69ms
-	M := time.Duration(float64(time.Second) * h / (1 - h))  // 15.23ms
+	M := marginOf(h)                                        // 15.23ms
 	reqs := []throttle.Request{{Key: "wa:number:1", Limit: mps80}, {Key: "wa:pair:1:2", Limit: pair6}}
-	reserve := func() time.Time {
-		t.Helper()
-		r, err := l.Reserve(ctx, throttle.ReserveOptions{Headroom: h, Priority: throttle.High}, reqs[:1]...)
-		if err != nil || !r.Firm {
-			t.Fatalf("reserve: %+v, %v", r, err)
-		}
-		return r.At
-	}
+	reserve := func() time.Time { return reserveFirm(t, l, h, reqs[:1]...).At }
 	first := reserve()
 	second := reserve()
 	if d := second.Sub(first); d < T-time.Microsecond || d > T+time.Microsecond {
@@ -79,13 +69,11 @@ func TestPushAfterLateMovesLaterSlots(t *testing.T) {
 // but the next one late too can (make bench-scale's throttles).
 func TestPushAfterLateKeepsEverySpanAtTheCap(t *testing.T) {
 	for _, push := range []bool{true, false} {
-		srv := redistest.Start(t)
-		clock := testutil.NewClock(time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC))
-		l := throttle.NewRedis(srv.Client(t), throttle.Options{Clock: clock.Now, OverrideRefresh: -1})
+		l, clock := lateLimiter(t)
 		ctx := context.Background()
 		const lead, n = 300 * time.Millisecond, 1000
 		h := 0.015
-		M := time.Duration(float64(time.Second) * h / (1 - h))
+		M := marginOf(h)
 		reqs := []throttle.Request{{Key: "wa:number:1", Limit: mps80}}
 		type pending struct{ slot, taken, arr time.Time }
 		var queue []pending
@@ -99,10 +87,7 @@ func TestPushAfterLateKeepsEverySpanAtTheCap(t *testing.T) {
 				if nextRes.After(clock.Now()) {
 					clock.Set(nextRes)
 				}
-				r, err := l.Reserve(ctx, throttle.ReserveOptions{Headroom: h, Priority: throttle.High}, reqs...)
-				if err != nil || !r.Firm {
-					t.Fatalf("reserve %d: %+v, %v", reserved, r, err)
-				}
+				r := reserveFirm(t, l, h, reqs...)
 				late := time.Duration(reserved*7%3) * time.Millisecond
 				switch {
 				case reserved%37 == 36:
@@ -151,9 +136,7 @@ func TestPushAfterLateKeepsEverySpanAtTheCap(t *testing.T) {
 // the key, how far, when (the limiter's clock) and the late send's slot;
 // one within the margin moves nothing and says nothing.
 func TestWatchPushesHearsAPush(t *testing.T) {
-	srv := redistest.Start(t)
-	clock := testutil.NewClock(time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC))
-	l := throttle.NewRedis(srv.Client(t), throttle.Options{Clock: clock.Now, OverrideRefresh: -1})
+	l, clock := lateLimiter(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rdb, ch := l.Client(), l.PushesChannel()
@@ -183,7 +166,7 @@ func TestWatchPushesHearsAPush(t *testing.T) {
 	select {
 	case p := <-heard:
 		h := 0.015
-		want := 25*time.Millisecond - time.Duration(float64(time.Second)*h/(1-h))
+		want := 25*time.Millisecond - marginOf(h)
 		if p.Key != "wa:number:1" || p.By < want || p.By > want+time.Microsecond || !p.At.Equal(clock.Now()) || !p.Slot.Equal(slot) {
 			t.Fatalf("heard %+v, want wa:number:1 by %v at %v for slot %v", p, want, clock.Now(), slot)
 		}
@@ -202,20 +185,15 @@ func TestWatchPushesHearsAPush(t *testing.T) {
 // limit's worth after them moved with it. A 40ms stall at 80/s moves the
 // slots 24.8ms, not 24.8 + 12.1.
 func TestPushesOfOneStallDoNotAddUp(t *testing.T) {
-	srv := redistest.Start(t)
-	clock := testutil.NewClock(time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC))
-	l := throttle.NewRedis(srv.Client(t), throttle.Options{Clock: clock.Now, OverrideRefresh: -1})
+	l, clock := lateLimiter(t)
 	ctx := context.Background()
 	h := 0.015
-	M := time.Duration(float64(time.Second) * h / (1 - h))
+	M := marginOf(h)
 	reqs := []throttle.Request{{Key: "wa:number:1", Limit: mps80}}
 	var slots []time.Time
 	var taken time.Time
 	for range 4 {
-		r, err := l.Reserve(ctx, throttle.ReserveOptions{Headroom: h, Priority: throttle.High}, reqs...)
-		if err != nil || !r.Firm {
-			t.Fatalf("reserve: %+v, %v", r, err)
-		}
+		r := reserveFirm(t, l, h, reqs...)
 		slots, taken = append(slots, r.At), r.Now
 	}
 	// The stall ends 40ms after the first slot: the three sends due in it
@@ -236,10 +214,7 @@ func TestPushesOfOneStallDoNotAddUp(t *testing.T) {
 	}
 	// A send whose slot was taken after the push (it moved with the TAT) and
 	// that leaves late by more than that pushes again.
-	r, err := l.Reserve(ctx, throttle.ReserveOptions{Headroom: h, Priority: throttle.High}, reqs...)
-	if err != nil || !r.Firm {
-		t.Fatalf("reserve: %+v, %v", r, err)
-	}
+	r := reserveFirm(t, l, h, reqs...)
 	clock.Set(r.At.Add(20 * time.Millisecond))
 	m, err := l.PushAfterLate(ctx, r.At, r.Now, 20*time.Millisecond, h, reqs...)
 	if err != nil || m[0] < 20*time.Millisecond-M || m[0] > 20*time.Millisecond-M+time.Microsecond {
@@ -251,12 +226,10 @@ func TestPushesOfOneStallDoNotAddUp(t *testing.T) {
 // apart: a later send's push deducts only its own limit's. (Deducting the
 // other's too left a push of 2.3ms where 10ms was needed.)
 func TestPushesOfLimitsSharingAKeyStayApart(t *testing.T) {
-	srv := redistest.Start(t)
-	clock := testutil.NewClock(time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC))
-	l := throttle.NewRedis(srv.Client(t), throttle.Options{Clock: clock.Now, OverrideRefresh: -1})
+	l, clock := lateLimiter(t)
 	ctx := context.Background()
 	h := 0.015
-	M := time.Duration(float64(time.Second) * h / (1 - h))
+	M := marginOf(h)
 	reqs := []throttle.Request{
 		{Key: "wa:number:1", Limit: mps80},
 		{Key: "wa:number:1", Limit: throttle.Limit{Name: "ten", Algorithm: throttle.GCRA, Rate: throttle.Rate{Limit: 700, Period: 10 * time.Second}, Burst: 1}},
@@ -264,10 +237,7 @@ func TestPushesOfLimitsSharingAKeyStayApart(t *testing.T) {
 	var slots []time.Time
 	var taken time.Time
 	for range 2 {
-		r, err := l.Reserve(ctx, throttle.ReserveOptions{Headroom: h, Priority: throttle.High}, reqs...)
-		if err != nil || !r.Firm {
-			t.Fatalf("reserve: %+v, %v", r, err)
-		}
+		r := reserveFirm(t, l, h, reqs...)
 		slots, taken = append(slots, r.At), r.Now
 	}
 	clock.Set(slots[0].Add(160 * time.Millisecond))
@@ -286,4 +256,27 @@ func TestPushesOfLimitsSharingAKeyStayApart(t *testing.T) {
 	if want <= 0 || b[0] < want-time.Microsecond || b[0] > want+time.Microsecond {
 		t.Fatalf("pushes %v then %v: the second on the 1-second limit moved %v, want %v", a, b, b[0], want)
 	}
+}
+
+// lateLimiter is a limiter on a redis-server of the test's own, on a fake
+// clock from 2026-11-27 12:00 UTC.
+func lateLimiter(t *testing.T) (*throttle.Redis, *testutil.Clock) {
+	t.Helper()
+	clock := testutil.NewClock(time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC))
+	return throttle.NewRedis(redistest.Start(t).Client(t), throttle.Options{Clock: clock.Now, OverrideRefresh: -1}), clock
+}
+
+// marginOf is the margin of headroom h on a 1-second period, h/(1-h)
+// seconds: 15.23ms at 0.015.
+func marginOf(h float64) time.Duration { return time.Duration(float64(time.Second) * h / (1 - h)) }
+
+// reserveFirm takes the next free slot of reqs (high priority, headroom
+// h), which must be firm.
+func reserveFirm(t *testing.T, l *throttle.Redis, h float64, reqs ...throttle.Request) throttle.Reservation {
+	t.Helper()
+	r, err := l.Reserve(context.Background(), throttle.ReserveOptions{Headroom: h, Priority: throttle.High}, reqs...)
+	if err != nil || !r.Firm {
+		t.Fatalf("reserve: %+v, %v", r, err)
+	}
+	return r
 }
