@@ -499,6 +499,7 @@ type benchRun struct {
 	throttles   int
 	duplicates  int
 	enqueue     time.Duration
+	enqueueCPU  time.Duration // Redis CPU from before the enqueue to its end (the workers start after it)
 	deliverWall time.Duration // from the workers' start to the last completion
 	workerCPU   time.Duration // the worker processes' CPU (user + system), start to last completion
 	workerNice  int           // the first worker process's nice value (favorEmulator leaves it at 0)
@@ -516,6 +517,11 @@ func (r benchRun) figures(sum *stressSummary, d redisWork) {
 	sum.add("duplicates", r.duplicates)
 	sum.add("redis_cpu_ms", float64(d.cpu.Microseconds())/1000)
 	sum.add("redis_cpu_us_per_send", r.cpuPerSend)
+	if r.delivered > 0 {
+		enq := float64(r.enqueueCPU.Microseconds()) / float64(r.delivered)
+		sum.add("redis_cpu_enqueue_us_per_send", enq)
+		sum.add("redis_cpu_deliver_us_per_send", r.cpuPerSend-enq)
+	}
 	sum.add("worker_cpu_us_per_send", float64(r.workerCPU.Microseconds())/float64(r.delivered))
 	sum.add("worker_nice", r.workerNice)
 	sum.add("commands_per_send", d.perSend(r.delivered))
@@ -767,6 +773,7 @@ func measureDelivery(t *testing.T, sz benchScaleSize, rdb *redis.Client, emu *em
 	began := time.Now()
 	enqueue()
 	d.run.enqueue = time.Since(began)
+	d.run.enqueueCPU = readRedisWork(t, rdb).minus(before).cpu
 	started := time.Now()
 	d.workers = make([]*worker, sz.workers)
 	for i := range d.workers {
