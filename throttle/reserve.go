@@ -593,6 +593,8 @@ func appendReserveLimit(args []any, keyIndex int, r Request, field string) []any
 		return append(args, keyIndex, "concurrency", lim.Max, lease.Microseconds(), 0, cost, "")
 	case Distinct:
 		return append(args, keyIndex, "distinct", lim.Rate.Limit, lim.Rate.Period.Microseconds(), 0, cost, r.Member)
+	case Pause:
+		return append(args, keyIndex, "pause") // a pause has nothing but its key
 	}
 	return append(args, keyIndex, string(lim.Algorithm), lim.Rate.Limit, lim.Rate.Period.Microseconds(), 0, cost, "")
 }

@@ -145,18 +145,33 @@ func (b *reserveBatcher) exec(calls []*reserveCall) {
 	}
 }
 
-// decodeOne reads one send's values at raw[*pos:] and advances pos.
+// decodeOne reads one send's values at raw[*pos:] and advances pos:
+// firm, at, then each limit's 6 values, or 1 alone for a pause that does
+// not hold the send (reserve.lua).
 func (b *reserveBatcher) decodeOne(raw []int64, pos *int, c *reserveCall) reserveResult {
-	n := 2 + replyPerLimit*len(c.reqs)
-	if len(raw) < 1 || len(raw) < *pos+n {
+	// v is {now, firm, limits...}, as decode reads it, the open pauses'
+	// values filled in.
+	v := make([]int64, 2, 2+replyPerLimit*len(c.reqs))
+	p := *pos
+	if len(raw) < 1 || len(raw) < p+2 {
 		return reserveResult{err: fmt.Errorf("%w: %d values from reserve", ErrMalformedReply, len(raw))}
 	}
-	v := raw[*pos : *pos+n]
-	*pos += n
-	// decode reads {now, allowed, limits...}: the send's firm and at are
-	// overwritten in place (raw is this call's own) after being kept.
-	firm, at := v[0], v[1]
-	v[0], v[1] = raw[0], firm
+	now, firm, at := raw[0], raw[p], raw[p+1]
+	v[0], v[1] = now, firm
+	p += 2
+	for _, r := range c.reqs {
+		if r.Limit.Algorithm == Pause && p < len(raw) && raw[p] == 1 {
+			v = append(v, 1, 1, now, 0, 0, 0)
+			p++
+			continue
+		}
+		if len(raw) < p+replyPerLimit {
+			return reserveResult{err: fmt.Errorf("%w: %d values from reserve", ErrMalformedReply, len(raw))}
+		}
+		v = append(v, raw[p:p+replyPerLimit]...)
+		p += replyPerLimit
+	}
+	*pos = p
 	d, err := b.l.decode(v, c.reqs, c.callID)
 	if err != nil {
 		return reserveResult{err: err}

@@ -445,3 +445,37 @@ func TestPlanIgnoresALongPause(t *testing.T) {
 		t.Errorf("a longer pause: planned in %v, want now, as if it were not there", d)
 	}
 }
+
+// An open pause answers in one value (reserve.lua): the decision the
+// caller fills in is the one a pause that does not hold a send has
+// always had, beside a paused one decided in the same call.
+func TestReserveReportsOpenAndHeldPauses(t *testing.T) {
+	l, clock := reserveLimiter(t)
+	ctx := context.Background()
+	open := throttle.PauseRequest("wa:paused:account")
+	held := throttle.PauseRequest("wa:paused:sender:2")
+	if _, err := l.Pause(ctx, "wa:paused:sender:2", throttle.PauseOptions{Wait: 30 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := l.Reserve(ctx, throttle.ReserveOptions{}, throttle.Request{Key: "wa:number:1", Limit: mps80}, open)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Firm || len(r.Limits) != 2 {
+		t.Fatalf("reserve with an open pause: firm %v, %d limits, want firm, 2", r.Firm, len(r.Limits))
+	}
+	want := throttle.LimitDecision{Name: throttle.PauseName, Key: "wa:paused:account", Allowed: true, Remaining: 1, Reset: r.Now, Limit: open.Limit.Capacity(), Window: open.Limit.Window()}
+	if got := r.Limits[1]; got != want {
+		t.Errorf("open pause: got %+v, want %+v", got, want)
+	}
+	b, err := l.Reserve(ctx, throttle.ReserveOptions{Priority: throttle.High}, throttle.Request{Key: "wa:number:2", Limit: mps80}, open, held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Firm || b.BlockedBy != throttle.PauseName || b.Limits[2].Allowed || !b.Limits[1].Allowed {
+		t.Fatalf("reserve with a held pause: firm %v, blocked by %q, limits %+v", b.Firm, b.BlockedBy, b.Limits)
+	}
+	if w := b.Limits[2].RetryAfter; w <= 29*time.Second || w > 30*time.Second || !b.Limits[2].Reset.Equal(clock.Now().Add(w)) {
+		t.Errorf("held pause: retry after %v, reset %v; want the pause's 30s from %v", w, b.Limits[2].Reset, clock.Now())
+	}
+}

@@ -175,7 +175,7 @@ end
 
 -- reply appends send s's values to out: firm (firm + extra when firm, -1
 -- when `at` is its place, 0 when it waits for a blocking limit), `at`,
--- then the 6 values of each limit (see reserve.lua).
+-- then the values of each limit (see reserve.lua).
 local function reply(s, out, firm, extra, at, paused, blocked_wait)
   -- -1: not firm, and `at` is the send's place (planned, or held back
   -- within the hold by a slower limit: it asks again then).
@@ -206,7 +206,7 @@ local function reply(s, out, firm, extra, at, paused, blocked_wait)
     else
       -- (a pause that planned the send: its wait is to the planned place)
       if paused and l.algo == 'pause' and l.d.ok == 0 then l.d.wait = math.max(0, math.ceil(at - now)) end
-      emit(out, l.d, firm == 1)
+      if l.d.open then out[#out + 1] = 1 else emit(out, l.d, firm == 1) end
     end
   end
 end

@@ -13,19 +13,24 @@
 -- A script reads each pause once: it never writes one (pause_set.lua and
 -- the others are scripts of their own), and the sends of a batch share
 -- their account's, channel's and number's pauses.
-local pause_ends = {}
+local pause_ends, pause_open = {}, {}
 local function pause_decide(key, now)
   local u = pause_ends[key]
   if not u then
     u = tonumber((read('HGET', key, 'u'))) or 0
     pause_ends[key] = u
   end
-  local d = {algo = 'pause', key = key, now = now, taken = 0}
-  if u > now then
-    d.ok, d.rem_now, d.rem_after, d.retry, d.reset = 0, 0, 0, u - now, u
-  else
-    d.ok, d.rem_now, d.rem_after, d.retry, d.reset = 1, 1, 1, 0, now
+  if u <= now then
+    -- Not paused: one decision a key and call, shared by the sends of a
+    -- batch (d.open; nothing changes an open pause's decision).
+    local d = pause_open[key]
+    if not d or d.now ~= now then
+      d = {algo = 'pause', key = key, now = now, taken = 0, open = true,
+        ok = 1, rem_now = 1, rem_after = 1, retry = 0, reset = now, wait = 0}
+      pause_open[key] = d
+    end
+    return d
   end
-  d.wait = d.retry
-  return d
+  return {algo = 'pause', key = key, now = now, taken = 0,
+    ok = 0, rem_now = 0, rem_after = 0, retry = u - now, reset = u, wait = u - now}
 end

@@ -31,14 +31,17 @@
 --         entries), tenant ('' = none), tenant weight (> 0), number of
 --         limits m, then m times: key index i (its state key is KEYS[i], a
 --         GCRA limit's plan and backlog KEYS[i+1] and KEYS[i+2]),
---         algorithm, limit, period us, burst, cost, extra (as consume.lua)
+--         algorithm, limit, period us, burst, cost, extra (as consume.lua);
+--         a pause only key index i and "pause"
 -- Only GCRA limits are paced and planned; the other algorithms are decided
 -- at now by their own decide/commit ("reserve" mode only; "release" skips
 -- them, and "plan" decides only pauses: a paused send is planned from the
 -- pause's end, as in "reserve").
 --
 -- Returns, "reserve": {now, then per send: firm (1|0|-1), at us, then per limit
---   the 6 values of consume.lua (ok, remaining, reset, retry, wait, taken)}. firm >= 1:
+--   the 6 values of consume.lua (ok, remaining, reset, retry, wait, taken),
+--   but a pause that does not hold the send has one value, 1 (ok 1,
+--   remaining 1, reset now, the rest 0: the caller fills them in)}. firm >= 1:
 --   every limit was taken for `at` (<= now + hold), and firm - 1 more
 --   slots were prefetched for the same limits (see prefetch). firm <= 0: nothing was
 --   taken; `at` is when to come back: firm = -1, the send's place (it was
@@ -70,10 +73,17 @@ local function parse(a)
   a = a + 6
   for j = 1, m do
     local i = ARGV[a] + 0
-    s.limits[j] = {key = KEYS[i], plan = KEYS[i + 1], backlog = KEYS[i + 2],
-      algo = ARGV[a + 1], limit = ARGV[a + 2] + 0, period = ARGV[a + 3] + 0,
-      burst = ARGV[a + 4] + 0, cost = ARGV[a + 5] + 0, extra = ARGV[a + 6]}
-    a = a + 7
+    local algo = ARGV[a + 1]
+    if algo == 'pause' then
+      -- (a pause has a key and nothing else)
+      s.limits[j] = {key = KEYS[i], algo = algo, limit = 0, period = 0, burst = 0, cost = 1, extra = ''}
+      a = a + 2
+    else
+      s.limits[j] = {key = KEYS[i], plan = KEYS[i + 1], backlog = KEYS[i + 2],
+        algo = algo, limit = ARGV[a + 2] + 0, period = ARGV[a + 3] + 0,
+        burst = ARGV[a + 4] + 0, cost = ARGV[a + 5] + 0, extra = ARGV[a + 6]}
+      a = a + 7
+    end
   end
   return s, a
 end
