@@ -44,16 +44,21 @@ local function flush_extends()
   extend_to = {}
 end
 
--- A limit's plan hash is read once a script, not once a send: the sends
--- of one plan call (up to 256 of a number) and of one reserve call read
--- the same fields (the fill and sweep pointers, a second's count and
--- tenant record, a tenant's pointer, a slow limit's tail). plan_fields
--- keeps, per plan key, each field read or written (false: absent), and
+-- A limit's plan hash is read once a script, not once a send, and written
+-- once a script too: the sends of one plan call (up to 256 of a number)
+-- and of one reserve call read and write the same fields (the fill and
+-- sweep pointers, a second's count and tenant record, a tenant's pointer,
+-- a slow limit's tail). plan_fields keeps, per plan key, each field read
+-- or written (false: absent; a tenant record decoded as a table), and
 -- every read and write of a plan hash in these parts goes through the
--- functions below (write-through: Redis gets every write as before), but
--- for sweep's walk of a long-idle plan, which drops the key's copy. A
--- script is atomic, so nothing else changes the hash meanwhile.
-local plan_fields = {}
+-- functions below. Writes are kept (plan_dirty) and reach Redis at the
+-- script's end (flush_plans, before flush_extends: a plan the flush
+-- creates then gets its TTL), but for sweep's walk of a long-idle plan,
+-- which flushes the key's writes and drops its copy. A script is atomic,
+-- so nothing else reads or changes the hash meanwhile. A script that
+-- writes a plan must call flush_plans on every way out, an error
+-- included (reserve.lua runs its body under pcall), as flush_extends.
+local plan_fields, plan_dirty = {}, {}
 
 -- PLAN_CHECK has every read the copy answers checked against Redis (an
 -- error names a field the copy got wrong): the package's tests turn it on
@@ -69,18 +74,41 @@ local function plan_cached(plan)
   return t
 end
 
+-- same_value reports whether a and b (numbers, strings, tables of them)
+-- are equal, tables by their contents.
+local function same_value(a, b)
+  if type(a) ~= 'table' or type(b) ~= 'table' then return a == b end
+  for k, v in pairs(a) do
+    if not same_value(v, b[k]) then return false end
+  end
+  for k in pairs(b) do
+    if a[k] == nil then return false end
+  end
+  return true
+end
+
 -- plan_check fails when the copy's v of plan's field f is not what Redis
--- holds (numbers are compared as numbers: Redis keeps their text).
+-- holds (numbers are compared as numbers: Redis keeps their text). A
+-- field written in this script is not in Redis yet, and a record decoded
+-- is checked as its JSON.
 local function plan_check(plan, f, v)
+  local d = plan_dirty[plan]
+  if d and d[f] then return end
   local r = redis.call('HGET', plan, f)
   local same
-  if v == false or r == false then same = v == r else same = tostring(v) == r or tonumber(v) == tonumber(r) end
+  if type(v) == 'table' then
+    same = r ~= false and same_value(v, cjson.decode(r))
+  elseif v == false or r == false then
+    same = v == r
+  else
+    same = tostring(v) == r or tonumber(v) == tonumber(r)
+  end
   if not same then error('sluice: plan copy stale: ' .. plan .. ' ' .. f .. ': ' .. tostring(v) .. ', Redis ' .. tostring(r)) end
 end
 
 -- plan_get is HGET plan f: a string (a number once the script wrote it:
--- the callers read it with tonumber, or it is a record's JSON), or false
--- when absent.
+-- the callers read it with tonumber; a tenant record a table once trec
+-- decoded it), or false when absent.
 local function plan_get(plan, f)
   local t = plan_cached(plan)
   local v = t[f]
@@ -98,7 +126,8 @@ local function plan_get2(plan, f1, f2)
   local t = plan_cached(plan)
   if t[f1] == nil or t[f2] == nil then
     local v = redis.call('HMGET', plan, f1, f2)
-    t[f1], t[f2] = v[1], v[2]
+    if t[f1] == nil then t[f1] = v[1] end
+    if t[f2] == nil then t[f2] = v[2] end
   elseif PLAN_CHECK then
     plan_check(plan, f1, t[f1])
     plan_check(plan, f2, t[f2])
@@ -106,24 +135,63 @@ local function plan_get2(plan, f1, f2)
   return t[f1], t[f2]
 end
 
--- plan_set is HSET plan f v (v a string or a number).
+-- plan_keep notes field f of plan as written.
+local function plan_keep(plan, f)
+  local d = plan_dirty[plan]
+  if not d then
+    d = {}
+    plan_dirty[plan] = d
+  end
+  d[f] = true
+end
+
+-- plan_set is HSET plan f v (v a string, a number, or a tenant record).
 local function plan_set(plan, f, v)
-  redis.call('HSET', plan, f, v)
   plan_cached(plan)[f] = v
+  plan_keep(plan, f)
 end
 
 -- plan_incr is HINCRBY plan f n; it returns the new value.
 local function plan_incr(plan, f, n)
-  local v = redis.call('HINCRBY', plan, f, n)
-  plan_cached(plan)[f] = v
+  local v = (tonumber(plan_get(plan, f)) or 0) + n
+  plan_set(plan, f, v)
   return v
 end
 
 -- plan_del is HDEL plan f...
 local function plan_del(plan, ...)
-  redis.call('HDEL', plan, ...)
   local t = plan_cached(plan)
-  for _, f in ipairs({...}) do t[f] = false end
+  for _, f in ipairs({...}) do
+    t[f] = false
+    plan_keep(plan, f)
+  end
+end
+
+-- flush_plan writes plan's kept writes to Redis: one HSET and one HDEL
+-- (a few hundred fields a command at most).
+local function flush_plan(plan)
+  local d = plan_dirty[plan]
+  if not d then return end
+  plan_dirty[plan] = nil
+  local t = plan_fields[plan]
+  local set, del = {}, {}
+  for f in pairs(d) do
+    local v = t[f]
+    if v == false then
+      del[#del + 1] = f
+    else
+      if type(v) == 'table' then v = cjson.encode(v) end
+      set[#set + 1] = f
+      set[#set + 1] = v
+    end
+  end
+  for i = 1, #set, 400 do redis.call('HSET', plan, unpack(set, i, math.min(i + 399, #set))) end
+  for i = 1, #del, 200 do redis.call('HDEL', plan, unpack(del, i, math.min(i + 199, #del))) end
+end
+
+-- flush_plans writes every plan's kept writes (see above).
+local function flush_plans()
+  for plan in pairs(plan_dirty) do flush_plan(plan) end
 end
 
 -- set_queued sets slow limit l's earliest instant behind its plan tail pt
@@ -202,6 +270,7 @@ local function sweep(l)
         plan_del(l.plan, l.extra .. '@' .. sec, l.extra .. '@' .. sec .. '#')
       end
     else
+      flush_plan(l.plan) -- (the walk reads Redis)
       local pre = l.extra .. '@'
       for _, f in ipairs(redis.call('HKEYS', l.plan)) do
         if string.sub(f, 1, #pre) == pre then

@@ -111,6 +111,7 @@ local function body()
   return out
 end
 local ok, res = pcall(body)
+flush_plans()
 flush_extends()
 if not ok then
   -- A command's error keeps its code (WRONGTYPE, OOM, READONLY: a client

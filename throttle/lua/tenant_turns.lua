@@ -23,7 +23,8 @@
 
 -- trec returns fast limit l's tenant record of second sec (tenant ->
 -- {weight, count, yields, reserved}, in cost units), read from the
--- script's copy of the plan (plan_get), decoded once a send and kept in
+-- script's copy of the plan (plan_get), decoded once a script (the copy
+-- keeps the table, which trec_save writes back) and kept in
 -- l.recs; {} when there is none.
 local function trec(l, sec)
   l.recs = l.recs or {}
@@ -31,8 +32,15 @@ local function trec(l, sec)
   if r then return r end
   r = {}
   if l.active then
-    local raw = plan_get(l.plan, l.extra .. '@' .. sec .. '#')
-    if raw then r = cjson.decode(raw) end
+    local f = l.extra .. '@' .. sec .. '#'
+    local raw = plan_get(l.plan, f)
+    if type(raw) == 'table' then
+      r = raw
+    elseif raw then
+      -- decoded once a script: the copy keeps the table (plan_fields)
+      r = cjson.decode(raw)
+      plan_cached(l.plan)[f] = r
+    end
   end
   l.recs[sec] = r
   return r
@@ -41,7 +49,7 @@ end
 -- trec_save writes record r of second sec back (an empty one is deleted).
 local function trec_save(l, sec, r)
   local f = l.extra .. '@' .. sec .. '#'
-  if next(r) == nil then plan_del(l.plan, f) else plan_set(l.plan, f, cjson.encode(r)) end
+  if next(r) == nil then plan_del(l.plan, f) else plan_set(l.plan, f, r) end
 end
 
 -- victim returns the tenant of record r that tenant t (weight w, cost c)
