@@ -40,8 +40,8 @@ end
 -- retake's slow limits, whose slot it holds, do not hold it back.
 local function firm_at(s, retake)
   local fastmax, slowmax, tmin, paced = now, now, nil, false
-  for _, l in ipairs(s.limits) do
-    if l.algo == 'gcra' then
+  for _, l in ipairs(s.gcra) do
+    do
       paced = true
       if l.fast then
         if l.firm > fastmax then fastmax = l.firm end
@@ -69,8 +69,8 @@ end
 -- place at its planned end would hold them back for hours.
 local function decide_now(s, high, paced)
   local blocked_wait, pause_wait = 0, 0
-  for _, l in ipairs(s.limits) do
-    if l.algo ~= 'gcra' then
+  for _, l in ipairs(s.other) do
+    do
       local d = decide(l.algo, l.key, now, l.limit, l.period, l.burst, l.cost, l.extra)
       if not d then error('sluice: unknown algorithm ' .. tostring(l.algo)) end
       l.d = d
@@ -94,20 +94,21 @@ local function take_firm(s, at, held, retake)
   local back = held ~= nil
   local extra = 0
   if not back then extra = prefetch(s, at) end
-  for _, l in ipairs(s.limits) do
-    if l.algo == 'gcra' then l.ahead_after = math.max(l.a, at - now) + l.T * l.cost * (1 + extra) end
-    if l.algo == 'gcra' and retake and not l.fast then
+  for _, l in ipairs(s.gcra) do
+    l.ahead_after = math.max(l.a, at - now) + l.T * l.cost * (1 + extra)
+    if retake and not l.fast then
       -- The next send on it comes at least one interval after this one.
       gcra_store(l.key, l.extra, now, l.replace, math.max(l.a, at - now + l.T * l.cost))
-    elseif l.algo == 'gcra' then
-      gcra_store(l.key, l.extra, now, l.replace, l.ahead_after)
     else
-      if extra > 0 and l.algo == 'fixed_window' then
-        l.d.cost = l.cost * (1 + extra)
-        l.d.rem_after = l.d.rem_after - l.cost * extra
-      end
-      commit(l.d, s.cid)
+      gcra_store(l.key, l.extra, now, l.replace, l.ahead_after)
     end
+  end
+  for _, l in ipairs(s.other) do
+    if extra > 0 and l.algo == 'fixed_window' then
+      l.d.cost = l.cost * (1 + extra)
+      l.d.rem_after = l.d.rem_after - l.cost * extra
+    end
+    commit(l.d, s.cid)
   end
   if back then
     -- One that goes in a second before its place's (it came back early:
@@ -119,8 +120,8 @@ local function take_firm(s, at, held, retake)
     -- A send that was not planned takes room in its second, so that later
     -- plans count it; an idle plan starts after the firm book anyway.
     local busy = false
-    for _, l in ipairs(s.limits) do
-      if l.algo == 'gcra' and l.fast and l.active then busy = true end
+    for _, l in ipairs(s.gcra) do
+      if l.fast and l.active then busy = true end
     end
     if busy and s.prio ~= 'retake' then plan_count(s, math.floor(at / SEC), false) end
   end
@@ -134,8 +135,8 @@ end
 -- counts in a second the pause wastes anyway.
 local function reserved_second(s, from)
   local claim
-  for _, l in ipairs(s.limits) do
-    if not claim and l.algo == 'gcra' and l.fast and l.active then
+  for _, l in ipairs(s.gcra) do
+    if not claim and l.fast and l.active then
       local sec = first_reserved(l, s.tenant)
       if sec then claim = sec end
     end
@@ -252,7 +253,7 @@ local function reserve_one(s, out)
     -- Blocked by a limit that cannot be reserved: come back after its wait
     -- (fixed windows count the caller among their waiters, as consume.lua).
     at = math.max(at, now + blocked_wait)
-    for _, l in ipairs(s.limits) do
+    for _, l in ipairs(s.other) do
       if l.d and l.d.ok == 0 and l.d.algo == 'fixed_window' and l.d.wait == blocked_wait then fixed_window_record(l.d) end
     end
   elseif not paused and (back or high) and at - now <= hold and not displaced then
@@ -260,8 +261,8 @@ local function reserve_one(s, out)
     -- and ask again at that instant, without taking the fast limits' slots
     -- meanwhile.
     if back then
-      for _, l in ipairs(s.limits) do
-        if l.algo == 'gcra' then redis.call('ZADD', l.backlog, 'XX', at, s.id) end
+      for _, l in ipairs(s.gcra) do
+        redis.call('ZADD', l.backlog, 'XX', at, s.id)
       end
     end
   else

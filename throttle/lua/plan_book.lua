@@ -16,15 +16,15 @@
 -- limit has a yield to pay (a send that comes back in its second).
 local function unplan(s, sec, pay_only)
   local owes = false
-  for _, l in ipairs(s.limits) do
-    if l.algo == 'gcra' and l.fast and l.active then
+  for _, l in ipairs(s.gcra) do
+    if l.fast and l.active then
       local v = trec(l, sec)[s.tenant]
       if v and v[3] >= l.cost then owes = true end
     end
   end
   if pay_only and not owes then return false end
-  for _, l in ipairs(s.limits) do
-    if l.algo == 'gcra' and l.fast and l.active then
+  for _, l in ipairs(s.gcra) do
+    if l.fast and l.active then
       local r = trec(l, sec)
       local v = r[s.tenant]
       -- A place taken from a tenant that still owes the yield goes back
@@ -73,8 +73,8 @@ end
 local function held_at(s)
   if s.id == '' then return nil end
   local held
-  for _, l in ipairs(s.limits) do
-    if l.algo == 'gcra' then
+  for _, l in ipairs(s.gcra) do
+    do
       local at = tonumber(redis.call('ZSCORE', l.backlog, s.id))
       if at and (not held or at > held) then held = at end
     end
@@ -85,8 +85,8 @@ end
 -- unlist takes send s out of its backlogs (it goes now).
 local function unlist(s)
   if s.id == '' then return end
-  for _, l in ipairs(s.limits) do
-    if l.algo == 'gcra' then redis.call('ZREM', l.backlog, s.id) end
+  for _, l in ipairs(s.gcra) do
+    redis.call('ZREM', l.backlog, s.id)
   end
 end
 
@@ -100,8 +100,8 @@ end
 local function leave(s, held, paid)
   if not paid then unplan(s, math.floor(held / SEC), false) end
   local left = false
-  for _, l in ipairs(s.limits) do
-    if l.algo == 'gcra' then
+  for _, l in ipairs(s.gcra) do
+    do
       local score = tonumber(redis.call('ZSCORE', l.backlog, s.id))
       if score then
         local last = redis.call('ZREVRANGE', l.backlog, 0, 0)[1]
@@ -143,14 +143,14 @@ end
 -- would cost every later send a second dequeue, the churn this avoids.
 local function plan_search(s, from)
   local at = from
-  for _, l in ipairs(s.limits) do
-    if l.algo == 'gcra' and not l.fast and l.queued > at then at = l.queued end
+  for _, l in ipairs(s.gcra) do
+    if not l.fast and l.queued > at then at = l.queued end
   end
   local sec = math.floor(at / SEC)
   for _ = 1, 100000 do
     local moved = false
-    for _, l in ipairs(s.limits) do
-      if l.algo == 'gcra' and l.fast then
+    for _, l in ipairs(s.gcra) do
+      if l.fast then
         local first = tenant_from(l, s)
         if first > sec then sec = first; moved = true; break end
         if not admit(l, s, sec) then sec = sec + 1; moved = true; break end
@@ -161,8 +161,8 @@ local function plan_search(s, from)
   if sec * SEC > at then at = sec * SEC end
   -- Within its second, a send is expected after those counted before it.
   local off = 0
-  for _, l in ipairs(s.limits) do
-    if l.algo == 'gcra' and l.fast then off = math.max(off, l.n * l.T) end
+  for _, l in ipairs(s.gcra) do
+    if l.fast then off = math.max(off, l.n * l.T) end
   end
   at = math.max(at, math.min(sec * SEC + off, sec * SEC + SEC - 1))
   return math.ceil(at), sec
@@ -174,8 +174,8 @@ end
 -- claim, a limit where the send's tenant holds a reservation in sec gives
 -- the send that place instead.
 local function plan_count(s, sec, displace, claim)
-  for _, l in ipairs(s.limits) do
-    if l.algo == 'gcra' and l.fast then
+  for _, l in ipairs(s.gcra) do
+    if l.fast then
       local taken = displace and l.victim
       local was = l.active
       local r = trec(l, sec)
@@ -227,11 +227,11 @@ end
 local function plan_commit(s, at, sec, claim)
   plan_count(s, sec, not claim, claim)
   local shares_fast = false
-  for _, l in ipairs(s.limits) do
-    if l.algo == 'gcra' and l.fast then shares_fast = true end
+  for _, l in ipairs(s.gcra) do
+    if l.fast then shares_fast = true end
   end
-  for _, l in ipairs(s.limits) do
-    if l.algo == 'gcra' then
+  for _, l in ipairs(s.gcra) do
+    do
       if not l.fast then
         -- Sends that come back in one second take a fast limit's slots in
         -- the order they arrive, anywhere in it: behind a fast limit, the
@@ -266,7 +266,7 @@ local PLAN_PAUSE_MAX = 300 * SEC
 
 local function pause_from(s)
   local u
-  for _, l in ipairs(s.limits) do
+  for _, l in ipairs(s.other) do
     if l.algo == 'pause' then
       l.d = l.d or decide(l.algo, l.key, now, l.limit, l.period, l.burst, l.cost, l.extra)
       if l.d.ok == 0 and (not u or l.d.reset > u) then u = l.d.reset end
@@ -311,8 +311,8 @@ end
 local function release_one(s)
   local held = held_at(s)
   if not held then return 0 end
-  for _, l in ipairs(s.limits) do
-    if l.algo == 'gcra' then pace(l) end
+  for _, l in ipairs(s.gcra) do
+    pace(l)
   end
   -- Its fast limits' seconds: the count (or the yield its tenant owes).
   if leave(s, held, false) then return 1 end

@@ -65,10 +65,12 @@ local SEC = 1000000
 -- send and the next index. The numbers are converted with "+ 0": tonumber
 -- parses a string twice, and these always hold numbers. A limit l is the
 -- table every part reads and annotates: l.key, l.plan and l.backlog are
--- its KEYS; pace (pace.lua) adds its pace and books.
+-- its KEYS; pace (pace.lua) adds its pace and books. s.limits lists them
+-- in the order of the request (the reply's), s.gcra the GCRA limits and
+-- s.other the rest, each in that order.
 local function parse(a)
   local s = {id = ARGV[a], prio = ARGV[a + 1], cid = ARGV[a + 2], tenant = ARGV[a + 3],
-    weight = ARGV[a + 4] + 0, limits = {}}
+    weight = ARGV[a + 4] + 0, limits = {}, gcra = {}, other = {}}
   local m = ARGV[a + 5] + 0
   a = a + 6
   for j = 1, m do
@@ -84,6 +86,8 @@ local function parse(a)
         burst = ARGV[a + 4] + 0, cost = ARGV[a + 5] + 0, extra = ARGV[a + 6]}
       a = a + 7
     end
+    local l = s.limits[j]
+    if algo == 'gcra' then s.gcra[#s.gcra + 1] = l else s.other[#s.other + 1] = l end
   end
   return s, a
 end
