@@ -81,7 +81,7 @@ func (c *Client) enqueueBatches(ctx context.Context, ts []*asynq.Task, queues []
 			if len(g)-n == 1 {
 				n-- // leave two for the next batch rather than one alone
 			}
-			c.enqueueBatch(ctx, ts, k, g[:n], maxRetry, out)
+			c.enqueueBatch(ctx, ts, k, g[:n], maxRetry, out, claimed)
 			g = g[n:]
 		}
 	}
@@ -90,7 +90,7 @@ func (c *Client) enqueueBatches(ctx context.Context, ts []*asynq.Task, queues []
 // enqueueBatch enqueues one batch task of ts[idx], due at k's second. A
 // batch asynq did not take gives its sends' new places back, unless its
 // outcome is unknown.
-func (c *Client) enqueueBatch(ctx context.Context, ts []*asynq.Task, k batchKey, idx []int, maxRetry []int, out []Enqueued) {
+func (c *Client) enqueueBatch(ctx context.Context, ts []*asynq.Task, k batchKey, idx []int, maxRetry []int, out []Enqueued, claimed claims) {
 	sends := make([]tasks.BatchSend, len(idx))
 	for j, i := range idx {
 		sends[j] = tasks.BatchSend{ID: out[i].ID, Type: ts[i].Type(), Payload: ts[i].Payload(), MaxRetry: maxRetry[i], At: out[i].ETA.UnixMilli()}
@@ -103,7 +103,7 @@ func (c *Client) enqueueBatch(ctx context.Context, ts []*asynq.Task, k batchKey,
 	// from a caller racing this one is then a duplicate, not a task of its
 	// own beside the batch (asynq cannot tell: the batch's ID is not the
 	// send's).
-	if err := c.keepClaims(ctx, ts, idx, out, batchedToken); err != nil {
+	if err := c.keepClaims(ctx, ts, idx, out, batchedToken, claimed); err != nil {
 		c.unmarkBatched(ctx, ts, idx, out)
 		return // each goes as its own task
 	}

@@ -329,7 +329,7 @@ func (c *Client) enqueue(ctx context.Context, ts []*asynq.Task, ids []string, op
 			c.release(ctx, t, out[i].ID)
 		}
 	}
-	c.keep(ctx, ts, keyed, held, out)
+	c.keep(ctx, ts, keyed, held, out, claimed)
 	return out, nil
 }
 
@@ -343,13 +343,37 @@ func (c *Client) claim(ctx context.Context, ts []*asynq.Task, idx []int, out []E
 		return claims{}, nil
 	}
 	cl := claims{token: randomID(), held: map[int]string{}}
-	cmds, err := evalPipelined(ctx, c.limiter.Client(), claimScript, len(idx), func(k int) ([]string, []any) {
-		i := idx[k]
-		return []string{ClaimKey(c.limiter.Prefix(), out[i].ID)}, []any{ts[i].Type(), cl.token, ClaimTTL.Milliseconds()}
+	rdb := c.limiter.Client()
+	// A free key, the common case, is claimed by SET NX (as claimScript
+	// claims one); claimScript reads the keys that are taken.
+	sets := make([]*redis.BoolCmd, len(idx))
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for k, i := range idx {
+			sets[k] = p.SetNX(ctx, ClaimKey(c.limiter.Prefix(), out[i].ID), ts[i].Type()+"|"+cl.token, ClaimTTL)
+		}
+		return nil
 	})
+	holders := make([]string, len(idx))
+	var taken []int // positions in idx
 	for k, i := range idx {
-		if holder, cerr := cmds[k].Text(); cerr == nil && holder == "" {
+		if set, serr := sets[k].Result(); serr == nil && set {
 			cl.held[i] = ts[i].Type() + "|" + cl.token
+		} else if serr == nil {
+			taken = append(taken, k)
+		}
+	}
+	if err == nil && len(taken) > 0 {
+		var cmds []*redis.Cmd
+		cmds, err = evalPipelined(ctx, rdb, claimScript, len(taken), func(j int) ([]string, []any) {
+			i := idx[taken[j]]
+			return []string{ClaimKey(c.limiter.Prefix(), out[i].ID)}, []any{ts[i].Type(), cl.token, ClaimTTL.Milliseconds()}
+		})
+		for j, k := range taken {
+			holder, cerr := cmds[j].Text()
+			if cerr == nil && holder == "" {
+				cl.held[idx[k]] = ts[idx[k]].Type() + "|" + cl.token
+			}
+			holders[k] = holder
 		}
 	}
 	if err != nil {
@@ -357,7 +381,7 @@ func (c *Client) claim(ctx context.Context, ts []*asynq.Task, idx []int, out []E
 		return claims{}, fmt.Errorf("producer: claim idempotency keys: %w", err)
 	}
 	for k, i := range idx {
-		switch holder, _ := cmds[k].Text(); holder {
+		switch holder := holders[k]; holder {
 		case "", "=":
 		case batchedHolder:
 			// A batch carried a send with this ID: asynq has no task of its
@@ -374,32 +398,57 @@ func (c *Client) claim(ctx context.Context, ts []*asynq.Task, idx []int, out []E
 // enqueued, kept until ClaimRetention past the task's slot. A claim not
 // kept (Redis failed) lasts its ClaimTTL; the task itself is enqueued all
 // the same.
-func (c *Client) keep(ctx context.Context, ts []*asynq.Task, idx []int, held []bool, out []Enqueued) {
+func (c *Client) keep(ctx context.Context, ts []*asynq.Task, idx []int, held []bool, out []Enqueued, cl claims) {
 	var kept []int
 	for _, i := range idx {
 		if held[i] {
 			kept = append(kept, i)
 		}
 	}
-	_ = c.keepClaims(context.WithoutCancel(ctx), ts, kept, out, enqueuedToken)
+	_ = c.keepClaims(context.WithoutCancel(ctx), ts, kept, out, enqueuedToken, cl)
 }
 
-// keepClaims sets the claims of ts[idx] to token (keepScript), each kept
-// until ClaimRetention past its task's slot, in one pipeline; the error is
-// Redis's.
-func (c *Client) keepClaims(ctx context.Context, ts []*asynq.Task, idx []int, out []Enqueued, token string) error {
+// keepClaims sets the claims of ts[idx] to token, each kept until
+// ClaimRetention past its task's slot, in one pipeline; the error is
+// Redis's. A claim cl holds (this call set it: no other type holds the
+// key, and its TTL is at most ClaimTTL) is kept by a plain SET when that
+// does not shorten it, as keepScript would; the others by keepScript.
+func (c *Client) keepClaims(ctx context.Context, ts []*asynq.Task, idx []int, out []Enqueued, token string, cl claims) error {
 	if len(idx) == 0 {
 		return nil
 	}
 	now := time.Now()
-	_, err := evalPipelined(ctx, c.limiter.Client(), keepScript, len(idx), func(k int) ([]string, []any) {
-		i := idx[k]
+	ttl := func(i int) time.Duration {
 		slot := out[i].ETA
 		if out[i].Info != nil && out[i].Info.NextProcessAt.After(slot) {
 			slot = out[i].Info.NextProcessAt // the caller's own schedule
 		}
-		return []string{ClaimKey(c.limiter.Prefix(), out[i].ID)}, []any{ts[i].Type(), slot.Add(c.retention).Sub(now).Milliseconds(), token}
-	})
+		return slot.Add(c.retention).Sub(now)
+	}
+	var plain, scripted []int
+	for _, i := range idx {
+		if cl.held[i] != "" && ttl(i) >= ClaimTTL {
+			plain = append(plain, i)
+		} else {
+			scripted = append(scripted, i)
+		}
+	}
+	rdb := c.limiter.Client()
+	var err error
+	if len(plain) > 0 {
+		_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, i := range plain {
+				p.Set(ctx, ClaimKey(c.limiter.Prefix(), out[i].ID), ts[i].Type()+"|"+token, ttl(i))
+			}
+			return nil
+		})
+	}
+	if err == nil && len(scripted) > 0 {
+		_, err = evalPipelined(ctx, rdb, keepScript, len(scripted), func(k int) ([]string, []any) {
+			i := scripted[k]
+			return []string{ClaimKey(c.limiter.Prefix(), out[i].ID)}, []any{ts[i].Type(), ttl(i).Milliseconds(), token}
+		})
+	}
 	return err
 }
 
