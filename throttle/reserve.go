@@ -341,7 +341,7 @@ func (l *Redis) Plan(ctx context.Context, opts ReserveOptions, sends []Send) ([]
 				ra.send(s.TaskID, Bulk, false, "", s.Tenant, s.Weight, it.reqs, it.fields)
 				all = append(all, it.reqs...)
 			}
-			raw, err := reserveScriptFor(all).Run(ctx, l.rdb, ra.keys, ra.args...).Int64Slice() // GCRA and pauses
+			raw, err := reserveScriptFor(all).Run(ctx, l.rdb, ra.keys, ra.argv()...).Int64Slice() // GCRA and pauses
 			// On a failed call, the places earlier calls took are in out
 			// (New), for the caller to give back.
 			if err != nil {
@@ -393,7 +393,7 @@ func (l *Redis) ReleasePlanned(ctx context.Context, s Send) (bool, error) {
 	}
 	ra := l.newReserveArgs("release", 0, 0, 1)
 	ra.send(s.TaskID, Bulk, false, "", s.Tenant, s.Weight, gcra, fields)
-	raw, err := reserveScripts[0].Run(ctx, l.rdb, ra.keys, ra.args...).Int64Slice() // GCRA only
+	raw, err := reserveScripts[0].Run(ctx, l.rdb, ra.keys, ra.argv()...).Int64Slice() // GCRA only
 	if err != nil {
 		return false, fmt.Errorf("throttle: release %q: %w", gcra[0].Key, err)
 	}
@@ -522,8 +522,31 @@ func checkOneScope(reqs []Request) error {
 type reserveArgs struct {
 	l     *Redis
 	keys  []string
-	args  []any
+	head  []any              // ARGV[1..7]
+	specs []any              // 6 values a spec
+	args  []any              // the sends
 	index map[reserveKey]int // → the position of its first key in KEYS (1-based)
+	spec  map[limitSpec]int  // → its number among the specs (1-based)
+}
+
+// limitSpec is what reserve.lua reads of a limit beside its key: its
+// algorithm, limit, period us, burst, cost and extra (as consume.lua).
+// The sends of a call share a few: each is sent once, and a send's limit
+// names its key and its spec.
+type limitSpec struct {
+	algo                       string
+	limit, period, burst, cost int64
+	extra                      string
+}
+
+// argv is the script's ARGV: the head, the number of specs and the specs,
+// then the sends.
+func (ra *reserveArgs) argv() []any {
+	out := make([]any, 0, len(ra.head)+1+len(ra.specs)+len(ra.args))
+	out = append(out, ra.head...)
+	out = append(out, len(ra.spec))
+	out = append(out, ra.specs...)
+	return append(out, ra.args...)
 }
 
 // reserveKey names an entry of reserveArgs.keys: a full key, and whether a
@@ -542,8 +565,8 @@ func (l *Redis) newReserveArgs(mode string, hold time.Duration, headroom float64
 	if mode == "reserve" && l.prefetchSpan > 0 {
 		prefetch, span = MaxPrefetch, l.prefetchSpan.Microseconds()
 	}
-	return &reserveArgs{l: l, index: map[reserveKey]int{},
-		args: []any{now, mode, prefetch, hold.Microseconds(), strconv.FormatFloat(headroom, 'f', -1, 64), span, nsends}}
+	return &reserveArgs{l: l, index: map[reserveKey]int{}, spec: map[limitSpec]int{},
+		head: []any{now, mode, prefetch, hold.Microseconds(), strconv.FormatFloat(headroom, 'f', -1, 64), span, nsends}}
 }
 
 // send appends one send: its task ID, priority (and whether it is a
@@ -573,30 +596,38 @@ func (ra *reserveArgs) send(taskID string, p Priority, retake bool, callID, tena
 			}
 			ra.index[k] = ki
 		}
-		ra.args = appendReserveLimit(ra.args, ki, r, fieldOf(fields, i))
+		sp := specOf(r, fieldOf(fields, i))
+		si, ok := ra.spec[sp]
+		if !ok {
+			si = len(ra.spec) + 1
+			ra.spec[sp] = si
+			ra.specs = append(ra.specs, sp.algo, sp.limit, sp.period, sp.burst, sp.cost, sp.extra)
+		}
+		ra.args = append(ra.args, ki, si)
 	}
 }
 
-func appendReserveLimit(args []any, keyIndex int, r Request, field string) []any {
+// specOf is r's limitSpec; field is its GCRA state's hash field.
+func specOf(r Request, field string) limitSpec {
 	lim := r.Limit
 	cost := r.cost()
 	switch lim.Algorithm {
 	case GCRA:
-		return append(args, keyIndex, "gcra", lim.Rate.Limit, lim.Rate.Period.Microseconds(), max(lim.Burst, 1), cost, field)
+		return limitSpec{"gcra", lim.Rate.Limit, lim.Rate.Period.Microseconds(), max(lim.Burst, 1), cost, field}
 	case MinInterval:
-		return append(args, keyIndex, "min_interval", 1, lim.Interval.Microseconds(), 0, cost, "")
+		return limitSpec{"min_interval", 1, lim.Interval.Microseconds(), 0, cost, ""}
 	case Concurrency:
 		lease := lim.Lease
 		if lease <= 0 {
 			lease = DefaultLease
 		}
-		return append(args, keyIndex, "concurrency", lim.Max, lease.Microseconds(), 0, cost, "")
+		return limitSpec{"concurrency", lim.Max, lease.Microseconds(), 0, cost, ""}
 	case Distinct:
-		return append(args, keyIndex, "distinct", lim.Rate.Limit, lim.Rate.Period.Microseconds(), 0, cost, r.Member)
+		return limitSpec{"distinct", lim.Rate.Limit, lim.Rate.Period.Microseconds(), 0, cost, r.Member}
 	case Pause:
-		return append(args, keyIndex, "pause") // a pause has nothing but its key
+		return limitSpec{algo: "pause", cost: 1} // a pause has nothing but its key
 	}
-	return append(args, keyIndex, string(lim.Algorithm), lim.Rate.Limit, lim.Rate.Period.Microseconds(), 0, cost, "")
+	return limitSpec{string(lim.Algorithm), lim.Rate.Limit, lim.Rate.Period.Microseconds(), 0, cost, ""}
 }
 
 // localNow is Options.Clock, else this host's clock.

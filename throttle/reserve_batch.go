@@ -124,7 +124,7 @@ func (b *reserveBatcher) exec(calls []*reserveCall) {
 		ra.send(c.opts.TaskID, c.opts.Priority, c.opts.Retake, c.callID, c.opts.Tenant, c.opts.Weight, c.reqs, c.fields)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), reserveTimeout)
-	raw, err := runInts(ctx, l.rdb, reserveScriptFor(all), ra.keys, ra.args)
+	raw, err := runInts(ctx, l.rdb, reserveScriptFor(all), ra.keys, ra.argv())
 	cancel()
 	if err != nil {
 		err = fmt.Errorf("throttle: reserve %q: %w", calls[0].reqs[0].Key, err)

@@ -26,13 +26,15 @@
 -- ARGV[1] now us ("0" = Redis TIME)   ARGV[2] mode: reserve | plan | release
 -- ARGV[3] prefetch: most extra slots  ARGV[4] hold us (firm at most this far ahead)
 -- ARGV[5] headroom (fraction)         ARGV[6] prefetch span us (0: none)
--- ARGV[7] number of sends, then per send: task id ('' = none), priority
---         (high | bulk | retake), call id (names its leases and sliding-log
---         entries), tenant ('' = none), tenant weight (> 0), number of
---         limits m, then m times: key index i (its state key is KEYS[i], a
---         GCRA limit's plan and backlog KEYS[i+1] and KEYS[i+2]),
---         algorithm, limit, period us, burst, cost, extra (as consume.lua);
---         a pause only key index i and "pause"
+-- ARGV[7] number of sends
+-- ARGV[8] number of limit specs k, then k times: algorithm, limit, period
+--         us, burst, cost, extra (as consume.lua; a pause's are 0 but its
+--         cost 1): the sends of a call share a few
+-- Then per send: task id ('' = none), priority (high | bulk | retake),
+--         call id (names its leases and sliding-log entries), tenant ('' =
+--         none), tenant weight (> 0), number of limits m, then m times: key
+--         index i (its state key is KEYS[i], a GCRA limit's plan and
+--         backlog KEYS[i+1] and KEYS[i+2]) and spec number
 -- Only GCRA limits are paced and planned; the other algorithms are decided
 -- at now by their own decide/commit ("reserve" mode only; "release" skips
 -- them, and "plan" decides only pauses: a paused send is planned from the
@@ -61,6 +63,14 @@ local nsends = tonumber(ARGV[7])
 -- book of a fast limit counts its sends per second.
 local SEC = 1000000
 
+-- The limit specs, read once a call (their numbers converted once).
+local specs = {}
+local first_send = 9 + 6 * (ARGV[8] + 0)
+for b = 9, first_send - 1, 6 do
+  specs[#specs + 1] = {algo = ARGV[b], limit = ARGV[b + 1] + 0, period = ARGV[b + 2] + 0,
+    burst = ARGV[b + 3] + 0, cost = ARGV[b + 4] + 0, extra = ARGV[b + 5]}
+end
+
 -- parse reads a send's limits from ARGV starting at index a; returns the
 -- send and the next index. The numbers are converted with "+ 0": tonumber
 -- parses a string twice, and these always hold numbers. A limit l is the
@@ -74,20 +84,18 @@ local function parse(a)
   local m = ARGV[a + 5] + 0
   a = a + 6
   for j = 1, m do
-    local i = ARGV[a] + 0
-    local algo = ARGV[a + 1]
+    local i, p = ARGV[a] + 0, specs[ARGV[a + 1] + 0]
+    local algo, l = p.algo
     if algo == 'pause' then
       -- (a pause has a key and nothing else)
-      s.limits[j] = {key = KEYS[i], algo = algo, limit = 0, period = 0, burst = 0, cost = 1, extra = ''}
-      a = a + 2
+      l = {key = KEYS[i], algo = algo, limit = 0, period = 0, burst = 0, cost = 1, extra = ''}
     else
-      s.limits[j] = {key = KEYS[i], plan = KEYS[i + 1], backlog = KEYS[i + 2],
-        algo = algo, limit = ARGV[a + 2] + 0, period = ARGV[a + 3] + 0,
-        burst = ARGV[a + 4] + 0, cost = ARGV[a + 5] + 0, extra = ARGV[a + 6]}
-      a = a + 7
+      l = {key = KEYS[i], plan = KEYS[i + 1], backlog = KEYS[i + 2], algo = algo,
+        limit = p.limit, period = p.period, burst = p.burst, cost = p.cost, extra = p.extra}
     end
-    local l = s.limits[j]
+    s.limits[j] = l
     if algo == 'gcra' then s.gcra[#s.gcra + 1] = l else s.other[#s.other + 1] = l end
+    a = a + 2
   end
   return s, a
 end
@@ -103,10 +111,10 @@ end
 -- The books' lifetimes are extended once, at the end (extend_later), also
 -- when the body fails part way: its writes stay, and so must their TTLs.
 local function body()
-  if mode == 'release' then return {now, release_one(parse(8))} end
+  if mode == 'release' then return {now, release_one(parse(first_send))} end
   local one = reserve_one
   if mode == 'plan' then one = plan_one end
-  local out, a = {now}, 8
+  local out, a = {now}, first_send
   for _ = 1, nsends do
     local s
     s, a = parse(a)
