@@ -88,7 +88,7 @@ local function parse(a)
     local algo, l = p.algo
     if algo == 'pause' then
       -- (a pause has a key and nothing else)
-      l = {key = KEYS[i], algo = algo, limit = 0, period = 0, burst = 0, cost = 1, extra = ''}
+      l = {key = KEYS[i], algo = algo}
     else
       l = {key = KEYS[i], plan = KEYS[i + 1], backlog = KEYS[i + 2], algo = algo,
         limit = p.limit, period = p.period, burst = p.burst, cost = p.cost, extra = p.extra}
