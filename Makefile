@@ -2,7 +2,7 @@
 GO ?= go
 REDIS_SERVER := $(shell command -v redis-server 2>/dev/null || ls /usr/bin/redis-server 2>/dev/null)
 
-.PHONY: test vet bench bench-scale bench-backlog e2e-full e2e-stress e2e-outage redis-server demo build lint-openapi
+.PHONY: test vet bench bench-scale bench-backlog bench-scripts e2e-full e2e-stress e2e-outage redis-server demo build lint-openapi
 # `make test` passes on a busy host: its tests assert invariants, not speed.
 # The end-to-end tests (internal/e2e, doc.go) assert there that no provider
 # cap is exceeded in any 1-second span, WhatsApp pairs are 6s apart, every
@@ -112,6 +112,21 @@ bench-scale: redis-server
 # the size, see internal/e2e/backlog_mem_test.go. About a minute.
 bench-backlog: redis-server
 	SLUICE_BENCH_BACKLOG=1 $(GO) test -count=1 -v -timeout 20m -run '^TestBenchBacklogMemory$$' ./internal/e2e/
+
+# The instructions Redis runs inside the plan and reserve scripts per paced
+# WhatsApp send (throttle's BenchmarkCampaignScripts: 30 numbers x 300
+# sends planned, then reserved 14 a call), never run by `make test`. Redis
+# runs under valgrind's callgrind, counting inside scripts only: the count
+# is the same on a busy host as on an idle one, so it shows what one change
+# to a script does; the µs figures beside it are wall-clock and do not.
+# Needs valgrind (apt-get install valgrind); about 3 minutes.
+bench-scripts: redis-server
+	@command -v valgrind >/dev/null && command -v callgrind_control >/dev/null || { echo "bench-scripts: needs valgrind (apt-get install valgrind)"; exit 1; }
+	@d=$$(mktemp -d) && r=$$(command -v redis-server || echo /usr/bin/redis-server) && \
+	  printf '#!/bin/sh\nexec valgrind --tool=callgrind --callgrind-out-file=%s/cg.%%p --collect-atstart=no --toggle-collect=luaCallFunction %s "$$@"\n' "$$d" "$$r" > $$d/redis-server && \
+	  chmod +x $$d/redis-server && \
+	  PATH=$$d:$$PATH SLUICE_CALLGRIND_OUT=$$d $(GO) test -run '^$$' -bench '^BenchmarkCampaignScripts$$' -benchtime 1x -count 1 -timeout 30m ./throttle/; \
+	  rc=$$?; rm -rf $$d; exit $$rc
 
 # Redis outages mid-campaign (docs/redis-outages.md), a measurement never
 # run by `make test`: two `sluice serve` processes, strict emulators, 1,000

@@ -222,3 +222,7 @@ func readLog(path string) string {
 	}
 	return strings.Join(lines, " | ")
 }
+
+// Pid is the redis-server's process ID (a wrapper's that execs it, such
+// as make bench-scripts' valgrind, is the same process).
+func (s *Server) Pid() int { return s.cmd.Process.Pid }

@@ -1,0 +1,182 @@
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/internal/testutil"
+)
+
+// BenchmarkCampaignScripts runs the two scripts of paced campaigns the way
+// make bench-scale drives them, without asynq, workers or provider: 30
+// WhatsApp numbers x 300 sends planned at enqueue (Plan, one campaign and
+// tenant per number), then reserved at their planned instants in the order
+// they come due, 14 sends a call (coalesced as the worker's calls are), on
+// the limiter's clock. A send carries the number's 80/s, the pair's 1 per
+// 6 s, the recipient's daily window and four pauses (account, channel,
+// number, pair), as a WhatsApp channel's. It reports Redis' µs of script
+// time a send of each step (INFO commandstats: wall-clock inside Redis,
+// which a busy host inflates) and, under make bench-scripts (Redis run by
+// callgrind, SLUICE_CALLGRIND_OUT set), the instructions Redis ran inside
+// scripts a send: the same on a busy host as on an idle one, so one
+// change's effect shows. It runs the campaigns once however large b.N
+// (make bench asks for 60,000 iterations of every throttle benchmark): the
+// figures are per send, and one run is 9,000 sends.
+func BenchmarkCampaignScripts(b *testing.B) {
+	const numbers, perNumber, perCall = 30, 300, 14
+	srv := redistest.Start(b)
+	rdb := srv.Client(b)
+	clock := testutil.NewClock(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
+	l := NewRedis(rdb, Options{Clock: clock.Now, OverrideRefresh: -1})
+	ctx := context.Background()
+	opts := ReserveOptions{Headroom: 0.043}
+	type due struct {
+		s  Send
+		at time.Time
+	}
+	var all []due
+	u0 := scriptMicros(b, rdb)
+	for n := range numbers {
+		number := fmt.Sprintf("1065403%08d", 10000+n)
+		sends := make([]Send, perNumber)
+		for i := range sends {
+			sends[i] = Send{TaskID: fmt.Sprintf("t-%d-%d", n, i), Tenant: "campaign-" + strconv.Itoa(n),
+				Requests: campaignRequests(number, fmt.Sprintf("+1202555%04d", i))}
+		}
+		planned, err := l.Plan(ctx, opts, sends)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i, p := range planned {
+			all = append(all, due{sends[i], p.At})
+		}
+	}
+	u1 := scriptMicros(b, rdb)
+	planIr := callgrindDump(b, srv)
+	slices.SortStableFunc(all, func(x, y due) int { return x.at.Compare(y.at) })
+	hold, headroom, err := reserveParams(opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	firm := 0
+	for lo := 0; lo < len(all); lo += perCall {
+		part := all[lo:min(lo+perCall, len(all))]
+		if last := part[len(part)-1].at; last.After(clock.Now()) {
+			clock.Set(last)
+		}
+		ra := l.newReserveArgs("reserve", hold, headroom, len(part))
+		var reqs []Request
+		calls := make([]*reserveCall, len(part))
+		for k, d := range part {
+			fields, err := validate(d.s.Requests)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ra.send(d.s.TaskID, Bulk, false, "", d.s.Tenant, 1, d.s.Requests, fields)
+			reqs = append(reqs, d.s.Requests...)
+			calls[k] = &reserveCall{opts: ReserveOptions{TaskID: d.s.TaskID}, reqs: d.s.Requests}
+		}
+		raw, err := runInts(ctx, l.rdb, reserveScriptFor(reqs), ra.keys, ra.argv())
+		if err != nil {
+			b.Fatal(err)
+		}
+		pos := 1
+		for _, c := range calls {
+			res := l.batcher().decodeOne(raw, &pos, c)
+			if res.err != nil {
+				b.Fatal(res.err)
+			}
+			if res.r.Firm {
+				firm++
+			}
+		}
+	}
+	u2 := scriptMicros(b, rdb)
+	reserveIr := callgrindDump(b, srv)
+	sends := float64(len(all))
+	b.ReportMetric((u1-u0)/sends, "plan-µs/send")
+	b.ReportMetric((u2-u1)/sends, "reserve-µs/send")
+	b.ReportMetric(float64(firm)/sends, "firm/send")
+	if planIr > 0 {
+		b.ReportMetric(float64(planIr)/sends, "plan-instr/send")
+		b.ReportMetric(float64(reserveIr)/sends, "reserve-instr/send")
+	}
+}
+
+// campaignRequests are a WhatsApp send's limits as the worker asks for
+// them (worker.Pacing with the default channel's rules and pause scopes).
+func campaignRequests(number, to string) []Request {
+	return []Request{
+		{Key: "whatsapp:number:" + number, Limit: Limit{Name: "throughput", Algorithm: GCRA, Rate: PerSecond(80), Burst: 1}},
+		{Key: "whatsapp:pair:" + number + ":" + to, Limit: Limit{Name: "pair", Algorithm: GCRA, Rate: Rate{Limit: 1, Period: 6 * time.Second}, Burst: 1}},
+		{Key: "whatsapp:daily:" + to, Limit: Limit{Name: "daily", Algorithm: FixedWindow, Rate: PerDay(250)}},
+		PauseRequest("whatsapp:paused:account"), PauseRequest("whatsapp:paused:channel"),
+		PauseRequest("whatsapp:paused:pair:" + number + ":" + to), PauseRequest("whatsapp:paused:sender:" + number),
+	}
+}
+
+// scriptMicros is INFO commandstats' µs of EVALSHA so far.
+func scriptMicros(b *testing.B, rdb *redis.Client) float64 {
+	b.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.Lines(info) {
+		rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:")
+		if !ok {
+			continue
+		}
+		for f := range strings.SplitSeq(strings.TrimSpace(rest), ",") {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				n, _ := strconv.ParseFloat(v, 64)
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// callgrindDump has callgrind dump and zero srv's counters (make
+// bench-scripts runs Redis under callgrind, collecting inside scripts
+// only) and returns the instructions counted since the last dump; 0 when
+// SLUICE_CALLGRIND_OUT is not set.
+func callgrindDump(b *testing.B, srv *redistest.Server) int64 {
+	b.Helper()
+	dir := os.Getenv("SLUICE_CALLGRIND_OUT")
+	if dir == "" {
+		return 0
+	}
+	pid := strconv.Itoa(srv.Pid())
+	before, _ := filepath.Glob(filepath.Join(dir, "cg."+pid+".*"))
+	if out, err := exec.Command("callgrind_control", "-d", pid).CombinedOutput(); err != nil {
+		b.Fatalf("callgrind_control -d %s: %v: %s", pid, err, out)
+	}
+	file := filepath.Join(dir, fmt.Sprintf("cg.%s.%d", pid, len(before)+1))
+	src, err := os.ReadFile(file)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.Lines(string(src)) {
+		if v, ok := strings.CutPrefix(line, "totals: "); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				b.Fatalf("%s: totals %q: %v", file, v, err)
+			}
+			return n
+		}
+	}
+	b.Fatalf("%s: no totals line", file)
+	return 0
+}
