@@ -105,6 +105,9 @@ func (c *Client) enqueueBatch(ctx context.Context, ts []*asynq.Task, k batchKey,
 	// send's).
 	if err := c.keepClaims(ctx, ts, idx, out, batchedToken, claimed); err != nil {
 		c.unmarkBatched(ctx, ts, idx, out)
+		for _, i := range idx {
+			delete(claimed.held, i) // given back: another caller may hold it now
+		}
 		return // each goes as its own task
 	}
 	due := time.Unix(k.due, 0)

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
+
 	"github.com/sluice-dev/sluice/internal/redistest"
 	"github.com/sluice-dev/sluice/throttle"
 )
@@ -58,5 +60,39 @@ func TestEvalPipelinedLoadsLostScripts(t *testing.T) {
 	}
 	if n, err := rdb.Do(ctx, "SCRIPT", "EXISTS", claimScript.Hash()).Slice(); err != nil || n[0] != int64(1) {
 		t.Fatalf("script not loaded after the calls: %v %v", n, err)
+	}
+}
+
+// A claim the call set is kept by a plain SET (value and TTL as
+// keepScript sets them); one the call does not hold goes through
+// keepScript, which leaves another type's claim alone.
+func TestKeepClaimsByPlainSetOnlyForHeldClaims(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	lim := throttle.NewRedis(rdb, throttle.Options{OverrideRefresh: -1})
+	e := &Client{limiter: lim, retention: DefaultClaimRetention}
+	ts := []*asynq.Task{asynq.NewTask("sms:send", nil), asynq.NewTask("sms:send", nil)}
+	slot := time.Now().Add(time.Hour)
+	out := []Enqueued{{ID: "mine", ETA: slot}, {ID: "theirs", ETA: slot}}
+	cl, err := e.claim(ctx, ts[:1], []int{0}, out[:1])
+	if err != nil || cl.held[0] == "" {
+		t.Fatalf("claim of a free key: held %q, %v", cl.held[0], err)
+	}
+	other := ClaimKey(lim.Prefix(), "theirs")
+	if err := rdb.Set(ctx, other, "whatsapp:send|enqueued", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.keepClaims(ctx, ts, []int{0, 1}, out, enqueuedToken, cl); err != nil {
+		t.Fatal(err)
+	}
+	mine := ClaimKey(lim.Prefix(), "mine")
+	if v := rdb.Get(ctx, mine).Val(); v != "sms:send|enqueued" {
+		t.Errorf("held claim kept as %q, want sms:send|enqueued", v)
+	}
+	if ttl := rdb.PTTL(ctx, mine).Val(); ttl < DefaultClaimRetention || ttl > DefaultClaimRetention+time.Hour+time.Minute {
+		t.Errorf("held claim's TTL %v, want the retention past its slot (about %v)", ttl, DefaultClaimRetention+time.Hour)
+	}
+	if v := rdb.Get(ctx, other).Val(); v != "whatsapp:send|enqueued" {
+		t.Errorf("another type's claim became %q", v)
 	}
 }

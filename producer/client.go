@@ -333,8 +333,9 @@ func (c *Client) enqueue(ctx context.Context, ts []*asynq.Task, ids []string, op
 	return out, nil
 }
 
-// claim takes the claims of the chosen IDs of ts[idx], in one pipeline
-// (claimScript). A task whose ID a task of another type claims gets
+// claim takes the claims of the chosen IDs of ts[idx]: a free key by SET
+// NX in one pipeline (what claimScript does for one), the keys found taken
+// by claimScript in a second. A task whose ID a task of another type claims gets
 // tasks.ErrKeyInUse. It returns the claims it set, to give back (unclaim)
 // for the tasks that are not enqueued. The error is Redis's; then no claim
 // is kept.
@@ -409,10 +410,14 @@ func (c *Client) keep(ctx context.Context, ts []*asynq.Task, idx []int, held []b
 }
 
 // keepClaims sets the claims of ts[idx] to token, each kept until
-// ClaimRetention past its task's slot, in one pipeline; the error is
-// Redis's. A claim cl holds (this call set it: no other type holds the
-// key, and its TTL is at most ClaimTTL) is kept by a plain SET when that
-// does not shorten it, as keepScript would; the others by keepScript.
+// ClaimRetention past its task's slot; the error is Redis's (the first;
+// every claim is tried). A claim cl holds (this call set it: no other
+// type holds the key, and its TTL is at most ClaimTTL) is kept by a plain
+// SET when that does not shorten it, in one pipeline, as keepScript would
+// keep it; the others by keepScript, in another. (A claim held longer than
+// ClaimTTL has expired, and another type may have taken the key: an
+// Enqueue call lasts seconds. A batch whose claims were given back,
+// unmarkBatched, no longer holds them.)
 func (c *Client) keepClaims(ctx context.Context, ts []*asynq.Task, idx []int, out []Enqueued, token string, cl claims) error {
 	if len(idx) == 0 {
 		return nil
@@ -443,11 +448,14 @@ func (c *Client) keepClaims(ctx context.Context, ts []*asynq.Task, idx []int, ou
 			return nil
 		})
 	}
-	if err == nil && len(scripted) > 0 {
-		_, err = evalPipelined(ctx, rdb, keepScript, len(scripted), func(k int) ([]string, []any) {
+	if len(scripted) > 0 {
+		_, serr := evalPipelined(ctx, rdb, keepScript, len(scripted), func(k int) ([]string, []any) {
 			i := scripted[k]
 			return []string{ClaimKey(c.limiter.Prefix(), out[i].ID)}, []any{ts[i].Type(), ttl(i).Milliseconds(), token}
 		})
+		if err == nil {
+			err = serr
+		}
 	}
 	return err
 }
