@@ -30,9 +30,10 @@ import (
 // which a busy host inflates) and, under make bench-scripts (Redis run by
 // callgrind, SLUICE_CALLGRIND_OUT set), the instructions Redis ran inside
 // scripts a send: the same on a busy host as on an idle one, so one
-// change's effect shows. It runs the campaigns once however large b.N
-// (make bench asks for 60,000 iterations of every throttle benchmark): the
-// figures are per send, and one run is 9,000 sends.
+// change's effect shows. A call runs the campaigns once, however large
+// b.N (make bench asks every throttle benchmark for 60,000 iterations, and
+// calls it with 1 first, so it runs twice there): the figures are per
+// send, and one run is 9,000 sends.
 func BenchmarkCampaignScripts(b *testing.B) {
 	const numbers, perNumber, perCall = 30, 300, 14
 	srv := redistest.Start(b)

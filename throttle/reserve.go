@@ -583,7 +583,10 @@ func (ra *reserveArgs) send(taskID string, p Priority, retake bool, callID, tena
 	if weight == 0 {
 		weight = 1
 	}
-	ra.args = append(ra.args, taskID, pr, callID, tenant, strconv.FormatFloat(weight, 'g', -1, 64), len(reqs))
+	// (14 significant digits, as the tenant records' JSON keeps a weight:
+	// a send decided with its tenant's record from this call or from an
+	// earlier one sees the same weight)
+	ra.args = append(ra.args, taskID, pr, callID, tenant, strconv.FormatFloat(weight, 'g', 14, 64), len(reqs))
 	for i, r := range reqs {
 		k := reserveKey{ra.l.Key(r.Key), r.Limit.Algorithm == GCRA}
 		ki, ok := ra.index[k]

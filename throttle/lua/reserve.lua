@@ -75,7 +75,8 @@ end
 -- send and the next index. The numbers are converted with "+ 0": tonumber
 -- parses a string twice, and these always hold numbers. A limit l is the
 -- table every part reads and annotates: l.key, l.plan and l.backlog are
--- its KEYS; pace (pace.lua) adds its pace and books. s.limits lists them
+-- its KEYS (a pause's table holds l.key and l.algo only: nothing reads
+-- more of it); pace (pace.lua) adds its pace and books. s.limits lists them
 -- in the order of the request (the reply's), s.gcra the GCRA limits and
 -- s.other the rest, each in that order.
 local function parse(a)
