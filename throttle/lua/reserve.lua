@@ -109,8 +109,9 @@ end
 -- The mode dispatch. "release" gives up one send's place; "plan" and
 -- "reserve" decide each send in order, and a later send sees what the
 -- earlier ones took.
--- The books' lifetimes are extended once, at the end (extend_later), also
--- when the body fails part way: its writes stay, and so must their TTLs.
+-- The plan fields kept (flush_plans) are written and the books' lifetimes
+-- extended once, at the end (extend_later), also when the body fails part
+-- way: its writes stay, as a script's writes do, and so must their TTLs.
 local function body()
   if mode == 'release' then return {now, release_one(parse(first_send))} end
   local one = reserve_one
