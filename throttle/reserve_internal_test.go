@@ -25,3 +25,28 @@ func TestReserveArgsKeepAGCRALimitsBooksAfterItsKey(t *testing.T) {
 		t.Fatalf("the GCRA entry starts at KEYS[%d], want KEYS[2]", gi)
 	}
 }
+
+// A call sends each limit spec once, after the head (reserve.lua's
+// ARGV[8] and on), and each send's limit as its key index and spec number;
+// a Distinct limit's member and a pause make specs of their own.
+func TestReserveArgsSendEachSpecOnce(t *testing.T) {
+	l := NewRedis(nil, Options{OverrideRefresh: -1})
+	window := Limit{Name: "w", Algorithm: FixedWindow, Rate: PerSecond(10)}
+	tier := Limit{Name: "t", Algorithm: Distinct, Rate: PerDay(2)}
+	ra := l.newReserveArgs("reserve", time.Second, 0.01, 2)
+	ra.send("t1", Bulk, false, "", "", 1, []Request{{Key: "ch:a", Limit: window}, {Key: "ch:t", Limit: tier, Member: "m1"}, PauseRequest("ch:p")}, nil)
+	ra.send("t2", Bulk, false, "", "", 1, []Request{{Key: "ch:b", Limit: window}, {Key: "ch:t", Limit: tier, Member: "m2"}, PauseRequest("ch:p")}, nil)
+	got := ra.argv()
+	want := []any{got[0], "reserve", got[2], int64(1000000), "0.01", got[5], 2, // (now, prefetch and its span: the limiter's)
+		4, // specs: the window, the tier for m1, the pause, the tier for m2
+		"fixed_window", int64(10), int64(1000000), int64(0), int64(1), "",
+		"distinct", int64(2), int64(86400000000), int64(0), int64(1), "m1",
+		"pause", int64(0), int64(0), int64(0), int64(1), "",
+		"distinct", int64(2), int64(86400000000), int64(0), int64(1), "m2",
+		"t1", "bulk", "", "", "1", 3, 1, 1, 2, 2, 3, 3,
+		"t2", "bulk", "", "", "1", 3, 4, 1, 2, 4, 3, 3,
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("ARGV =\n%v\nwant\n%v", got, want)
+	}
+}

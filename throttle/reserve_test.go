@@ -921,3 +921,30 @@ func TestSendsHeldBackByTheFirmBookComeBackWhenTheyCanGo(t *testing.T) {
 		t.Fatalf("%d of %d held-back sends come back before their slot can be within the hold (firm book ends %v after now)", early, back-firm, last.Sub(clock.Now()))
 	}
 }
+
+// A call's limit specs carry a Distinct limit's member (reserve.lua reads
+// a send's limit as its key and spec): each member is its own spec, and
+// the window counts each member once.
+func TestReserveCountsDistinctMembersBySpec(t *testing.T) {
+	l, _ := reserveLimiter(t)
+	ctx := context.Background()
+	tier := throttle.Limit{Name: "tier", Algorithm: throttle.Distinct, Rate: throttle.PerDay(2)}
+	reserve := func(member string) throttle.Reservation {
+		t.Helper()
+		r, err := l.Reserve(ctx, throttle.ReserveOptions{Priority: throttle.High},
+			throttle.Request{Key: "wa:number:9", Limit: mps80},
+			throttle.Request{Key: "wa:tier:9", Limit: tier, Member: member})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for i, c := range []struct {
+		member string
+		firm   bool
+	}{{"+1202", true}, {"+1303", true}, {"+1202", true}, {"+1404", false}} {
+		if r := reserve(c.member); r.Firm != c.firm || (!c.firm && r.BlockedBy != "tier") {
+			t.Fatalf("send %d to %s: firm %v, blocked by %q; want firm %v", i, c.member, r.Firm, r.BlockedBy, c.firm)
+		}
+	}
+}
