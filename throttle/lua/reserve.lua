@@ -125,8 +125,11 @@ local function body()
   return out
 end
 local ok, res = pcall(body)
-flush_plans()
+-- (a failing flush, OOM say, still leaves the TTLs set, and its error is
+-- the script's when the body's was none)
+local flushed, flush_err = pcall(flush_plans)
 flush_extends()
+if ok and not flushed then ok, res = false, flush_err end
 if not ok then
   -- A command's error keeps its code (WRONGTYPE, OOM, READONLY: a client
   -- follows a failover on READONLY): Redis 7 hands pcall the error as a
