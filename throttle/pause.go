@@ -301,10 +301,11 @@ const pausesOfBatch = 1024
 // PausesOf returns the pauses on now among keys (PauseKeys, unprefixed; a
 // key named twice counts once), sorted by key, as Pauses lists them: for a
 // caller that knows which scopes it needs (the pauses that can hold a
-// campaign's limiter keys), without walking the keyspace. It reads each
-// key with one HGETALL, pipelined pausesOfBatch keys a round trip; every
-// command names one key, so the keys may lie in any hash slots (one
-// channel's share its slot). A key with no pause, or whose pause ended,
+// campaign's limiter keys), without walking the keyspace. It asks, one
+// EXISTS a channel, whether any of a channel's keys is there, then reads
+// each key of such a channel with one HGETALL, pipelined pausesOfBatch
+// keys a round trip; a command names one channel's keys, which share its
+// hash tag, so the channels may lie in any hash slots. A key with no pause, or whose pause ended,
 // is left out. Errors: ErrBadRequest for a key that is not a pause key
 // (IsPauseKey), else Redis'.
 func (l *Redis) PausesOf(ctx context.Context, keys []string) ([]Paused, error) {
@@ -323,18 +324,65 @@ func (l *Redis) PausesOf(ctx context.Context, keys []string) ([]Paused, error) {
 	now := l.now(ctx)
 	var out []Paused
 	for batch := range slices.Chunk(keys, pausesOfBatch) {
+		maybe, err := l.channelsWithKeys(ctx, batch)
+		if err != nil {
+			return nil, fmt.Errorf("throttle: pauses of %d keys: %w", len(keys), err)
+		}
+		if len(maybe) == 0 {
+			continue
+		}
 		pipe := l.rdb.Pipeline()
-		cmds := make([]*redis.MapStringStringCmd, len(batch))
-		for i, k := range batch {
+		cmds := make([]*redis.MapStringStringCmd, len(maybe))
+		for i, k := range maybe {
 			cmds[i] = pipe.HGetAll(ctx, l.Key(k))
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			return nil, fmt.Errorf("throttle: pauses of %d keys: %w", len(keys), err)
 		}
 		for i, c := range cmds {
-			if p := parsePause(batch[i], c.Val()); p != nil && p.Until.After(now) {
+			if p := parsePause(maybe[i], c.Val()); p != nil && p.Until.After(now) {
 				out = append(out, *p)
 			}
+		}
+	}
+	return out, nil
+}
+
+// channelsWithKeys returns the keys of sorted (pause keys, sorted) whose
+// channel has at least one of them in Redis, in their order: one EXISTS a
+// channel, its keys sharing its hash tag (one Cluster slot). Pauses are
+// rare and a campaign names a pause key a pair, so most calls read one
+// command a channel instead of one a key.
+func (l *Redis) channelsWithKeys(ctx context.Context, sorted []string) ([]string, error) {
+	type group struct{ lo, hi int }
+	var groups []group
+	for i, k := range sorted {
+		ch, _, _ := strings.Cut(k, ":")
+		if n := len(groups); n > 0 {
+			prev, _, _ := strings.Cut(sorted[groups[n-1].lo], ":")
+			if prev == ch {
+				groups[n-1].hi = i + 1
+				continue
+			}
+		}
+		groups = append(groups, group{i, i + 1})
+	}
+	pipe := l.rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, len(groups))
+	for i, g := range groups {
+		full := make([]string, 0, g.hi-g.lo)
+		for _, k := range sorted[g.lo:g.hi] {
+			full = append(full, l.Key(k))
+		}
+		cmds[i] = pipe.Exists(ctx, full...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, err
+	}
+	var out []string
+	for i, g := range groups {
+		if cmds[i].Val() > 0 {
+			out = append(out, sorted[g.lo:g.hi]...)
 		}
 	}
 	return out, nil

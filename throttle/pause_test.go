@@ -254,3 +254,28 @@ func TestPauseDropsPrefetchedSlots(t *testing.T) {
 		t.Fatalf("after the pause: local %v firm %v, err %v; want blocked by Redis", r.Local, r.Firm, err)
 	}
 }
+
+// PausesOf asks once a channel whether any of its keys is there: a
+// channel with none is skipped, the others read key by key, and the
+// pauses come sorted by key whatever channels they are in.
+func TestPausesOfSkipsChannelsWithoutPauses(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		l := throttle.NewRedis(rdb, throttle.Options{OverrideRefresh: -1})
+		ctx := context.Background()
+		sms, wa := throttle.PauseKey("sms", "sender", "9"), throttle.PauseKey("wa", "pair", "1:+15550100")
+		for _, k := range []string{sms, wa} {
+			if _, err := l.Pause(ctx, k, throttle.PauseOptions{Wait: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		keys := []string{wa, throttle.PauseKey("zz", "channel", ""), throttle.PauseKey("wa", "sender", "1"), sms,
+			throttle.PauseKey("sms", "sender", "8"), throttle.PauseKey("zz", "sender", "1")}
+		got, err := l.PausesOf(ctx, keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 2 || got[0].Key != sms || got[1].Key != wa {
+			t.Fatalf("pauses %+v; want %s's and %s's, in that order", got, sms, wa)
+		}
+	})
+}
