@@ -305,8 +305,8 @@ const pausesOfBatch = 1024
 // EXISTS a channel, whether any of a channel's keys is there, then reads
 // each key of such a channel with one HGETALL, pipelined pausesOfBatch
 // keys a round trip; a command names one channel's keys, which share its
-// hash tag, so the channels may lie in any hash slots. A key with no pause, or whose pause ended,
-// is left out. Errors: ErrBadRequest for a key that is not a pause key
+// hash tag, so the channels may lie in any hash slots. A key with no
+// pause, or whose pause ended, is left out. Errors: ErrBadRequest for a key that is not a pause key
 // (IsPauseKey), else Redis'.
 func (l *Redis) PausesOf(ctx context.Context, keys []string) ([]Paused, error) {
 	for _, k := range keys {
@@ -349,30 +349,25 @@ func (l *Redis) PausesOf(ctx context.Context, keys []string) ([]Paused, error) {
 }
 
 // channelsWithKeys returns the keys of sorted (pause keys, sorted) whose
-// channel has at least one of them in Redis, in their order: one EXISTS a
-// channel, its keys sharing its hash tag (one Cluster slot). Pauses are
-// rare and a campaign names a pause key a pair, so most calls read one
-// command a channel instead of one a key.
+// scope (channel) has at least one of them in Redis, in their order: one
+// EXISTS a scope, its keys sharing its hash tag (one Cluster slot).
+// Pauses are rare and a campaign names a pause key a pair, so most calls
+// read one command a scope instead of one a key. A scope's keys are
+// contiguous in sorted.
 func (l *Redis) channelsWithKeys(ctx context.Context, sorted []string) ([]string, error) {
-	type group struct{ lo, hi int }
-	var groups []group
+	var groups [][]string
 	for i, k := range sorted {
-		ch, _, _ := strings.Cut(k, ":")
-		if n := len(groups); n > 0 {
-			prev, _, _ := strings.Cut(sorted[groups[n-1].lo], ":")
-			if prev == ch {
-				groups[n-1].hi = i + 1
-				continue
-			}
+		if i == 0 || scope(k) != scope(sorted[i-1]) {
+			groups = append(groups, nil)
 		}
-		groups = append(groups, group{i, i + 1})
+		groups[len(groups)-1] = append(groups[len(groups)-1], k)
 	}
 	pipe := l.rdb.Pipeline()
 	cmds := make([]*redis.IntCmd, len(groups))
 	for i, g := range groups {
-		full := make([]string, 0, g.hi-g.lo)
-		for _, k := range sorted[g.lo:g.hi] {
-			full = append(full, l.Key(k))
+		full := make([]string, len(g))
+		for j, k := range g {
+			full[j] = l.Key(k)
 		}
 		cmds[i] = pipe.Exists(ctx, full...)
 	}
@@ -382,7 +377,7 @@ func (l *Redis) channelsWithKeys(ctx context.Context, sorted []string) ([]string
 	var out []string
 	for i, g := range groups {
 		if cmds[i].Val() > 0 {
-			out = append(out, sorted[g.lo:g.hi]...)
+			out = append(out, g...)
 		}
 	}
 	return out, nil
