@@ -155,7 +155,7 @@ func writeClaims(ctx context.Context, rdb redis.UniversalClient, prefix string, 
 			if ti.NextProcessAt.After(now) {
 				from = ti.NextProcessAt
 			}
-			cmds = append(cmds, p.SetNX(ctx, ClaimKey(prefix, ti.ID), ti.Type+"|"+enqueuedToken, from.Add(retention).Sub(now)))
+			cmds = append(cmds, p.SetNX(ctx, ClaimKey(prefix, ti.ID), claimValue(ti.Type, enqueuedToken), from.Add(retention).Sub(now)))
 		}
 		return nil
 	})

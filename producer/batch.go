@@ -163,7 +163,7 @@ var ErrBatchOutcomeUnknown = errors.New("batch task enqueue outcome unknown")
 func (c *Client) unmarkBatched(ctx context.Context, ts []*asynq.Task, idx []int, out []Enqueued) {
 	_, _ = evalPipelined(context.WithoutCancel(ctx), c.limiter.Client(), unclaimScript, len(idx), func(k int) ([]string, []any) {
 		i := idx[k]
-		return []string{ClaimKey(c.limiter.Prefix(), out[i].ID)}, []any{ts[i].Type() + "|" + batchedToken}
+		return []string{ClaimKey(c.limiter.Prefix(), out[i].ID)}, []any{claimValue(ts[i].Type(), batchedToken)}
 	})
 }
 

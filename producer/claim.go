@@ -31,6 +31,9 @@ const DefaultClaimRetention = 7 * 24 * time.Hour
 // slots.
 func ClaimKey(prefix, id string) string { return control.ClaimKey(prefix, id) }
 
+// claimValue is a claim's value: "<type>|<token>" (claimScript).
+func claimValue(taskType, token string) string { return taskType + "|" + token }
+
 // enqueuedToken is the token of a claim whose task was enqueued: the claim
 // then holds the key for the task's life, and no caller takes it over or
 // gives it back.

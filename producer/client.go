@@ -350,7 +350,7 @@ func (c *Client) claim(ctx context.Context, ts []*asynq.Task, idx []int, out []E
 	sets := make([]*redis.BoolCmd, len(idx))
 	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for k, i := range idx {
-			sets[k] = p.SetNX(ctx, ClaimKey(c.limiter.Prefix(), out[i].ID), ts[i].Type()+"|"+cl.token, ClaimTTL)
+			sets[k] = p.SetNX(ctx, ClaimKey(c.limiter.Prefix(), out[i].ID), claimValue(ts[i].Type(), cl.token), ClaimTTL)
 		}
 		return nil
 	})
@@ -358,7 +358,7 @@ func (c *Client) claim(ctx context.Context, ts []*asynq.Task, idx []int, out []E
 	var taken []int // positions in idx
 	for k, i := range idx {
 		if set, serr := sets[k].Result(); serr == nil && set {
-			cl.held[i] = ts[i].Type() + "|" + cl.token
+			cl.held[i] = claimValue(ts[i].Type(), cl.token)
 		} else if serr == nil {
 			taken = append(taken, k)
 		}
@@ -372,7 +372,7 @@ func (c *Client) claim(ctx context.Context, ts []*asynq.Task, idx []int, out []E
 		for j, k := range taken {
 			holder, cerr := cmds[j].Text()
 			if cerr == nil && holder == "" {
-				cl.held[idx[k]] = ts[idx[k]].Type() + "|" + cl.token
+				cl.held[idx[k]] = claimValue(ts[idx[k]].Type(), cl.token)
 			}
 			holders[k] = holder
 		}
@@ -443,7 +443,7 @@ func (c *Client) keepClaims(ctx context.Context, ts []*asynq.Task, idx []int, ou
 	if len(plain) > 0 {
 		_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, i := range plain {
-				p.Set(ctx, ClaimKey(c.limiter.Prefix(), out[i].ID), ts[i].Type()+"|"+token, ttl(i))
+				p.Set(ctx, ClaimKey(c.limiter.Prefix(), out[i].ID), claimValue(ts[i].Type(), token), ttl(i))
 			}
 			return nil
 		})
