@@ -3,12 +3,8 @@ package throttle_test
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-dev/sluice/internal/redistest"
 	"github.com/sluice-dev/sluice/internal/testutil"
@@ -31,28 +27,6 @@ func whatsAppSendRequests(number, to string) []throttle.Request {
 	}
 }
 
-// scriptUsec is INFO commandstats' total µs of EVALSHA and EVAL so far.
-func scriptUsec(b *testing.B, rdb *redis.Client) float64 {
-	b.Helper()
-	info, err := rdb.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var total float64
-	for line := range strings.Lines(info) {
-		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
-			continue
-		}
-		for f := range strings.SplitSeq(strings.TrimSpace(line[strings.IndexByte(line, ':')+1:]), ",") {
-			if v, ok := strings.CutPrefix(f, "usec="); ok {
-				n, _ := strconv.ParseFloat(v, 64)
-				total += n
-			}
-		}
-	}
-	return total
-}
-
 // BenchmarkPlannedSend measures the Redis work of a campaign's paced send
 // as Sluice does it: Plan at enqueue (batches of 256, one scope), then, at
 // each send's planned instant, the worker's Reserve, one call a send. It
@@ -72,12 +46,12 @@ func BenchmarkPlannedSend(b *testing.B) {
 	}
 	opts := throttle.ReserveOptions{Headroom: 0.015}
 	b.ResetTimer()
-	u0 := scriptUsec(b, rdb)
+	u0 := throttle.ScriptUsec(b, rdb)
 	planned, err := l.Plan(ctx, opts, sends)
 	if err != nil {
 		b.Fatal(err)
 	}
-	u1 := scriptUsec(b, rdb)
+	u1 := throttle.ScriptUsec(b, rdb)
 	firm := 0
 	for i, p := range planned {
 		if p.At.After(clock.Now()) {
@@ -96,7 +70,7 @@ func BenchmarkPlannedSend(b *testing.B) {
 			}
 		}
 	}
-	u2 := scriptUsec(b, rdb)
+	u2 := throttle.ScriptUsec(b, rdb)
 	b.StopTimer()
 	b.ReportMetric((u1-u0)/float64(n), "plan-µs/send")
 	b.ReportMetric((u2-u1)/float64(n), "reserve-µs/send")
