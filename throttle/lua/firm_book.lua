@@ -41,13 +41,11 @@ end
 local function firm_at(s, retake)
   local fastmax, slowmax, tmin, paced = now, now, nil, false
   for _, l in ipairs(s.gcra) do
-    do
-      paced = true
-      if l.fast then
-        if l.firm > fastmax then fastmax = l.firm end
-        if not tmin or l.T < tmin then tmin = l.T end
-      elseif not retake and l.firm > slowmax then slowmax = l.firm end
-    end
+    paced = true
+    if l.fast then
+      if l.firm > fastmax then fastmax = l.firm end
+      if not tmin or l.T < tmin then tmin = l.T end
+    elseif not retake and l.firm > slowmax then slowmax = l.firm end
   end
   return math.max(fastmax, slowmax), tmin, tmin ~= nil and slowmax > fastmax + tmin, paced
 end
@@ -70,15 +68,13 @@ end
 local function decide_now(s, high, paced)
   local blocked_wait, pause_wait = 0, 0
   for _, l in ipairs(s.other) do
-    do
-      local d = decide(l.algo, l.key, now, l.limit, l.period, l.burst, l.cost, l.extra)
-      if not d then error('sluice: unknown algorithm ' .. tostring(l.algo)) end
-      l.d = d
-      if d.ok == 0 and l.algo == 'pause' then
-        if d.wait > pause_wait then pause_wait = d.wait end
-      elseif d.ok == 0 and d.wait > blocked_wait then
-        blocked_wait = d.wait
-      end
+    local d = decide(l.algo, l.key, now, l.limit, l.period, l.burst, l.cost, l.extra)
+    if not d then error('sluice: unknown algorithm ' .. tostring(l.algo)) end
+    l.d = d
+    if d.ok == 0 and l.algo == 'pause' then
+      if d.wait > pause_wait then pause_wait = d.wait end
+    elseif d.ok == 0 and d.wait > blocked_wait then
+      blocked_wait = d.wait
     end
   end
   local paused = pause_wait > 0 and pause_wait <= PLAN_PAUSE_MAX and blocked_wait == 0 and not high and paced

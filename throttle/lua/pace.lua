@@ -292,9 +292,7 @@ end
 -- pace_all paces every GCRA limit of send s, and sweeps the fast ones.
 local function pace_all(s)
   for _, l in ipairs(s.gcra) do
-    do
-      pace(l)
-      if l.fast then sweep(l) end
-    end
+    pace(l)
+    if l.fast then sweep(l) end
   end
 end

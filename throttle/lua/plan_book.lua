@@ -74,10 +74,8 @@ local function held_at(s)
   if s.id == '' then return nil end
   local held
   for _, l in ipairs(s.gcra) do
-    do
-      local at = tonumber(redis.call('ZSCORE', l.backlog, s.id))
-      if at and (not held or at > held) then held = at end
-    end
+    local at = tonumber(redis.call('ZSCORE', l.backlog, s.id))
+    if at and (not held or at > held) then held = at end
   end
   return held
 end
@@ -101,21 +99,19 @@ local function leave(s, held, paid)
   if not paid then unplan(s, math.floor(held / SEC), false) end
   local left = false
   for _, l in ipairs(s.gcra) do
-    do
-      local score = tonumber(redis.call('ZSCORE', l.backlog, s.id))
-      if score then
-        local last = redis.call('ZREVRANGE', l.backlog, 0, 0)[1]
-        redis.call('ZREM', l.backlog, s.id)
-        left = true
-        if not l.fast and last == s.id then
-          local tail = math.ceil(score)
-          if tail > now + l.a then
-            plan_set(l.plan, 't' .. l.extra, us(tail))
-            set_queued(l, tail)
-          else
-            plan_del(l.plan, 't' .. l.extra)
-            set_queued(l, nil)
-          end
+    local score = tonumber(redis.call('ZSCORE', l.backlog, s.id))
+    if score then
+      local last = redis.call('ZREVRANGE', l.backlog, 0, 0)[1]
+      redis.call('ZREM', l.backlog, s.id)
+      left = true
+      if not l.fast and last == s.id then
+        local tail = math.ceil(score)
+        if tail > now + l.a then
+          plan_set(l.plan, 't' .. l.extra, us(tail))
+          set_queued(l, tail)
+        else
+          plan_del(l.plan, 't' .. l.extra)
+          set_queued(l, nil)
         end
       end
     end
@@ -231,25 +227,23 @@ local function plan_commit(s, at, sec, claim)
     if l.fast then shares_fast = true end
   end
   for _, l in ipairs(s.gcra) do
-    do
-      if not l.fast then
-        -- Sends that come back in one second take a fast limit's slots in
-        -- the order they arrive, anywhere in it: behind a fast limit, the
-        -- next send on a slow one (a pair) is planned one interval after
-        -- the second ends. Alone, a slow limit's send goes at its slot.
-        local base = at
-        if shares_fast then base = (sec + 1) * SEC end
-        local tail = math.ceil(base + l.T * l.cost)
-        local old = tonumber(plan_get(l.plan, 't' .. l.extra))
-        if not old or tail > old then
-          plan_set(l.plan, 't' .. l.extra, us(tail))
-          extend_later(l.plan, ttl_ms(tail - now))
-        end
+    if not l.fast then
+      -- Sends that come back in one second take a fast limit's slots in
+      -- the order they arrive, anywhere in it: behind a fast limit, the
+      -- next send on a slow one (a pair) is planned one interval after
+      -- the second ends. Alone, a slow limit's send goes at its slot.
+      local base = at
+      if shares_fast then base = (sec + 1) * SEC end
+      local tail = math.ceil(base + l.T * l.cost)
+      local old = tonumber(plan_get(l.plan, 't' .. l.extra))
+      if not old or tail > old then
+        plan_set(l.plan, 't' .. l.extra, us(tail))
+        extend_later(l.plan, ttl_ms(tail - now))
       end
-      if s.id ~= '' then
-        redis.call('ZADD', l.backlog, at, s.id)
-        extend_later(l.backlog, ttl_ms(at - now) + 3600000)
-      end
+    end
+    if s.id ~= '' then
+      redis.call('ZADD', l.backlog, at, s.id)
+      extend_later(l.backlog, ttl_ms(at - now) + 3600000)
     end
   end
 end
