@@ -53,6 +53,9 @@
 --   read ok, the pause blocked with wait = at - now.
 -- "plan": {now, then per send: planned us, new (1, or 0 when the task ID
 --   already held a place: it keeps it and is not counted twice)}.   "release": {now, released}.
+-- (KEYS and ARGV as locals: a global is a table lookup each time, and
+-- parse reads ARGV some 20 times a send)
+local KEYS, ARGV = KEYS, ARGV
 local now = clock(ARGV[1])
 local mode = ARGV[2]
 local hold, headroom = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -71,12 +74,18 @@ for b = 9, first_send - 1, 6 do
     burst = ARGV[b + 3] + 0, cost = ARGV[b + 4] + 0, extra = ARGV[b + 5]}
 end
 
+-- pause_limits holds a pause's limit table per key index: the sends of a
+-- call share it (its one per-send field, l.d, is set by each send's
+-- decide_now before it is read; pause_from, in "plan", reuses the
+-- decision: nothing changes a pause within a call).
+local pause_limits = {}
+
 -- parse reads a send's limits from ARGV starting at index a; returns the
 -- send and the next index. The numbers are converted with "+ 0": tonumber
 -- parses a string twice, and these always hold numbers. A limit l is the
 -- table every part reads and annotates: l.key, l.plan and l.backlog are
 -- its KEYS (a pause's table holds l.key and l.algo only: nothing reads
--- more of it); pace (pace.lua) adds its pace and books. s.limits lists them
+-- more of it; pause_limits); pace (pace.lua) adds its pace and books. s.limits lists them
 -- in the order of the request (the reply's), s.gcra the GCRA limits and
 -- s.other the rest, each in that order.
 local function parse(a)
@@ -89,7 +98,11 @@ local function parse(a)
     local algo, l = p.algo
     if algo == 'pause' then
       -- (a pause has a key and nothing else)
-      l = {key = KEYS[i], algo = algo}
+      l = pause_limits[i]
+      if not l then
+        l = {key = KEYS[i], algo = algo}
+        pause_limits[i] = l
+      end
     else
       l = {key = KEYS[i], plan = KEYS[i + 1], backlog = KEYS[i + 2], algo = algo,
         limit = p.limit, period = p.period, burst = p.burst, cost = p.cost, extra = p.extra}
