@@ -21,7 +21,7 @@
 -- l.firm (its earliest instant by the firm book), l.fast (T < 1s); a fast
 -- limit also l.rate (sends a second), l.active (its plan is not idle),
 -- l.fill, l.swept; a slow one l.queued (its earliest instant behind its
--- plan tail).
+-- plan tail), but only once queued (below) or leave (plan_book.lua) asks.
 
 -- extend_later is prelude.lua's extend at the script's end (flush_extends,
 -- reserve.lua; only that script plans, so only it carries these): a script that
@@ -221,9 +221,16 @@ local function pace(l)
     l.active = f ~= nil
     l.fill = f or 0
     l.swept = tonumber(sv) or l.fill -- first second not yet swept
-  else
-    set_queued(l, tonumber(plan_get(l.plan, 't' .. l.extra)))
   end
+  -- (a slow limit's l.queued is read when a plan needs it: queued)
+end
+
+-- queued returns slow limit l's earliest instant behind its plan tail,
+-- reading the tail the first time a send asks: a send that comes back to
+-- its place and goes needs none.
+local function queued(l)
+  if not l.queued then set_queued(l, tonumber(plan_get(l.plan, 't' .. l.extra))) end
+  return l.queued
 end
 
 -- room is second sec's share of the paced rate; the current second only

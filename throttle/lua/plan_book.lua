@@ -140,7 +140,7 @@ end
 local function plan_search(s, from)
   local at = from
   for _, l in ipairs(s.gcra) do
-    if not l.fast and l.queued > at then at = l.queued end
+    if not l.fast and queued(l) > at then at = l.queued end
   end
   local sec = math.floor(at / SEC)
   for _ = 1, 100000 do
