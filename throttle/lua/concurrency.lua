@@ -16,7 +16,7 @@ local function concurrency_decide(key, now, limit, lease, cost)
   local held, replace = read('ZCOUNT', key, '(' .. us(now), '+inf')
   held = held or 0
   local d = {algo = 'concurrency', key = key, now = now, lease = lease, cost = cost, taken = cost, replace = replace}
-  d.rem_now = math.max(0, limit - held)
+  d.rem_now = max(0, limit - held)
   -- Full capacity again when the last held lease expires.
   local latest = now
   if held > 0 then latest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]) end
@@ -25,13 +25,13 @@ local function concurrency_decide(key, now, limit, lease, cost)
     d.ok = 1
     d.retry = 0
     d.rem_after = limit - held - cost
-    d.reset_after = math.max(latest, now + lease)
+    d.reset_after = max(latest, now + lease)
   else
     d.ok = 0
     d.rem_after = d.rem_now
     local oldest = redis.call('ZRANGEBYSCORE', key, '(' .. us(now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
     local expiry = tonumber(oldest[2]) or now
-    d.retry = math.max(0, math.ceil(expiry - now))
+    d.retry = max(0, ceil(expiry - now))
   end
   d.wait = d.retry
   return d

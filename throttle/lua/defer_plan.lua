@@ -58,8 +58,8 @@ for i = 1, nlim do
   end
 end
 if not first then return {now, 0} end
-local from = math.floor(first / SEC)
-local shift = math.ceil(till / SEC) - from
+local from = floor(first / SEC)
+local shift = ceil(till / SEC) - from
 if shift <= 0 then return {now, 0} end
 for i = 1, nlim do
   if redis.call('ZCOUNT', KEYS[2 * i], now, '+inf') > most then return {now, -1} end

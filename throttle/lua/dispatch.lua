@@ -42,6 +42,6 @@ local function emit(out, d, committed)
   out[#out + 1] = rem
   out[#out + 1] = reset
   out[#out + 1] = d.retry
-  out[#out + 1] = math.ceil(d.wait)
+  out[#out + 1] = ceil(d.wait)
   out[#out + 1] = taken
 end

@@ -16,7 +16,7 @@ local function distinct_decide(key, now, limit, period, member)
   local used = 0
   if not replace then used = redis.call('ZCOUNT', key, '(' .. us(lo), '+inf') end
   local d = {algo = 'distinct', key = key, now = now, period = period, member = member, replace = replace}
-  d.rem_now = math.max(0, limit - used)
+  d.rem_now = max(0, limit - used)
   score = tonumber(score)
   if score and score > lo then
     d.ok, d.retry, d.taken = 1, 0, 0
@@ -31,7 +31,7 @@ local function distinct_decide(key, now, limit, period, member)
     d.rem_after = d.rem_now
     local k = used + 1 - limit
     local e = redis.call('ZRANGEBYSCORE', key, '(' .. us(lo), '+inf', 'WITHSCORES', 'LIMIT', k - 1, 1)
-    d.retry = math.max(0, tonumber(e[2]) + period - now)
+    d.retry = max(0, tonumber(e[2]) + period - now)
     local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
     d.reset = tonumber(newest[2]) + period
   end

@@ -17,10 +17,10 @@ local function prefetch(s, at)
     if l.algo == 'gcra' then
       local unit = l.T * l.cost
       if l.fast and not l.active then
-        n = math.min(math.floor(prefetch_span / unit), floor_units(l.tol - l.a - unit, unit))
+        n = min(floor(prefetch_span / unit), floor_units(l.tol - l.a - unit, unit))
       end
     elseif l.algo == 'fixed_window' then
-      n = math.min(math.floor(prefetch_span * l.limit / (l.period * l.cost)), math.floor(l.d.rem_after / l.cost))
+      n = min(floor(prefetch_span * l.limit / (l.period * l.cost)), floor(l.d.rem_after / l.cost))
     elseif l.algo == 'pause' then
       n = k -- not paused now (the send is firm); a pause set later reaches memory within PrefetchTTL
     end
@@ -47,7 +47,7 @@ local function firm_at(s, retake)
       if not tmin or l.T < tmin then tmin = l.T end
     elseif not retake and l.firm > slowmax then slowmax = l.firm end
   end
-  return math.max(fastmax, slowmax), tmin, tmin ~= nil and slowmax > fastmax + tmin, paced
+  return max(fastmax, slowmax), tmin, tmin ~= nil and slowmax > fastmax + tmin, paced
 end
 
 -- decide_now decides send s's other limits at now (each keeps its
@@ -91,10 +91,10 @@ local function take_firm(s, at, held, retake)
   local extra = 0
   if not back then extra = prefetch(s, at) end
   for _, l in ipairs(s.gcra) do
-    l.ahead_after = math.max(l.a, at - now) + l.T * l.cost * (1 + extra)
+    l.ahead_after = max(l.a, at - now) + l.T * l.cost * (1 + extra)
     if retake and not l.fast then
       -- The next send on it comes at least one interval after this one.
-      gcra_store(l.key, l.extra, now, l.replace, math.max(l.a, at - now + l.T * l.cost))
+      gcra_store(l.key, l.extra, now, l.replace, max(l.a, at - now + l.T * l.cost))
     else
       gcra_store(l.key, l.extra, now, l.replace, l.ahead_after)
     end
@@ -109,8 +109,8 @@ local function take_firm(s, at, held, retake)
   if back then
     -- One that goes in a second before its place's (it came back early:
     -- its pause was ended) gives that second's count back.
-    local hsec = math.floor(held / SEC)
-    if hsec > math.floor(at / SEC) then unplan(s, hsec, false) end
+    local hsec = floor(held / SEC)
+    if hsec > floor(at / SEC) then unplan(s, hsec, false) end
     unlist(s)
   else
     -- A send that was not planned takes room in its second, so that later
@@ -119,7 +119,7 @@ local function take_firm(s, at, held, retake)
     for _, l in ipairs(s.gcra) do
       if l.fast and l.active then busy = true end
     end
-    if busy and s.prio ~= 'retake' then plan_count(s, math.floor(at / SEC), false) end
+    if busy and s.prio ~= 'retake' then plan_count(s, floor(at / SEC), false) end
   end
   return extra
 end
@@ -177,17 +177,17 @@ local function reply(s, out, firm, extra, at, paused, blocked_wait)
   -- -1: not firm, and `at` is the send's place (planned, or held back
   -- within the hold by a slower limit: it asks again then).
   if firm == 0 and blocked_wait == 0 then out[#out + 1] = -1 else out[#out + 1] = firm + extra end
-  out[#out + 1] = math.ceil(at)
+  out[#out + 1] = ceil(at)
   for _, l in ipairs(s.limits) do
     if l.algo == 'gcra' then
       local ok, taken = 0, 0
-      local rem = math.max(0, floor_units(l.tol - l.a, l.T))
+      local rem = max(0, floor_units(l.tol - l.a, l.T))
       local reset = now + l.a
       if firm == 1 then
         ok, taken = 1, l.cost
         local new_ahead = l.ahead_after
-        rem = math.max(0, floor_units(l.tol - new_ahead, l.T))
-        reset = now + math.ceil(new_ahead)
+        rem = max(0, floor_units(l.tol - new_ahead, l.T))
+        reset = now + ceil(new_ahead)
       elseif paused or (blocked_wait > 0 and l.firm - now <= hold) then
         -- This limit alone would have allowed the send; or a pause holds it,
         -- and the pause is reported as what blocked it (its key names the
@@ -197,12 +197,12 @@ local function reply(s, out, firm, extra, at, paused, blocked_wait)
       out[#out + 1] = ok
       out[#out + 1] = rem
       out[#out + 1] = reset
-      out[#out + 1] = math.ceil(math.max(0, l.firm - now))
-      out[#out + 1] = math.ceil(math.max(0, at - now))
+      out[#out + 1] = ceil(max(0, l.firm - now))
+      out[#out + 1] = ceil(max(0, at - now))
       out[#out + 1] = taken
     else
       -- (a pause that planned the send: its wait is to the planned place)
-      if paused and l.algo == 'pause' and l.d.ok == 0 then l.d.wait = math.max(0, math.ceil(at - now)) end
+      if paused and l.algo == 'pause' and l.d.ok == 0 then l.d.wait = max(0, ceil(at - now)) end
       if l.d.open then out[#out + 1] = 1 else emit(out, l.d, firm == 1) end
     end
   end
@@ -223,7 +223,7 @@ local function reserve_one(s, out)
   pace_all(s)
   -- ... unless another tenant took its place: it pays its tenant's yield
   -- and is planned again.
-  local displaced = back and unplan(s, math.floor(held / SEC), true)
+  local displaced = back and unplan(s, floor(held / SEC), true)
   local at, tmin, gap, paced = firm_at(s, retake)
   local blocked_wait, paused = decide_now(s, high, paced)
 
@@ -238,7 +238,7 @@ local function reserve_one(s, out)
       -- Firm only where the plan puts it now: not behind sends counted in
       -- this second that have not yet come back (their slots would be lost).
       plan_at, plan_sec = plan_search(s, now)
-      if plan_sec == math.floor(now / SEC) and plan_at <= at + (tmin or 0) then firm = 1 end
+      if plan_sec == floor(now / SEC) and plan_at <= at + (tmin or 0) then firm = 1 end
     end
   end
 
@@ -248,7 +248,7 @@ local function reserve_one(s, out)
   elseif blocked_wait > 0 then
     -- Blocked by a limit that cannot be reserved: come back after its wait
     -- (fixed windows count the caller among their waiters, as consume.lua).
-    at = math.max(at, now + blocked_wait)
+    at = max(at, now + blocked_wait)
     for _, l in ipairs(s.other) do
       if l.d and l.d.ok == 0 and l.d.algo == 'fixed_window' and l.d.wait == blocked_wait then fixed_window_record(l.d) end
     end

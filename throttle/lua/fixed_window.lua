@@ -30,7 +30,7 @@ local function fixed_window_decide(key, now, limit, period, cost)
   if current then used = tonumber(c) or 0 end
   local d = {algo = 'fixed_window', key = key, now = now, start = start, stop = stop,
              cost = cost, taken = cost, current = current, replace = replace}
-  d.rem_now = math.max(0, limit - used)
+  d.rem_now = max(0, limit - used)
   d.reset = stop
   if used + cost <= limit then
     d.ok = 1
@@ -45,7 +45,7 @@ local function fixed_window_decide(key, now, limit, period, cost)
   if bw and tonumber(bw) == start then d.waiting = tonumber(b) or 0 end
   d.wait = d.retry
   if d.ok == 0 then
-    d.wait = d.retry + math.floor(d.waiting / limit) * period
+    d.wait = d.retry + floor(d.waiting / limit) * period
   end
   return d
 end

@@ -26,16 +26,16 @@ local function gcra_decide(key, field, now, limit, period, burst, cost)
   if ahead < 0 then ahead = 0 end
   local new_ahead = ahead + interval * cost
   local d = {algo = 'gcra', key = key, field = field, now = now, new_ahead = new_ahead, taken = cost, replace = replace}
-  d.rem_now = math.max(0, floor_units(tolerance - ahead, interval))
+  d.rem_now = max(0, floor_units(tolerance - ahead, interval))
   d.reset_now = now + ahead
   if new_ahead <= tolerance then
     d.ok = 1
     d.retry = 0
-    d.rem_after = math.max(0, floor_units(tolerance - new_ahead, interval))
-    d.reset_after = now + math.ceil(new_ahead)
+    d.rem_after = max(0, floor_units(tolerance - new_ahead, interval))
+    d.reset_after = now + ceil(new_ahead)
   else
     d.ok = 0
-    d.retry = math.ceil(new_ahead - tolerance)
+    d.retry = ceil(new_ahead - tolerance)
     d.rem_after = d.rem_now
     d.reset_after = d.reset_now
   end
@@ -47,7 +47,7 @@ end
 -- gcra_store writes the TAT now + new_ahead (gcra_commit's write, for
 -- callers that have no decision table).
 local function gcra_store(key, field, now, replace, new_ahead)
-  local stored = now + math.ceil(new_ahead) -- rounding up never over-admits
+  local stored = now + ceil(new_ahead) -- rounding up never over-admits
   if replace then redis.call('DEL', key) end
   if field == '' then
     redis.call('SET', key, us(stored), 'PX', ttl_ms(stored - now))
@@ -66,7 +66,7 @@ local function gcra_refund(key, field, now, limit, period, cost)
   if field == '' then raw = read('GET', key) else raw = read('HGET', key, field) end
   local tat = tonumber(raw)
   if not tat then return end
-  local back = math.ceil(tat - (period / limit) * cost)
+  local back = ceil(tat - (period / limit) * cost)
   if field == '' then
     if back <= now then redis.call('DEL', key) else redis.call('SET', key, us(back), 'KEEPTTL') end
   else

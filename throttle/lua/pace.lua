@@ -185,8 +185,8 @@ local function flush_plan(plan)
       set[#set + 1] = v
     end
   end
-  for i = 1, #set, 400 do redis.call('HSET', plan, unpack(set, i, math.min(i + 399, #set))) end
-  for i = 1, #del, 200 do redis.call('HDEL', plan, unpack(del, i, math.min(i + 199, #del))) end
+  for i = 1, #set, 400 do redis.call('HSET', plan, unpack(set, i, min(i + 399, #set))) end
+  for i = 1, #del, 200 do redis.call('HDEL', plan, unpack(del, i, min(i + 199, #del))) end
 end
 
 -- flush_plans writes every plan's kept writes (see above).
@@ -199,7 +199,7 @@ end
 local function set_queued(l, pt)
   local pa = (pt or now) - now
   if pa < l.a then pa = l.a end
-  l.queued = now + math.max(0, pa + l.T * l.cost - l.tol)
+  l.queued = now + max(0, pa + l.T * l.cost - l.tol)
 end
 
 -- pace reads GCRA limit l's firm book and plan book into l (see above).
@@ -211,7 +211,7 @@ local function pace(l)
   local a = (tonumber(raw) or now) - now
   if a < 0 then a = 0 end
   l.T, l.tol, l.a, l.replace = T, tol, a, wrong
-  l.firm = now + math.max(0, a + T * l.cost - tol) -- earliest by the firm book
+  l.firm = now + max(0, a + T * l.cost - tol) -- earliest by the firm book
   l.fast = T < SEC
   if l.fast then
     l.rate = SEC / T
@@ -240,11 +240,11 @@ end
 -- are counted only there.
 local function room(l, sec)
   local start = now + (l.a or 0)
-  local first = math.floor(start / SEC)
+  local first = floor(start / SEC)
   if sec < first then return 0 end
   local from = sec * l.rate
   if sec == first then from = (start / SEC) * l.rate end
-  return math.floor((sec + 1) * l.rate) - math.floor(from)
+  return floor((sec + 1) * l.rate) - floor(from)
 end
 
 -- count is the number of sends (in cost units) planned on fast limit l in
@@ -269,7 +269,7 @@ end
 -- yet swept (the fill pointer may have passed seconds that later plans
 -- still counted in) up to now, and moves the fill pointer to now.
 local function sweep(l)
-  local cur = math.floor(now / SEC)
+  local cur = floor(now / SEC)
   if not l.active then l.fill = cur; return end
   if l.swept < cur then
     if cur - l.swept <= 1000 then

@@ -33,8 +33,8 @@ elseif u > 0 and now - u <= memory then
 else
   n = 1
 end
-local w = math.min(most, wait * growth ^ (n - 1))
-local untl = math.max(u, now + math.ceil(w))
+local w = min(most, wait * growth ^ (n - 1))
+local untl = max(u, now + ceil(w))
 redis.call('HSET', KEYS[1], 'u', us(untl), 'n', n, 'at', us(now), 'op', op)
 if code then redis.call('HSET', KEYS[1], 'code', code, 'reason', reason) end
 redis.call('PEXPIRE', KEYS[1], ttl_ms(untl - now + memory))

@@ -96,7 +96,7 @@ end
 -- (A place in a second that has passed was swept: leaving it changes no
 -- count.)
 local function leave(s, held, paid)
-  if not paid then unplan(s, math.floor(held / SEC), false) end
+  if not paid then unplan(s, floor(held / SEC), false) end
   local left = false
   for _, l in ipairs(s.gcra) do
     local score = tonumber(redis.call('ZSCORE', l.backlog, s.id))
@@ -105,7 +105,7 @@ local function leave(s, held, paid)
       redis.call('ZREM', l.backlog, s.id)
       left = true
       if not l.fast and last == s.id then
-        local tail = math.ceil(score)
+        local tail = ceil(score)
         if tail > now + l.a then
           plan_set(l.plan, 't' .. l.extra, us(tail))
           set_queued(l, tail)
@@ -142,7 +142,7 @@ local function plan_search(s, from)
   for _, l in ipairs(s.gcra) do
     if not l.fast and queued(l) > at then at = l.queued end
   end
-  local sec = math.floor(at / SEC)
+  local sec = floor(at / SEC)
   for _ = 1, 100000 do
     local moved = false
     for _, l in ipairs(s.gcra) do
@@ -158,10 +158,10 @@ local function plan_search(s, from)
   -- Within its second, a send is expected after those counted before it.
   local off = 0
   for _, l in ipairs(s.gcra) do
-    if l.fast then off = math.max(off, l.n * l.T) end
+    if l.fast then off = max(off, l.n * l.T) end
   end
-  at = math.max(at, math.min(sec * SEC + off, sec * SEC + SEC - 1))
-  return math.ceil(at), sec
+  at = max(at, min(sec * SEC + off, sec * SEC + SEC - 1))
+  return ceil(at), sec
 end
 
 -- plan_count charges the send to second sec of every fast limit's plan:
@@ -234,7 +234,7 @@ local function plan_commit(s, at, sec, claim)
       -- the second ends. Alone, a slow limit's send goes at its slot.
       local base = at
       if shares_fast then base = (sec + 1) * SEC end
-      local tail = math.ceil(base + l.T * l.cost)
+      local tail = ceil(base + l.T * l.cost)
       local old = tonumber(plan_get(l.plan, 't' .. l.extra))
       if not old or tail > old then
         plan_set(l.plan, 't' .. l.extra, us(tail))
@@ -267,7 +267,7 @@ local function pause_from(s)
     end
   end
   if not u then return nil end
-  return math.ceil(u / SEC) * SEC
+  return ceil(u / SEC) * SEC
 end
 
 -- plan_one plans send s (mode "plan") and appends its two values to out:

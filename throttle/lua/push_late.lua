@@ -54,9 +54,9 @@ for i = 1, #KEYS / 2 do
     if field == '' then raw, wrong = read('GET', key) else raw, wrong = read('HGET', key, field) end
     if not wrong then
       local T = period / limit / (1 - headroom)
-      local tat = math.max(tonumber(raw) or 0, slot + T * cost)
-      push = math.ceil(push)
-      gcra_store(key, field, now, false, math.max(0, tat + push - now))
+      local tat = max(tonumber(raw) or 0, slot + T * cost)
+      push = ceil(push)
+      gcra_store(key, field, now, false, max(0, tat + push - now))
       redis.call('ZADD', ledger, now, us(slot) .. ':' .. push .. ':' .. us(now) .. ':' .. field)
       redis.call('ZREMRANGEBYSCORE', ledger, '-inf', '(' .. us(now - LEDGER_US))
       redis.call('PEXPIRE', ledger, ttl_ms(LEDGER_US))

@@ -28,11 +28,11 @@ local function sliding_window_counter_decide(key, now, limit, period, cost)
   local weighted = prev * (period - (now - start)) / period
   local d = {algo = 'sliding_window_counter', key = key, now = now, start = start, period = period,
              cost = cost, taken = cost, current = (w == start), cur = cur, prev = prev, replace = replace}
-  d.rem_now = math.max(0, math.floor(limit - weighted - cur + 1e-9))
+  d.rem_now = max(0, floor(limit - weighted - cur + 1e-9))
   if weighted + cur + cost <= limit + 1e-9 then
     d.ok = 1
     d.retry = 0
-    d.rem_after = math.max(0, math.floor(limit - weighted - cur - cost + 1e-9))
+    d.rem_after = max(0, floor(limit - weighted - cur - cost + 1e-9))
     d.reset = start + 2 * period
   else
     d.ok = 0
@@ -41,15 +41,15 @@ local function sliding_window_counter_decide(key, now, limit, period, cost)
     local room = limit - cur - cost
     if room >= 0 and prev > 0 then
       -- prev * (period - e) / period <= room  <=>  e >= period - room * period / prev
-      local e = math.ceil(period - room * period / prev - 1e-9)
+      local e = ceil(period - room * period / prev - 1e-9)
       if e < period then at = start + e end
     end
     if not at then
       local e = 0
-      if cur > 0 then e = math.max(0, math.ceil(period - (limit - cost) * period / cur - 1e-9)) end
+      if cur > 0 then e = max(0, ceil(period - (limit - cost) * period / cur - 1e-9)) end
       at = start + period + e
     end
-    d.retry = math.max(0, at - now)
+    d.retry = max(0, at - now)
     if cur > 0 then d.reset = start + 2 * period elseif prev > 0 then d.reset = start + period else d.reset = now end
   end
   d.wait = d.retry

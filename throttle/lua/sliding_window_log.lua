@@ -16,7 +16,7 @@ local function sliding_window_log_decide(key, now, limit, period, cost)
   used = used or 0
   local d = {algo = 'sliding_window_log', key = key, now = now, period = period,
              cost = cost, taken = cost, replace = replace}
-  d.rem_now = math.max(0, limit - used)
+  d.rem_now = max(0, limit - used)
   local newest = now
   if used > 0 then
     newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
@@ -31,7 +31,7 @@ local function sliding_window_log_decide(key, now, limit, period, cost)
     d.rem_after = d.rem_now
     local k = used + cost - limit
     local e = redis.call('ZRANGEBYSCORE', key, lo, '+inf', 'WITHSCORES', 'LIMIT', k - 1, 1)
-    d.retry = math.max(0, tonumber(e[2]) + period - now)
+    d.retry = max(0, tonumber(e[2]) + period - now)
     d.reset = newest + period
   end
   d.wait = d.retry

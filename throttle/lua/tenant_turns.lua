@@ -80,7 +80,7 @@ local function tenant_from(l, s)
     -- (a tenant new to the plan may find places from now on)
     l.tp = tonumber(plan_get(l.plan, 'g' .. l.extra .. '#' .. s.tenant)) or 0
   end
-  return math.max(math.floor(now / SEC), math.min(l.tp, l.fill))
+  return max(floor(now / SEC), min(l.tp, l.fill))
 end
 
 -- admit reports whether fast limit l's plan has a place for send s in
@@ -92,7 +92,7 @@ local function admit(l, s, sec)
   local r = room(l, sec)
   -- (an empty second takes a send larger than its share)
   if r > 0 and (l.n + l.cost <= r or l.n == 0) then return true end
-  if r <= 0 or sec <= math.floor(now / SEC) or not l.active then return false end
+  if r <= 0 or sec <= floor(now / SEC) or not l.active then return false end
   l.victim = victim(trec(l, sec), s.tenant, s.weight, l.cost)
   return l.victim ~= nil
 end
@@ -101,7 +101,7 @@ end
 -- reserve_room gives tenant u (weight w) a reservation on fast limit l: a
 -- place in the first free room of a second that has not begun.
 local function reserve_room(l, u, w)
-  local sec = math.max(l.fill, math.floor(now / SEC) + 1)
+  local sec = max(l.fill, floor(now / SEC) + 1)
   for _ = 1, 100000 do
     local n, r = count(l, sec), room(l, sec)
     if r > 0 and (n + l.cost <= r or n == 0) then break end
@@ -126,7 +126,7 @@ local function first_reserved(l, u)
   local qf = 'q' .. l.extra .. '#' .. u
   local q = tonumber(plan_get(l.plan, qf))
   if not q then return nil end
-  local sec = math.max(q, math.floor(now / SEC))
+  local sec = max(q, floor(now / SEC))
   local last = sec + 3600
   while sec <= last do
     local v = trec(l, sec)[u]
