@@ -233,6 +233,28 @@ local function queued(l)
   return l.queued
 end
 
+-- sec_field returns the plan field of a fast limit's count in second sec,
+-- extra..'@'..sec, or with rec its tenant record's (..'#'), made once a
+-- call: a number turned into text costs more than the lookup, and the
+-- sends of a call share a few seconds.
+local sec_fields = {}
+local function sec_field(extra, sec, rec)
+  local k = extra
+  if rec then k = extra .. '#' end
+  local c = sec_fields[k]
+  if not c then
+    c = {}
+    sec_fields[k] = c
+  end
+  local f = c[sec]
+  if not f then
+    f = extra .. '@' .. sec
+    if rec then f = f .. '#' end
+    c[sec] = f
+  end
+  return f
+end
+
 -- room is second sec's share of the paced rate; the current second only
 -- has what is left of it, so a campaign planned at 12.6s does not put a
 -- whole second's sends into its last 0.4s and push the firm book ahead.
@@ -251,7 +273,7 @@ end
 -- second sec.
 local function count(l, sec)
   if not l.active then return 0 end
-  return tonumber(plan_get(l.plan, l.extra .. '@' .. sec)) or 0
+  return tonumber(plan_get(l.plan, sec_field(l.extra, sec))) or 0
 end
 
 -- advance moves fast limit l's fill pointer past the seconds that are full

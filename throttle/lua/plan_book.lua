@@ -47,7 +47,7 @@ local function unplan(s, sec, pay_only)
         drop = owed
       else
         if v and v[2] >= l.cost then v[2] = v[2] - l.cost end
-        local f = l.extra .. '@' .. sec
+        local f = sec_field(l.extra, sec)
         if (tonumber(plan_get(l.plan, f)) or 0) > 0 then
           plan_incr(l.plan, f, -l.cost)
           if sec < l.fill then
@@ -181,7 +181,7 @@ local function plan_count(s, sec, displace, claim)
       if taken or claimed then
         n = count(l, sec)
       else
-        n = plan_incr(l.plan, l.extra .. '@' .. sec, l.cost)
+        n = plan_incr(l.plan, sec_field(l.extra, sec), l.cost)
       end
       if claimed then
         mine[4] = mine[4] - l.cost

@@ -32,7 +32,7 @@ local function trec(l, sec)
   if r then return r end
   r = {}
   if l.active then
-    local f = l.extra .. '@' .. sec .. '#'
+    local f = sec_field(l.extra, sec, true)
     local raw = plan_get(l.plan, f)
     if type(raw) == 'table' then
       r = raw
@@ -48,7 +48,7 @@ end
 
 -- trec_save writes record r of second sec back (an empty one is deleted).
 local function trec_save(l, sec, r)
-  local f = l.extra .. '@' .. sec .. '#'
+  local f = sec_field(l.extra, sec, true)
   if next(r) == nil then plan_del(l.plan, f) else plan_set(l.plan, f, r) end
 end
 
@@ -107,7 +107,7 @@ local function reserve_room(l, u, w)
     if r > 0 and (n + l.cost <= r or n == 0) then break end
     sec = sec + 1
   end
-  local n = plan_incr(l.plan, l.extra .. '@' .. sec, l.cost)
+  local n = plan_incr(l.plan, sec_field(l.extra, sec), l.cost)
   local rec = trec(l, sec)
   local v = rec[u] or {w, 0, 0, 0}
   v[2], v[4] = v[2] + l.cost, (v[4] or 0) + l.cost
@@ -150,7 +150,7 @@ local function unreserve(l, u)
   v[2], v[4] = v[2] - l.cost, v[4] - l.cost
   if v[2] <= 0 and v[3] <= 0 then rec[u] = nil end
   trec_save(l, sec, rec)
-  plan_incr(l.plan, l.extra .. '@' .. sec, -l.cost)
+  plan_incr(l.plan, sec_field(l.extra, sec), -l.cost)
   if sec < l.fill then
     l.fill = sec
     plan_set(l.plan, 'f' .. l.extra, sec)
