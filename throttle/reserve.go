@@ -606,6 +606,8 @@ func (ra *reserveArgs) send(taskID string, p Priority, retake bool, callID, tena
 			ra.spec[sp] = si
 			ra.specs = append(ra.specs, sp.algo, sp.limit, sp.period, sp.burst, sp.cost, sp.extra)
 		}
+		// (both as decimal integers: reserve.lua looks specs and pause
+		// limits up by this text)
 		ra.args = append(ra.args, ki, si)
 	}
 }

@@ -66,16 +66,18 @@ local nsends = tonumber(ARGV[7])
 -- book of a fast limit counts its sends per second.
 local SEC = 1000000
 
--- The limit specs, read once a call (their numbers converted once).
+-- The limit specs, read once a call (their numbers converted once), by
+-- their number as ARGV writes it ("1", "2", ...): a send's spec is then a
+-- table lookup of its ARGV text, not a conversion (strtod) and a lookup.
 local specs = {}
 local first_send = 9 + 6 * (ARGV[8] + 0)
 for b = 9, first_send - 1, 6 do
-  specs[#specs + 1] = {algo = ARGV[b], limit = ARGV[b + 1] + 0, period = ARGV[b + 2] + 0,
+  specs[tostring((b - 3) / 6)] = {algo = ARGV[b], limit = ARGV[b + 1] + 0, period = ARGV[b + 2] + 0,
     burst = ARGV[b + 3] + 0, cost = ARGV[b + 4] + 0, extra = ARGV[b + 5]}
 end
 
--- pause_limits holds a pause's limit table per key index: the sends of a
--- call share it (its one per-send field, l.d, is set by each send's
+-- pause_limits holds a pause's limit table per key index (its ARGV text,
+-- as specs): the sends of a call share it (its one per-send field, l.d, is set by each send's
 -- decide_now before it is read; pause_from, in "plan", reuses the
 -- decision: nothing changes a pause within a call).
 local pause_limits = {}
@@ -94,16 +96,17 @@ local function parse(a)
   local m = ARGV[a + 5] + 0
   a = a + 6
   for j = 1, m do
-    local i, p = ARGV[a] + 0, specs[ARGV[a + 1] + 0]
+    local ref, p = ARGV[a], specs[ARGV[a + 1]]
     local algo, l = p.algo
     if algo == 'pause' then
       -- (a pause has a key and nothing else)
-      l = pause_limits[i]
+      l = pause_limits[ref]
       if not l then
-        l = {key = KEYS[i], algo = algo}
-        pause_limits[i] = l
+        l = {key = KEYS[ref + 0], algo = algo}
+        pause_limits[ref] = l
       end
     else
+      local i = ref + 0
       l = {key = KEYS[i], plan = KEYS[i + 1], backlog = KEYS[i + 2], algo = algo,
         limit = p.limit, period = p.period, burst = p.burst, cost = p.cost, extra = p.extra}
     end
