@@ -237,14 +237,14 @@ end
 -- extra..'@'..sec, or with rec its tenant record's (..'#'), made once a
 -- call: a number turned into text costs more than the lookup, and the
 -- sends of a call share a few seconds.
-local sec_fields = {}
+local sec_fields, rec_fields = {}, {}
 local function sec_field(extra, sec, rec)
-  local k = extra
-  if rec then k = extra .. '#' end
-  local c = sec_fields[k]
+  local by = sec_fields
+  if rec then by = rec_fields end
+  local c = by[extra]
   if not c then
     c = {}
-    sec_fields[k] = c
+    by[extra] = c
   end
   local f = c[sec]
   if not f then
