@@ -20,8 +20,9 @@
 -- tolerance, us), l.a (how far its TAT is ahead of now, us), l.replace,
 -- l.firm (its earliest instant by the firm book), l.fast (T < 1s); a fast
 -- limit also l.rate (sends a second), l.active (its plan is not idle),
--- l.fill, l.swept; a slow one l.queued (its earliest instant behind its
--- plan tail), but only once queued (below) or leave (plan_book.lua) asks.
+-- l.fill, l.swept. A slow limit's l.queued (its earliest instant behind
+-- its plan tail) is set by queued (below) or leave (plan_book.lua), not by
+-- pace.
 
 -- extend_later is prelude.lua's extend at the script's end (flush_extends,
 -- reserve.lua; only that script plans, so only it carries these): a script that

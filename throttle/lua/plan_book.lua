@@ -252,7 +252,9 @@ end
 -- one of its pause limits is paused: the first whole second at or after
 -- the latest pause's end (asynq brings a send back at a whole second: one
 -- planned inside the second the pause ends in would come back paused);
--- nil when none is. Pause limits are decided at most once a send (l.d).
+-- nil when none is. A pause's decision is its limit table's l.d: in
+-- "reserve" decide_now's for this send; in "plan" the first send's of the
+-- call (the sends share a pause's table: pause_limits, reserve.lua).
 -- PLAN_PAUSE_MAX: the longest pause a send is planned past, at enqueue
 -- ("plan") or when it comes back paused ("reserve"): 5 min,
 -- throttle.MaxPlannedPause.

@@ -86,10 +86,11 @@ local pause_limits = {}
 -- send and the next index. The numbers are converted with "+ 0": tonumber
 -- parses a string twice, and these always hold numbers. A limit l is the
 -- table every part reads and annotates: l.key, l.plan and l.backlog are
--- its KEYS (a pause's table holds l.key and l.algo only: nothing reads
--- more of it; pause_limits); pace (pace.lua) adds its pace and books. s.limits lists them
--- in the order of the request (the reply's), s.gcra the GCRA limits and
--- s.other the rest, each in that order.
+-- its KEYS (a pause's table holds l.key, l.algo and the decision l.d, and
+-- is shared by the sends of the call: pause_limits); pace (pace.lua) adds
+-- its pace and books. s.limits lists them in the order of the request (the
+-- reply's), s.gcra the GCRA limits and s.other the rest, each in that
+-- order.
 local function parse(a)
   local s = {id = ARGV[a], prio = ARGV[a + 1], cid = ARGV[a + 2], tenant = ARGV[a + 3],
     weight = ARGV[a + 4] + 0, limits = {}, gcra = {}, other = {}}
