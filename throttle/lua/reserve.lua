@@ -77,9 +77,10 @@ for b = 9, first_send - 1, 6 do
 end
 
 -- pause_limits holds a pause's limit table per key index (its ARGV text,
--- as specs): the sends of a call share it (its one per-send field, l.d, is set by each send's
--- decide_now before it is read; pause_from, in "plan", reuses the
--- decision: nothing changes a pause within a call).
+-- as specs): the sends of a call share it. Its one per-send field, l.d,
+-- is set by each send's decide_now before it is read; pause_from, in
+-- "plan", reuses the first send's decision: nothing changes a pause within
+-- a call.
 local pause_limits = {}
 
 -- parse reads a send's limits from ARGV starting at index a; returns the
@@ -100,7 +101,7 @@ local function parse(a)
     local ref, p = ARGV[a], specs[ARGV[a + 1]]
     local algo, l = p.algo
     if algo == 'pause' then
-      -- (a pause has a key and nothing else)
+      -- (a pause has a key and its decision, nothing else)
       l = pause_limits[ref]
       if not l then
         l = {key = KEYS[ref + 0], algo = algo}
