@@ -297,7 +297,7 @@ local function sweep(l)
   if l.swept < cur then
     if cur - l.swept <= 1000 then
       for sec = l.swept, cur - 1 do
-        plan_del(l.plan, l.extra .. '@' .. sec, l.extra .. '@' .. sec .. '#')
+        plan_del(l.plan, sec_field(l.extra, sec), sec_field(l.extra, sec, true))
       end
     else
       flush_plan(l.plan) -- (the walk reads Redis)
