@@ -99,7 +99,12 @@
 //     firm slot for it; ReleasePlanned and SweepBacklogs give it up.
 //   - Backlog: "<key>|backlog", a sorted set of task ID to planned instant,
 //     one entry per place on that limit (Backlog, ListPlanned); its TTL
-//     runs to an hour after its latest place.
+//     runs to an hour after its latest place. A limit paced slower than
+//     the hold (a pair's 1 per 6 s) keeps none for a send that also has a
+//     fast limit (a number's 80/s): the fast limit's backlog holds the same
+//     place, and nothing reads the other. A pause of that slow limit's scope
+//     then moves none of its sends (DeferPlanned); they come back at their
+//     places and are planned past it.
 //   - Tenant turn: on a fast limit, backlogged tenants (ReserveOptions.Tenant,
 //     "" included) share each second by Weight instead of first come, first
 //     served: a send planned into a full future second takes a place from

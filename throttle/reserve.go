@@ -334,7 +334,7 @@ func (l *Redis) Plan(ctx context.Context, opts ReserveOptions, sends []Send) ([]
 		var last time.Time  // the scope's last planned instant
 		for lo := 0; lo < len(items); lo += batch {
 			part := items[lo:min(lo+batch, len(items))]
-			ra := l.newReserveArgs("plan", 0, headroom, len(part))
+			ra := l.newReserveArgs("plan", hold, headroom, len(part))
 			var all []Request
 			for _, it := range part {
 				s := sends[it.idx]
@@ -391,7 +391,7 @@ func (l *Redis) ReleasePlanned(ctx context.Context, s Send) (bool, error) {
 	if err != nil || len(gcra) == 0 {
 		return false, err
 	}
-	ra := l.newReserveArgs("release", 0, 0, 1)
+	ra := l.newReserveArgs("release", DefaultHold, 0, 1) // (the hold decides which limits keep a backlog: reserve.lua, parse)
 	ra.send(s.TaskID, Bulk, false, "", s.Tenant, s.Weight, gcra, fields)
 	raw, err := reserveScripts[0].Run(ctx, l.rdb, ra.keys, ra.argv()...).Int64Slice() // GCRA only
 	if err != nil {

@@ -258,7 +258,7 @@ local function reserve_one(s, out)
     -- meanwhile.
     if back then
       for _, l in ipairs(s.gcra) do
-        redis.call('ZADD', l.backlog, 'XX', at, s.id)
+        if not l.listless then redis.call('ZADD', l.backlog, 'XX', at, s.id) end
       end
     end
   else

@@ -74,8 +74,10 @@ local function held_at(s)
   if s.id == '' then return nil end
   local held
   for _, l in ipairs(s.gcra) do
-    local at = tonumber(redis.call('ZSCORE', l.backlog, s.id))
-    if at and (not held or at > held) then held = at end
+    if not l.listless then
+      local at = tonumber(redis.call('ZSCORE', l.backlog, s.id))
+      if at and (not held or at > held) then held = at end
+    end
   end
   return held
 end
@@ -84,7 +86,7 @@ end
 local function unlist(s)
   if s.id == '' then return end
   for _, l in ipairs(s.gcra) do
-    redis.call('ZREM', l.backlog, s.id)
+    if not l.listless then redis.call('ZREM', l.backlog, s.id) end
   end
 end
 
@@ -99,20 +101,31 @@ local function leave(s, held, paid)
   if not paid then unplan(s, floor(held / SEC), false) end
   local left = false
   for _, l in ipairs(s.gcra) do
-    local score = tonumber(redis.call('ZSCORE', l.backlog, s.id))
-    if score then
-      local last = redis.call('ZREVRANGE', l.backlog, 0, 0)[1]
-      redis.call('ZREM', l.backlog, s.id)
-      left = true
-      if not l.fast and last == s.id then
-        local tail = ceil(score)
-        if tail > now + l.a then
-          plan_set(l.plan, 't' .. l.extra, us(tail))
-          set_queued(l, tail)
-        else
-          plan_del(l.plan, 't' .. l.extra)
-          set_queued(l, nil)
-        end
+    local score, last
+    if l.listless then
+      -- (no backlog: it was planned last when the tail is the one its place
+      -- set, one interval after its second; the next send planned there
+      -- has a tail at least two intervals after it. A tail set at another
+      -- headroom still falls in the half interval either side.)
+      local t = tonumber(plan_get(l.plan, 't' .. l.extra))
+      local after = t and t - (floor(held / SEC) + 1) * SEC
+      if after and after > 0.5 * l.T * l.cost and after < 1.5 * l.T * l.cost then score, last = held, s.id end
+    else
+      score = tonumber(redis.call('ZSCORE', l.backlog, s.id))
+      if score then
+        last = redis.call('ZREVRANGE', l.backlog, 0, 0)[1]
+        redis.call('ZREM', l.backlog, s.id)
+        left = true
+      end
+    end
+    if score and not l.fast and last == s.id then
+      local tail = ceil(score)
+      if tail > now + l.a then
+        plan_set(l.plan, 't' .. l.extra, us(tail))
+        set_queued(l, tail)
+      else
+        plan_del(l.plan, 't' .. l.extra)
+        set_queued(l, nil)
       end
     end
   end
@@ -241,7 +254,7 @@ local function plan_commit(s, at, sec, claim)
         extend_later(l.plan, ttl_ms(tail - now))
       end
     end
-    if s.id ~= '' then
+    if s.id ~= '' and not l.listless then
       redis.call('ZADD', l.backlog, at, s.id)
       extend_later(l.backlog, ttl_ms(at - now) + 3600000)
     end

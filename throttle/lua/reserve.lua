@@ -72,8 +72,15 @@ local SEC = 1000000
 local specs = {}
 local first_send = 9 + 6 * (ARGV[8] + 0)
 for b = 9, first_send - 1, 6 do
-  specs[tostring((b - 3) / 6)] = {algo = ARGV[b], limit = ARGV[b + 1] + 0, period = ARGV[b + 2] + 0,
+  local p = {algo = ARGV[b], limit = ARGV[b + 1] + 0, period = ARGV[b + 2] + 0,
     burst = ARGV[b + 3] + 0, cost = ARGV[b + 4] + 0, extra = ARGV[b + 5]}
+  if p.algo == 'gcra' then
+    -- (for parse: paced faster than a send a second; slower than the
+    -- hold: listless)
+    local T = p.period / p.limit / (1 - headroom)
+    p.fast, p.long = T < SEC, T * p.cost > hold
+  end
+  specs[tostring((b - 3) / 6)] = p
 end
 
 -- pause_limits holds a pause's limit table per key index (its ARGV text,
@@ -96,6 +103,7 @@ local function parse(a)
   local s = {id = ARGV[a], prio = ARGV[a + 1], cid = ARGV[a + 2], tenant = ARGV[a + 3],
     weight = ARGV[a + 4] + 0, limits = {}, gcra = {}, other = {}}
   local m = ARGV[a + 5] + 0
+  local fast, long = false, nil
   a = a + 6
   for j = 1, m do
     local ref, p = ARGV[a], specs[ARGV[a + 1]]
@@ -111,10 +119,30 @@ local function parse(a)
       local i = ref + 0
       l = {key = KEYS[i], plan = KEYS[i + 1], backlog = KEYS[i + 2], algo = algo,
         limit = p.limit, period = p.period, burst = p.burst, cost = p.cost, extra = p.extra}
+      if p.fast then
+        fast = true
+      elseif p.long then
+        if long then long[#long + 1] = l else long = {l} end
+      end
     end
     s.limits[j] = l
     if algo == 'gcra' then s.gcra[#s.gcra + 1] = l else s.other[#s.other + 1] = l end
     a = a + 2
+  end
+  -- Listless: a GCRA limit slower than the hold (a pair's 6 s) keeps no
+  -- backlog entry for a send that also has a fast limit (a number's
+  -- 80/s). Its place would be the fast limit's (plan_commit gives every
+  -- backlog the same instant) and nothing else reads it: NextTooLate looks
+  -- only at limits paced within the hold. So a planned WhatsApp send
+  -- writes, reads and removes one backlog entry, not two; leave finds
+  -- whether it was planned last there from the plan tail. The price: a
+  -- pause of such a limit's own scope (a pair's, WhatsApp 131056) moves
+  -- none of its sends (DeferPlanned): they come back at their places,
+  -- find the pause and are planned past it, one dequeue more each; and
+  -- Backlog lists none for it. (Plan and release pass a hold too, so
+  -- that they decide as reserve does.)
+  if fast and long then
+    for _, l in ipairs(long) do l.listless = true end
   end
   return s, a
 end
