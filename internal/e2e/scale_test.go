@@ -252,6 +252,7 @@ func benchNumber(i int) string { return fmt.Sprintf("1065403%08d", 10000+i) }
 // INFO commandstats.
 type redisWork struct {
 	cpu      time.Duration
+	sys      time.Duration // of cpu, in the kernel (used_cpu_sys: mostly the clients' reads and writes)
 	commands map[string]commandStat
 }
 
@@ -282,6 +283,9 @@ func readRedisWork(t *testing.T, rdb *redis.Client) redisWork {
 			f, err := strconv.ParseFloat(v, 64)
 			require.NoError(t, err)
 			w.cpu += time.Duration(f * float64(time.Second))
+			if k == "used_cpu_sys" {
+				w.sys += time.Duration(f * float64(time.Second))
+			}
 		}
 	}
 	return w
@@ -289,7 +293,7 @@ func readRedisWork(t *testing.T, rdb *redis.Client) redisWork {
 
 // minus is the work done between b and a.
 func (a redisWork) minus(b redisWork) redisWork {
-	d := redisWork{cpu: a.cpu - b.cpu, commands: map[string]commandStat{}}
+	d := redisWork{cpu: a.cpu - b.cpu, sys: a.sys - b.sys, commands: map[string]commandStat{}}
 	for k, v := range a.commands {
 		if x := (commandStat{calls: v.calls - b.commands[k].calls, usec: v.usec - b.commands[k].usec}); x.calls > 0 {
 			d.commands[k] = x
@@ -517,6 +521,9 @@ func (r benchRun) figures(sum *stressSummary, d redisWork) {
 	sum.add("duplicates", r.duplicates)
 	sum.add("redis_cpu_ms", float64(d.cpu.Microseconds())/1000)
 	sum.add("redis_cpu_us_per_send", r.cpuPerSend)
+	if d.cpu > 0 {
+		sum.add("redis_cpu_sys_share", float64(d.sys)/float64(d.cpu))
+	}
 	if r.delivered > 0 {
 		enq := float64(r.enqueueCPU.Microseconds()) / float64(r.delivered)
 		sum.add("redis_cpu_enqueue_us_per_send", enq)
