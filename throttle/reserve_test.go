@@ -326,6 +326,46 @@ func TestReleasePlannedGivesTheLastPlaceBack(t *testing.T) {
 	}
 }
 
+// A pair (1 per 6 s) beside its number's 80/s keeps no backlog: the
+// number's holds the place. Released, the last send planned to a
+// recipient still gives its place back to the next one.
+func TestAPairKeepsNoBacklogAndGivesItsLastPlaceBack(t *testing.T) {
+	l, _ := reserveLimiter(t)
+	ctx := context.Background()
+	opts := throttle.ReserveOptions{}
+	number := throttle.Request{Key: "wa:number:1", Limit: throttle.Limit{Name: "n", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(80), Burst: 1}}
+	pair := throttle.Request{Key: "wa:pair:1:x", Limit: throttle.Limit{Name: "p", Algorithm: throttle.GCRA, Rate: throttle.Rate{Limit: 1, Period: 6 * time.Second}, Burst: 1}}
+	send := func(id string) throttle.Send {
+		return throttle.Send{TaskID: id, Requests: []throttle.Request{number, pair}}
+	}
+	planned, err := l.Plan(ctx, opts, []throttle.Send{send("a"), send("b")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gap := planned[1].At.Sub(planned[0].At); gap < 6*time.Second {
+		t.Fatalf("b planned %v after a, want 6s at least", gap)
+	}
+	if b, _ := l.Backlog(ctx, "wa:pair:1:x"); b.Planned != 0 {
+		t.Fatalf("pair backlog %d, want none", b.Planned)
+	}
+	if b, _ := l.Backlog(ctx, "wa:number:1"); b.Planned != 2 {
+		t.Fatalf("number backlog %d, want a and b", b.Planned)
+	}
+	if ok, err := l.ReleasePlanned(ctx, send("b")); err != nil || !ok {
+		t.Fatalf("release b: %v %v", ok, err)
+	}
+	again, err := l.Plan(ctx, opts, []throttle.Send{send("c")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again[0].At.After(planned[1].At) {
+		t.Fatalf("c planned at %v, want no later than b's released place %v", again[0].At, planned[1].At)
+	}
+	if gap := again[0].At.Sub(planned[0].At); gap < 6*time.Second {
+		t.Fatalf("c planned %v after a, want 6s at least", gap)
+	}
+}
+
 func TestReserveErrors(t *testing.T) {
 	l, _ := reserveLimiter(t)
 	ctx := context.Background()

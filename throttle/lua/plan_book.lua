@@ -102,20 +102,29 @@ local function leave(s, held, paid)
   local left = false
   for _, l in ipairs(s.gcra) do
     local score, last
-    if l.listless then
-      -- (no backlog: it was planned last when the tail is the one its place
-      -- set, one interval after its second; the next send planned there
-      -- has a tail at least two intervals after it. A tail set at another
-      -- headroom still falls in the half interval either side.)
-      local t = tonumber(plan_get(l.plan, 't' .. l.extra))
-      local after = t and t - (floor(held / SEC) + 1) * SEC
-      if after and after > 0.5 * l.T * l.cost and after < 1.5 * l.T * l.cost then score, last = held, s.id end
-    else
+    if not l.listless then
       score = tonumber(redis.call('ZSCORE', l.backlog, s.id))
       if score then
         last = redis.call('ZREVRANGE', l.backlog, 0, 0)[1]
         redis.call('ZREM', l.backlog, s.id)
         left = true
+      end
+    end
+    if not score and l.long then
+      -- (no backlog entry: the limit is listless, or was when the send was
+      -- planned, beside a fast limit adapted below a send a second since.
+      -- It was planned last there when the tail is the one its place set,
+      -- an interval after the end of its second (or after its place, with
+      -- no fast limit), or after the second it held before a pause moved
+      -- its place (DeferPlanned moves the fast limit's places, not this
+      -- tail); its place here was at the latest the tail less an interval.
+      -- A send planned after it has a tail an interval later at least, so
+      -- this tells them apart unless a pause moved the place by most of an
+      -- interval; then the next send planned there may be planned too
+      -- early, and the firm book holds it back.)
+      local t = tonumber(plan_get(l.plan, 't' .. l.extra))
+      if t and t - (floor(held / SEC) + 1) * SEC <= l.T * l.cost + SEC then
+        score, last = min(held, t - l.T * l.cost), s.id
       end
     end
     if score and not l.fast and last == s.id then

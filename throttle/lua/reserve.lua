@@ -122,6 +122,7 @@ local function parse(a)
       if p.fast then
         fast = true
       elseif p.long then
+        l.long = true
         if long then long[#long + 1] = l else long = {l} end
       end
     end
