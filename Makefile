@@ -93,7 +93,9 @@ e2e-stress: redis-server
 # send, delivered/s, each number's rate against its cap, throttles, and the
 # ratio lines redis_cpu_per_send_ratio and delivered_rate_ratio (Sluice over
 # plain asynq). SLUICE_BENCH_NUMBERS, SLUICE_BENCH_SENDS and
-# SLUICE_BENCH_WORKERS set the size; SLUICE_BENCH_SLOWLOG=1 adds Redis' work
+# SLUICE_BENCH_WORKERS set the size; both sides run SLUICE_BENCH_ROUNDS
+# times (default 3), alternating, and the ratio line is the rounds' median
+# (one pair of runs moves by a fifth on this host); SLUICE_BENCH_SLOWLOG=1 adds Redis' work
 # per send script by script (which costs Redis CPU itself), see
 # internal/e2e/scale_test.go. Sluice runs with channels.whatsapp.batch_sends
 # (batch tasks); SLUICE_BENCH_BATCH=0 runs it without, to compare. Run it

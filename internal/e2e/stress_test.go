@@ -180,6 +180,12 @@ func (s *stressSummary) add(name string, v any) {
 	switch x := v.(type) {
 	case float64:
 		v = math.Round(x*10000) / 10000
+	case []float64:
+		r := make([]float64, len(x))
+		for i, f := range x {
+			r[i] = math.Round(f*10000) / 10000
+		}
+		v = r
 	case time.Duration:
 		v = float64(x.Milliseconds()) / 1000
 	}
