@@ -93,18 +93,19 @@
 //     80/s at 0.015 is paced at 78.8/s (ReserveOptions.Headroom,
 //     DefaultHeadroom, at most MaxHeadroom).
 //   - Place: a send's planned instant, kept under its TaskID in the backlog
-//     of each of its GCRA limits, counted in that second of each fast
+//     of each of its GCRA limits (but a listless one, below), counted in that second of each fast
 //     limit's plan and behind each slow limit's plan tail
 //     (Reservation.Planned, Planned.At). Reserve with the TaskID takes the
 //     firm slot for it; ReleasePlanned and SweepBacklogs give it up.
 //   - Backlog: "<key>|backlog", a sorted set of task ID to planned instant,
 //     one entry per place on that limit (Backlog, ListPlanned); its TTL
 //     runs to an hour after its latest place. A limit paced slower than
-//     the hold (a pair's 1 per 6 s) keeps none for a send that also has a
-//     fast limit (a number's 80/s): the fast limit's backlog holds the same
-//     place, and nothing reads the other. A pause of that slow limit's scope
-//     then moves none of its sends (DeferPlanned); they come back at their
-//     places and are planned past it.
+//     the hold (a pair's 1 per 6 s) is listless: it keeps none for a send
+//     that also has a fast limit (a number's 80/s), whose backlog holds the
+//     same place; its plan tail (PlanTail) says whether a send is planned
+//     there. A pause of that slow limit's scope then moves none of its
+//     sends (DeferPlanned); they come back at their places and are planned
+//     past it.
 //   - Tenant turn: on a fast limit, backlogged tenants (ReserveOptions.Tenant,
 //     "" included) share each second by Weight instead of first come, first
 //     served: a send planned into a full future second takes a place from

@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -430,6 +431,29 @@ func (l *Redis) Backlog(ctx context.Context, key string) (Backlog, error) {
 	return b, nil
 }
 
+// PlanTail is the plan tail of a GCRA limit paced slower than a send a
+// second (a pair, a 1/s sender), key without prefix: one interval after
+// its last planned send's place, or after the end of that send's second
+// where the send also has a faster limit (a pair beside its number); zero
+// when nothing is planned on it. A limit paced slower than the hold keeps
+// no backlog beside a faster one (Backlog lists none for a pair): its tail
+// says whether a send is planned, not how many. A limit sharing a state
+// hash with others (a field name) is not read. The error is Redis's.
+func (l *Redis) PlanTail(ctx context.Context, key string) (time.Time, error) {
+	v, err := l.rdb.HGet(ctx, planKey(l.Key(key)), "t").Result()
+	if errors.Is(err, redis.Nil) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("throttle: plan tail %q: %w", key, err)
+	}
+	us, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("throttle: plan tail %q: %.40q is not a time", key, v)
+	}
+	return time.UnixMicro(us), nil
+}
+
 func reserveParams(opts ReserveOptions) (hold time.Duration, headroom float64, err error) {
 	hold = opts.Hold
 	if hold == 0 {
@@ -760,7 +784,9 @@ type Deferred struct {
 // (until, on the limiter's clock: Paused.Until): reqs are a send's GCRA
 // limits keyed by exactly the scope's fields (a sender's rate limit for a
 // pause of the sender), whose backlogs hold the scope's planned sends.
-// The first planned send still to come moves to the pause's first whole
+// A limit that keeps no backlog (a pair beside its number: PlanTail) has
+// nothing to move: its sends come back, find the pause and are planned
+// past it. The first planned send still to come moves to the pause's first whole
 // second and every other one later by the same whole number of seconds;
 // with probe (a run of pauses, a storm), the first goes alone and the
 // others one second more (a storm that goes on throttles one send, not a

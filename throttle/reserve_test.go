@@ -351,6 +351,14 @@ func TestAPairKeepsNoBacklogAndGivesItsLastPlaceBack(t *testing.T) {
 	if b, _ := l.Backlog(ctx, "wa:number:1"); b.Planned != 2 {
 		t.Fatalf("number backlog %d, want a and b", b.Planned)
 	}
+	// The pair's tail says a send is planned: an interval past b's second.
+	tail, err := l.PlanTail(ctx, "wa:pair:1:x")
+	if err != nil || tail.Sub(planned[1].At.Truncate(time.Second)) < 7*time.Second || tail.Sub(planned[1].At) > 8*time.Second {
+		t.Fatalf("pair's tail %v (%v), want an interval after b's second %v", tail, err, planned[1].At)
+	}
+	if tail, err := l.PlanTail(ctx, "wa:pair:1:nobody"); err != nil || !tail.IsZero() {
+		t.Fatalf("tail of a pair with nothing planned: %v %v", tail, err)
+	}
 	if ok, err := l.ReleasePlanned(ctx, send("b")); err != nil || !ok {
 		t.Fatalf("release b: %v %v", ok, err)
 	}

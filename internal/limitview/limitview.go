@@ -159,12 +159,25 @@ func ReadKey(ctx context.Context, lim *throttle.Redis, cfg *config.Config, key s
 		if err != nil {
 			return k, err
 		}
-		k.Backlog = &b
 		scope, _, _ := strings.Cut(key, ":")
 		if cc := cfg.Channels[scope]; cc != nil {
 			k.Headroom = cc.Headroom
 			k.Paced = throttle.PerSecondOf(k.Limit.Rate) * (1 - cc.Headroom)
 		}
+		if iv := k.Limit.Rate.Interval(); b.Planned == 0 && iv >= time.Second {
+			// A pair beside its number keeps no backlog (throttle.PlanTail):
+			// a tail still ahead says a send is planned, at the latest an
+			// interval before it.
+			tail, err := lim.PlanTail(ctx, key)
+			if err != nil {
+				return k, err
+			}
+			if tail.After(k.Now) {
+				last := tail.Add(-time.Duration(float64(iv) / (1 - k.Headroom)))
+				b = throttle.Backlog{Planned: 1, Next: last, Drains: last}
+			}
+		}
+		k.Backlog = &b
 		pace := k.Paced
 		if pace <= 0 {
 			pace = throttle.PerSecondOf(k.Limit.Rate)

@@ -5,8 +5,9 @@
 --
 -- A place is a planned instant (us) that a send holds under its task ID
 -- in the backlog of each of its GCRA limits (its backlog zset, task id ->
--- planned us), counted in that second of each fast limit's plan and behind
--- the plan tail of each slow one.
+-- planned us) but the listless ones (reserve.lua, parse: a pair beside its
+-- number), counted in that second of each fast limit's plan and behind the
+-- plan tail of each slow one.
 
 -- unplan takes a planned send out of second sec of its fast limits' plans:
 -- where its tenant owes a yield there, the yield is paid (its count already
@@ -110,20 +111,25 @@ local function leave(s, held, paid)
         left = true
       end
     end
-    if not score and l.long then
-      -- (no backlog entry: the limit is listless, or was when the send was
-      -- planned, beside a fast limit adapted below a send a second since.
-      -- It was planned last there when the tail is the one its place set,
-      -- an interval after the end of its second (or after its place, with
-      -- no fast limit), or after the second it held before a pause moved
-      -- its place (DeferPlanned moves the fast limit's places, not this
-      -- tail); its place here was at the latest the tail less an interval.
-      -- A send planned after it has a tail an interval later at least, so
-      -- this tells them apart unless a pause moved the place by most of an
-      -- interval; then the next send planned there may be planned too
-      -- early, and the firm book holds it back.)
+    if not l.fast then
+      -- Was it planned last there? By the tail: the one its place set is
+      -- an interval after the end of its second (after its place, with no
+      -- fast limit), or after the end of the second it held before a pause
+      -- moved its place (DeferPlanned moves the fast limit's places, not
+      -- this tail); a send planned after it has a tail an interval later at
+      -- least. So with no backlog entry (the limit listless, or listless
+      -- when the send was planned: another hold, a fast limit adapted
+      -- since) the tail tells, and its place here was at the latest the
+      -- tail less an interval; with one, the backlog's last must agree
+      -- with the tail (a listless send planned after it has no entry).
+      -- Only a pause that moved the place by about an interval or more
+      -- (6 s for a pair) can make a later send's tail pass for its own:
+      -- the next send planned there may then be planned too early, and the
+      -- firm book holds it back.
       local t = tonumber(plan_get(l.plan, 't' .. l.extra))
-      if t and t - (floor(held / SEC) + 1) * SEC <= l.T * l.cost + SEC then
+      if score then
+        if last == s.id and t and t - (floor(score / SEC) + 1) * SEC > l.T * l.cost + SEC then last = nil end
+      elseif t and t - (floor(held / SEC) + 1) * SEC <= l.T * l.cost + SEC then
         score, last = min(held, t - l.T * l.cost), s.id
       end
     end

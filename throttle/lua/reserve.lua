@@ -122,7 +122,6 @@ local function parse(a)
       if p.fast then
         fast = true
       elseif p.long then
-        l.long = true
         if long then long[#long + 1] = l else long = {l} end
       end
     end
@@ -133,15 +132,18 @@ local function parse(a)
   -- Listless: a GCRA limit slower than the hold (a pair's 6 s) keeps no
   -- backlog entry for a send that also has a fast limit (a number's
   -- 80/s). Its place would be the fast limit's (plan_commit gives every
-  -- backlog the same instant) and nothing else reads it: NextTooLate looks
-  -- only at limits paced within the hold. So a planned WhatsApp send
-  -- writes, reads and removes one backlog entry, not two; leave finds
-  -- whether it was planned last there from the plan tail. The price: a
-  -- pause of such a limit's own scope (a pair's, WhatsApp 131056) moves
-  -- none of its sends (DeferPlanned): they come back at their places,
-  -- find the pause and are planned past it, one dequeue more each; and
-  -- Backlog lists none for it. (Plan and release pass a hold too, so
-  -- that they decide as reserve does.)
+  -- backlog the same instant), and what else reads a backlog does without
+  -- it: NextTooLate looks at limits paced within the hold only (with a
+  -- channel's hold over the producer's 2 s, a pair's sends are not pulled
+  -- early), and leave finds whether a send was planned last there from
+  -- the plan tail. So a planned WhatsApp send writes, reads and removes one
+  -- backlog entry, not two. The price: a pause of such a limit's own scope
+  -- (a pair's, WhatsApp 131056) moves none of its sends (DeferPlanned):
+  -- they come back at their places, find the pause and are planned past
+  -- it, one dequeue more each; and Backlog lists none for it (PlanTail
+  -- tells whether one is planned). Plan and release decide with a hold
+  -- too: Plan's (DefaultHold unless the caller gives one), release
+  -- DefaultHold.
   if fast and long then
     for _, l in ipairs(long) do l.listless = true end
   end
