@@ -432,13 +432,17 @@ func (l *Redis) Backlog(ctx context.Context, key string) (Backlog, error) {
 }
 
 // PlanTail is the plan tail of a GCRA limit paced slower than a send a
-// second (a pair, a 1/s sender), key without prefix: one interval after
-// its last planned send's place, or after the end of that send's second
-// where the send also has a faster limit (a pair beside its number); zero
-// when nothing is planned on it. A limit paced slower than the hold keeps
-// no backlog beside a faster one (Backlog lists none for a pair): its tail
-// says whether a send is planned, not how many. A limit sharing a state
-// hash with others (a field name) is not read. The error is Redis's.
+// second (a pair, a 1/s sender), key without prefix: the earliest instant
+// its next send may be planned at. Planning a send sets it one interval
+// after the send's place, or after the end of the send's second where the
+// send also has a faster limit (a pair beside its number); a send that
+// gives its place up and was planned last sets it back to that place. Zero
+// when the plan holds none (it expires an interval after the last place).
+// A limit paced slower than the hold keeps no backlog beside a faster one
+// (Backlog lists none for a pair): a tail more than an interval ahead says
+// a send is planned there, not how many (a place given back can leave one
+// with none). A limit sharing a state hash with others (a field name) is
+// not read: zero. The error is Redis's, or wraps ErrMalformedReply.
 func (l *Redis) PlanTail(ctx context.Context, key string) (time.Time, error) {
 	v, err := l.rdb.HGet(ctx, planKey(l.Key(key)), "t").Result()
 	if errors.Is(err, redis.Nil) {
@@ -449,7 +453,7 @@ func (l *Redis) PlanTail(ctx context.Context, key string) (time.Time, error) {
 	}
 	us, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("throttle: plan tail %q: %.40q is not a time", key, v)
+		return time.Time{}, fmt.Errorf("%w: plan tail %q: %.40q is not a time", ErrMalformedReply, key, v)
 	}
 	return time.UnixMicro(us), nil
 }

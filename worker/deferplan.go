@@ -26,9 +26,9 @@ type Deferrer interface {
 
 // deferBinding is, per pause scope, the channel's GCRA rules keyed by
 // exactly the scope's fields: their backlogs hold the scope's planned
-// sends (the sender's rate limit for a sender's pause; a pair's limit keeps
-// none beside its number's, so a pair's pause moves nothing:
-// throttle.PlanTail).
+// sends (the sender's rate limit for a sender's pause; with a hold under
+// 6.1 s a pair's limit keeps none beside its number's, so a pair's pause
+// moves nothing: throttle.PlanTail).
 type deferBinding struct {
 	deferrer Deferrer
 	byScope  map[string][]adaptRule

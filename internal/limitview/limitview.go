@@ -172,8 +172,10 @@ func ReadKey(ctx context.Context, lim *throttle.Redis, cfg *config.Config, key s
 			if err != nil {
 				return k, err
 			}
-			if tail.After(k.Now) {
-				last := tail.Add(-time.Duration(float64(iv) / (1 - k.Headroom)))
+			// (a place given back leaves the tail at it: a tail more than an
+			// interval ahead may hold no send)
+			last := tail.Add(-time.Duration(float64(iv) * float64(max(r.Cost, 1)) / (1 - k.Headroom)))
+			if last.After(k.Now) {
 				b = throttle.Backlog{Planned: 1, Next: last, Drains: last}
 			}
 		}

@@ -128,7 +128,10 @@ local function leave(s, held, paid)
       -- firm book holds it back.
       local t = tonumber(plan_get(l.plan, 't' .. l.extra))
       if score then
-        if last == s.id and t and t - (floor(score / SEC) + 1) * SEC > l.T * l.cost + SEC then last = nil end
+        -- (only on a limit that can be listless; a later send's tail is an
+        -- interval further, half an interval of headroom and a probe's
+        -- second allowed for)
+        if last == s.id and l.T * l.cost > hold and t and t - (floor(score / SEC) + 1) * SEC > 1.5 * l.T * l.cost + SEC then last = nil end
       elseif t and t - (floor(held / SEC) + 1) * SEC <= l.T * l.cost + SEC then
         score, last = min(held, t - l.T * l.cost), s.id
       end
