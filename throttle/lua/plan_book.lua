@@ -126,13 +126,17 @@ local function leave(s, held, paid)
       -- (6 s for a pair) can make a later send's tail pass for its own:
       -- the next send planned there may then be planned too early, and the
       -- firm book holds it back.
-      local t = tonumber(plan_get(l.plan, 't' .. l.extra))
+      -- (the tail is read only where it decides: with an entry, only on a
+      -- limit that can be listless; past is how far it lies after the end
+      -- of the place's second)
+      local t
+      if not score or (last == s.id and l.T * l.cost > hold) then t = tonumber(plan_get(l.plan, 't' .. l.extra)) end
+      local past = t and t - (floor((score or held) / SEC) + 1) * SEC
       if score then
-        -- (only on a limit that can be listless; a later send's tail is an
-        -- interval further, half an interval of headroom and a probe's
-        -- second allowed for)
-        if last == s.id and l.T * l.cost > hold and t and t - (floor(score / SEC) + 1) * SEC > 1.5 * l.T * l.cost + SEC then last = nil end
-      elseif t and t - (floor(held / SEC) + 1) * SEC <= l.T * l.cost + SEC then
+        -- (a later send's tail is an interval further; half an interval of
+        -- headroom and a probe's second allowed for)
+        if past and past > 1.5 * l.T * l.cost + SEC then last = nil end
+      elseif past and past <= l.T * l.cost + SEC then
         score, last = min(held, t - l.T * l.cost), s.id
       end
     end
