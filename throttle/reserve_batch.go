@@ -11,9 +11,11 @@ import (
 
 // Reserve calls are coalesced: while one reserve script is in flight, the
 // calls that arrive queue up and go together in the next script, one
-// EVALSHA for up to maxReserveBatch sends. A lone call goes at once, so
-// latency is unchanged; under load the round trip, the script's setup and
-// the client's system calls are shared by the batch. Sends in one script
+// EVALSHA for up to maxReserveBatch sends. A lone call after a quiet
+// spell goes at once; under load (a script began less than reserveLinger
+// ago) calls wait for the rest of it, so that more go together, and the
+// round trip, the script's setup and the client's system calls are shared
+// by the batch. Sends in one script
 // are decided in arrival order, each seeing what the earlier ones took, as
 // if they had come one by one.
 const maxReserveBatch = 64
@@ -21,6 +23,14 @@ const maxReserveBatch = 64
 // reserveTimeout bounds a batch's script: it serves several callers, so no
 // caller's context may cut it short.
 const reserveTimeout = 10 * time.Second
+
+// reserveLinger is the least time between two reserve scripts of a busy
+// limiter (coalesce.Batcher.SetLinger), so that a worker reserving a
+// thousand sends a second sends a few a script. A reserve is made ahead of
+// its slot (a batch's send 300 ms ahead, a planned task when asynq hands
+// it over), and the slot it gets is an instant on the limiter's clock: the
+// wait moves no send.
+const reserveLinger = 2 * time.Millisecond
 
 type reserveCall struct {
 	opts     ReserveOptions
@@ -55,6 +65,7 @@ func (l *Redis) batcher() *reserveBatcher {
 	l.batchOnce.Do(func() {
 		b := &reserveBatcher{l: l}
 		b.q = coalesce.New(maxReserveBatch, batcherIdle, b.serve)
+		b.q.SetLinger(reserveLinger)
 		l.batch = b
 	})
 	return l.batch

@@ -57,3 +57,38 @@ func TestCallsThatArriveMeanwhileGoTogether(t *testing.T) {
 	defer mu.Unlock()
 	require.Equal(t, [][]int{{0}, {1, 2, 3, 4}, {5}}, batches)
 }
+
+// With a linger, a busy Batcher serves at most one batch per linger: the
+// calls that arrive soon after a batch began wait and go together, while
+// a call after a quiet spell goes at once. A batch that fills up goes
+// without waiting out the linger.
+func TestLingerGathersTheCallsOfABusyBatcher(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		most   int
+		linger time.Duration
+	}{
+		// (long enough that the three Adds below land within it on a busy host)
+		{"gathers", 8, 2 * time.Second},
+		// (a full batch must not wait the hour)
+		{"full goes at once", 3, time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			batches := make(chan []int, 10)
+			b := New(tc.most, 10*time.Millisecond, func(batch []int) { batches <- append([]int(nil), batch...) })
+			b.SetLinger(tc.linger)
+			ctx := context.Background()
+			require.NoError(t, b.Add(ctx, 0))
+			require.Equal(t, []int{0}, <-batches, "a call after a quiet spell goes at once, alone")
+			for i := 1; i <= 3; i++ {
+				require.NoError(t, b.Add(ctx, i))
+			}
+			select {
+			case got := <-batches:
+				require.Equal(t, []int{1, 2, 3}, got, "the calls within the linger go together")
+			case <-time.After(15 * time.Second): // (a failure guard: the linger of "gathers" is 2 s)
+				t.Fatal("the gathered batch was never served")
+			}
+		})
+	}
+}
