@@ -26,10 +26,10 @@ const reserveTimeout = 10 * time.Second
 
 // reserveLinger is the least time between two reserve scripts of a busy
 // limiter (coalesce.Batcher.SetLinger), so that a worker reserving a
-// thousand sends a second sends a few a script. A reserve is made ahead of
-// its slot (a batch's send 300 ms ahead, a planned task when asynq hands
-// it over), and the slot it gets is an instant on the limiter's clock: the
-// wait moves no send.
+// thousand sends a second sends a few a script. The slot a send gets is an
+// instant on the limiter's clock, decided when the script runs: the wait
+// delays a send that is due now (overdue, high priority, a retake) by at
+// most the linger, and never brings two sends closer than their slots.
 const reserveLinger = 2 * time.Millisecond
 
 type reserveCall struct {

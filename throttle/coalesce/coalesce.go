@@ -25,6 +25,12 @@ type Batcher[C any] struct {
 	serve  func([]C)
 	linger time.Duration // see SetLinger
 
+	// Written by the run goroutine only (a new one starts after the last
+	// ended, through mu): when the last batch began, and whether it was
+	// busy (SetLinger).
+	last time.Time
+	busy bool
+
 	mu      sync.Mutex
 	running bool // a run goroutine is serving in
 }
@@ -41,9 +47,12 @@ func New[C any](most int, idle time.Duration, serve func([]C)) *Batcher[C] {
 
 // SetLinger has a busy Batcher serve at most one batch per d: a call that
 // arrives less than d after the last batch began waits for the rest of d,
-// or until the batch is full, for others to join it. A call after a quiet
-// spell is still served at once. Zero (the default) serves each batch as
-// soon as the one before is done. Call it before the first Add.
+// or until the batch is full, for others to join it. Busy means that the
+// last batch had company: it held more than one call, or calls were
+// waiting when it was served. A call after a quiet spell, and each call of
+// a caller that waits for its answer before the next (one call at a time),
+// is served at once. Zero (the default) serves each batch as soon as the
+// one before is done. Call it before the first Add.
 func (b *Batcher[C]) SetLinger(d time.Duration) { b.linger = d }
 
 // Add queues c, waiting while most calls are queued already. It returns
@@ -68,7 +77,6 @@ func (b *Batcher[C]) Add(ctx context.Context, c C) error {
 func (b *Batcher[C]) run() {
 	idle := time.NewTimer(b.idle)
 	defer idle.Stop()
-	var last time.Time // when the last batch began
 	for {
 		var c C
 		select {
@@ -86,8 +94,10 @@ func (b *Batcher[C]) run() {
 		}
 		idle.Reset(b.idle)
 		batch := []C{c}
-		if wait := b.linger - time.Since(last); b.linger > 0 && wait > 0 {
-			batch = b.gather(batch, wait)
+		if b.linger > 0 && b.busy {
+			if wait := b.linger - time.Since(b.last); wait > 0 {
+				batch = b.gather(batch, wait)
+			}
 		}
 	drain:
 		for len(batch) < cap(b.in) {
@@ -98,8 +108,9 @@ func (b *Batcher[C]) run() {
 				break drain
 			}
 		}
-		last = time.Now()
+		b.last = time.Now()
 		b.serve(batch)
+		b.busy = len(batch) > 1 || len(b.in) > 0
 	}
 }
 
