@@ -11,11 +11,9 @@ import (
 
 // Reserve calls are coalesced: while one reserve script is in flight, the
 // calls that arrive queue up and go together in the next script, one
-// EVALSHA for up to maxReserveBatch sends. A lone call after a quiet
-// spell goes at once; under load (a script began less than reserveLinger
-// ago) calls wait for the rest of it, so that more go together, and the
-// round trip, the script's setup and the client's system calls are shared
-// by the batch. Sends in one script
+// EVALSHA for up to maxReserveBatch sends. A lone call goes at once, so
+// latency is unchanged; under load the round trip, the script's setup and
+// the client's system calls are shared by the batch. Sends in one script
 // are decided in arrival order, each seeing what the earlier ones took, as
 // if they had come one by one.
 const maxReserveBatch = 64
@@ -23,14 +21,6 @@ const maxReserveBatch = 64
 // reserveTimeout bounds a batch's script: it serves several callers, so no
 // caller's context may cut it short.
 const reserveTimeout = 10 * time.Second
-
-// reserveLinger is the least time between two reserve scripts of a busy
-// limiter (coalesce.Batcher.SetLinger), so that a worker reserving a
-// thousand sends a second sends a few a script. The slot a send gets is an
-// instant on the limiter's clock, decided when the script runs: the wait
-// delays a send that is due now (overdue, high priority, a retake) by at
-// most the linger, and never brings two sends closer than their slots.
-const reserveLinger = 2 * time.Millisecond
 
 type reserveCall struct {
 	opts     ReserveOptions
@@ -65,7 +55,6 @@ func (l *Redis) batcher() *reserveBatcher {
 	l.batchOnce.Do(func() {
 		b := &reserveBatcher{l: l}
 		b.q = coalesce.New(maxReserveBatch, batcherIdle, b.serve)
-		b.q.SetLinger(reserveLinger)
 		l.batch = b
 	})
 	return l.batch

@@ -10,10 +10,9 @@ import (
 
 // RecordSent calls are coalesced: while one record script is in flight,
 // the calls that arrive queue up and go together in the next one, one
-// EVALSHA for up to maxSentBatch sends. A lone call after a quiet spell
-// goes at once; under load (a script began less than sentLinger ago) calls
-// wait for the rest of it, so that more go together, and the round trip
-// and the script's setup are shared. A record was the one script call every paced send made on
+// EVALSHA for up to maxSentBatch sends. A lone call goes at once, so its
+// latency is unchanged; under load the round trip and the script's setup
+// are shared. A record was the one script call every paced send made on
 // its own. On this project's 2-core host, one caller at a time cost Redis
 // 47 µs of CPU a record, 64 callers at once 12 to 14
 // (`go test -run '^$' -bench RecordSent ./internal/delivery/`).
@@ -24,13 +23,6 @@ const maxSentBatch = 64
 // returns its error; its record may still be written, as RecordSent is
 // idempotent.
 const sentTimeout = 5 * time.Second
-
-// sentLinger is the least time between two record scripts of a busy
-// store (coalesce.Batcher.SetLinger): the records of a worker sending a
-// thousand paced sends a second then go a few a script, not one or two.
-// A record comes after its send went, so the wait delays nothing the
-// provider sees; it only holds the task a little longer.
-const sentLinger = 3 * time.Millisecond
 
 // sentCall is one RecordSent call waiting for its batch.
 type sentCall struct {
@@ -53,7 +45,6 @@ const sentBatcherIdle = time.Second
 func newSentBatcher(s *Store) *sentBatcher {
 	b := &sentBatcher{s: s}
 	b.q = coalesce.New(maxSentBatch, sentBatcherIdle, b.exec)
-	b.q.SetLinger(sentLinger)
 	return b
 }
 
