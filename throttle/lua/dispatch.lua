@@ -4,16 +4,18 @@
 -- variants) never names that algorithm, so the missing function is never
 -- called.
 
--- decide runs the algorithm's decide; nil for an unknown algorithm.
+-- decide runs the algorithm's decide; nil for an unknown algorithm. (A
+-- pause first: reserve.lua decides a send's pauses here, four for a
+-- WhatsApp send, and its GCRA limits itself.)
 local function decide(algo, key, now, limit, period, burst, cost, extra)
-  if algo == 'gcra' then return gcra_decide(key, extra, now, limit, period, burst, cost)
+  if algo == 'pause' then return pause_decide(key, now)
+  elseif algo == 'gcra' then return gcra_decide(key, extra, now, limit, period, burst, cost)
   elseif algo == 'fixed_window' then return fixed_window_decide(key, now, limit, period, cost)
   elseif algo == 'sliding_window_log' then return sliding_window_log_decide(key, now, limit, period, cost)
   elseif algo == 'sliding_window_counter' then return sliding_window_counter_decide(key, now, limit, period, cost)
   elseif algo == 'min_interval' then return min_interval_decide(key, now, period)
   elseif algo == 'concurrency' then return concurrency_decide(key, now, limit, period, cost)
   elseif algo == 'distinct' then return distinct_decide(key, now, limit, period, extra)
-  elseif algo == 'pause' then return pause_decide(key, now)
   end
   return nil
 end
@@ -22,7 +24,8 @@ end
 -- entries and leases.
 local function commit(d, call_id)
   local algo = d.algo
-  if algo == 'gcra' then gcra_commit(d)
+  if algo == 'pause' then return -- (a pause takes nothing)
+  elseif algo == 'gcra' then gcra_commit(d)
   elseif algo == 'fixed_window' then fixed_window_commit(d)
   elseif algo == 'sliding_window_log' then sliding_window_log_commit(d, call_id)
   elseif algo == 'sliding_window_counter' then sliding_window_counter_commit(d)
