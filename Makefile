@@ -2,7 +2,7 @@
 GO ?= go
 REDIS_SERVER := $(shell command -v redis-server 2>/dev/null || ls /usr/bin/redis-server 2>/dev/null)
 
-.PHONY: test vet bench bench-scale bench-backlog bench-scripts e2e-full e2e-stress e2e-outage redis-server demo build lint-openapi
+.PHONY: test vet bench bench-scale bench-backlog bench-scripts e2e-full e2e-stress e2e-outage redis-server demo build lint-openapi device-bundle
 # `make test` passes on a busy host: its tests assert invariants, not speed.
 # The end-to-end tests (internal/e2e, doc.go) assert there that no provider
 # cap is exceeded in any 1-second span, WhatsApp pairs are 6s apart, every
@@ -129,6 +129,26 @@ bench-scripts: redis-server
 	  chmod +x $$d/redis-server && \
 	  PATH=$$d:$$PATH SLUICE_CALLGRIND_OUT=$$d $(GO) test -run '^$$' -bench '^BenchmarkCampaignScripts$$' -benchtime 1x -count 1 -timeout 30m ./throttle/; \
 	  rc=$$?; rm -rf $$d; exit $$rc
+
+# A bundle of `make bench-scale` for a machine with no Go toolchain and no
+# Redis (the 16-core machine some sessions are lent, issue 22): the e2e test
+# binary and the sluice binary (static, CGO_ENABLED=0), this machine's
+# redis-server with its shared libraries and loader, and
+# internal/e2e/device/run-scale.sh, packed as artifacts/device.tgz. There:
+# tar xzf device.tgz && device/run-scale.sh OUTDIR (100 numbers x 1,000
+# sends, 8 workers unless SLUICE_BENCH_* say otherwise). x86-64 Linux only.
+device-bundle: redis-server
+	rm -rf artifacts/device artifacts/device.tgz
+	mkdir -p artifacts/device/bin artifacts/device/lib artifacts/device/libexec
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o artifacts/device/bin/sluice ./cmd/sluice
+	CGO_ENABLED=0 $(GO) test -c -trimpath -ldflags='-s -w' -o artifacts/device/bin/e2e.test ./internal/e2e/
+	r=$$(command -v redis-server || echo /usr/bin/redis-server) && cp "$$r" artifacts/device/libexec/redis-server && \
+	  for l in $$(ldd "$$r" | grep -o '/[^ ]*'); do cp -L "$$l" artifacts/device/lib/; done
+	test -x artifacts/device/lib/ld-linux-x86-64.so.2
+	cp internal/e2e/device/redis-server artifacts/device/bin/redis-server
+	cp internal/e2e/device/run-scale.sh artifacts/device/run-scale.sh
+	tar -C artifacts -czf artifacts/device.tgz device
+	@ls -l artifacts/device.tgz
 
 # Redis outages mid-campaign (docs/redis-outages.md), a measurement never
 # run by `make test`: two `sluice serve` processes, strict emulators, 1,000
