@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/sluice-dev/sluice/channels"
 	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/internal/testutil"
 	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
@@ -124,7 +124,7 @@ func BenchmarkThrottleMiddleware(b *testing.B) {
 		rtRates, rtCPU = append(rtRates, r), rtCPU.add(c)
 	}
 	b.StopTimer()
-	p, t, rt := median(plainRates), median(throttledRates), median(rtRates)
+	p, t, rt := testutil.Median(plainRates), testutil.Median(throttledRates), testutil.Median(rtRates)
 	b.ReportMetric(p, "plain_tasks/s")
 	b.ReportMetric(t, "throttled_tasks/s")
 	b.ReportMetric(t/p, "ratio")
@@ -138,12 +138,6 @@ func BenchmarkThrottleMiddleware(b *testing.B) {
 	b.ReportMetric(rtCPU.goUS/3, "round_trip_go_µs/task")
 	b.ReportMetric(rtCPU.redisUS/3, "round_trip_redis_µs/task")
 	b.Logf("tasks=%d plain=%.0f throttled=%.0f round_trip=%.0f tasks/s", b.N, plainRates, throttledRates, rtRates)
-}
-
-func median(xs []float64) float64 {
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	return s[len(s)/2]
 }
 
 // benchConcurrency is asynq's Concurrency for both servers.

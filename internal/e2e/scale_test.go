@@ -28,6 +28,7 @@ import (
 	"github.com/sluice-dev/sluice/channels"
 	"github.com/sluice-dev/sluice/internal/emulator"
 	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/internal/testutil"
 	"github.com/sluice-dev/sluice/tasks"
 	sluiceworker "github.com/sluice-dev/sluice/worker"
 )
@@ -694,17 +695,17 @@ func TestBenchScale(t *testing.T) {
 		throttles += r.sluice.throttles
 	}
 	sum.add("rounds", len(rounds))
-	sum.add("redis_cpu_per_send_ratio", median(cpu))
+	sum.add("redis_cpu_per_send_ratio", testutil.Median(cpu))
 	sum.add("redis_cpu_per_send_ratios", cpu)
-	sum.add("delivered_rate_ratio", median(rate))
-	sum.add("delivered_rate_ratio_of_reachable", median(reach))
-	sum.add("worker_cpu_per_send_ratio", median(roundFigures(rounds, func(r benchRound) float64 {
+	sum.add("delivered_rate_ratio", testutil.Median(rate))
+	sum.add("delivered_rate_ratio_of_reachable", testutil.Median(reach))
+	sum.add("worker_cpu_per_send_ratio", testutil.Median(roundFigures(rounds, func(r benchRound) float64 {
 		return float64(r.sluice.workerCPU) / float64(r.sluice.delivered) / (float64(r.plain.workerCPU) / float64(r.plain.delivered))
 	})))
 	sum.add("number_rate_of_cap_worst", worst)
 	sum.add("emulator_nice", map[bool]int{true: emulatorNice, false: 0}[favored])
-	sum.acceptance("cpu_ratio_le_1.5", median(cpu) <= 1.5)
-	sum.acceptance("rate_ratio_of_reachable_ge_0.75", median(reach) >= 0.75)
+	sum.acceptance("cpu_ratio_le_1.5", testutil.Median(cpu) <= 1.5)
+	sum.acceptance("rate_ratio_of_reachable_ge_0.75", testutil.Median(reach) >= 0.75)
 	sum.acceptance("throttles_0", throttles == 0)
 	sum.acceptance("worst_number_ge_0.95", slices.Min(worst) >= 0.95)
 	sum.report(t)
@@ -720,17 +721,6 @@ func roundFigures(rounds []benchRound, f func(benchRound) float64) []float64 {
 		out[i] = f(r)
 	}
 	return out
-}
-
-// median is the middle of v (the mean of the two middle ones for an even
-// count); v is not changed.
-func median(v []float64) float64 {
-	s := slices.Sorted(slices.Values(v))
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
 }
 
 // benchScaleRound runs TestBenchScale's two sides once (round numbers its

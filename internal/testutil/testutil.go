@@ -9,6 +9,7 @@ package testutil
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -112,4 +113,19 @@ func Accepted(t testing.TB, emu *emulator.Server, channel string, n int, timeout
 		return st.Accepted >= n, fmt.Sprintf("%+v", st)
 	})
 	return st
+}
+
+// Median is the middle of v (the mean of the two middle ones for an even
+// count, 0 for none); v is not changed. Benchmarks that run alternating
+// rounds report it: one round on a shared host says little.
+func Median(v []float64) float64 {
+	s := slices.Sorted(slices.Values(v))
+	n := len(s)
+	switch {
+	case n == 0:
+		return 0
+	case n%2 == 1:
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
 }
