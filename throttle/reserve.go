@@ -441,8 +441,10 @@ func (l *Redis) Backlog(ctx context.Context, key string) (Backlog, error) {
 // A limit paced slower than the hold keeps no backlog beside a faster one
 // (Backlog lists none for a pair): a tail more than an interval ahead says
 // a send is planned there, not how many (a place given back can leave one
-// with none). A limit sharing a state hash with others (a field name) is
-// not read: zero. The error is Redis's, or wraps ErrMalformedReply.
+// with none). It reads the tail of the key's unnamed limit: a limit that
+// shares its key with others keeps its tail under its field name ('t' and
+// the name), which this does not read. The error is Redis's, or wraps
+// ErrMalformedReply.
 func (l *Redis) PlanTail(ctx context.Context, key string) (time.Time, error) {
 	v, err := l.rdb.HGet(ctx, planKey(l.Key(key)), "t").Result()
 	if errors.Is(err, redis.Nil) {
