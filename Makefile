@@ -127,7 +127,7 @@ bench-scripts: redis-server
 	@d=$$(mktemp -d) && r=$$(command -v redis-server || echo /usr/bin/redis-server) && \
 	  printf '#!/bin/sh\nexec valgrind --tool=callgrind --callgrind-out-file=%s/cg.%%p --collect-atstart=no --toggle-collect=luaCallFunction %s "$$@"\n' "$$d" "$$r" > $$d/redis-server && \
 	  chmod +x $$d/redis-server && \
-	  PATH=$$d:$$PATH SLUICE_CALLGRIND_OUT=$$d $(GO) test -run '^$$' -bench '^BenchmarkCampaignScripts$$' -benchtime 1x -count 1 -timeout 30m ./throttle/; \
+	  PATH=$$d:$$PATH SLUICE_CALLGRIND_OUT=$$d $(GO) test -run '^$$' -bench '^Benchmark(Campaign|Record)Scripts$$' -benchtime 1x -count 1 -timeout 30m ./throttle/ ./internal/delivery/; \
 	  rc=$$?; rm -rf $$d; exit $$rc
 
 # A bundle of `make bench-scale` for a machine with no Go toolchain and no

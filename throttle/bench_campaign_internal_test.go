@@ -3,12 +3,8 @@ package throttle
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -64,7 +60,7 @@ func BenchmarkCampaignScripts(b *testing.B) {
 		}
 	}
 	u1 := scriptUsec(b, rdb)
-	planIr := callgrindDump(b, srv)
+	planIr := srv.CallgrindDump(b)
 	slices.SortStableFunc(all, func(x, y due) int { return x.at.Compare(y.at) })
 	hold, headroom, err := reserveParams(opts)
 	if err != nil {
@@ -104,7 +100,7 @@ func BenchmarkCampaignScripts(b *testing.B) {
 		}
 	}
 	u2 := scriptUsec(b, rdb)
-	reserveIr := callgrindDump(b, srv)
+	reserveIr := srv.CallgrindDump(b)
 	sends := float64(len(all))
 	b.ReportMetric((u1-u0)/sends, "plan-µs/send")
 	b.ReportMetric((u2-u1)/sends, "reserve-µs/send")
@@ -138,54 +134,5 @@ func scriptUsec(b *testing.B, rdb *redis.Client) float64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var total float64
-	for line := range strings.Lines(info) {
-		rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:")
-		if !ok {
-			rest, ok = strings.CutPrefix(line, "cmdstat_eval:")
-		}
-		if !ok {
-			continue
-		}
-		for f := range strings.SplitSeq(strings.TrimSpace(rest), ",") {
-			if v, ok := strings.CutPrefix(f, "usec="); ok {
-				n, _ := strconv.ParseFloat(v, 64)
-				total += n
-			}
-		}
-	}
-	return total
-}
-
-// callgrindDump has callgrind dump and zero srv's counters (make
-// bench-scripts runs Redis under callgrind, collecting inside scripts
-// only) and returns the instructions counted since the last dump; 0 when
-// SLUICE_CALLGRIND_OUT is not set.
-func callgrindDump(b *testing.B, srv *redistest.Server) int64 {
-	b.Helper()
-	dir := os.Getenv("SLUICE_CALLGRIND_OUT")
-	if dir == "" {
-		return 0
-	}
-	pid := strconv.Itoa(srv.Pid())
-	before, _ := filepath.Glob(filepath.Join(dir, "cg."+pid+".*"))
-	if out, err := exec.Command("callgrind_control", "-d", pid).CombinedOutput(); err != nil {
-		b.Fatalf("callgrind_control -d %s: %v: %s", pid, err, out)
-	}
-	file := filepath.Join(dir, fmt.Sprintf("cg.%s.%d", pid, len(before)+1))
-	src, err := os.ReadFile(file)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for line := range strings.Lines(string(src)) {
-		if v, ok := strings.CutPrefix(line, "totals: "); ok {
-			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			if err != nil {
-				b.Fatalf("%s: totals %q: %v", file, v, err)
-			}
-			return n
-		}
-	}
-	b.Fatalf("%s: no totals line", file)
-	return 0
+	return redistest.ScriptUsec(info)
 }

@@ -226,3 +226,61 @@ func readLog(path string) string {
 // Pid is the redis-server's process ID (a wrapper's that execs it, such
 // as make bench-scripts' valgrind, is the same process).
 func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
+// CallgrindDump has callgrind dump and zero the server's counters and
+// returns the instructions it counted since the last dump; 0 when
+// SLUICE_CALLGRIND_OUT is not set. make bench-scripts runs redis-server
+// under callgrind, collecting inside Lua scripts only
+// (--toggle-collect=luaCallFunction), its dumps in that directory: the
+// count is a script's work, the same on a busy host as on an idle one.
+func (s *Server) CallgrindDump(tb testing.TB) int64 {
+	tb.Helper()
+	dir := os.Getenv("SLUICE_CALLGRIND_OUT")
+	if dir == "" {
+		return 0
+	}
+	pid := strconv.Itoa(s.Pid())
+	before, _ := filepath.Glob(filepath.Join(dir, "cg."+pid+".*"))
+	if out, err := exec.Command("callgrind_control", "-d", pid).CombinedOutput(); err != nil {
+		tb.Fatalf("callgrind_control -d %s: %v: %s", pid, err, out)
+	}
+	file := filepath.Join(dir, fmt.Sprintf("cg.%s.%d", pid, len(before)+1))
+	src, err := os.ReadFile(file)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for line := range strings.Lines(string(src)) {
+		if v, ok := strings.CutPrefix(line, "totals: "); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				tb.Fatalf("%s: totals %q: %v", file, v, err)
+			}
+			return n
+		}
+	}
+	tb.Fatalf("%s: no totals line", file)
+	return 0
+}
+
+// ScriptUsec sums the usec of cmdstat_evalsha and cmdstat_eval in the
+// text of INFO commandstats: the µs Redis spent in scripts so far
+// (wall-clock inside Redis, which a busy host inflates).
+func ScriptUsec(commandstats string) float64 {
+	var total float64
+	for line := range strings.Lines(commandstats) {
+		rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:")
+		if !ok {
+			rest, ok = strings.CutPrefix(line, "cmdstat_eval:")
+		}
+		if !ok {
+			continue
+		}
+		for f := range strings.SplitSeq(strings.TrimSpace(rest), ",") {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				n, _ := strconv.ParseFloat(v, 64)
+				total += n
+			}
+		}
+	}
+	return total
+}
