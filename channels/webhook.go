@@ -30,6 +30,16 @@ const (
 	maxSecretBytes = 64
 )
 
+// ErrUnknownEndpoint is wrapped by a Webhook.Secrets error for an endpoint
+// that has no secrets: Deliver classes it Permanent (a configuration
+// error that a retry does not mend; the task is archived, and can be run
+// again once the endpoint is configured).
+var ErrUnknownEndpoint = errors.New("no signing secret for this endpoint")
+
+// maxSignatures bounds the secrets one delivery is signed with: the
+// current and, during rotations, the ones it replaces.
+const maxSignatures = 4
+
 // ErrVerification is wrapped by every error Verify returns for a request that
 // is not authentic or not fresh (missing headers, stale timestamp, no matching
 // signature). A malformed secret is reported without it.
@@ -38,9 +48,15 @@ var ErrVerification = errors.New("webhook verification failed")
 // Webhook delivers events to customer endpoints, signed per Standard Webhooks
 // 1.0. Safe for concurrent use.
 type Webhook struct {
-	// Secret returns the signing secret ("whsec_<base64>", 24–64 bytes decoded) of
-	// the named endpoint (tasks.WebhookDeliver.Endpoint). Required.
-	Secret func(endpoint string) (string, error)
+	// Secrets returns the signing secrets ("whsec_<base64>", 24–64 bytes
+	// decoded) of the named endpoint (tasks.WebhookDeliver.Endpoint; "" for
+	// a delivery that names none): the current one first, then those it
+	// replaces while a rotation lasts. Each signs the delivery, and
+	// webhook-signature carries every signature, space-separated in that
+	// order (Standard Webhooks "Signature scheme": a receiver accepts any
+	// one it can verify). An unknown endpoint is an error that wraps
+	// ErrUnknownEndpoint. Required.
+	Secrets func(endpoint string) ([]string, error)
 	// HTTP is the client to use; nil = NewEgressHTTPClient(Egress) (15 s
 	// timeout, redirects not followed, as Standard Webhooks requires, and every
 	// dialled address checked by Egress). A client given here is used as is:
@@ -64,7 +80,8 @@ type Webhook struct {
 // with Content-Type application/json and the Standard Webhooks headers:
 // webhook-id = p.IdempotencyKey (stable across retries, so receivers can
 // deduplicate; required), webhook-timestamp = Unix seconds of this attempt,
-// webhook-signature = Sign(secret, id, now, body). The body's timestamp is
+// webhook-signature = Sign(secret, id, now, body) for each of the
+// endpoint's secrets (c.Secrets), space-separated. The body's timestamp is
 // the event's (p.Timestamp, set at enqueue), the same in every attempt, so
 // a retry's body differs from the first only if the payload does; a payload
 // without one gets the attempt's time.
@@ -78,11 +95,12 @@ type Webhook struct {
 // (redirects are not followed); 410 Permanent, the endpoint is gone and should
 // be disabled; other 4xx Permanent. Network errors and timeouts are Transient;
 // if ctx is cancelled the error wraps context.Canceled and is not an *Error.
-// Secret lookup errors are Transient (the store may come back); a malformed
-// secret, an invalid payload or a missing Secret func is Permanent.
+// Secret lookup errors are Transient (the store may come back), but for an
+// unknown endpoint (ErrUnknownEndpoint); that, a malformed secret, an
+// invalid payload or a missing Secrets func is Permanent.
 func (c *Webhook) Deliver(ctx context.Context, p tasks.WebhookDeliver) (Response, error) {
-	if c.Secret == nil {
-		return Response{}, permanent(ProviderWebhook, "config: channels: Webhook.Secret: required")
+	if c.Secrets == nil {
+		return Response{}, permanent(ProviderWebhook, "config: channels: Webhook.Secrets: required")
 	}
 	if err := validEndpointURL(p.URL); err != nil {
 		return Response{}, permanent(ProviderWebhook, "invalid payload: url: %v", err)
@@ -103,14 +121,22 @@ func (c *Webhook) Deliver(ctx context.Context, p tasks.WebhookDeliver) (Response
 	if !validHeaderValue(ua) {
 		return Response{}, permanent(ProviderWebhook, "config: channels: Webhook.UserAgent: contains control characters")
 	}
-	secret, err := c.Secret(p.Endpoint)
-	if err != nil {
+	secrets, err := c.Secrets(p.Endpoint)
+	switch {
+	case errors.Is(err, ErrUnknownEndpoint):
+		return Response{}, &Error{Class: Permanent, Provider: ProviderWebhook,
+			Message: fmt.Sprintf("config: endpoint %s has no signing secret (channels.webhook.endpoints)", endpointName(p.Endpoint)), Err: err}
+	case err != nil:
 		return Response{}, &Error{Class: Transient, Provider: ProviderWebhook,
 			Message: fmt.Sprintf("secret lookup for endpoint %s failed", endpointName(p.Endpoint)), Err: err}
+	case len(secrets) == 0 || len(secrets) > maxSignatures:
+		return Response{}, permanent(ProviderWebhook, "config: endpoint %s has %d signing secrets, want 1 to %d", endpointName(p.Endpoint), len(secrets), maxSignatures)
 	}
-	key, err := decodeSecret(secret)
-	if err != nil {
-		return Response{}, permanent(ProviderWebhook, "config: secret of endpoint %s: %v", endpointName(p.Endpoint), err)
+	keys := make([][]byte, len(secrets))
+	for i, secret := range secrets {
+		if keys[i], err = decodeSecret(secret); err != nil {
+			return Response{}, permanent(ProviderWebhook, "config: secret %d of endpoint %s: %v", i+1, endpointName(p.Endpoint), err)
+		}
 	}
 	now := clock(c.Now)
 	eventTime := p.Timestamp
@@ -138,12 +164,16 @@ func (c *Webhook) Deliver(ctx context.Context, p tasks.WebhookDeliver) (Response
 	req.Header.Set("User-Agent", ua)
 	req.Header.Set("webhook-id", p.IdempotencyKey)
 	req.Header.Set("webhook-timestamp", ts)
-	req.Header.Set("webhook-signature", sign(key, p.IdempotencyKey, ts, body))
-	r, err := do(ctx, c.Egress.clientOr(c.HTTP), req, ProviderWebhook, secret)
+	sigs := make([]string, len(keys))
+	for i, key := range keys {
+		sigs[i] = sign(key, p.IdempotencyKey, ts, body)
+	}
+	req.Header.Set("webhook-signature", strings.Join(sigs, " "))
+	r, err := do(ctx, c.Egress.clientOr(c.HTTP), req, ProviderWebhook, secrets...)
 	if err != nil {
 		return Response{}, err
 	}
-	return httpResult(ProviderWebhook, r, now, secret)
+	return httpResult(ProviderWebhook, r, now, secrets...)
 }
 
 // Sign returns the Standard Webhooks signature header value

@@ -153,6 +153,19 @@ type EgressConfig struct {
 	AllowCIDRs []netip.Prefix
 }
 
+// WebhookEndpoint is one named endpoint's signing secrets
+// (channels.webhook.endpoints.<name>).
+type WebhookEndpoint struct {
+	// SecretEnv names the environment variable holding the endpoint's
+	// Standard Webhooks secret, whsec_…: every delivery to the endpoint is
+	// signed with it, and with no other endpoint's. Required.
+	SecretEnv string
+	// PreviousSecretEnv names the one holding the secret SecretEnv's
+	// replaces, during a rotation: both signatures are sent, the current
+	// one first. Default "" (none).
+	PreviousSecretEnv string
+}
+
 // ChannelConfig configures one channel. Fields a channel does not use stay
 // empty; the file may only set the fields of its channel.
 type ChannelConfig struct {
@@ -179,8 +192,26 @@ type ChannelConfig struct {
 	AccountSIDEnv string
 	AuthTokenEnv  string
 	// SigningSecretEnv names the environment variable holding the Standard
-	// Webhooks signing secret, whsec_… (webhook). Default "WEBHOOK_SECRET".
+	// Webhooks signing secret, whsec_… (webhook), of the deliveries that
+	// name no endpoint, and of every endpoint while Endpoints is empty.
+	// Default "WEBHOOK_SECRET".
 	SigningSecretEnv string
+	// PreviousSigningSecretEnv names the environment variable holding the
+	// secret SigningSecretEnv's replaces, during a rotation (webhook): while
+	// it is set in the file, each delivery carries both signatures in
+	// webhook-signature, the current one first (Standard Webhooks
+	// "Signature scheme": a receiver accepts any one it can verify), so
+	// receivers can move to the new secret at their own pace. Default ""
+	// (none). The file names it, and the variable must then be set.
+	PreviousSigningSecretEnv string
+	// Endpoints gives named customer endpoints secrets of their own
+	// (webhook; YAML endpoints: {name: {secret_env, previous_secret_env}}),
+	// by the name a delivery gives (tasks.WebhookDeliver.Endpoint). Once
+	// any is listed, a delivery must name one of them or none (the
+	// default secret above): an unknown name is refused at enqueue, and
+	// archived by the worker. Empty (the default): every endpoint is
+	// signed with the default secret.
+	Endpoints map[string]WebhookEndpoint
 	// AppSecretEnv names the environment variable holding the Meta app
 	// secret that signs WhatsApp webhook posts (X-Hub-Signature-256), and
 	// VerifyTokenEnv the one holding the verify token of the webhook's

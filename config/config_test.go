@@ -76,6 +76,27 @@ func TestParseMergesWithDefaults(t *testing.T) {
 		{name: "only comments", yaml: doc("# nothing here"), want: func(*Config) {}},
 		{name: "empty sections", yaml: doc("redis:", "worker: {}", "channels:", "  sms:"), want: func(*Config) {}},
 		{
+			name: "webhook endpoints with secrets of their own, one rotating",
+			yaml: doc(
+				"channels:",
+				"  webhook:",
+				"    previous_signing_secret_env: WEBHOOK_SECRET_OLD",
+				"    endpoints:",
+				"      billing: {secret_env: BILLING_SECRET}",
+				"      crm/v2:",
+				"        secret_env: CRM_SECRET",
+				"        previous_secret_env: CRM_SECRET_OLD",
+			),
+			want: func(c *Config) {
+				wh := c.Channels["webhook"]
+				wh.PreviousSigningSecretEnv = "WEBHOOK_SECRET_OLD"
+				wh.Endpoints = map[string]WebhookEndpoint{
+					"billing": {SecretEnv: "BILLING_SECRET"},
+					"crm/v2":  {SecretEnv: "CRM_SECRET", PreviousSecretEnv: "CRM_SECRET_OLD"},
+				}
+			},
+		},
+		{
 			name: "one channel's limits replace its list only",
 			yaml: doc(
 				"channels:",

@@ -20,6 +20,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluice-dev/sluice/rules"
+	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
 	"github.com/sluice-dev/sluice/worker"
 )
@@ -553,7 +554,7 @@ func (d *decoder) egress(n *yaml.Node, path string, e *EgressConfig) {
 var channelFields = map[string][]string{
 	"whatsapp": {"base_url", "api_version", "token_env", "app_secret_env", "verify_token_env"},
 	"sms":      {"base_url", "account_sid_env", "auth_token_env"},
-	"webhook":  {"signing_secret_env"},
+	"webhook":  {"signing_secret_env", "previous_signing_secret_env", "endpoints"},
 	"http":     {},
 }
 
@@ -610,6 +611,10 @@ func (d *decoder) channel(n *yaml.Node, path string, c *ChannelConfig) {
 			d.envName(v, p, false, &c.AuthTokenEnv)
 		case "signing_secret_env":
 			d.envName(v, p, false, &c.SigningSecretEnv)
+		case "previous_signing_secret_env":
+			d.envName(v, p, true, &c.PreviousSigningSecretEnv)
+		case "endpoints":
+			d.endpoints(v, p, c)
 		case "app_secret_env":
 			d.envName(v, p, false, &c.AppSecretEnv)
 		case "verify_token_env":
@@ -624,6 +629,60 @@ func (d *decoder) channel(n *yaml.Node, path string, c *ChannelConfig) {
 			d.retry(v, p, c)
 		}
 	})
+}
+
+// endpoints reads channels.webhook.endpoints: a mapping of endpoint names
+// to {secret_env (required), previous_secret_env}.
+func (d *decoder) endpoints(n *yaml.Node, path string, c *ChannelConfig) {
+	n = resolve(n)
+	if isNull(n) {
+		return
+	}
+	if n.Kind != yaml.MappingNode {
+		d.errorf(n, path, "want a mapping of endpoint names to {secret_env, previous_secret_env}, got %s", describe(n))
+		return
+	}
+	eps := map[string]WebhookEndpoint{}
+	lines := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := resolve(n.Content[i]), n.Content[i+1]
+		if k.Kind != yaml.ScalarNode || !tasks.ValidEndpointName(k.Value) {
+			d.errorf(k, path, "want an endpoint name (1 to 64 letters, digits, _ . : / -) as key, got %s", describe(k))
+			continue
+		}
+		p := join(path, k.Value)
+		if line, dup := lines[k.Value]; dup {
+			d.errorf(k, p, "endpoint given twice (first at line %d)", line)
+			continue
+		}
+		lines[k.Value] = k.Line
+		var ep WebhookEndpoint
+		given, before := false, len(d.errs)
+		d.mapping(v, p, "field", []string{"secret_env", "previous_secret_env"}, func(key string, _, fv *yaml.Node) {
+			switch key {
+			case "secret_env":
+				given = true
+				d.envName(fv, join(p, key), false, &ep.SecretEnv)
+			case "previous_secret_env":
+				d.envName(fv, join(p, key), true, &ep.PreviousSecretEnv)
+			}
+		})
+		switch {
+		case len(d.errs) > before:
+			continue
+		case !given:
+			d.errorf(resolve(v), join(p, "secret_env"), "required: the environment variable holding the endpoint's whsec_ secret")
+			continue
+		}
+		if ep.PreviousSecretEnv == ep.SecretEnv {
+			d.errorf(resolve(v), join(p, "previous_secret_env"), "names the same variable as secret_env")
+			continue
+		}
+		eps[k.Value] = ep
+	}
+	if len(eps) > 0 {
+		c.Endpoints = eps
+	}
 }
 
 // limits reads a channel's list of limit rules; ok is false if any is bad.

@@ -481,6 +481,26 @@ func TestParseErrors(t *testing.T) {
 			),
 			want: []string{`sluice.yaml:4:5: channels.http.<<: merge keys (<<) are not supported; write the fields out`},
 		},
+		{
+			name: "webhook endpoints",
+			yaml: doc(
+				"channels:",
+				"  webhook:",
+				"    endpoints:",
+				"      billing: {}",
+				"      crm: {secret_env: CRM, previous_secret_env: CRM}",
+				"      bad name: {secret_env: X}",
+				"      ops: {secret_env: whsec_AAAA}",
+				"      mail: {secret_env: MAIL, secret: X}",
+			),
+			want: []string{
+				`sluice.yaml:4:16: channels.webhook.endpoints.billing.secret_env: required: the environment variable holding the endpoint's whsec_ secret`,
+				`sluice.yaml:5:12: channels.webhook.endpoints.crm.previous_secret_env: names the same variable as secret_env`,
+				`sluice.yaml:6:7: channels.webhook.endpoints: want an endpoint name (1 to 64 letters, digits, _ . : / -) as key, got "bad name"`,
+				`sluice.yaml:7:25: channels.webhook.endpoints.ops.secret_env: want the name of an environment variable (A-Z, 0-9 and _), not its value; the value is not shown`,
+				`sluice.yaml:8:32: channels.webhook.endpoints.mail.secret: unknown field (want secret_env or previous_secret_env)`,
+			},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -47,6 +48,12 @@ type Options struct {
 	// (delivery.Store.AddEnqueued), so that a campaign's progress knows
 	// its size. Nil: not counted.
 	Count func(ctx context.Context, tenant, campaign string, n int) error
+	// WebhookEndpoints are the names of channels.webhook.endpoints, the
+	// endpoints with signing secrets of their own. Non-empty: Send refuses
+	// a webhook that names another endpoint (the worker would archive it,
+	// having no secret to sign it with); one that names none is signed
+	// with the default secret. Empty: any endpoint name is taken.
+	WebhookEndpoints []string
 	// ClaimRetention is how long past its planned slot an enqueued task's
 	// claim on its idempotency key is kept, refusing the key on the other
 	// channels. Zero: DefaultClaimRetention.
@@ -65,6 +72,7 @@ type Client struct {
 	maxRetry  int
 	count     func(ctx context.Context, tenant, campaign string, n int) error
 	retention time.Duration
+	endpoints []string // Options.WebhookEndpoints, sorted
 }
 
 // channel is an enabled channel as the Client plans and checks its sends.
@@ -98,6 +106,7 @@ func New(opts Options) (*Client, error) {
 	if c.retention == 0 {
 		c.retention = DefaultClaimRetention
 	}
+	c.endpoints = slices.Sorted(slices.Values(opts.WebhookEndpoints))
 	for i, ch := range opts.Channels {
 		p, err := worker.NewPacing(ch)
 		if err != nil {

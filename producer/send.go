@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -197,6 +198,9 @@ func (c *Client) prepare(it Item) (prepared, error) {
 	if ch.maxPayload > 0 && len(t.Payload()) > ch.maxPayload {
 		return prepared{}, fmt.Errorf("payload: %d bytes encoded, over channels.%s.max_payload_bytes (%d)", len(t.Payload()), ch.name, ch.maxPayload)
 	}
+	if err := c.checkEndpoint(t); err != nil {
+		return prepared{}, err
+	}
 	if target := targetOf(t); target != "" {
 		if err := CheckTarget(c.egress, "url", target); err != nil {
 			return prepared{}, err
@@ -247,6 +251,21 @@ func targetOf(t *asynq.Task) string {
 		return p.URL
 	}
 	return ""
+}
+
+// checkEndpoint refuses a webhook naming an endpoint that
+// Options.WebhookEndpoints does not list, when it lists any.
+func (c *Client) checkEndpoint(t *asynq.Task) error {
+	if len(c.endpoints) == 0 || t.Type() != tasks.TypeWebhookDeliver {
+		return nil
+	}
+	p, _ := tasks.DecodeWebhookDeliver(t.Payload())
+	if p.Endpoint == "" || slices.Contains(c.endpoints, p.Endpoint) {
+		return nil
+	}
+	// (the name is not echoed: an endpoint name may hold a URL's token)
+	return fmt.Errorf("endpoint: not one of channels.webhook.endpoints (%s), which have signing secrets; name one of them, or none for the default secret",
+		strings.Join(c.endpoints, ", "))
 }
 
 // CheckChannel returns the error Send gives each send on the channel name

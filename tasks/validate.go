@@ -525,6 +525,16 @@ func isToken(s string) bool {
 	return true
 }
 
+// endpointNameRE is a webhook endpoint's name in channels.webhook.endpoints.
+var endpointNameRE = regexp.MustCompile(`^[A-Za-z0-9_.:/-]{1,64}$`)
+
+// ValidEndpointName reports whether s may name a webhook endpoint in
+// channels.webhook.endpoints: 1 to 64 ASCII letters, digits and '_', '.',
+// ':', '/', '-'. WebhookDeliver.Endpoint is not held to it (tasks
+// enqueued before endpoints had secrets of their own may name others);
+// once endpoints are listed, a delivery must name one of them or none.
+func ValidEndpointName(s string) bool { return endpointNameRE.MatchString(s) }
+
 // IsMessagingServiceSID reports whether s has the shape of a Twilio
 // Messaging Service SID: "MG" and 32 hex digits (Twilio's OpenAPI spec,
 // MessagingServiceSid).

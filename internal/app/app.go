@@ -212,14 +212,11 @@ func buildChannel(cc *config.ChannelConfig, egress channels.Egress, secrets Secr
 		}
 		ch = worker.SMSChannel(c, rules)
 	case "webhook":
-		secret, err := secrets(cc.SigningSecretEnv)
+		keyring, err := webhookSecrets(cc, secrets)
 		if err != nil {
 			return ch, err
 		}
-		if err := channels.CheckSecret(secret); err != nil {
-			return ch, fmt.Errorf("env %s: %w", cc.SigningSecretEnv, err)
-		}
-		ch = worker.WebhookChannel(&channels.Webhook{HTTP: hc, Egress: egress, Secret: func(string) (string, error) { return secret, nil }}, rules)
+		ch = worker.WebhookChannel(&channels.Webhook{HTTP: hc, Egress: egress, Secrets: keyring}, rules)
 	case "http":
 		ch = worker.HTTPChannel(&channels.HTTPCaller{HTTP: hc, Egress: egress}, rules)
 	default:
@@ -230,6 +227,55 @@ func buildChannel(cc *config.ChannelConfig, egress channels.Egress, secrets Secr
 	ch.Retry = cc.Retry
 	ch.Adaptive = cc.Adaptive
 	return ch, nil
+}
+
+// webhookSecrets reads the webhook channel's signing secrets from the
+// environment, each checked (channels.CheckSecret; the error names the
+// variable, never the value): the default pair (signing_secret_env and
+// previous_signing_secret_env) and each endpoint's (endpoints.<name>:
+// secret_env, previous_secret_env). It returns channels.Webhook.Secrets:
+// an endpoint's secrets, current first; the default's for a delivery that
+// names none, or any endpoint while none is listed; ErrUnknownEndpoint for
+// a name not listed.
+func webhookSecrets(cc *config.ChannelConfig, secrets Secrets) (func(string) ([]string, error), error) {
+	pair := func(current, previous string) ([]string, error) {
+		out := make([]string, 0, 2)
+		for _, env := range []string{current, previous} {
+			if env == "" {
+				continue
+			}
+			v, err := secrets(env)
+			if err != nil {
+				return nil, err
+			}
+			if err := channels.CheckSecret(v); err != nil {
+				return nil, fmt.Errorf("env %s: %w", env, err)
+			}
+			out = append(out, v)
+		}
+		return out, nil
+	}
+	def, err := pair(cc.SigningSecretEnv, cc.PreviousSigningSecretEnv)
+	if err != nil {
+		return nil, err
+	}
+	byName := make(map[string][]string, len(cc.Endpoints))
+	for name, ep := range cc.Endpoints {
+		s, err := pair(ep.SecretEnv, ep.PreviousSecretEnv)
+		if err != nil {
+			return nil, fmt.Errorf("channels.webhook.endpoints.%s: %w", name, err)
+		}
+		byName[name] = s
+	}
+	return func(endpoint string) ([]string, error) {
+		if endpoint == "" || len(byName) == 0 {
+			return def, nil
+		}
+		if s, ok := byName[endpoint]; ok {
+			return s, nil
+		}
+		return nil, channels.ErrUnknownEndpoint
+	}, nil
 }
 
 // credentialFormat rejects a token that cannot be what a provider issued:

@@ -143,7 +143,7 @@ ID (with --tenant, after the tenant's namespace, as the API gives it:
 	hookCmd.Flags().StringVar(&hook.URL, "url", "", "endpoint URL")
 	hookCmd.Flags().StringVar(&hook.EventType, "event", "", "event type, e.g. order.updated")
 	hookCmd.Flags().StringVar(&hookPayload, "payload", "", "event data, JSON")
-	hookCmd.Flags().StringVar(&hook.Endpoint, "endpoint", "", "endpoint name (selects the signing secret)")
+	hookCmd.Flags().StringVar(&hook.Endpoint, "endpoint", "", "endpoint name: selects its signing secrets (channels.webhook.endpoints)")
 	addCommon(hookCmd)
 
 	var call tasks.HTTPCall
