@@ -118,8 +118,8 @@ func TestDeliver(t *testing.T) {
 	var asked string
 	w := &Webhook{Egress: loopback,
 		Secrets: func(endpoint string) ([]string, error) { asked = endpoint; return []string{testSecret}, nil },
-		HTTP:   srv.Client(),
-		Now:    func() time.Time { return at },
+		HTTP:    srv.Client(),
+		Now:     func() time.Time { return at },
 	}
 	p := tasks.WebhookDeliver{V: 1, URL: srv.URL + "/hooks?x=1", EventType: "order.updated",
 		Payload: json.RawMessage(`{"order": 42, "state": "shipped"}`), Endpoint: "acme", IdempotencyKey: "msg_2Kx"}
