@@ -322,6 +322,42 @@ func TestWhatsAppRequestsMatchSpec(t *testing.T) {
 			want: `{"messaging_product":"whatsapp","recipient_type":"individual","to":"447700900123","type":"template","template":{"name":"order_update","language":{"policy":"deterministic","code":"en_US"},"components":[{"type":"body","parameters":[{"type":"text","text":"Ada"},{"type":"text","text":"#1234"}]}]}}`,
 		},
 		{
+			name: "text with preview_url, replying",
+			p: tasks.WhatsAppSend{V: 1, PhoneNumberID: "106540352242922", To: "+12025550123", Text: "See https://example.com/o/1", PreviewURL: true,
+				ReplyTo: "wamid.HBgLMTIwMjU1NTAxMjMVAgARGBI5QTNDQTVCM0Q0Q0Q2RTY3RTcA"},
+			want: `{"messaging_product":"whatsapp","recipient_type":"individual","to":"12025550123","type":"text","context":{"message_id":"wamid.HBgLMTIwMjU1NTAxMjMVAgARGBI5QTNDQTVCM0Q0Q0Q2RTY3RTcA"},"text":{"body":"See https://example.com/o/1","preview_url":true}}`,
+		},
+		{
+			name: "image by link with caption",
+			p: tasks.WhatsAppSend{V: 1, PhoneNumberID: "106540352242922", To: "+12025550123",
+				Media: &tasks.Media{Type: tasks.MediaImage, Link: "https://cdn.example.com/p/1.jpg", Caption: "Your order"}},
+			want: `{"messaging_product":"whatsapp","recipient_type":"individual","to":"12025550123","type":"image","image":{"link":"https://cdn.example.com/p/1.jpg","caption":"Your order"}}`,
+		},
+		{
+			name: "video by id",
+			p: tasks.WhatsAppSend{V: 1, PhoneNumberID: "106540352242922", To: "+12025550123",
+				Media: &tasks.Media{Type: tasks.MediaVideo, ID: "1166846181421424", Caption: "How to"}},
+			want: `{"messaging_product":"whatsapp","recipient_type":"individual","to":"12025550123","type":"video","video":{"id":"1166846181421424","caption":"How to"}}`,
+		},
+		{
+			name: "audio by link",
+			p: tasks.WhatsAppSend{V: 1, PhoneNumberID: "106540352242922", To: "+12025550123",
+				Media: &tasks.Media{Type: tasks.MediaAudio, Link: "https://cdn.example.com/a.ogg"}},
+			want: `{"messaging_product":"whatsapp","recipient_type":"individual","to":"12025550123","type":"audio","audio":{"link":"https://cdn.example.com/a.ogg"}}`,
+		},
+		{
+			name: "document with filename, replying",
+			p: tasks.WhatsAppSend{V: 1, PhoneNumberID: "106540352242922", To: "+12025550123", ReplyTo: "wamid.ABC",
+				Media: &tasks.Media{Type: tasks.MediaDocument, Link: "https://cdn.example.com/i.pdf", Caption: "Invoice 1042", Filename: "invoice-1042.pdf"}},
+			want: `{"messaging_product":"whatsapp","recipient_type":"individual","to":"12025550123","type":"document","context":{"message_id":"wamid.ABC"},"document":{"link":"https://cdn.example.com/i.pdf","caption":"Invoice 1042","filename":"invoice-1042.pdf"}}`,
+		},
+		{
+			name: "sticker by id",
+			p: tasks.WhatsAppSend{V: 1, PhoneNumberID: "106540352242922", To: "+12025550123",
+				Media: &tasks.Media{Type: tasks.MediaSticker, ID: "798882015472548"}},
+			want: `{"messaging_product":"whatsapp","recipient_type":"individual","to":"12025550123","type":"sticker","sticker":{"id":"798882015472548"}}`,
+		},
+		{
 			name: "template without parameters",
 			p: tasks.WhatsAppSend{V: 1, PhoneNumberID: "106540352242922", To: "+12025550123",
 				Template: &tasks.Template{Name: "hello_world", Language: "en_US"}},
@@ -363,6 +399,9 @@ func TestWhatsAppSpecRejects(t *testing.T) {
 		"no recipient_type":                `{"messaging_product":"whatsapp","to":"12025550123","type":"text","text":{"body":"hi"}}`,
 		"language without policy":          `{"messaging_product":"whatsapp","recipient_type":"individual","to":"1","type":"template","template":{"name":"n","language":{"code":"en_US"}}}`,
 		"unknown text field":               `{"messaging_product":"whatsapp","recipient_type":"individual","to":"1","type":"text","text":{"body":"hi","preview":true}}`,
+		"sticker with a caption":           `{"messaging_product":"whatsapp","recipient_type":"individual","to":"1","type":"sticker","sticker":{"id":"1","caption":"hi"}}`,
+		"image with link and id":           `{"messaging_product":"whatsapp","recipient_type":"individual","to":"1","type":"image","image":{"id":"1","link":"https://a.example/x.jpg"}}`,
+		"image without media":              `{"messaging_product":"whatsapp","recipient_type":"individual","to":"1","type":"image"}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			require.Error(t, s.validate(newSpecRequest(url, "application/json", []byte(body), bearer)))

@@ -60,12 +60,13 @@ func (c *WhatsApp) Validate() error {
 	return nil
 }
 
-// Send sends one text or template message and returns the message ID
-// ("wamid.…", from messages[0].id of the 200 response).
+// Send sends one text, template or media message and returns the message
+// ID ("wamid.…", from messages[0].id of the 200 response).
 //
 // The JSON body is the one Meta's OpenAPI spec
-// (whatsapp-business-messaging-api_v23.0.yaml, schemas TextMessage and
-// TemplateMessage) accepts:
+// (whatsapp-business-messaging-api_v23.0.yaml, schemas TextMessage,
+// TemplateMessage, ImageMessage, VideoMessage, AudioMessage,
+// DocumentMessage and StickerMessage) accepts:
 //
 //	{"messaging_product":"whatsapp","recipient_type":"individual","to":"12025550123",
 //	 "type":"text","text":{"body":"…","preview_url":false}}
@@ -73,9 +74,14 @@ func (c *WhatsApp) Validate() error {
 //	 "type":"template","template":{"name":"order_update",
 //	  "language":{"policy":"deterministic","code":"en_US"},
 //	  "components":[{"type":"body","parameters":[{"type":"text","text":"…"}]}]}}
+//	{"messaging_product":"whatsapp","recipient_type":"individual","to":"12025550123",
+//	 "type":"document","context":{"message_id":"wamid.…"},
+//	 "document":{"link":"https://…/i.pdf","caption":"…","filename":"i.pdf"}}
 //
 // "to" is p.To without its "+". components is omitted when the template has
-// no parameters. language.policy is sent because the spec's LanguageObject
+// no parameters. A media message's object is named by its type (image,
+// video, audio, document, sticker) and holds id or link, and caption and
+// filename where p.Media has them; context is sent for p.ReplyTo. language.policy is sent because the spec's LanguageObject
 // requires it ("deterministic" is its only value). p.IdempotencyKey is sent as
 // the Idempotency-Key header (IETF httpapi draft; Meta ignores it, the emulator
 // counts duplicates with it); it is not put in biz_opaque_callback_data, which
@@ -143,8 +149,28 @@ type whatsappMessage struct {
 	RecipientType    string            `json:"recipient_type"`
 	To               string            `json:"to"`
 	Type             string            `json:"type"`
+	Context          *whatsappContext  `json:"context,omitempty"`
 	Text             *whatsappText     `json:"text,omitempty"`
 	Template         *whatsappTemplate `json:"template,omitempty"`
+	Image            *whatsappMedia    `json:"image,omitempty"`
+	Video            *whatsappMedia    `json:"video,omitempty"`
+	Audio            *whatsappMedia    `json:"audio,omitempty"`
+	Document         *whatsappMedia    `json:"document,omitempty"`
+	Sticker          *whatsappMedia    `json:"sticker,omitempty"`
+}
+
+// whatsappContext names the message a reply quotes (context.message_id).
+type whatsappContext struct {
+	MessageID string `json:"message_id"`
+}
+
+// whatsappMedia is a media object (the spec's MediaObject; StickerMessage
+// allows only id or link, which a sticker's validated payload holds).
+type whatsappMedia struct {
+	ID       string `json:"id,omitempty"`
+	Link     string `json:"link,omitempty"`
+	Caption  string `json:"caption,omitempty"`
+	Filename string `json:"filename,omitempty"`
 }
 
 type whatsappText struct {
@@ -183,12 +209,35 @@ func whatsappBody(p tasks.WhatsAppSend) ([]byte, error) {
 		return nil, fmt.Errorf("to: want E.164 like +12025550123, got %q", p.To)
 	}
 	m := whatsappMessage{MessagingProduct: "whatsapp", RecipientType: "individual", To: to}
+	if p.ReplyTo != "" {
+		m.Context = &whatsappContext{MessageID: p.ReplyTo}
+	}
 	switch {
-	case p.Text != "" && p.Template != nil:
-		return nil, errors.New("text and template: want exactly one, got both")
+	case (p.Text != "") && (p.Template != nil || p.Media != nil) || p.Template != nil && p.Media != nil:
+		return nil, errors.New("text, template, media: want exactly one, got several")
 	case p.Text != "":
 		m.Type = "text"
-		m.Text = &whatsappText{Body: p.Text}
+		m.Text = &whatsappText{Body: p.Text, PreviewURL: p.PreviewURL}
+	case p.Media != nil:
+		md := &whatsappMedia{ID: p.Media.ID, Link: p.Media.Link, Caption: p.Media.Caption, Filename: p.Media.Filename}
+		if (md.ID == "") == (md.Link == "") {
+			return nil, errors.New("media: want exactly one of link and id")
+		}
+		m.Type = p.Media.Type
+		switch p.Media.Type {
+		case tasks.MediaImage:
+			m.Image = md
+		case tasks.MediaVideo:
+			m.Video = md
+		case tasks.MediaAudio:
+			m.Audio = md
+		case tasks.MediaDocument:
+			m.Document = md
+		case tasks.MediaSticker:
+			m.Sticker = md
+		default:
+			return nil, fmt.Errorf("media.type: %.40q: want image, video, audio, document or sticker", p.Media.Type)
+		}
 	case p.Template != nil:
 		if p.Template.Name == "" || p.Template.Language == "" {
 			return nil, errors.New("template: name and language are required")
@@ -206,7 +255,7 @@ func whatsappBody(p tasks.WhatsAppSend) ([]byte, error) {
 			m.Template.Components = []whatsappComponent{{Type: "body", Parameters: params}}
 		}
 	default:
-		return nil, errors.New("text and template: want exactly one, got neither")
+		return nil, errors.New("text, template, media: want exactly one, got none")
 	}
 	return json.Marshal(m)
 }

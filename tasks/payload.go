@@ -89,7 +89,9 @@ func validName(field, t string) error {
 }
 
 // WhatsAppSend is the payload of a whatsapp:send task: one message from a
-// business phone number to one user, either free text or a template.
+// business phone number to one user: free text, a template, or a media
+// message. Every kind counts one message against the number's throughput
+// (80/s by default) and the pair's pace (Meta throughput docs).
 type WhatsAppSend struct {
 	V int `json:"v"`
 	Delivery
@@ -98,11 +100,52 @@ type WhatsAppSend struct {
 	// To is the recipient in E.164 with a leading "+" ("+12025550123").
 	To string `json:"to"`
 	// Text is a free-form body (only valid inside the 24 h customer service window).
-	// Exactly one of Text and Template is set.
+	// Exactly one of Text, Template and Media is set.
 	Text     string    `json:"text,omitempty"`
 	Template *Template `json:"template,omitempty"`
+	// Media is an image, video, audio, document or sticker message, by
+	// link or uploaded media ID (free-form: inside the 24 h window, as Text).
+	Media *Media `json:"media,omitempty"`
+	// PreviewURL asks WhatsApp to render a preview of the first URL in Text
+	// (text.preview_url); only with Text.
+	PreviewURL bool `json:"preview_url,omitempty"`
+	// ReplyTo is the WhatsApp message ID ("wamid.…") this message replies
+	// to, quoted above it in the chat (context.message_id). Optional.
+	ReplyTo string `json:"reply_to,omitempty"`
 	// IdempotencyKey becomes the asynq task ID and the Idempotency-Key header.
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
+}
+
+// Media types of a WhatsApp media message (Media.Type); Cloud API "Media"
+// docs give what each may hold: image JPEG or PNG up to 5 MB, video MP4 or
+// 3GPP up to 16 MB, audio AAC, AMR, MP3, M4A or OGG (Opus) up to 16 MB,
+// document any type up to 100 MB, sticker WebP up to 100 KB (static) or
+// 500 KB (animated). Meta fetches a link itself; Sluice never does.
+const (
+	MediaImage    = "image"
+	MediaVideo    = "video"
+	MediaAudio    = "audio"
+	MediaDocument = "document"
+	MediaSticker  = "sticker"
+)
+
+// Media is a WhatsApp media message's content: exactly one of Link and ID.
+type Media struct {
+	// Type is image, video, audio, document or sticker.
+	Type string `json:"type"`
+	// Link is the media's absolute http(s) URL, which Meta downloads when it
+	// sends the message (at most 2,048 bytes).
+	Link string `json:"link,omitempty"`
+	// ID is a media ID from the Cloud API's media upload (digits).
+	ID string `json:"id,omitempty"`
+	// Caption is shown under an image, video or document: at most 1,024
+	// characters (Cloud API; the spec's caption maxLength). Audio and
+	// stickers have none.
+	Caption string `json:"caption,omitempty"`
+	// Filename is a document's file name as the recipient sees it, with
+	// its extension ("invoice-1042.pdf"): at most 240 characters, without
+	// '/', '\\' or control characters. Documents only.
+	Filename string `json:"filename,omitempty"`
 }
 
 // Template is a pre-approved WhatsApp message template.

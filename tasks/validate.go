@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/nyaruka/phonenumbers"
@@ -91,9 +92,12 @@ func normPhone(s string) string {
 // (`to: "+1555" is not a valid E.164 phone number`). Rules: PhoneNumberID is
 // digits; To is a valid number already in E.164 form (NewWhatsAppSendTask
 // normalizes it first); exactly one of Text (non-blank, at most 4096
-// characters, no NUL byte) and Template (Name matching ^[a-z0-9_]+$,
-// Language non-empty, no empty Parameters) is set; IdempotencyKey is empty or 1–200 characters of
-// [A-Za-z0-9._:-].
+// characters, no NUL byte), Template (Name matching ^[a-z0-9_]+$,
+// Language non-empty, no empty Parameters) and Media (see Media: a type,
+// one of link and id, a caption only on image, video and document, a
+// filename only on a document) is set; PreviewURL only with Text; ReplyTo
+// empty or a message ID (printable ASCII, at most 256 bytes);
+// IdempotencyKey is empty or 1–200 characters of [A-Za-z0-9._:-].
 func (p WhatsAppSend) Validate() error { return p.validate(checkPhone) }
 
 func (p WhatsAppSend) validate(checkPhone func(field, s string) error) error {
@@ -112,21 +116,116 @@ func (p WhatsAppSend) validate(checkPhone func(field, s string) error) error {
 	if err := checkPhone("to", p.To); err != nil {
 		return err
 	}
+	var kinds []string
+	if p.Text != "" {
+		kinds = append(kinds, "text")
+	}
+	if p.Template != nil {
+		kinds = append(kinds, "template")
+	}
+	if p.Media != nil {
+		kinds = append(kinds, "media")
+	}
 	switch {
-	case p.Text != "" && p.Template != nil:
-		return errors.New("text, template: set exactly one (got both)")
-	case p.Text == "" && p.Template == nil:
-		return errors.New("text, template: set exactly one (got neither)")
+	case len(kinds) > 1:
+		return fmt.Errorf("%s: set exactly one of text, template and media (got %s)", strings.Join(kinds, ", "), strings.Join(kinds, " and "))
+	case len(kinds) == 0:
+		return errors.New("text, template, media: set exactly one (got none)")
 	case p.Text != "":
 		if err := checkText("text", p.Text, maxWhatsAppText); err != nil {
 			return err
 		}
-	default:
+	case p.Template != nil:
 		if err := p.Template.validate(); err != nil {
+			return err
+		}
+	default:
+		if err := p.Media.validate(); err != nil {
+			return err
+		}
+	}
+	if p.PreviewURL && p.Text == "" {
+		return fmt.Errorf("preview_url: only a text message has a link preview (this is a %s message)", kinds[0])
+	}
+	if p.ReplyTo != "" {
+		if err := checkMessageID("reply_to", p.ReplyTo); err != nil {
 			return err
 		}
 	}
 	return checkIdempotencyKey(p.IdempotencyKey)
+}
+
+// Limits of WhatsApp media messages (Cloud API messages reference and the
+// spec's MediaObject_1: caption maxLength 1024).
+const (
+	maxMediaCaption  = 1024
+	maxMediaLink     = 2048
+	maxMediaID       = 64
+	maxMediaFilename = 240
+	maxMessageID     = 256
+)
+
+// validate checks a media message as Meta would take it: a known type;
+// exactly one of link (absolute http(s), no userinfo) and id (digits); a
+// caption only on image, video and document (Meta refuses one on audio
+// and stickers with error 100); a filename only on a document.
+func (m *Media) validate() error {
+	switch m.Type {
+	case MediaImage, MediaVideo, MediaAudio, MediaDocument, MediaSticker:
+	case "":
+		return errors.New("media.type: required: image, video, audio, document or sticker")
+	default:
+		return fmt.Errorf("media.type: %.40q: want image, video, audio, document or sticker", m.Type)
+	}
+	switch {
+	case m.Link != "" && m.ID != "":
+		return errors.New("media.link, media.id: set exactly one (got both)")
+	case m.Link == "" && m.ID == "":
+		return errors.New("media.link, media.id: set exactly one (got neither)")
+	case m.Link != "":
+		if len(m.Link) > maxMediaLink {
+			return fmt.Errorf("media.link: %d bytes, want at most %d", len(m.Link), maxMediaLink)
+		}
+		if err := checkURL("media.link", m.Link); err != nil {
+			return err
+		}
+	case len(m.ID) > maxMediaID || !allDigits(m.ID):
+		return fmt.Errorf("media.id: %.40q: want the digits of an uploaded media's ID (at most %d)", m.ID, maxMediaID)
+	}
+	if m.Caption != "" {
+		if m.Type == MediaAudio || m.Type == MediaSticker {
+			return fmt.Errorf("media.caption: %s messages have no caption (WhatsApp takes one on image, video and document)", m.Type)
+		}
+		if err := checkText("media.caption", m.Caption, maxMediaCaption); err != nil {
+			return err
+		}
+	}
+	if m.Filename != "" {
+		if m.Type != MediaDocument {
+			return fmt.Errorf("media.filename: only a document has a file name (this is %s)", m.Type)
+		}
+		if err := checkText("media.filename", m.Filename, maxMediaFilename); err != nil {
+			return err
+		}
+		if i := strings.IndexFunc(m.Filename, func(r rune) bool { return r == '/' || r == '\\' || unicode.IsControl(r) }); i >= 0 {
+			return fmt.Errorf("media.filename: has %q at byte %d: want a file name without '/', '\\' or control characters", m.Filename[i:i+1], i)
+		}
+	}
+	return nil
+}
+
+// checkMessageID checks a WhatsApp message ID a send refers to: printable
+// ASCII without spaces, at most maxMessageID bytes ("wamid.HBgL…").
+func checkMessageID(field, id string) error {
+	if len(id) > maxMessageID {
+		return fmt.Errorf("%s: %d bytes, want at most %d", field, len(id), maxMessageID)
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] <= ' ' || id[i] >= 0x7f {
+			return fmt.Errorf("%s: %.40q has a space, control or non-ASCII character at byte %d: want a WhatsApp message ID (wamid.…)", field, id, i)
+		}
+	}
+	return nil
 }
 
 func (t *Template) validate() error {
@@ -327,6 +426,13 @@ func (p *WhatsAppSend) normalize() {
 	p.V = PayloadVersion
 	p.PhoneNumberID = strings.TrimSpace(p.PhoneNumberID)
 	p.To = normPhone(p.To)
+	if p.Media != nil {
+		m := *p.Media // (a copy: the caller's Media is not changed)
+		m.Type = strings.ToLower(strings.TrimSpace(m.Type))
+		m.Link, m.ID = strings.TrimSpace(m.Link), strings.TrimSpace(m.ID)
+		p.Media = &m
+	}
+	p.ReplyTo = strings.TrimSpace(p.ReplyTo)
 }
 
 // normalize trims the senders, writes numbers in E.164 (also after

@@ -95,8 +95,8 @@ func TestWhatsAppSendValidate(t *testing.T) {
 		{"short to", func(p *WhatsAppSend) { p.To = "+1555" }, `to: "+1555" is not a valid E.164 phone number`},
 		{"to without plus", func(p *WhatsAppSend) { p.To = "12025550123" }, `to: "12025550123" is not a valid E.164 phone number`},
 		{"to not normalized", func(p *WhatsAppSend) { p.To = "+1 202 555 0123" }, `to: "+1 202 555 0123" is not in E.164 form (want "+12025550123")`},
-		{"neither text nor template", func(p *WhatsAppSend) { p.Text = "" }, "text, template: set exactly one (got neither)"},
-		{"both text and template", func(p *WhatsAppSend) { p.Template = &Template{Name: "a", Language: "en"} }, "text, template: set exactly one (got both)"},
+		{"neither text nor template", func(p *WhatsAppSend) { p.Text = "" }, "text, template, media: set exactly one (got none)"},
+		{"both text and template", func(p *WhatsAppSend) { p.Template = &Template{Name: "a", Language: "en"} }, "text, template: set exactly one of text, template and media (got text and template)"},
 		{"blank text", func(p *WhatsAppSend) { p.Text = " \n" }, "text: required"},
 		{"text too long", func(p *WhatsAppSend) { p.Text = strings.Repeat("a", 4097) }, "text: 4097 characters, want at most 4096"},
 		{"text invalid utf-8", func(p *WhatsAppSend) { p.Text = "a\xffb" }, "text: not valid UTF-8"},
@@ -116,11 +116,48 @@ func TestWhatsAppSendValidate(t *testing.T) {
 		{"template parameter tab", func(p *WhatsAppSend) { tmpl(p); p.Template.Parameters = []string{"a", "b", "c\td"} }, "template.parameters[2] ({{3}}): has a tab at byte 1"},
 		{"template parameter 5 spaces", func(p *WhatsAppSend) { tmpl(p); p.Template.Parameters = []string{"a     b"} },
 			"template.parameters[0] ({{1}}): has more than 4 consecutive spaces at byte 1; WhatsApp rejects them in parameters (error 132018)"},
+		// Media messages (Cloud API messages reference: image, video, audio,
+		// document, sticker; by link or media ID).
+		{"image by link with caption", media(MediaImage, "https://cdn.example.com/a.jpg", "", "Your order", ""), ""},
+		{"video by id", media(MediaVideo, "", "1166846181421424", "", ""), ""},
+		{"audio by link", media(MediaAudio, "https://cdn.example.com/a.ogg", "", "", ""), ""},
+		{"document with filename and caption", media(MediaDocument, "https://cdn.example.com/i.pdf?sig=x", "", "Invoice", "invoice-1042.pdf"), ""},
+		{"sticker by id", media(MediaSticker, "", "798882015472548", "", ""), ""},
+		{"caption at limit", media(MediaImage, "", "1", strings.Repeat("é", 1024), ""), ""},
+		{"text with preview_url", func(p *WhatsAppSend) { p.PreviewURL = true }, ""},
+		{"reply to a message", func(p *WhatsAppSend) { p.ReplyTo = "wamid.HBgLMTY1MDM4Nzk0MzkVAgARGBI5QTNDQTVCM0Q0Q0Q2RTY3RTcA" }, ""},
+		{"text and media", func(p *WhatsAppSend) { p.Media = &Media{Type: MediaImage, ID: "1"} }, "text, media: set exactly one of text, template and media (got text and media)"},
+		{"media without type", media("", "", "1", "", ""), "media.type: required: image, video, audio, document or sticker"},
+		{"media type gif", media("gif", "", "1", "", ""), `media.type: "gif": want image, video, audio, document or sticker`},
+		{"media with link and id", media(MediaImage, "https://cdn.example.com/a.jpg", "1", "", ""), "media.link, media.id: set exactly one (got both)"},
+		{"media with neither link nor id", media(MediaImage, "", "", "", ""), "media.link, media.id: set exactly one (got neither)"},
+		{"media link ftp", media(MediaImage, "ftp://cdn.example.com/a.jpg", "", "", ""), `media.link: "ftp://cdn.example.com/a.jpg" must be an absolute http or https URL`},
+		{"media link relative", media(MediaImage, "/a.jpg", "", "", ""), "media.link:"},
+		{"media link with userinfo", media(MediaImage, "https://u:p@cdn.example.com/a.jpg", "", "", ""), "media.link: must not contain userinfo"},
+		{"media link too long", media(MediaImage, "https://cdn.example.com/"+strings.Repeat("a", 2030), "", "", ""), "media.link: 2054 bytes, want at most 2048"},
+		{"media id not digits", media(MediaImage, "", "abc", "", ""), `media.id: "abc": want the digits of an uploaded media's ID`},
+		{"caption on audio", media(MediaAudio, "", "1", "listen", ""), "media.caption: audio messages have no caption (WhatsApp takes one on image, video and document)"},
+		{"caption on sticker", media(MediaSticker, "", "1", "hi", ""), "media.caption: sticker messages have no caption"},
+		{"caption too long", media(MediaVideo, "", "1", strings.Repeat("a", 1025), ""), "media.caption: 1025 characters, want at most 1024"},
+		{"filename on an image", media(MediaImage, "", "1", "", "a.jpg"), "media.filename: only a document has a file name (this is image)"},
+		{"filename with a slash", media(MediaDocument, "", "1", "", "../etc/passwd"), `media.filename: has "/" at byte 2`},
+		{"filename with a newline", media(MediaDocument, "", "1", "", "a\nb.pdf"), `media.filename: has "\n" at byte 1`},
+		{"preview_url on a template", func(p *WhatsAppSend) { tmpl(p); p.PreviewURL = true }, "preview_url: only a text message has a link preview (this is a template message)"},
+		{"reply_to with a space", func(p *WhatsAppSend) { p.ReplyTo = "wamid.a b" }, "reply_to: \"wamid.a b\" has a space, control or non-ASCII character at byte 7"},
+		{"reply_to too long", func(p *WhatsAppSend) { p.ReplyTo = strings.Repeat("w", 257) }, "reply_to: 257 bytes, want at most 256"},
 		{"text may hold newlines", func(p *WhatsAppSend) { p.Text = "line1\n\tline2     x" }, ""},
 		{"idempotency key space", func(p *WhatsAppSend) { p.IdempotencyKey = "a b" }, `idempotency_key: "a b" may only contain`},
 		{"idempotency key slash", func(p *WhatsAppSend) { p.IdempotencyKey = "a/b" }, "idempotency_key:"},
 		{"idempotency key too long", func(p *WhatsAppSend) { p.IdempotencyKey = strings.Repeat("k", 201) }, "idempotency_key: 201 characters, want at most 200"},
 	})
+}
+
+// media makes a case's change into a media message.
+func media(typ, link, id, caption, filename string) func(*WhatsAppSend) {
+	return func(p *WhatsAppSend) {
+		p.Text = ""
+		p.Media = &Media{Type: typ, Link: link, ID: id, Caption: caption, Filename: filename}
+	}
 }
 
 func TestSMSSendValidate(t *testing.T) {

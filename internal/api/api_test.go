@@ -76,6 +76,20 @@ func TestEnqueueEachChannel(t *testing.T) {
 			require.Equal(t, "order_update", p["template"].(map[string]any)["name"])
 			require.Equal(t, "high", p["priority"])
 		}},
+		{"whatsapp document replying", "/v1/messages", with(whatsApp(), "text", nil, "reply_to", "wamid.ABC",
+			"media", map[string]any{"type": "document", "link": "https://cdn.example.com/i.pdf", "caption": "Invoice", "filename": "invoice-1042.pdf"}),
+			"whatsapp:send", "whatsapp", func(t *testing.T, p map[string]any) {
+				require.Equal(t, map[string]any{"type": "document", "link": "https://cdn.example.com/i.pdf", "caption": "Invoice", "filename": "invoice-1042.pdf"}, p["media"])
+				require.Equal(t, "wamid.ABC", p["reply_to"])
+			}},
+		{"whatsapp sticker by id", "/v1/messages", with(whatsApp(), "text", nil, "media", map[string]any{"type": "sticker", "id": "798882015472548"}),
+			"whatsapp:send", "whatsapp", func(t *testing.T, p map[string]any) {
+				require.Equal(t, map[string]any{"type": "sticker", "id": "798882015472548"}, p["media"])
+			}},
+		{"whatsapp text with preview", "/v1/messages", with(whatsApp(), "text", "See https://example.com/o/1", "preview_url", true),
+			"whatsapp:send", "whatsapp", func(t *testing.T, p map[string]any) {
+				require.Equal(t, true, p["preview_url"])
+			}},
 		{"sms", "/v1/messages", sms(), "sms:send", "sms", func(t *testing.T, p map[string]any) {
 			require.Equal(t, "Your code is 123456", p["body"])
 		}},
@@ -358,6 +372,16 @@ func TestValidationNamesFields(t *testing.T) {
 		{"webhook payload not an object", "/v1/webhooks", with(webhook("k"), "payload", "text"), specInvalid, []fieldErr{{"/payload", "JSON object or array"}}},
 		{"not an object", "/v1/messages", []any{1}, specInvalid, []fieldErr{{"", "want a JSON object"}}},
 		{"disabled channel", "/v1/calls", call(), specValid, []fieldErr{{"", "disabled"}}},
+		{"caption on audio", "/v1/messages", with(whatsApp(), "text", nil, "media", map[string]any{"type": "audio", "id": "1", "caption": "hi"}), specInvalid,
+			[]fieldErr{{"/media/caption", "audio messages have no caption"}}},
+		{"media with link and id", "/v1/messages", with(whatsApp(), "text", nil, "media", map[string]any{"type": "image", "id": "1", "link": "https://a.example/x.jpg"}), specInvalid,
+			[]fieldErr{{"/media/link", "set exactly one"}, {"/media/id", "set exactly one"}}},
+		{"text and media", "/v1/messages", with(whatsApp(), "media", map[string]any{"type": "image", "id": "1"}), specInvalid,
+			[]fieldErr{{"/text", "set exactly one of text, template and media"}, {"/media", "set exactly one of text, template and media"}}},
+		{"filename on an image", "/v1/messages", with(whatsApp(), "text", nil, "media", map[string]any{"type": "image", "id": "1", "filename": "a.jpg"}), specInvalid,
+			[]fieldErr{{"/media/filename", "only a document has a file name"}}},
+		{"preview_url without text", "/v1/messages", with(whatsApp(), "text", nil, "preview_url", true, "media", map[string]any{"type": "image", "id": "1"}), specInvalid,
+			[]fieldErr{{"/preview_url", "only a text message"}}},
 		{"reserved key prefix", "/v1/messages", with(sms(), "idempotency_key", "t-0123456789abcdef:x"), specInvalid,
 			[]fieldErr{{"/idempotency_key", "reserves"}}},
 	} {

@@ -13,15 +13,19 @@
 // WhatsApp (WhatsAppURL): POST /{version}/{phone-number-id}/messages, version
 // matching ^v[0-9]+\.[0-9]+$, Authorization: Bearer <token>, JSON body with
 // messaging_product "whatsapp", to (8 to 15 digits, "+" optional) and type
-// "text" (text.body) or "template" (template.name, template.language.code).
+// "text" (text.body) or "template" (template.name, template.language.code),
+// or a media type, image, video, audio, document or sticker, with its object
+// (exactly one of id, digits, and link, absolute http(s); caption only on
+// image, video and document, at most 1,024 characters; filename only on
+// document); context.message_id when context is given.
 // Success: 200 {"messaging_product":"whatsapp","contacts":[{"input","wa_id"}],
 // "messages":[{"id":"wamid...."}]}. Errors use the Graph envelope
 // {"error":{"message","type","code","error_data":{"messaging_product",
 // "details"},"fbtrace_id"}} (PROVIDERS.md:17): 401 code 104 (no token) or 190
 // (wrong token); 400 code 2500 (bad version), 100 subcode 33 (non-numeric
 // phone-number-id), 100 (invalid body); 400 130429 and 131056 (limits).
-// Other message types (image, interactive, ...) are rejected with code 100:
-// the emulator only models text and template sends.
+// Other message types (interactive, location, ...) are rejected with code
+// 100: the emulator models text, template and media sends.
 //
 // Twilio (TwilioURL): POST /2010-04-01/Accounts/{AccountSid}/Messages.json,
 // HTTP Basic AccountSid:AuthToken, form fields To, From or

@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strings"
 	"sync/atomic"
+	"unicode/utf8"
 )
 
 var graphVersionPattern = regexp.MustCompile(`^v[0-9]+\.[0-9]+$`)
@@ -69,7 +71,60 @@ type waRequest struct {
 			Code string `json:"code"`
 		} `json:"language"`
 	} `json:"template"`
+	Image    *waMedia `json:"image"`
+	Video    *waMedia `json:"video"`
+	Audio    *waMedia `json:"audio"`
+	Document *waMedia `json:"document"`
+	Sticker  *waMedia `json:"sticker"`
+	Context  *struct {
+		MessageID string `json:"message_id"`
+	} `json:"context"`
 	BizOpaqueCallbackData string `json:"biz_opaque_callback_data"`
+}
+
+// waMedia is a media message's object (Cloud API messages reference, media
+// object: id or link; caption on image, video and document, at most 1,024
+// characters; filename on document).
+type waMedia struct {
+	ID       *string `json:"id"`
+	Link     *string `json:"link"`
+	Caption  *string `json:"caption"`
+	Filename *string `json:"filename"`
+}
+
+// waMaxCaption is the longest media caption, in characters (the spec's
+// MediaObject caption maxLength).
+const waMaxCaption = 1024
+
+// checkMedia refuses a media object of message type typ the way the
+// strictest reading of the Cloud API reference does, with code 100: absent;
+// both or neither of id and link; a link that is not absolute http(s); a
+// caption on audio or a sticker, or one over 1,024 characters; a filename
+// on anything but a document.
+func checkMedia(typ string, m *waMedia) string {
+	switch {
+	case m == nil:
+		return fmt.Sprintf("The parameter %s is required.", typ)
+	case (m.ID == nil) == (m.Link == nil):
+		return fmt.Sprintf("Param %s must have exactly one of id and link.", typ)
+	case m.ID != nil && (*m.ID == "" || !digitsOnly(*m.ID)):
+		return fmt.Sprintf("Param %s['id'] must be a valid media id.", typ)
+	case m.Link != nil && !httpURL(*m.Link):
+		return fmt.Sprintf("Param %s['link'] must be a valid http or https URL.", typ)
+	case m.Caption != nil && (typ == "audio" || typ == "sticker"):
+		return fmt.Sprintf("Param %s['caption'] is not supported for %s messages.", typ, typ)
+	case m.Caption != nil && utf8.RuneCountInString(*m.Caption) > waMaxCaption:
+		return fmt.Sprintf("Param %s['caption'] must be at most %d characters long.", typ, waMaxCaption)
+	case m.Filename != nil && typ != "document":
+		return fmt.Sprintf("Param %s['filename'] is only supported for document messages.", typ)
+	}
+	return ""
+}
+
+// httpURL reports whether s is an absolute http or https URL with a host.
+func httpURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }
 
 type waResponse struct {
@@ -179,8 +234,16 @@ func parseWhatsApp(r *http.Request, body []byte) (req waRequest, digits string, 
 			ge := waError(100, "(#100) The parameter template['language']['code'] is required.", "template.language.code is required")
 			return req, "", &ge
 		}
+	case "image", "video", "audio", "document", "sticker":
+		m := map[string]*waMedia{"image": req.Image, "video": req.Video, "audio": req.Audio, "document": req.Document, "sticker": req.Sticker}[req.Type]
+		if d := checkMedia(req.Type, m); d != "" {
+			return fail(d)
+		}
 	default:
-		return fail(fmt.Sprintf("Param type %q is not supported by the emulator (text, template).", req.Type))
+		return fail(fmt.Sprintf("Param type %q is not supported by the emulator (text, template, image, video, audio, document, sticker).", req.Type))
+	}
+	if req.Context != nil && req.Context.MessageID == "" {
+		return fail("Param context['message_id'] is required.")
 	}
 	return req, digits, nil
 }

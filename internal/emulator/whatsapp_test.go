@@ -2,8 +2,10 @@ package emulator
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -412,7 +414,17 @@ func TestWhatsAppValidation(t *testing.T) {
 			m["type"] = "template"
 			m["template"] = map[string]any{"name": "order_update"}
 		}), code: 100},
-		{name: "unsupported type", payload: with(func(m map[string]any) { m["type"] = "image" }), code: 100},
+		{name: "image without its object", payload: with(func(m map[string]any) { m["type"] = "image" }), code: 100},
+		{name: "unsupported type", payload: with(func(m map[string]any) { m["type"] = "interactive" }), code: 100},
+		{name: "image with id and link", payload: mediaMessage("image", map[string]any{"id": "1", "link": "https://a.example/x.jpg"}), code: 100},
+		{name: "image with neither id nor link", payload: mediaMessage("image", map[string]any{"caption": "x"}), code: 100},
+		{name: "video link not http", payload: mediaMessage("video", map[string]any{"link": "file:///etc/passwd"}), code: 100},
+		{name: "audio with caption", payload: mediaMessage("audio", map[string]any{"id": "1", "caption": "listen"}), code: 100},
+		{name: "sticker with caption", payload: mediaMessage("sticker", map[string]any{"id": "1", "caption": "hi"}), code: 100},
+		{name: "caption too long", payload: mediaMessage("image", map[string]any{"id": "1", "caption": strings.Repeat("a", 1025)}), code: 100},
+		{name: "filename on video", payload: mediaMessage("video", map[string]any{"id": "1", "filename": "a.mp4"}), code: 100},
+		{name: "media id not digits", payload: mediaMessage("document", map[string]any{"id": "abc"}), code: 100},
+		{name: "context without message_id", payload: with(func(m map[string]any) { m["context"] = map[string]any{} }), code: 100},
 	} {
 		path := tc.path
 		if path == "" {
@@ -427,7 +439,7 @@ func TestWhatsAppValidation(t *testing.T) {
 		assert.NotEmpty(t, e.FBTraceID, tc.name)
 	}
 	st := h.s.Stats()[ChannelWhatsApp]
-	assert.Equal(t, 18, st.Rejected)
+	assert.Equal(t, 28, st.Rejected)
 	assert.Zero(t, st.Accepted)
 	assert.Empty(t, h.s.Records())
 }
@@ -509,4 +521,29 @@ func TestNewWamidUnique(t *testing.T) {
 		require.False(t, seen[id], "duplicate %s", id)
 		seen[id] = true
 	}
+}
+
+// mediaMessage is a media send of type typ with its object obj.
+func mediaMessage(typ string, obj map[string]any) map[string]any {
+	return map[string]any{"messaging_product": "whatsapp", "recipient_type": "individual", "to": "16505551234", "type": typ, typ: obj}
+}
+
+// Media messages of each type are accepted and recorded like text: they
+// count against the number's throughput and the pair's pace the same way.
+func TestWhatsAppAcceptsMediaMessages(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{Tolerance: -1})
+	for i, m := range []map[string]any{
+		mediaMessage("image", map[string]any{"link": "https://cdn.example.com/a.jpg", "caption": "Your order"}),
+		mediaMessage("video", map[string]any{"id": "1166846181421424", "caption": "How to"}),
+		mediaMessage("audio", map[string]any{"link": "https://cdn.example.com/a.ogg"}),
+		mediaMessage("document", map[string]any{"link": "https://cdn.example.com/i.pdf", "caption": "Invoice", "filename": "i.pdf"}),
+		mediaMessage("sticker", map[string]any{"id": "798882015472548"}),
+	} {
+		m["to"] = fmt.Sprintf("1650555%04d", 1000+i) // a recipient each: no pair limit
+		m["context"] = map[string]any{"message_id": "wamid.ABC"}
+		r := h.waRaw("/v23.0/"+phoneID+"/messages", m, nil)
+		require.Equal(t, http.StatusOK, r.status, "%s: %s", m["type"], r.body)
+	}
+	assert.Equal(t, 5, h.s.Stats()[ChannelWhatsApp].Accepted)
 }
