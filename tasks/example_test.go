@@ -29,6 +29,35 @@ func ExampleNewWhatsAppSendTask() {
 	// {"v":1,"phone_number_id":"106540352242922","to":"+12025550123","template":{"name":"order_update","language":"en_US","parameters":["Ava","ORD-100123"]},"idempotency_key":"order-100123-shipped"}
 }
 
+func ExampleNewWhatsAppSendTask_media() {
+	task, err := tasks.NewWhatsAppSendTask(tasks.WhatsAppSend{
+		PhoneNumberID: "106540352242922",
+		To:            "+12025550123",
+		Media: &tasks.Media{
+			Type:     tasks.MediaDocument,
+			Link:     "https://cdn.example.com/invoices/1042.pdf",
+			Caption:  "Your invoice",
+			Filename: "invoice-1042.pdf",
+		},
+		ReplyTo:        "wamid.HBgLMTIwMjU1NTAxMjMVAgARGBI5QTNDQTVCM0Q0Q0Q2RTY3RTcA",
+		IdempotencyKey: "invoice-1042",
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(string(task.Payload()))
+	_, err = tasks.NewWhatsAppSendTask(tasks.WhatsAppSend{
+		PhoneNumberID: "106540352242922",
+		To:            "+12025550123",
+		Media:         &tasks.Media{Type: tasks.MediaAudio, ID: "1166846181421424", Caption: "Listen"},
+	})
+	fmt.Println(err)
+	// Output:
+	// {"v":1,"phone_number_id":"106540352242922","to":"+12025550123","media":{"type":"document","link":"https://cdn.example.com/invoices/1042.pdf","caption":"Your invoice","filename":"invoice-1042.pdf"},"reply_to":"wamid.HBgLMTIwMjU1NTAxMjMVAgARGBI5QTNDQTVCM0Q0Q0Q2RTY3RTcA","idempotency_key":"invoice-1042"}
+	// media.caption: audio messages have no caption (WhatsApp takes one on image, video and document)
+}
+
 func ExampleNewWhatsAppSendTask_invalid() {
 	_, err := tasks.NewWhatsAppSendTask(tasks.WhatsAppSend{
 		PhoneNumberID: "106540352242922",

@@ -26,15 +26,24 @@ type Message struct {
 	// Text is whatsapp's free text or sms's body, with {column}
 	// placeholders (see Render).
 	Text string
+	// whatsapp media messages (instead of Template and Text): MediaType
+	// (image, video, audio, document, sticker), and MediaURL or MediaID,
+	// Caption and Filename, each with {column} placeholders, so that a
+	// row's cells give its link, caption and file name
+	// (--media-url "{media_url}").
+	MediaType, MediaURL, MediaID, Caption, Filename string
 
 	// sms: From numbers used in turn (row i uses Senders[i % n]), or a
 	// Messaging Service SID.
 	Senders          []string
 	MessagingService string
 
-	// webhook: endpoint URLs used in turn, and the event type.
+	// webhook: endpoint URLs used in turn, the event type, and the
+	// endpoint whose signing secret signs them (channels.webhook.endpoints;
+	// "" for the default secret).
 	URLs      []string
 	EventType string
+	Endpoint  string
 
 	// Priority is every row's priority ("high", "bulk" or ""); a
 	// "priority" column, when the file has one, sets it per row (an empty
@@ -80,15 +89,15 @@ func (m *Message) Validate(columns []string) error {
 		}
 		return fmt.Errorf("%s: %w", flag, err)
 	}
-	if m.Text != "" && m.Channel != "webhook" {
-		// A template error is the same on every row: one error, not one
-		// reject per row.
-		params := map[string]string{"to": ""}
-		for _, c := range columns {
-			if !isAnnotation(c) {
-				params[c] = ""
-			}
+	// A template error is the same on every row: one error, not one
+	// reject per row.
+	params := map[string]string{"to": ""}
+	for _, c := range columns {
+		if !isAnnotation(c) {
+			params[c] = ""
 		}
+	}
+	if m.Text != "" && m.Channel != "webhook" {
 		if _, err := Render(m.Text, Row{Params: params}); err != nil {
 			flag := "--body"
 			if m.Channel == "whatsapp" {
@@ -97,13 +106,30 @@ func (m *Message) Validate(columns []string) error {
 			return fmt.Errorf("%s: %w", flag, err)
 		}
 	}
+	for _, f := range []struct{ flag, tmpl string }{{"--media-url", m.MediaURL}, {"--media-id", m.MediaID}, {"--caption", m.Caption}, {"--filename", m.Filename}} {
+		if _, err := Render(f.tmpl, Row{Params: params}); f.tmpl != "" && err != nil {
+			return fmt.Errorf("%s: %w", f.flag, err)
+		}
+	}
+	if m.Channel != "whatsapp" && m.MediaType+m.MediaURL+m.MediaID+m.Caption+m.Filename != "" {
+		return fmt.Errorf("--media, --media-url, --media-id, --caption, --filename: whatsapp only")
+	}
 	switch m.Channel {
 	case "whatsapp":
 		if m.PhoneNumberID == "" {
 			return fmt.Errorf("--phone-number-id is required for whatsapp")
 		}
-		if (m.Template == "") == (m.Text == "") {
-			return fmt.Errorf("whatsapp: give --template (with --params) or --text")
+		n := 0
+		for _, set := range []bool{m.Template != "", m.Text != "", m.MediaType != ""} {
+			if set {
+				n++
+			}
+		}
+		if n != 1 {
+			return fmt.Errorf("whatsapp: give one of --template (with --params), --text and --media (with --media-url or --media-id)")
+		}
+		if m.MediaType == "" && m.MediaURL+m.MediaID+m.Caption+m.Filename != "" {
+			return fmt.Errorf("--media-url, --media-id, --caption, --filename: give --media (image, video, audio, document or sticker)")
 		}
 	case "sms":
 		if (len(m.Senders) == 0) == (m.MessagingService == "") {
@@ -162,6 +188,17 @@ func (m *Message) Task(row Row, i int, columns []string) (*asynq.Task, error) {
 				tmpl.Parameters = append(tmpl.Parameters, row.Params[c])
 			}
 			p.Template = tmpl
+		} else if m.MediaType != "" {
+			md := &tasks.Media{Type: m.MediaType}
+			for _, f := range []struct {
+				dst  *string
+				tmpl string
+			}{{&md.Link, m.MediaURL}, {&md.ID, m.MediaID}, {&md.Caption, m.Caption}, {&md.Filename, m.Filename}} {
+				if *f.dst, err = Render(f.tmpl, row); err != nil {
+					return nil, err
+				}
+			}
+			p.Media = md
 		} else if p.Text, err = Render(m.Text, row); err != nil {
 			return nil, err
 		}
@@ -181,7 +218,7 @@ func (m *Message) Task(row Row, i int, columns []string) (*asynq.Task, error) {
 			return nil, merr
 		}
 		url := m.URLs[i%len(m.URLs)]
-		t, err = tasks.NewWebhookDeliverTask(tasks.WebhookDeliver{Delivery: d, URL: url, EventType: m.EventType, Payload: data, Endpoint: url, IdempotencyKey: key}, opts...)
+		t, err = tasks.NewWebhookDeliverTask(tasks.WebhookDeliver{Delivery: d, URL: url, EventType: m.EventType, Payload: data, Endpoint: m.Endpoint, IdempotencyKey: key}, opts...)
 	default:
 		return nil, fmt.Errorf("channel %q", m.Channel)
 	}

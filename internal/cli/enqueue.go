@@ -86,14 +86,19 @@ ID (with --tenant, after the tenant's namespace, as the API gives it:
 
 	var wa tasks.WhatsAppSend
 	var tmpl tasks.Template
+	var media tasks.Media
 	waCmd := &cobra.Command{
-		Use:   "whatsapp --phone-number-id ID --to E164 (--text T | --template NAME [--param P]...)",
-		Short: "A WhatsApp Cloud API message",
+		Use: "whatsapp --phone-number-id ID --to E164 (--text T [--preview-url] | --template NAME [--param P]... |\n" +
+			"  --media image|video|audio|document|sticker (--media-url URL | --media-id ID) [--caption T] [--filename F]) [--reply-to WAMID]",
+		Short: "A WhatsApp Cloud API message: text, template or media",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return enqueue(cmd, func() (*asynq.Task, error) {
 				if tmpl.Name != "" {
 					wa.Template = &tmpl
+				}
+				if media != (tasks.Media{}) {
+					wa.Media = &media
 				}
 				wa.IdempotencyKey, wa.Priority, wa.Tenant = key, priority, tenant
 				return tasks.NewWhatsAppSendTask(wa)
@@ -106,6 +111,13 @@ ID (with --tenant, after the tenant's namespace, as the API gives it:
 	waCmd.Flags().StringVar(&tmpl.Name, "template", "", "template name")
 	waCmd.Flags().StringVar(&tmpl.Language, "lang", "en_US", "template language code")
 	waCmd.Flags().StringArrayVar(&tmpl.Parameters, "param", nil, "template body parameter, in order (repeat)")
+	waCmd.Flags().StringVar(&media.Type, "media", "", "media message type: image, video, audio, document or sticker")
+	waCmd.Flags().StringVar(&media.Link, "media-url", "", "the media's http(s) URL (Meta downloads it)")
+	waCmd.Flags().StringVar(&media.ID, "media-id", "", "an uploaded media's ID, instead of --media-url")
+	waCmd.Flags().StringVar(&media.Caption, "caption", "", "caption of an image, video or document (at most 1,024 characters)")
+	waCmd.Flags().StringVar(&media.Filename, "filename", "", "a document's file name as the recipient sees it")
+	waCmd.Flags().BoolVar(&wa.PreviewURL, "preview-url", false, "render a preview of the first URL in --text")
+	waCmd.Flags().StringVar(&wa.ReplyTo, "reply-to", "", "the WhatsApp message ID (wamid.…) this message replies to")
 	addCommon(waCmd)
 
 	var sms tasks.SMSSend

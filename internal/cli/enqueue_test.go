@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
@@ -174,4 +175,44 @@ func TestTenantKeyNamesOneTaskFromTheCLIAndTheAPI(t *testing.T) {
 	r = run(t, "enqueue", "sms", "--from", "+12025550100", "--to", "+12025550123", "--body", "hi", "--key", "order-1", "--tenant", "acme", "--redis", srv.URL())
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Contains(t, r.stdout, "already enqueued")
+}
+
+// WhatsApp media messages from the CLI reach the provider: `sluice send`
+// builds each row's image from its media_url and caption cells (a row whose
+// link is not http(s) is rejected with its line, as Meta would refuse it),
+// `sluice enqueue` a document that replies to a message; a worker sends
+// them to the emulator, which checks each media object on its own. A
+// caption on audio is refused at enqueue with the field named.
+func TestWhatsAppMediaFromTheCLI(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	emu := startWorker(t, srv.Client(t), nil)
+	path := writeFile(t, "media.csv", "to,name,media_url\n"+
+		"+12025550101,Ann,https://cdn.example.com/p/1.jpg\n"+
+		"+12025550102,Bob,ftp://cdn.example.com/p/2.jpg\n"+
+		"+12025550103,Cy,https://cdn.example.com/p/3.jpg\n")
+	r := run(t, "send", "--channel", "whatsapp", "--csv", path, "--phone-number-id", "106540352242922",
+		"--media", "image", "--media-url", "{media_url}", "--caption", "Hi {name}, your order", "--redis", srv.URL())
+	require.Equal(t, 3, r.code, "a row rejected:\n%s\n%s", r.stdout, r.stderr)
+	require.Contains(t, r.stdout, path+": 3 rows: 2 enqueued, 0 already enqueued, 1 rejected")
+	require.Contains(t, r.stderr, path+`:3: media.link: "ftp://cdn.example.com/p/2.jpg" must be an absolute http or https URL`)
+
+	r = run(t, "enqueue", "whatsapp", "--phone-number-id", "106540352242922", "--to", "+12025550104",
+		"--media", "document", "--media-url", "https://cdn.example.com/i/1042.pdf", "--caption", "Invoice 1042",
+		"--filename", "invoice-1042.pdf", "--reply-to", "wamid.HBgLMTIwMjU1NTAxMDQVAgARGBI", "--key", "inv-1042", "--redis", srv.URL())
+	require.Equal(t, 0, r.code, r.stderr)
+
+	r = run(t, "enqueue", "whatsapp", "--phone-number-id", "106540352242922", "--to", "+12025550105",
+		"--media", "audio", "--media-id", "1166846181421424", "--caption", "listen", "--redis", srv.URL())
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, "media.caption: audio messages have no caption")
+
+	got := map[string]string{}
+	require.Eventually(t, func() bool {
+		for _, rec := range emu.Records() {
+			got[rec.Recipient] = rec.Kind
+		}
+		return len(got) == 3
+	}, 30*time.Second, 20*time.Millisecond, "the three sends reach the emulator (a hang bound, not a speed check)")
+	require.Equal(t, map[string]string{"+12025550101": "image", "+12025550103": "image", "+12025550104": "document"}, got)
 }

@@ -169,6 +169,10 @@ type Record struct {
 	Duplicate bool `json:"duplicate"`
 	// ProviderID is the wamid (whatsapp) or the SM sid (sms); "" for webhooks.
 	ProviderID string `json:"provider_id"`
+	// Kind is what was sent: a WhatsApp message's type ("text",
+	// "template", "image", "video", "audio", "document", "sticker"); ""
+	// for the other channels.
+	Kind string `json:"kind,omitempty"`
 }
 
 // ChannelStats counts one channel's responses.

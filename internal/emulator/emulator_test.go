@@ -44,7 +44,7 @@ func TestIntrospection(t *testing.T) {
 	for k := range raw[0] {
 		keys = append(keys, k)
 	}
-	assert.ElementsMatch(t, []string{"channel", "at", "sender", "recipient", "idempotency_key", "duplicate", "provider_id"}, keys)
+	assert.ElementsMatch(t, []string{"channel", "at", "sender", "recipient", "idempotency_key", "duplicate", "provider_id", "kind"}, keys)
 
 	// Stats.
 	r = h.do(http.MethodGet, h.s.WhatsAppURL()+"/_emulator/stats", nil, nil)

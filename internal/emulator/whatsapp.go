@@ -296,6 +296,10 @@ func (s *Server) handleWhatsApp(w http.ResponseWriter, r *http.Request) {
 		key = req.BizOpaqueCallbackData
 	}
 	wamid := newWamid(digits)
+	kind := req.Type
+	if kind == "" {
+		kind = "text" // Graph's default type
+	}
 	s.mu.Lock()
 	now := arrived
 	// The throughput cap is a per-second count (exact; sliding window or
@@ -325,6 +329,7 @@ func (s *Server) handleWhatsApp(w http.ResponseWriter, r *http.Request) {
 		Recipient:      "+" + digits,
 		IdempotencyKey: key,
 		ProviderID:     wamid,
+		Kind:           kind,
 	})
 	s.mu.Unlock()
 

@@ -59,8 +59,8 @@ func TestWhatsAppAccepts(t *testing.T) {
 	assert.NotEqual(t, got.Messages[0].ID, got2.Messages[0].ID)
 
 	wantRecords := []Record{
-		{Channel: ChannelWhatsApp, At: t0, Sender: phoneID, Recipient: "+16505551234", ProviderID: got.Messages[0].ID},
-		{Channel: ChannelWhatsApp, At: t0, Sender: phoneID, Recipient: "+16505551235", ProviderID: got2.Messages[0].ID},
+		{Channel: ChannelWhatsApp, At: t0, Sender: phoneID, Recipient: "+16505551234", ProviderID: got.Messages[0].ID, Kind: "text"},
+		{Channel: ChannelWhatsApp, At: t0, Sender: phoneID, Recipient: "+16505551235", ProviderID: got2.Messages[0].ID, Kind: "template"},
 	}
 	if diff := cmp.Diff(wantRecords, h.s.Records()); diff != "" {
 		t.Errorf("records (-want +got):\n%s", diff)
