@@ -469,6 +469,23 @@ func TestTwilioRequestsMatchSpec(t *testing.T) {
 			p:    tasks.SMSSend{V: 1, From: "whatsapp:+14155238886", To: "whatsapp:+12025550123", Body: "Your code is 123456"},
 			want: "Body=Your+code+is+123456&From=whatsapp%3A%2B14155238886&To=whatsapp%3A%2B12025550123",
 		},
+		{
+			name: "mms, two images and a validity period",
+			p: tasks.SMSSend{V: 1, From: "+12025550100", To: "+12025550123", Body: "Your photos",
+				MediaURLs: []string{"https://cdn.example.com/1.jpg", "https://cdn.example.com/2.png?sig=a%2Bb"}, ValidityPeriod: 600},
+			want: "Body=Your+photos&From=%2B12025550100&MediaUrl=https%3A%2F%2Fcdn.example.com%2F1.jpg&MediaUrl=https%3A%2F%2Fcdn.example.com%2F2.png%3Fsig%3Da%252Bb&To=%2B12025550123&ValidityPeriod=600",
+		},
+		{
+			name: "mms without a body",
+			p:    tasks.SMSSend{V: 1, From: "898211", To: "+12025550123", MediaURLs: []string{"https://cdn.example.com/1.gif"}},
+			want: "From=898211&MediaUrl=https%3A%2F%2Fcdn.example.com%2F1.gif&To=%2B12025550123",
+		},
+		{
+			name: "content template through a messaging service (WhatsApp)",
+			p: tasks.SMSSend{V: 1, MessagingServiceSID: testServiceSID, To: "whatsapp:+12025550123",
+				ContentSID: "HX0123456789abcdef0123456789abcdef", ContentVariables: map[string]string{"2": "1042", "1": "Ann & Bo"}},
+			want: "ContentSid=HX0123456789abcdef0123456789abcdef&ContentVariables=%7B%221%22%3A%22Ann+%5Cu0026+Bo%22%2C%222%22%3A%221042%22%7D&MessagingServiceSid=" + testServiceSID + "&To=whatsapp%3A%2B12025550123",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -505,6 +522,8 @@ func TestTwilioSpecRejects(t *testing.T) {
 	for name, body := range map[string]string{
 		"no To":       "Body=hi&From=%2B12025550100",
 		"bad service": "Body=hi&MessagingServiceSid=MG1&To=%2B12025550123",
+		"bad content": "ContentSid=HX1&From=%2B12025550100&To=%2B12025550123",
+		"validity":    "Body=hi&From=%2B12025550100&To=%2B12025550123&ValidityPeriod=soon",
 	} {
 		t.Run(name, func(t *testing.T) {
 			require.Error(t, s.validate(newSpecRequest(url, "application/x-www-form-urlencoded", []byte(body), basic)))

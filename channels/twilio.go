@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -97,8 +98,10 @@ func CheckAccountSID(sid string) error {
 // body's sid).
 //
 // The form-encoded body has To, From and/or MessagingServiceSid (at least one;
-// both are sent when both are set), Body and, when set, StatusCallback, as
-// the spec's CreateMessageRequest defines them. From is sent as the payload gives it (an E.164 number, a
+// both are sent when both are set), Body, one MediaUrl per media URL (an
+// MMS), ContentSid with ContentVariables (a JSON object of strings: a
+// Content Template), ValidityPeriod (seconds) and StatusCallback, each when
+// set, as the spec's CreateMessageRequest defines them. From is sent as the payload gives it (an E.164 number, a
 // short code, an alphanumeric sender ID or whatsapp:+E.164), except a
 // Messaging Service SID ("MG…"), which is sent as MessagingServiceSid. p.IdempotencyKey is sent as Idempotency-Key (IETF httpapi draft)
 // and I-Twilio-Idempotency-Token (Twilio's own header, honoured by its webhooks
@@ -174,19 +177,38 @@ func twilioForm(p tasks.SMSSend) (url.Values, error) {
 	if p.MessagingServiceSID != "" && !tasks.IsMessagingServiceSID(p.MessagingServiceSID) {
 		return nil, fmt.Errorf("messaging_service_sid: want MG followed by 32 hex digits, got %q", p.MessagingServiceSID)
 	}
-	if p.Body == "" {
-		return nil, errors.New("body: required")
+	if p.Body == "" && len(p.MediaURLs) == 0 && p.ContentSID == "" {
+		return nil, errors.New("body: required (or media_urls, or content_sid)")
 	}
 	// A Messaging Service SID given as From (a payload built without
 	// tasks.NewSMSSendTask) goes as MessagingServiceSid, the spec's field
 	// for it; in From it would be refused (21212).
 	from, service := p.Sender()
-	f := url.Values{"To": {p.To}, "Body": {p.Body}}
+	f := url.Values{"To": {p.To}}
+	if p.Body != "" {
+		f.Set("Body", p.Body)
+	}
 	if from != "" {
 		f.Set("From", from)
 	}
 	if service != "" {
 		f.Set("MessagingServiceSid", service)
+	}
+	for _, u := range p.MediaURLs {
+		f.Add("MediaUrl", u)
+	}
+	if p.ContentSID != "" {
+		f.Set("ContentSid", p.ContentSID)
+		if len(p.ContentVariables) > 0 {
+			vars, err := json.Marshal(p.ContentVariables) // (a map: keys sorted)
+			if err != nil {
+				return nil, fmt.Errorf("content_variables: %v", err)
+			}
+			f.Set("ContentVariables", string(vars))
+		}
+	}
+	if p.ValidityPeriod > 0 {
+		f.Set("ValidityPeriod", strconv.Itoa(p.ValidityPeriod))
 	}
 	return f, nil
 }

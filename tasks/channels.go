@@ -148,9 +148,18 @@ func (p SMSSend) Fields() map[string]string {
 	}
 }
 
-// Segments is the number of SMS segments of the body (CountSegments): what
-// the message costs against a sender's MPS, which Twilio counts in segments.
-func (p SMSSend) Segments() int { return CountSegments(p.Body).Count }
+// Segments is what the message costs against a sender's MPS, which Twilio
+// counts in segments: the SMS segments of the body (CountSegments); 1 for
+// an MMS (media_urls: one message, its body not split into segments) and
+// for a Content Template, whose rendered text Sluice does not see (one
+// that renders to several segments is undercounted; Twilio queues what
+// goes over a sender's MPS, it does not refuse it).
+func (p SMSSend) Segments() int {
+	if len(p.MediaURLs) > 0 || p.ContentSID != "" {
+		return 1
+	}
+	return CountSegments(p.Body).Count
+}
 
 // Fields returns the values limit-key templates may use: "url", "host" (the
 // URL's host with its port if it has one, lower-cased: "api.example.com:8443"),

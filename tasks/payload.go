@@ -164,8 +164,26 @@ type SMSSend struct {
 	From                string `json:"from,omitempty"`
 	MessagingServiceSID string `json:"messaging_service_sid,omitempty"`
 	To                  string `json:"to"` // E.164
-	Body                string `json:"body"`
-	IdempotencyKey      string `json:"idempotency_key,omitempty"`
+	// Body is the text: required unless MediaURLs or ContentSID is set.
+	Body string `json:"body,omitempty"`
+	// MediaURLs make the message an MMS (or a WhatsApp media message
+	// through Twilio): 1 to 10 absolute http(s) URLs that Twilio fetches
+	// (MediaUrl; JPEG, GIF and PNG up to 5 MB, other accepted types 500
+	// KB; Twilio Messages API). A whatsapp: sender takes one.
+	MediaURLs []string `json:"media_urls,omitempty"`
+	// ContentSID is a Content Template ("HX" + 32 hex digits; ContentSid),
+	// which Twilio renders: instead of Body and MediaURLs. It is how a
+	// WhatsApp template goes through Twilio.
+	ContentSID string `json:"content_sid,omitempty"`
+	// ContentVariables fill the template's variables by name ("1",
+	// "name"): sent as ContentVariables, a JSON object of strings. Only
+	// with ContentSID.
+	ContentVariables map[string]string `json:"content_variables,omitempty"`
+	// ValidityPeriod is how long, in seconds, Twilio may keep the message
+	// in its outgoing queue before dropping it (ValidityPeriod, 1 to
+	// 36,000); 0 leaves Twilio's default, 36,000.
+	ValidityPeriod int    `json:"validity_period,omitempty"`
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
 }
 
 // WebhookDeliver is the payload of a webhook:deliver task: one event POSTed as

@@ -73,7 +73,7 @@ func TestConstructorsReject(t *testing.T) {
 	_, err := NewWhatsAppSendTask(WhatsAppSend{PhoneNumberID: "1", To: "+1555", Text: "hi"})
 	require.EqualError(t, err, `to: "+1555" is not a valid E.164 phone number`)
 	_, err = NewSMSSendTask(SMSSend{From: "+12025550100", To: "+12025550123"})
-	require.EqualError(t, err, "body: required (got only whitespace or nothing)")
+	require.EqualError(t, err, "body: required (or media_urls, or content_sid)")
 	_, err = NewWebhookDeliverTask(WebhookDeliver{URL: "https://h.example.com", EventType: "e"})
 	require.EqualError(t, err, "payload: required (a JSON object or array)")
 	_, err = NewHTTPCallTask(HTTPCall{Method: "TRACE", URL: "https://h.example.com"})

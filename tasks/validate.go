@@ -281,7 +281,13 @@ func checkTemplateParam(v string) error {
 // MessagingServiceSid (NewSMSSendTask moves it there). To is E.164, or
 // whatsapp:+E.164 when From is a whatsapp: sender or a Messaging Service
 // sends (Twilio requires From and To on the same channel, error 21910).
-// Body must be non-blank, without a NUL byte, and at most 1600 characters.
+// The content is a Body (non-blank, without a NUL byte, at most 1600
+// characters), MediaURLs (an MMS: 1 to 10 http(s) URLs, one from a
+// whatsapp: sender, none from an alphanumeric sender ID; with or without a
+// Body) or a ContentSID ("HX" + 32 hex digits) alone, with its
+// ContentVariables (names of 1 to 64 letters, digits, '_', '.', '-';
+// non-blank values of at most 1600 characters); ValidityPeriod is 0 or 1
+// to 36,000 seconds.
 func (p SMSSend) Validate() error { return p.validate(checkPhone) }
 
 func (p SMSSend) validate(checkPhone func(field, s string) error) error {
@@ -313,10 +319,92 @@ func (p SMSSend) validate(checkPhone func(field, s string) error) error {
 	if err := checkPhone("to", to); err != nil {
 		return err
 	}
-	if err := checkText("body", p.Body, maxSMSBody); err != nil {
+	if err := p.checkContent(); err != nil {
 		return err
 	}
+	if p.ValidityPeriod != 0 && (p.ValidityPeriod < 1 || p.ValidityPeriod > maxValidityPeriod) {
+		return fmt.Errorf("validity_period: %d seconds, want 1 to %d (Twilio ValidityPeriod; 0 for Twilio's default)", p.ValidityPeriod, maxValidityPeriod)
+	}
 	return checkIdempotencyKey(p.IdempotencyKey)
+}
+
+// Limits of a Twilio message's content (Twilio Messages API; the spec's
+// CreateMessageRequest).
+const (
+	maxMediaURLs      = 10    // MediaUrl: "up to ten media_url parameters per message"
+	maxWhatsAppMedia  = 1     // a WhatsApp message through Twilio carries one media
+	maxValidityPeriod = 36000 // ValidityPeriod: 1 to 36,000 seconds
+	maxContentVars    = 100   // variables of one Content Template (Sluice's bound)
+)
+
+var (
+	contentSIDRE = regexp.MustCompile(`^HX[0-9a-fA-F]{32}$`) // Twilio spec: ContentSid
+	contentVarRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+)
+
+// checkContent checks what the message carries: a body (at most 1,600
+// characters), media (1 to 10 http(s) URLs: an MMS; one for a whatsapp:
+// sender; none from an alphanumeric sender ID, which cannot send MMS), or a
+// Content Template (HX + 32 hex digits, with its variables as names and
+// strings), which stands alone: Twilio renders it, body and media
+// included.
+func (p SMSSend) checkContent() error {
+	if p.ContentSID != "" {
+		switch {
+		case !contentSIDRE.MatchString(p.ContentSID):
+			return fmt.Errorf("content_sid: %.40q must be \"HX\" followed by 32 hex digits (a Content Template's SID)", p.ContentSID)
+		case p.Body != "":
+			return errors.New("body, content_sid: set one (the Content Template holds the text)")
+		case len(p.MediaURLs) > 0:
+			return errors.New("media_urls, content_sid: set one (the Content Template holds the media)")
+		case len(p.ContentVariables) > maxContentVars:
+			return fmt.Errorf("content_variables: %d variables, want at most %d", len(p.ContentVariables), maxContentVars)
+		}
+		for name, v := range p.ContentVariables {
+			if !contentVarRE.MatchString(name) {
+				return fmt.Errorf("content_variables: name %.40q: want 1 to 64 letters, digits, '_', '.' or '-' (\"1\", \"first_name\")", name)
+			}
+			if err := checkText("content_variables."+name, v, maxSMSBody); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if len(p.ContentVariables) > 0 {
+		return errors.New("content_variables: only with content_sid")
+	}
+	switch {
+	case p.Body == "" && len(p.MediaURLs) == 0:
+		return errors.New("body: required (or media_urls, or content_sid)")
+	case p.Body != "":
+		if err := checkText("body", p.Body, maxSMSBody); err != nil {
+			return err
+		}
+	}
+	if len(p.MediaURLs) == 0 {
+		return nil
+	}
+	max := maxMediaURLs
+	if strings.HasPrefix(p.From, whatsAppPrefix) {
+		max = maxWhatsAppMedia
+	}
+	if len(p.MediaURLs) > max {
+		return fmt.Errorf("media_urls: %d URLs, want at most %d (Twilio MediaUrl%s)", len(p.MediaURLs), max,
+			map[bool]string{true: "; a WhatsApp message carries one", false: ""}[max == maxWhatsAppMedia])
+	}
+	if p.From != "" && !strings.HasPrefix(p.From, "+") && !strings.HasPrefix(p.From, whatsAppPrefix) && !shortCodeRE.MatchString(p.From) && !IsMessagingServiceSID(p.From) {
+		return fmt.Errorf("media_urls: from %.40q is an alphanumeric sender ID, which cannot send MMS", p.From)
+	}
+	for i, u := range p.MediaURLs {
+		field := fmt.Sprintf("media_urls[%d]", i)
+		if len(u) > maxMediaLink {
+			return fmt.Errorf("%s: %d bytes, want at most %d", field, len(u), maxMediaLink)
+		}
+		if err := checkURL(field, u); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // whatsAppPrefix starts a Twilio WhatsApp channel address ("whatsapp:+14155238886").

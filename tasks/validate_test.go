@@ -2,6 +2,7 @@ package tasks
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -199,7 +200,45 @@ func TestSMSSendValidate(t *testing.T) {
 		{"body too long", func(p *SMSSend) { p.Body = strings.Repeat("x", 1601) }, "body: 1601 characters, want at most 1600"},
 		{"body with a NUL byte", func(p *SMSSend) { p.Body = "hi\x00there" }, "body: contains a NUL byte at byte 2"},
 		{"bad key", func(p *SMSSend) { p.IdempotencyKey = "ключ" }, "idempotency_key:"},
+		// MMS, Content Templates and the validity period (Twilio Messages API).
+		{"mms with body", func(p *SMSSend) { p.MediaURLs = []string{"https://cdn.example.com/a.jpg"} }, ""},
+		{"mms without body", func(p *SMSSend) { p.Body = ""; p.MediaURLs = mediaURLs(10) }, ""},
+		{"mms 11 urls", func(p *SMSSend) { p.MediaURLs = mediaURLs(11) }, "media_urls: 11 URLs, want at most 10 (Twilio MediaUrl)"},
+		{"whatsapp media 2 urls", func(p *SMSSend) {
+			p.From, p.To, p.MediaURLs = "whatsapp:+12025550100", "whatsapp:+12025550123", mediaURLs(2)
+		}, "media_urls: 2 URLs, want at most 1 (Twilio MediaUrl; a WhatsApp message carries one)"},
+		{"mms from alphanumeric", func(p *SMSSend) { p.From = "Acme"; p.MediaURLs = mediaURLs(1) }, `media_urls: from "Acme" is an alphanumeric sender ID, which cannot send MMS`},
+		{"mms url not http", func(p *SMSSend) {
+			p.MediaURLs = []string{"https://cdn.example.com/a.jpg", "data:image/png;base64,AAAA"}
+		}, `media_urls[1]: "data:image/png;base64,AAAA" must be an absolute http or https URL`},
+		{"content template", func(p *SMSSend) {
+			p.Body, p.ContentSID, p.ContentVariables = "", contentSID, map[string]string{"1": "Ann", "order_id": "1042"}
+		}, ""},
+		{"content template with body", func(p *SMSSend) { p.ContentSID = contentSID }, "body, content_sid: set one"},
+		{"content template with media", func(p *SMSSend) { p.Body, p.ContentSID, p.MediaURLs = "", contentSID, mediaURLs(1) }, "media_urls, content_sid: set one"},
+		{"content sid malformed", func(p *SMSSend) { p.Body, p.ContentSID = "", "HX123" }, `content_sid: "HX123" must be "HX" followed by 32 hex digits`},
+		{"content variables without template", func(p *SMSSend) { p.ContentVariables = map[string]string{"1": "a"} }, "content_variables: only with content_sid"},
+		{"content variable name", func(p *SMSSend) {
+			p.Body, p.ContentSID, p.ContentVariables = "", contentSID, map[string]string{"first name": "Ann"}
+		}, `content_variables: name "first name": want 1 to 64 letters`},
+		{"content variable empty", func(p *SMSSend) {
+			p.Body, p.ContentSID, p.ContentVariables = "", contentSID, map[string]string{"1": ""}
+		}, "content_variables.1: required"},
+		{"validity period", func(p *SMSSend) { p.ValidityPeriod = 600 }, ""},
+		{"validity period too long", func(p *SMSSend) { p.ValidityPeriod = 36001 }, "validity_period: 36001 seconds, want 1 to 36000"},
+		{"validity period negative", func(p *SMSSend) { p.ValidityPeriod = -1 }, "validity_period: -1 seconds"},
 	})
+}
+
+const contentSID = "HX0123456789abcdef0123456789abcdef"
+
+// mediaURLs returns n distinct media URLs.
+func mediaURLs(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("https://cdn.example.com/m/%d.jpg", i)
+	}
+	return out
 }
 
 func TestWebhookDeliverValidate(t *testing.T) {

@@ -93,6 +93,14 @@ func TestEnqueueEachChannel(t *testing.T) {
 		{"sms", "/v1/messages", sms(), "sms:send", "sms", func(t *testing.T, p map[string]any) {
 			require.Equal(t, "Your code is 123456", p["body"])
 		}},
+		{"mms", "/v1/messages", with(sms(), "media_urls", []string{"https://cdn.example.com/1.jpg"}, "validity_period", 600), "sms:send", "sms", func(t *testing.T, p map[string]any) {
+			require.Equal(t, []any{"https://cdn.example.com/1.jpg"}, p["media_urls"])
+			require.EqualValues(t, 600, p["validity_period"])
+		}},
+		{"content template", "/v1/messages", with(sms(), "body", nil, "content_sid", "HX0123456789abcdef0123456789abcdef", "content_variables", map[string]string{"1": "Ann"}),
+			"sms:send", "sms", func(t *testing.T, p map[string]any) {
+				require.Equal(t, map[string]any{"1": "Ann"}, p["content_variables"])
+			}},
 		{"sms in a campaign", "/v1/messages", with(sms(), "campaign", "spring-sale"), "sms:send", "sms", func(t *testing.T, p map[string]any) {
 			require.Equal(t, "spring-sale", p["campaign"], "counted per campaign by the worker")
 		}},
@@ -372,6 +380,11 @@ func TestValidationNamesFields(t *testing.T) {
 		{"webhook payload not an object", "/v1/webhooks", with(webhook("k"), "payload", "text"), specInvalid, []fieldErr{{"/payload", "JSON object or array"}}},
 		{"not an object", "/v1/messages", []any{1}, specInvalid, []fieldErr{{"", "want a JSON object"}}},
 		{"disabled channel", "/v1/calls", call(), specValid, []fieldErr{{"", "disabled"}}},
+		{"11 media urls", "/v1/messages", with(sms(), "media_urls", []string{"https://a.example/1", "https://a.example/2", "https://a.example/3", "https://a.example/4",
+			"https://a.example/5", "https://a.example/6", "https://a.example/7", "https://a.example/8", "https://a.example/9", "https://a.example/10", "https://a.example/11"}), specInvalid,
+			[]fieldErr{{"/media_urls", "11 URLs, want at most 10"}}},
+		{"content template with a body", "/v1/messages", with(sms(), "content_sid", "HX0123456789abcdef0123456789abcdef"), specInvalid,
+			[]fieldErr{{"/body", "set one"}, {"/content_sid", "set one"}}},
 		{"caption on audio", "/v1/messages", with(whatsApp(), "text", nil, "media", map[string]any{"type": "audio", "id": "1", "caption": "hi"}), specInvalid,
 			[]fieldErr{{"/media/caption", "audio messages have no caption"}}},
 		{"media with link and id", "/v1/messages", with(whatsApp(), "text", nil, "media", map[string]any{"type": "image", "id": "1", "link": "https://a.example/x.jpg"}), specInvalid,

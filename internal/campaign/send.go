@@ -37,6 +37,14 @@ type Message struct {
 	// Messaging Service SID.
 	Senders          []string
 	MessagingService string
+	// sms: an MMS's media URLs (each with {column} placeholders, so a
+	// row's cell may give it), or a Content Template (ContentSID) and its
+	// variables by name (values with {column} placeholders); and the
+	// validity period in seconds (0: Twilio's default).
+	SMSMediaURLs   []string
+	ContentSID     string
+	ContentVars    map[string]string
+	ValidityPeriod int
 
 	// webhook: endpoint URLs used in turn, the event type, and the
 	// endpoint whose signing secret signs them (channels.webhook.endpoints;
@@ -112,7 +120,20 @@ func (m *Message) Validate(columns []string) error {
 		}
 	}
 	if m.Channel != "whatsapp" && m.MediaType+m.MediaURL+m.MediaID+m.Caption+m.Filename != "" {
-		return fmt.Errorf("--media, --media-url, --media-id, --caption, --filename: whatsapp only")
+		return fmt.Errorf("--media, --media-url, --media-id, --caption, --filename: whatsapp only (an MMS: --channel sms --media-url)")
+	}
+	for _, u := range m.SMSMediaURLs {
+		if _, err := Render(u, Row{Params: params}); err != nil {
+			return fmt.Errorf("--media-url: %w", err)
+		}
+	}
+	for name, v := range m.ContentVars {
+		if _, err := Render(v, Row{Params: params}); err != nil {
+			return fmt.Errorf("--var %s: %w", name, err)
+		}
+	}
+	if m.Channel != "sms" && (len(m.SMSMediaURLs) > 0 || m.ContentSID != "" || len(m.ContentVars) > 0 || m.ValidityPeriod != 0) {
+		return fmt.Errorf("--content-sid, --var, --validity-period (and several --media-url): sms only")
 	}
 	switch m.Channel {
 	case "whatsapp":
@@ -135,8 +156,13 @@ func (m *Message) Validate(columns []string) error {
 		if (len(m.Senders) == 0) == (m.MessagingService == "") {
 			return fmt.Errorf("sms: give --from (one or more numbers) or --messaging-service")
 		}
-		if m.Text == "" {
-			return fmt.Errorf("sms: --body is required")
+		switch {
+		case m.ContentSID != "" && (m.Text != "" || len(m.SMSMediaURLs) > 0):
+			return fmt.Errorf("sms: --content-sid stands alone (the Content Template holds the text and media): no --body or --media-url")
+		case m.ContentSID == "" && len(m.ContentVars) > 0:
+			return fmt.Errorf("sms: --var needs --content-sid")
+		case m.Text == "" && len(m.SMSMediaURLs) == 0 && m.ContentSID == "":
+			return fmt.Errorf("sms: give --body, --media-url (an MMS) or --content-sid")
 		}
 	case "webhook":
 		if len(m.URLs) == 0 || m.EventType == "" {
@@ -204,9 +230,25 @@ func (m *Message) Task(row Row, i int, columns []string) (*asynq.Task, error) {
 		}
 		t, err = tasks.NewWhatsAppSendTask(p, opts...)
 	case "sms":
-		p := tasks.SMSSend{Delivery: d, To: row.To, IdempotencyKey: key, MessagingServiceSID: m.MessagingService}
+		p := tasks.SMSSend{Delivery: d, To: row.To, IdempotencyKey: key, MessagingServiceSID: m.MessagingService,
+			ContentSID: m.ContentSID, ValidityPeriod: m.ValidityPeriod}
 		if p.Body, err = Render(m.Text, row); err != nil {
 			return nil, err
+		}
+		for _, u := range m.SMSMediaURLs {
+			r, err := Render(u, row)
+			if err != nil {
+				return nil, err
+			}
+			p.MediaURLs = append(p.MediaURLs, r)
+		}
+		if len(m.ContentVars) > 0 {
+			p.ContentVariables = make(map[string]string, len(m.ContentVars))
+			for name, v := range m.ContentVars {
+				if p.ContentVariables[name], err = Render(v, row); err != nil {
+					return nil, err
+				}
+			}
 		}
 		if len(m.Senders) > 0 {
 			p.From = m.Senders[i%len(m.Senders)]

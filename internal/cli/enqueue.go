@@ -121,11 +121,22 @@ ID (with --tenant, after the tenant's namespace, as the API gives it:
 	addCommon(waCmd)
 
 	var sms tasks.SMSSend
+	var smsVars []string
+	var smsValidity time.Duration
 	smsCmd := &cobra.Command{
-		Use:   "sms (--from SENDER | --messaging-service MG…) --to E164 --body TEXT",
-		Short: "A Twilio SMS",
+		Use: "sms (--from SENDER | --messaging-service MG…) --to E164 (--body TEXT [--media-url URL]... |\n" +
+			"  --content-sid HX… [--var NAME=VALUE]...) [--validity-period D]",
+		Short: "A Twilio SMS, MMS or Content Template message",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			vars, err := contentVars("--var", smsVars)
+			if err != nil {
+				return err
+			}
+			sms.ContentVariables = vars
+			if sms.ValidityPeriod, err = validitySeconds(smsValidity); err != nil {
+				return err
+			}
 			return enqueue(cmd, func() (*asynq.Task, error) {
 				sms.IdempotencyKey, sms.Priority, sms.Tenant = key, priority, tenant
 				return tasks.NewSMSSendTask(sms)
@@ -136,6 +147,10 @@ ID (with --tenant, after the tenant's namespace, as the API gives it:
 	smsCmd.Flags().StringVar(&sms.MessagingServiceSID, "messaging-service", "", "Messaging Service SID")
 	smsCmd.Flags().StringVar(&sms.To, "to", "", "recipient, E.164 (whatsapp:+E164 for a whatsapp: sender)")
 	smsCmd.Flags().StringVar(&sms.Body, "body", "", "message text")
+	smsCmd.Flags().StringArrayVar(&sms.MediaURLs, "media-url", nil, "an MMS: a media URL Twilio fetches (repeat, at most 10; one for a whatsapp: sender)")
+	smsCmd.Flags().StringVar(&sms.ContentSID, "content-sid", "", "a Content Template's SID (HX…), instead of --body and --media-url")
+	smsCmd.Flags().StringArrayVar(&smsVars, "var", nil, "a Content Template variable, NAME=VALUE (repeat)")
+	smsCmd.Flags().DurationVar(&smsValidity, "validity-period", 0, "how long Twilio may keep the message queued before dropping it (1s to 10h; default Twilio's 10h)")
 	addCommon(smsCmd)
 
 	var hook tasks.WebhookDeliver
@@ -187,4 +202,33 @@ ID (with --tenant, after the tenant's namespace, as the API gives it:
 
 	cmd.AddCommand(waCmd, smsCmd, hookCmd, callCmd)
 	return cmd
+}
+
+// contentVars reads NAME=VALUE pairs of a flag into a Content Template's
+// variables; nil for none. The error names the flag.
+func contentVars(flag string, pairs []string) (map[string]string, error) {
+	if len(pairs) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(pairs))
+	for _, p := range pairs {
+		name, value, ok := strings.Cut(p, "=")
+		if !ok || name == "" {
+			return nil, usageErr("%s %q: want NAME=VALUE", flag, p)
+		}
+		if _, dup := out[name]; dup {
+			return nil, usageErr("%s: variable %q given twice", flag, name)
+		}
+		out[name] = value
+	}
+	return out, nil
+}
+
+// validitySeconds turns --validity-period into Twilio's whole seconds; 0
+// for none. The range (1 to 36,000) is the payload's to check.
+func validitySeconds(d time.Duration) (int, error) {
+	if d%time.Second != 0 {
+		return 0, usageErr("--validity-period %v: want whole seconds (Twilio counts in seconds)", d)
+	}
+	return int(d / time.Second), nil
 }

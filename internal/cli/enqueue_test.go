@@ -216,3 +216,49 @@ func TestWhatsAppMediaFromTheCLI(t *testing.T) {
 	}, 30*time.Second, 20*time.Millisecond, "the three sends reach the emulator (a hang bound, not a speed check)")
 	require.Equal(t, map[string]string{"+12025550101": "image", "+12025550103": "image", "+12025550104": "document"}, got)
 }
+
+// Twilio MMS and Content Templates from the CLI reach the provider:
+// `sluice enqueue sms` an MMS of two images with a validity period,
+// `sluice send` a Content Template whose variables come from each row's
+// cells; a worker sends them to the emulator, which checks MediaUrl,
+// ContentSid and ContentVariables on its own. Eleven media URLs, or a
+// variable without a template, are refused at enqueue with the field
+// named.
+func TestTwilioMMSAndContentFromTheCLI(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	emu := startWorker(t, srv.Client(t), nil)
+	const hx = "HX0123456789abcdef0123456789abcdef"
+	r := run(t, "enqueue", "sms", "--from", "+12025550100", "--to", "+12025550111", "--body", "Your photos",
+		"--media-url", "https://cdn.example.com/1.jpg", "--media-url", "https://cdn.example.com/2.png",
+		"--validity-period", "10m", "--key", "mms-1", "--redis", srv.URL())
+	require.Equal(t, 0, r.code, r.stderr)
+	info, err := asynq.NewInspectorFromRedisClient(srv.Client(t)).GetTaskInfo("sms", "mms-1")
+	require.NoError(t, err)
+	require.JSONEq(t, `{"v":1,"from":"+12025550100","to":"+12025550111","body":"Your photos","media_urls":["https://cdn.example.com/1.jpg","https://cdn.example.com/2.png"],"validity_period":600,"idempotency_key":"mms-1"}`, string(info.Payload))
+
+	path := writeFile(t, "content.csv", "to,name,order_id\n+12025550112,Ann,1042\n+12025550113,Bob,1043\n")
+	r = run(t, "send", "--channel", "sms", "--csv", path, "--from", "+12025550101", "--content-sid", hx,
+		"--var", "1={name}", "--var", "2={order_id}", "--redis", srv.URL())
+	require.Equal(t, 0, r.code, "%s\n%s", r.stdout, r.stderr)
+
+	var eleven []string
+	for i := range 11 {
+		eleven = append(eleven, "--media-url", fmt.Sprintf("https://cdn.example.com/%d.jpg", i))
+	}
+	r = run(t, append([]string{"enqueue", "sms", "--from", "+12025550100", "--to", "+12025550114", "--redis", srv.URL()}, eleven...)...)
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, "media_urls: 11 URLs, want at most 10 (Twilio MediaUrl)")
+	r = run(t, "enqueue", "sms", "--from", "+12025550100", "--to", "+12025550115", "--body", "hi", "--var", "1=Ann", "--redis", srv.URL())
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, "content_variables: only with content_sid")
+
+	got := map[string]string{}
+	require.Eventually(t, func() bool {
+		for _, rec := range emu.Records() {
+			got[rec.Recipient] = rec.Kind
+		}
+		return len(got) == 3
+	}, 30*time.Second, 20*time.Millisecond, "the three sends reach the emulator (a hang bound, not a speed check)")
+	require.Equal(t, map[string]string{"+12025550111": "mms", "+12025550112": "content", "+12025550113": "content"}, got)
+}

@@ -50,6 +50,8 @@ func newSendCmd(g *globals) *cobra.Command {
 	var m campaign.Message
 	var csvPath, rejectsPath string
 	var dryRun, wait bool
+	var mediaURLs, smsVars []string
+	var validity time.Duration
 	cmd := &cobra.Command{
 		Use:   "send --channel C --csv FILE",
 		Short: "Enqueue one send per CSV row (a `to` column plus parameter columns)",
@@ -76,11 +78,31 @@ Examples:
   sluice send --channel whatsapp --csv examples/recipients.csv \
     --phone-number-id 106540352242922 --template order_update --lang en_US --params name,order_id
   sluice send --channel sms --csv examples/recipients.csv \
-    --from +12025550100 --body "Hi {name}, order {order_id} has shipped."`,
+    --from +12025550100 --body "Hi {name}, order {order_id} has shipped."
+  sluice send --channel whatsapp --csv photos.csv --phone-number-id 106540352242922 \
+    --media image --media-url "{media_url}" --caption "Hi {name}"
+  sluice send --channel sms --csv examples/recipients.csv --messaging-service MG… \
+    --content-sid HX… --var 1={name} --var 2={order_id}`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if csvPath == "" {
 				return usageErr("--csv is required")
+			}
+			switch {
+			case m.Channel == "sms":
+				m.SMSMediaURLs = mediaURLs
+			case len(mediaURLs) > 1:
+				return usageErr("--media-url: one for a WhatsApp media message (several make an MMS: --channel sms)")
+			case len(mediaURLs) == 1:
+				m.MediaURL = mediaURLs[0]
+			}
+			vars, err := contentVars("--var", smsVars)
+			if err != nil {
+				return err
+			}
+			m.ContentVars = vars
+			if m.ValidityPeriod, err = validitySeconds(validity); err != nil {
+				return err
 			}
 			ctx := cmd.Context()
 			cfg, err := g.loadConfig()
@@ -172,13 +194,16 @@ Examples:
 	f.StringSliceVar(&m.Params, "params", nil, "whatsapp: columns filling the template's {{1}}, {{2}}, …")
 	f.StringVar(&m.Text, "text", "", "whatsapp: free text with {column} placeholders (instead of --template)")
 	f.StringVar(&m.MediaType, "media", "", "whatsapp: media message type, image, video, audio, document or sticker (instead of --template and --text)")
-	f.StringVar(&m.MediaURL, "media-url", "", "whatsapp: the media's http(s) URL, with {column} placeholders (\"{media_url}\": a column per row)")
+	f.StringArrayVar(&mediaURLs, "media-url", nil, "whatsapp: the media's http(s) URL; sms: an MMS's media URL (repeat, at most 10); with {column} placeholders (\"{media_url}\": a column per row)")
 	f.StringVar(&m.MediaID, "media-id", "", "whatsapp: an uploaded media's ID instead of --media-url, with {column} placeholders")
 	f.StringVar(&m.Caption, "caption", "", "whatsapp: caption of an image, video or document, with {column} placeholders")
 	f.StringVar(&m.Filename, "filename", "", "whatsapp: a document's file name, with {column} placeholders")
 	f.StringVar(&m.Text, "body", "", "sms: body with {column} placeholders")
 	f.StringSliceVar(&m.Senders, "from", nil, "sms: sending number(s), used in turn")
 	f.StringVar(&m.MessagingService, "messaging-service", "", "sms: Messaging Service SID (MG…) instead of --from")
+	f.StringVar(&m.ContentSID, "content-sid", "", "sms: a Content Template's SID (HX…), instead of --body and --media-url")
+	f.StringArrayVar(&smsVars, "var", nil, "sms: a Content Template variable, NAME=VALUE with {column} placeholders (repeat): --var 1={name}")
+	f.DurationVar(&validity, "validity-period", 0, "sms: how long Twilio may keep each message queued before dropping it (1s to 10h)")
 	f.StringSliceVar(&m.URLs, "url", nil, "webhook: endpoint URL(s), used in turn")
 	f.StringVar(&m.EventType, "event", "", "webhook: event type")
 	f.StringVar(&m.Endpoint, "endpoint", "", "webhook: the endpoint whose signing secret signs them (channels.webhook.endpoints; default: the default secret)")

@@ -36,7 +36,15 @@
 // "status"} (PROVIDERS.md:54): 401 20003; 400 21604 (no To), 21211 (To not
 // "+" and 8 to 15 digits), 21603 (no From nor MessagingServiceSid), 21212
 // (bad From), 21705 (bad MessagingServiceSid), 21602 (no Body, MediaUrl or
-// ContentSid), 21617 (Body over 1600 characters); 429 20429 (limits).
+// ContentSid), 21617 (Body over 1600 characters), 21623 (more than 10
+// MediaUrl, or more than one to a whatsapp: sender), 21620 (a MediaUrl not
+// http(s)), 21654 (ContentVariables without ContentSid), 21655 (ContentSid
+// not HX + 32 hex digits), 21656 (ContentVariables not a JSON object of
+// non-empty strings of at most 1,600 characters), 21624 (ValidityPeriod not
+// an integer from 1 to 36,000); 429 20429 (limits). An MMS and a Content
+// Template count as one unit of the sender's MPS (Twilio, "MMS Account Rate
+// Limits": 1 MMS a second per US/CA long code), a body's SMS segments
+// otherwise.
 //
 // Webhook receivers (WebhookURLs, one listener and so one host:port each):
 // POST /hooks, signed with Standard Webhooks 1.0 (PROVIDERS.md:81):

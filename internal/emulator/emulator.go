@@ -170,8 +170,8 @@ type Record struct {
 	// ProviderID is the wamid (whatsapp) or the SM sid (sms); "" for webhooks.
 	ProviderID string `json:"provider_id"`
 	// Kind is what was sent: a WhatsApp message's type ("text",
-	// "template", "image", "video", "audio", "document", "sticker"); ""
-	// for the other channels.
+	// "template", "image", "video", "audio", "document", "sticker"), a
+	// Twilio message's ("sms", "mms", "content"); "" for webhooks.
 	Kind string `json:"kind,omitempty"`
 }
 

@@ -2,9 +2,11 @@ package emulator
 
 import (
 	"crypto/subtle"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -85,7 +87,8 @@ type twilioForm struct {
 	to, from, service, body string
 	statusCallback          string // StatusCallback, "" for none
 	numMedia                int
-	segments                int // of the body (smsSegments): the units of the sender's MPS
+	content                 bool // a ContentSid: a Content Template
+	segments                int  // of the body (smsSegments): the units of the sender's MPS
 }
 
 // parseTwilio validates the form; on failure it returns the error code and
@@ -99,6 +102,7 @@ func parseTwilio(r *http.Request) (f twilioForm, code int, msg string) {
 		service:  p.Get("MessagingServiceSid"),
 		body:     p.Get("Body"),
 		numMedia: len(p["MediaUrl"]),
+		content:  p.Get("ContentSid") != "",
 
 		statusCallback: p.Get("StatusCallback"),
 	}
@@ -119,11 +123,86 @@ func parseTwilio(r *http.Request) (f twilioForm, code int, msg string) {
 		return f, 21602, "Message body is required."
 	case utf8.RuneCountInString(f.body) > 1600:
 		return f, 21617, "The concatenated message body exceeds the 1600 character limit."
+	case f.numMedia > twilioMaxMedia:
+		return f, 21623, "Number of media files exceeds allowed limit. You may send up to 10 media files in a single message."
+	case !allHTTP(p["MediaUrl"]):
+		return f, 21620, "Invalid media URL(s)."
+	case f.numMedia > 1 && whatsAppPattern.MatchString(f.from):
+		return f, 21623, "Number of media files exceeds allowed limit. A WhatsApp message carries one media file."
+	case p.Has("ContentVariables") && p.Get("ContentSid") == "":
+		return f, 21654, "A ContentSid must be specified if ContentVariables are provided in the request."
+	case p.Has("ContentSid") && !contentSIDPattern.MatchString(p.Get("ContentSid")):
+		return f, 21655, "The ContentSid is Invalid."
+	case p.Has("ContentVariables") && !validContentVariables(p.Get("ContentVariables")):
+		return f, 21656, "The ContentVariables Parameter is invalid."
+	case p.Has("ValidityPeriod") && !validValidityPeriod(p.Get("ValidityPeriod")):
+		return f, 21624, "Invalid validity period value. Validity period can only be set to integers between 1 and 36,000 seconds."
 	case f.statusCallback != "" && !validCallbackURL(f.statusCallback):
 		return f, 21609, "The StatusCallback URL is not a valid URL."
 	}
 	f.segments = smsSegments(f.body)
+	if f.numMedia > 0 || p.Get("ContentSid") != "" {
+		// An MMS is one message against a number's MPS (Twilio, "MMS
+		// Account Rate Limits": 1 MMS a second per US/CA long code); a
+		// Content Template is counted as one message too: the emulator
+		// does not render templates.
+		f.segments = 1
+	}
 	return f, 0, ""
+}
+
+// kind is what the message is: "mms" with media, "content" for a Content
+// Template, else "sms".
+func (f twilioForm) kind() string {
+	switch {
+	case f.content:
+		return "content"
+	case f.numMedia > 0:
+		return "mms"
+	}
+	return "sms"
+}
+
+// Twilio's limits on a message's content (Messages API; error dictionary
+// 21620, 21623, 21654–21656, 21658, 21624).
+const (
+	twilioMaxMedia      = 10
+	twilioMaxContentVar = 1600 // characters of one ContentVariables value (21658)
+	twilioMaxValidity   = 36000
+)
+
+var contentSIDPattern = regexp.MustCompile(`^HX[0-9a-fA-F]{32}$`)
+
+// allHTTP reports whether every URL is absolute http(s) with a host.
+func allHTTP(urls []string) bool {
+	for _, u := range urls {
+		if !httpURL(u) {
+			return false
+		}
+	}
+	return true
+}
+
+// validContentVariables reports whether v is a JSON object whose values
+// are non-empty strings of at most 1,600 characters (Twilio 21656: "not a
+// JSON String", a variable "set to null or empty string"; 21658).
+func validContentVariables(v string) bool {
+	var m map[string]*string
+	if json.Unmarshal([]byte(v), &m) != nil || m == nil {
+		return false
+	}
+	for _, s := range m {
+		if s == nil || *s == "" || utf8.RuneCountInString(*s) > twilioMaxContentVar {
+			return false
+		}
+	}
+	return true
+}
+
+// validValidityPeriod reports whether v is an integer from 1 to 36,000.
+func validValidityPeriod(v string) bool {
+	n, err := strconv.Atoi(v)
+	return err == nil && n >= 1 && n <= twilioMaxValidity
 }
 
 // validFrom accepts an E.164 number, whatsapp:+E.164, a short code or an
@@ -205,6 +284,7 @@ func (s *Server) handleTwilio(w http.ResponseWriter, r *http.Request) {
 		Recipient:      f.to,
 		IdempotencyKey: key,
 		ProviderID:     sid,
+		Kind:           f.kind(),
 	})
 	s.mu.Unlock()
 

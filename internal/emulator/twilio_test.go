@@ -77,7 +77,7 @@ func TestTwilioAccepts(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("message (-want +got):\n%s", diff)
 	}
-	wantRecords := []Record{{Channel: ChannelSMS, At: t0, Sender: fromA, Recipient: toSMS, ProviderID: sid}}
+	wantRecords := []Record{{Channel: ChannelSMS, At: t0, Sender: fromA, Recipient: toSMS, ProviderID: sid, Kind: "sms"}}
 	if diff := cmp.Diff(wantRecords, h.s.Records()); diff != "" {
 		t.Errorf("records (-want +got):\n%s", diff)
 	}
@@ -279,6 +279,15 @@ func TestTwilioValidation(t *testing.T) {
 		{name: "bad MessagingServiceSid", form: url.Values{"To": {toSMS}, "MessagingServiceSid": {"MG123"}, "Body": {"x"}}, code: 21705},
 		{name: "no Body", form: url.Values{"From": {fromA}, "To": {toSMS}}, code: 21602},
 		{name: "Body over 1600", form: url.Values{"From": {fromA}, "To": {toSMS}, "Body": {strings.Repeat("é", 1601)}}, code: 21617},
+		{name: "11 media", form: url.Values{"From": {fromA}, "To": {toSMS}, "MediaUrl": mediaURLs(11)}, code: 21623},
+		{name: "media not http", form: url.Values{"From": {fromA}, "To": {toSMS}, "MediaUrl": {"https://a.example/1.jpg", "ftp://a.example/2.jpg"}}, code: 21620},
+		{name: "whatsapp with 2 media", form: url.Values{"From": {"whatsapp:" + fromA}, "To": {"whatsapp:" + toSMS}, "MediaUrl": mediaURLs(2)}, code: 21623},
+		{name: "ContentVariables without ContentSid", form: url.Values{"From": {fromA}, "To": {toSMS}, "Body": {"x"}, "ContentVariables": {`{"1":"a"}`}}, code: 21654},
+		{name: "bad ContentSid", form: url.Values{"From": {fromA}, "To": {toSMS}, "ContentSid": {"HX123"}}, code: 21655},
+		{name: "ContentVariables not JSON", form: url.Values{"From": {fromA}, "To": {toSMS}, "ContentSid": {contentSID}, "ContentVariables": {"1=a"}}, code: 21656},
+		{name: "ContentVariables empty value", form: url.Values{"From": {fromA}, "To": {toSMS}, "ContentSid": {contentSID}, "ContentVariables": {`{"1":""}`}}, code: 21656},
+		{name: "ValidityPeriod over 36000", form: url.Values{"From": {fromA}, "To": {toSMS}, "Body": {"x"}, "ValidityPeriod": {"36001"}}, code: 21624},
+		{name: "ValidityPeriod not a number", form: url.Values{"From": {fromA}, "To": {toSMS}, "Body": {"x"}, "ValidityPeriod": {"1h"}}, code: 21624},
 	} {
 		r := h.sms(tc.form, nil)
 		require.Equal(t, http.StatusBadRequest, r.status, "%s: %s", tc.name, r.body)
@@ -293,8 +302,41 @@ func TestTwilioValidation(t *testing.T) {
 	assert.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
 
 	st := h.s.Stats()[ChannelSMS]
-	assert.Equal(t, 13, st.Rejected)
+	assert.Equal(t, 22, st.Rejected)
 	assert.Equal(t, 1, st.Accepted)
+}
+
+const contentSID = "HX0123456789abcdef0123456789abcdef"
+
+// mediaURLs returns n media URLs.
+func mediaURLs(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = "https://cdn.example.com/m/" + strconv.Itoa(i) + ".jpg"
+	}
+	return out
+}
+
+// An MMS, a Content Template and a validity period are accepted; an MMS
+// is one unit of its sender's MPS whatever its body's length (Twilio, "MMS
+// Account Rate Limits": 1 MMS a second per long code).
+func TestTwilioMMSAndContent(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{})
+	r := h.sms(url.Values{"From": {fromA}, "To": {toSMS}, "Body": {strings.Repeat("a", 300)}, "MediaUrl": mediaURLs(10), "ValidityPeriod": {"600"}}, nil)
+	require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
+	var m twilioMessage
+	require.NoError(t, json.Unmarshal(r.body, &m))
+	assert.Equal(t, "10", m.NumMedia)
+	assert.Equal(t, "1", m.NumSegments, "an MMS is not split into segments")
+	r = h.sms(url.Values{"MessagingServiceSid": {"MG0123456789abcdef0123456789abcdef"}, "To": {"whatsapp:" + toSMS},
+		"ContentSid": {contentSID}, "ContentVariables": {`{"1":"Ann","order":"1042"}`}}, nil)
+	require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
+	var kinds []string
+	for _, rec := range h.s.Records() {
+		kinds = append(kinds, rec.Kind)
+	}
+	assert.Equal(t, []string{"mms", "content"}, kinds)
 }
 
 func TestTwilioMagicRecipients(t *testing.T) {
