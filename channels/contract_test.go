@@ -95,7 +95,15 @@ type spec struct {
 	// textExampleErr is the validation error of the spec's own "Send Text
 	// Message" example before patching (WhatsApp only).
 	textExampleErr error
+	// ctaURLErr is the validation error of a call-to-action URL message
+	// before patching (WhatsApp only).
+	ctaURLErr error
 }
+
+// ctaURLBody is an interactive call-to-action URL message as Meta's
+// interactive messages reference gives it ("cta_url", action name cta_url,
+// parameters display_text and url), which the v23.0 spec does not list.
+const ctaURLBody = `{"messaging_product":"whatsapp","recipient_type":"individual","to":"12025550123","type":"interactive","interactive":{"type":"cta_url","body":{"text":"Track your order"},"action":{"name":"cta_url","parameters":{"display_text":"Track","url":"https://example.com/t/1042"}}}}`
 
 func loadSpec(file string, patch func(*spec) error) func() (*spec, error) {
 	return sync.OnceValues(func() (*spec, error) {
@@ -139,6 +147,30 @@ func patchWhatsAppSpec(s *spec) error {
 		return err
 	}
 	s.textExampleErr = s.validate(newSpecRequest(s.server+"/v23.0/106540352242922/messages", "application/json", body, bearer))
+	s.ctaURLErr = s.validate(newSpecRequest(s.server+"/v23.0/106540352242922/messages", "application/json", []byte(ctaURLBody), bearer))
+
+	// The interactive call-to-action URL message (Meta's interactive
+	// messages reference: type cta_url, action {name: cta_url, parameters:
+	// {display_text (at most 20 characters), url}}) is missing from
+	// InteractiveObject's type enum and ActionObject's branches: added here
+	// as the reference gives it, nothing else loosened
+	// (TestWhatsAppSpecCTAURLDefect pins the gap).
+	io := s.doc.Components.Schemas["InteractiveObject"].Value
+	io.Properties["type"].Value.Enum = append(io.Properties["type"].Value.Enum, "cta_url")
+	ao := s.doc.Components.Schemas["ActionObject"].Value
+	no := false
+	ao.OneOf = append(ao.OneOf, openapi3.NewSchemaRef("", &openapi3.Schema{
+		Required: []string{"name", "parameters"},
+		Properties: openapi3.Schemas{
+			"name": openapi3.NewSchemaRef("", &openapi3.Schema{Type: &openapi3.Types{"string"}, Enum: []any{"cta_url"}}),
+			"parameters": openapi3.NewSchemaRef("", &openapi3.Schema{Type: &openapi3.Types{"object"}, Required: []string{"display_text", "url"},
+				AdditionalProperties: openapi3.AdditionalProperties{Has: &no},
+				Properties: openapi3.Schemas{
+					"display_text": openapi3.NewSchemaRef("", openapi3.NewStringSchema().WithMaxLength(20)),
+					"url":          openapi3.NewSchemaRef("", openapi3.NewStringSchema()),
+				}}),
+		},
+	}))
 
 	base := s.doc.Components.Schemas["BaseMessageProperties"].Value
 	for _, variant := range s.doc.Components.Schemas["Message"].Value.OneOf {
@@ -302,6 +334,16 @@ func TestWhatsAppSpecTextDefect(t *testing.T) {
 	require.ErrorContains(t, s.textExampleErr, `property "messaging_product" is unsupported`)
 }
 
+func TestWhatsAppSpecCTAURLDefect(t *testing.T) {
+	t.Parallel()
+	s := requireSpec(t, whatsappSpec)
+	// If this fails, Meta added cta_url to the spec: drop its patch in
+	// patchWhatsAppSpec.
+	require.Error(t, s.ctaURLErr, "the unpatched spec accepts a cta_url message")
+	require.NoError(t, s.validate(newSpecRequest(s.server+"/v23.0/106540352242922/messages", "application/json", []byte(ctaURLBody), bearer)),
+		"the patched spec accepts it")
+}
+
 func TestWhatsAppRequestsMatchSpec(t *testing.T) {
 	t.Parallel()
 	s := requireSpec(t, whatsappSpec)
@@ -358,6 +400,49 @@ func TestWhatsAppRequestsMatchSpec(t *testing.T) {
 			want: `{"messaging_product":"whatsapp","recipient_type":"individual","to":"12025550123","type":"sticker","sticker":{"id":"798882015472548"}}`,
 		},
 		{
+			name: "reply buttons with an image header",
+			p: tasks.WhatsAppSend{V: 1, PhoneNumberID: "106540352242922", To: "+12025550123", Interactive: &tasks.Interactive{
+				Type: tasks.InteractiveButton, Header: &tasks.InteractiveHeader{Type: "image", Link: "https://cdn.example.com/p.jpg"},
+				Body: "Did your order arrive?", Footer: "Order 1042",
+				Buttons: []tasks.ReplyButton{{ID: "yes", Title: "Yes"}, {ID: "no", Title: "Not yet"}}}},
+			want: `{"messaging_product":"whatsapp","recipient_type":"individual","to":"12025550123","type":"interactive","interactive":{"type":"button","header":{"type":"image","image":{"link":"https://cdn.example.com/p.jpg"}},"body":{"text":"Did your order arrive?"},"footer":{"text":"Order 1042"},"action":{"buttons":[{"type":"reply","reply":{"id":"yes","title":"Yes"}},{"type":"reply","reply":{"id":"no","title":"Not yet"}}]}}}`,
+		},
+		{
+			name: "list",
+			p: tasks.WhatsAppSend{V: 1, PhoneNumberID: "106540352242922", To: "+12025550123", Interactive: &tasks.Interactive{
+				Type: tasks.InteractiveList, Header: &tasks.InteractiveHeader{Type: "text", Text: "Delivery"}, Body: "Pick a slot", ListButton: "Slots",
+				Rows: []tasks.ListRow{{Section: "Monday", ID: "mon-8", Title: "08:00", Description: "Two hours"},
+					{Section: "Tuesday", ID: "tue-8", Title: "08:00"}}}},
+			want: `{"messaging_product":"whatsapp","recipient_type":"individual","to":"12025550123","type":"interactive","interactive":{"type":"list","header":{"type":"text","text":"Delivery"},"body":{"text":"Pick a slot"},"action":{"button":"Slots","sections":[{"title":"Monday","rows":[{"id":"mon-8","title":"08:00","description":"Two hours"}]},{"title":"Tuesday","rows":[{"id":"tue-8","title":"08:00"}]}]}}}`,
+		},
+		{
+			name: "call-to-action URL (spec patched: see patchWhatsAppSpec)",
+			p: tasks.WhatsAppSend{V: 1, PhoneNumberID: "106540352242922", To: "+12025550123", Interactive: &tasks.Interactive{
+				Type: tasks.InteractiveCTAURL, Body: "Track your order", DisplayText: "Track", URL: "https://example.com/t/1042"}},
+			want: `{"messaging_product":"whatsapp","recipient_type":"individual","to":"12025550123","type":"interactive","interactive":{"type":"cta_url","body":{"text":"Track your order"},"action":{"name":"cta_url","parameters":{"display_text":"Track","url":"https://example.com/t/1042"}}}}`,
+		},
+		{
+			name: "location",
+			p: tasks.WhatsAppSend{V: 1, PhoneNumberID: "106540352242922", To: "+12025550123",
+				Location: &tasks.Location{Latitude: 37.4847, Longitude: -122.1486, Name: "Meta HQ", Address: "1 Hacker Way, Menlo Park, CA 94025"}},
+			want: `{"messaging_product":"whatsapp","recipient_type":"individual","to":"12025550123","type":"location","location":{"latitude":"37.4847","longitude":"-122.1486","name":"Meta HQ","address":"1 Hacker Way, Menlo Park, CA 94025"}}`,
+		},
+		{
+			name: "contacts",
+			p: tasks.WhatsAppSend{V: 1, PhoneNumberID: "106540352242922", To: "+12025550123", Contacts: []tasks.Contact{{
+				Name:   tasks.ContactName{FormattedName: "Ann Lee", FirstName: "Ann", LastName: "Lee"},
+				Phones: []tasks.ContactPhone{{Phone: "+1 (202) 555-0199", Type: "WORK", WaID: "12025550199"}},
+				Emails: []tasks.ContactEmail{{Email: "ann@example.com", Type: "WORK"}}, URLs: []tasks.ContactURL{{URL: "https://example.com"}},
+				Org: &tasks.ContactOrg{Company: "Acme", Title: "Support"}, Birthday: "1990-04-01"}}},
+			want: `{"messaging_product":"whatsapp","recipient_type":"individual","to":"12025550123","type":"contacts","contacts":[{"name":{"formatted_name":"Ann Lee","first_name":"Ann","last_name":"Lee"},"phones":[{"phone":"+1 (202) 555-0199","type":"WORK","wa_id":"12025550199"}],"emails":[{"email":"ann@example.com","type":"WORK"}],"urls":[{"url":"https://example.com"}],"org":{"company":"Acme","title":"Support"},"birthday":"1990-04-01"}]}`,
+		},
+		{
+			name: "reaction",
+			p: tasks.WhatsAppSend{V: 1, PhoneNumberID: "106540352242922", To: "+12025550123",
+				Reaction: &tasks.Reaction{MessageID: "wamid.HBgLMTIwMjU1NTAxMjMVAgARGBI5QTNDQTVCM0Q0Q0Q2RTY3RTcA", Emoji: "👍"}},
+			want: `{"messaging_product":"whatsapp","recipient_type":"individual","to":"12025550123","type":"reaction","reaction":{"message_id":"wamid.HBgLMTIwMjU1NTAxMjMVAgARGBI5QTNDQTVCM0Q0Q0Q2RTY3RTcA","emoji":"👍"}}`,
+		},
+		{
 			name: "template without parameters",
 			p: tasks.WhatsAppSend{V: 1, PhoneNumberID: "106540352242922", To: "+12025550123",
 				Template: &tasks.Template{Name: "hello_world", Language: "en_US"}},
@@ -402,6 +487,9 @@ func TestWhatsAppSpecRejects(t *testing.T) {
 		"sticker with a caption":           `{"messaging_product":"whatsapp","recipient_type":"individual","to":"1","type":"sticker","sticker":{"id":"1","caption":"hi"}}`,
 		"image with link and id":           `{"messaging_product":"whatsapp","recipient_type":"individual","to":"1","type":"image","image":{"id":"1","link":"https://a.example/x.jpg"}}`,
 		"image without media":              `{"messaging_product":"whatsapp","recipient_type":"individual","to":"1","type":"image"}`,
+		"cta_url without url":              `{"messaging_product":"whatsapp","recipient_type":"individual","to":"1","type":"interactive","interactive":{"type":"cta_url","body":{"text":"b"},"action":{"name":"cta_url","parameters":{"display_text":"Track"}}}}`,
+		"four reply buttons":               `{"messaging_product":"whatsapp","recipient_type":"individual","to":"1","type":"interactive","interactive":{"type":"button","body":{"text":"b"},"action":{"buttons":[{"type":"reply","reply":{"id":"1","title":"a"}},{"type":"reply","reply":{"id":"2","title":"b"}},{"type":"reply","reply":{"id":"3","title":"c"}},{"type":"reply","reply":{"id":"4","title":"d"}}]}}}`,
+		"six contacts":                     `{"messaging_product":"whatsapp","recipient_type":"individual","to":"1","type":"contacts","contacts":[{},{},{},{},{},{}]}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			require.Error(t, s.validate(newSpecRequest(url, "application/json", []byte(body), bearer)))

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -157,6 +158,59 @@ type whatsappMessage struct {
 	Audio            *whatsappMedia    `json:"audio,omitempty"`
 	Document         *whatsappMedia    `json:"document,omitempty"`
 	Sticker          *whatsappMedia    `json:"sticker,omitempty"`
+	Interactive      *whatsappInteract `json:"interactive,omitempty"`
+	Location         *whatsappLocation `json:"location,omitempty"`
+	Contacts         []tasks.Contact   `json:"contacts,omitempty"`
+	Reaction         *tasks.Reaction   `json:"reaction,omitempty"`
+}
+
+// whatsappInteract is an interactive object (the spec's InteractiveObject;
+// cta_url as Meta's interactive messages reference gives it).
+type whatsappInteract struct {
+	Type   string            `json:"type"`
+	Header *whatsappHeader   `json:"header,omitempty"`
+	Body   whatsappTextPart  `json:"body"`
+	Footer *whatsappTextPart `json:"footer,omitempty"`
+	Action whatsappAction    `json:"action"`
+}
+
+type whatsappHeader struct {
+	Type     string         `json:"type"`
+	Text     string         `json:"text,omitempty"`
+	Image    *whatsappMedia `json:"image,omitempty"`
+	Video    *whatsappMedia `json:"video,omitempty"`
+	Document *whatsappMedia `json:"document,omitempty"`
+}
+
+type whatsappTextPart struct {
+	Text string `json:"text"`
+}
+
+type whatsappAction struct {
+	Buttons    []whatsappReplyButton `json:"buttons,omitempty"`
+	Button     string                `json:"button,omitempty"`
+	Sections   []tasks.ListSection   `json:"sections,omitempty"`
+	Name       string                `json:"name,omitempty"`
+	Parameters *whatsappCTA          `json:"parameters,omitempty"`
+}
+
+type whatsappReplyButton struct {
+	Type  string            `json:"type"`
+	Reply tasks.ReplyButton `json:"reply"`
+}
+
+type whatsappCTA struct {
+	DisplayText string `json:"display_text"`
+	URL         string `json:"url"`
+}
+
+// whatsappLocation is a location object: the spec types latitude and
+// longitude as strings.
+type whatsappLocation struct {
+	Latitude  string `json:"latitude"`
+	Longitude string `json:"longitude"`
+	Name      string `json:"name,omitempty"`
+	Address   string `json:"address,omitempty"`
 }
 
 // whatsappContext names the message a reply quotes (context.message_id).
@@ -212,9 +266,28 @@ func whatsappBody(p tasks.WhatsAppSend) ([]byte, error) {
 	if p.ReplyTo != "" {
 		m.Context = &whatsappContext{MessageID: p.ReplyTo}
 	}
+	kinds := 0
+	for _, set := range []bool{p.Text != "", p.Template != nil, p.Media != nil, p.Interactive != nil, p.Location != nil, p.Contacts != nil, p.Reaction != nil} {
+		if set {
+			kinds++
+		}
+	}
 	switch {
-	case (p.Text != "") && (p.Template != nil || p.Media != nil) || p.Template != nil && p.Media != nil:
-		return nil, errors.New("text, template, media: want exactly one, got several")
+	case kinds > 1:
+		return nil, errors.New("text, template, media, interactive, location, contacts, reaction: want exactly one, got several")
+	case p.Interactive != nil:
+		m.Type = "interactive"
+		m.Interactive = interactiveOf(p.Interactive)
+	case p.Location != nil:
+		m.Type = "location"
+		m.Location = &whatsappLocation{Latitude: strconv.FormatFloat(p.Location.Latitude, 'f', -1, 64),
+			Longitude: strconv.FormatFloat(p.Location.Longitude, 'f', -1, 64), Name: p.Location.Name, Address: p.Location.Address}
+	case p.Contacts != nil:
+		m.Type = "contacts"
+		m.Contacts = p.Contacts
+	case p.Reaction != nil:
+		m.Type = "reaction"
+		m.Reaction = p.Reaction
 	case p.Text != "":
 		m.Type = "text"
 		m.Text = &whatsappText{Body: p.Text, PreviewURL: p.PreviewURL}
@@ -255,9 +328,40 @@ func whatsappBody(p tasks.WhatsAppSend) ([]byte, error) {
 			m.Template.Components = []whatsappComponent{{Type: "body", Parameters: params}}
 		}
 	default:
-		return nil, errors.New("text, template, media: want exactly one, got none")
+		return nil, errors.New("text, template, media, interactive, location, contacts, reaction: want exactly one, got none")
 	}
 	return json.Marshal(m)
+}
+
+// interactiveOf is the interactive object of a validated payload.
+func interactiveOf(in *tasks.Interactive) *whatsappInteract {
+	out := &whatsappInteract{Type: in.Type, Body: whatsappTextPart{Text: in.Body}}
+	if in.Footer != "" {
+		out.Footer = &whatsappTextPart{Text: in.Footer}
+	}
+	if h := in.Header; h != nil {
+		out.Header = &whatsappHeader{Type: h.Type, Text: h.Text}
+		md := &whatsappMedia{ID: h.ID, Link: h.Link}
+		switch h.Type {
+		case tasks.MediaImage:
+			out.Header.Image = md
+		case tasks.MediaVideo:
+			out.Header.Video = md
+		case tasks.MediaDocument:
+			out.Header.Document = md
+		}
+	}
+	switch in.Type {
+	case tasks.InteractiveButton:
+		for _, b := range in.Buttons {
+			out.Action.Buttons = append(out.Action.Buttons, whatsappReplyButton{Type: "reply", Reply: b})
+		}
+	case tasks.InteractiveList:
+		out.Action.Button, out.Action.Sections = in.ListButton, in.ListSections()
+	case tasks.InteractiveCTAURL:
+		out.Action.Name, out.Action.Parameters = "cta_url", &whatsappCTA{DisplayText: in.DisplayText, URL: in.URL}
+	}
+	return out
 }
 
 // whatsappCodes is docs/providers.md's WhatsApp table (source: Meta, Cloud API error

@@ -100,12 +100,21 @@ type WhatsAppSend struct {
 	// To is the recipient in E.164 with a leading "+" ("+12025550123").
 	To string `json:"to"`
 	// Text is a free-form body (only valid inside the 24 h customer service window).
-	// Exactly one of Text, Template and Media is set.
+	// Exactly one of Text, Template, Media, Interactive, Location, Contacts
+	// and Reaction is set.
 	Text     string    `json:"text,omitempty"`
 	Template *Template `json:"template,omitempty"`
 	// Media is an image, video, audio, document or sticker message, by
 	// link or uploaded media ID (free-form: inside the 24 h window, as Text).
 	Media *Media `json:"media,omitempty"`
+	// Interactive is a message with reply buttons, a list or a
+	// call-to-action URL button; Location a point on a map; Contacts 1 to
+	// 5 contact cards; Reaction an emoji on an earlier message. All are
+	// free-form, as Text.
+	Interactive *Interactive `json:"interactive,omitempty"`
+	Location    *Location    `json:"location,omitempty"`
+	Contacts    []Contact    `json:"contacts,omitempty"`
+	Reaction    *Reaction    `json:"reaction,omitempty"`
 	// PreviewURL asks WhatsApp to render a preview of the first URL in Text
 	// (text.preview_url); only with Text.
 	PreviewURL bool `json:"preview_url,omitempty"`

@@ -126,23 +126,44 @@ func (p WhatsAppSend) validate(checkPhone func(field, s string) error) error {
 	if p.Media != nil {
 		kinds = append(kinds, "media")
 	}
+	if p.Interactive != nil {
+		kinds = append(kinds, "interactive")
+	}
+	if p.Location != nil {
+		kinds = append(kinds, "location")
+	}
+	if p.Contacts != nil {
+		kinds = append(kinds, "contacts")
+	}
+	if p.Reaction != nil {
+		kinds = append(kinds, "reaction")
+	}
+	var err error
 	switch {
 	case len(kinds) > 1:
-		return fmt.Errorf("%s: set exactly one of text, template and media (got %s)", strings.Join(kinds, ", "), strings.Join(kinds, " and "))
+		return fmt.Errorf("%s: set exactly one of %s (got %s)", strings.Join(kinds, ", "), whatsAppKinds, strings.Join(kinds, " and "))
 	case len(kinds) == 0:
-		return errors.New("text, template, media: set exactly one (got none)")
+		return errors.New("text, template, media, interactive, location, contacts, reaction: set exactly one (got none)")
 	case p.Text != "":
-		if err := checkText("text", p.Text, maxWhatsAppText); err != nil {
-			return err
-		}
+		err = checkText("text", p.Text, maxWhatsAppText)
 	case p.Template != nil:
-		if err := p.Template.validate(); err != nil {
-			return err
-		}
+		err = p.Template.validate()
+	case p.Media != nil:
+		err = p.Media.validate()
+	case p.Interactive != nil:
+		err = p.Interactive.validate()
+	case p.Location != nil:
+		err = p.Location.validate()
+	case p.Contacts != nil:
+		err = checkContacts(p.Contacts)
 	default:
-		if err := p.Media.validate(); err != nil {
-			return err
+		err = p.Reaction.validate()
+		if err == nil && p.ReplyTo != "" {
+			err = errors.New("reply_to: a reaction names its message in reaction.message_id, not as a reply")
 		}
+	}
+	if err != nil {
+		return err
 	}
 	if p.PreviewURL && p.Text == "" {
 		return fmt.Errorf("preview_url: only a text message has a link preview (this is a %s message)", kinds[0])
@@ -154,6 +175,9 @@ func (p WhatsAppSend) validate(checkPhone func(field, s string) error) error {
 	}
 	return checkIdempotencyKey(p.IdempotencyKey)
 }
+
+// whatsAppKinds names a WhatsApp message's kinds, for errors.
+const whatsAppKinds = "text, template, media, interactive, location, contacts and reaction"
 
 // Limits of WhatsApp media messages (Cloud API messages reference and the
 // spec's MediaObject_1: caption maxLength 1024).

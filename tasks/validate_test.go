@@ -96,8 +96,8 @@ func TestWhatsAppSendValidate(t *testing.T) {
 		{"short to", func(p *WhatsAppSend) { p.To = "+1555" }, `to: "+1555" is not a valid E.164 phone number`},
 		{"to without plus", func(p *WhatsAppSend) { p.To = "12025550123" }, `to: "12025550123" is not a valid E.164 phone number`},
 		{"to not normalized", func(p *WhatsAppSend) { p.To = "+1 202 555 0123" }, `to: "+1 202 555 0123" is not in E.164 form (want "+12025550123")`},
-		{"neither text nor template", func(p *WhatsAppSend) { p.Text = "" }, "text, template, media: set exactly one (got none)"},
-		{"both text and template", func(p *WhatsAppSend) { p.Template = &Template{Name: "a", Language: "en"} }, "text, template: set exactly one of text, template and media (got text and template)"},
+		{"neither text nor template", func(p *WhatsAppSend) { p.Text = "" }, "text, template, media, interactive, location, contacts, reaction: set exactly one (got none)"},
+		{"both text and template", func(p *WhatsAppSend) { p.Template = &Template{Name: "a", Language: "en"} }, "text, template: set exactly one of text, template, media, interactive, location, contacts and reaction (got text and template)"},
 		{"blank text", func(p *WhatsAppSend) { p.Text = " \n" }, "text: required"},
 		{"text too long", func(p *WhatsAppSend) { p.Text = strings.Repeat("a", 4097) }, "text: 4097 characters, want at most 4096"},
 		{"text invalid utf-8", func(p *WhatsAppSend) { p.Text = "a\xffb" }, "text: not valid UTF-8"},
@@ -127,7 +127,7 @@ func TestWhatsAppSendValidate(t *testing.T) {
 		{"caption at limit", media(MediaImage, "", "1", strings.Repeat("é", 1024), ""), ""},
 		{"text with preview_url", func(p *WhatsAppSend) { p.PreviewURL = true }, ""},
 		{"reply to a message", func(p *WhatsAppSend) { p.ReplyTo = "wamid.HBgLMTY1MDM4Nzk0MzkVAgARGBI5QTNDQTVCM0Q0Q0Q2RTY3RTcA" }, ""},
-		{"text and media", func(p *WhatsAppSend) { p.Media = &Media{Type: MediaImage, ID: "1"} }, "text, media: set exactly one of text, template and media (got text and media)"},
+		{"text and media", func(p *WhatsAppSend) { p.Media = &Media{Type: MediaImage, ID: "1"} }, "text, media: set exactly one of text, template, media, interactive, location, contacts and reaction (got text and media)"},
 		{"media without type", media("", "", "1", "", ""), "media.type: required: image, video, audio, document or sticker"},
 		{"media type gif", media("gif", "", "1", "", ""), `media.type: "gif": want image, video, audio, document or sticker`},
 		{"media with link and id", media(MediaImage, "https://cdn.example.com/a.jpg", "1", "", ""), "media.link, media.id: set exactly one (got both)"},
@@ -146,11 +146,116 @@ func TestWhatsAppSendValidate(t *testing.T) {
 		{"preview_url on a template", func(p *WhatsAppSend) { tmpl(p); p.PreviewURL = true }, "preview_url: only a text message has a link preview (this is a template message)"},
 		{"reply_to with a space", func(p *WhatsAppSend) { p.ReplyTo = "wamid.a b" }, "reply_to: \"wamid.a b\" has a space, control or non-ASCII character at byte 7"},
 		{"reply_to too long", func(p *WhatsAppSend) { p.ReplyTo = strings.Repeat("w", 257) }, "reply_to: 257 bytes, want at most 256"},
+		// Interactive, location, contacts and reaction messages.
+		{"reply buttons", interactive(func(m *Interactive) { *m = *buttonsMsg(3) }), ""},
+		{"reply buttons with a text header and footer", interactive(func(m *Interactive) {
+			*m = *buttonsMsg(2)
+			m.Header, m.Footer = &InteractiveHeader{Type: "text", Text: "Order 1042"}, "Reply within 24 h"
+		}), ""},
+		{"reply buttons with an image header", interactive(func(m *Interactive) {
+			*m = *buttonsMsg(1)
+			m.Header = &InteractiveHeader{Type: "image", Link: "https://cdn.example.com/a.jpg"}
+		}), ""},
+		{"list", interactive(func(m *Interactive) { *m = *listMsg(2, 5) }), ""},
+		{"cta url", interactive(func(m *Interactive) {
+			*m = Interactive{Type: InteractiveCTAURL, Body: "Track your order", DisplayText: "Track", URL: "https://example.com/t/1042"}
+		}), ""},
+		{"four buttons", interactive(func(m *Interactive) { *m = *buttonsMsg(4) }), "interactive.buttons: 4 buttons, want 1 to 3"},
+		{"button title too long", interactive(func(m *Interactive) { *m = *buttonsMsg(1); m.Buttons[0].Title = strings.Repeat("b", 21) }),
+			"interactive.buttons[0].title: 21 characters, want at most 20"},
+		{"duplicate button titles", interactive(func(m *Interactive) { *m = *buttonsMsg(2); m.Buttons[1].Title = m.Buttons[0].Title }),
+			"interactive.buttons[1].title: \"Option 0\" is buttons[0]'s too: titles must be unique"},
+		{"interactive without body", interactive(func(m *Interactive) { *m = *buttonsMsg(1); m.Body = "" }), "interactive.body: required"},
+		{"interactive type unknown", interactive(func(m *Interactive) { *m = *buttonsMsg(1); m.Type = "carousel" }), `interactive.type: "carousel": want button, list or cta_url`},
+		{"list without sections", interactive(func(m *Interactive) { *m = *listMsg(0, 3) }), ""},
+		{"list with 11 rows", interactive(func(m *Interactive) { *m = *listMsg(2, 11) }), "interactive.rows: 11 rows, want 1 to 10"},
+		{"list with a row out of the sections", interactive(func(m *Interactive) { *m = *listMsg(2, 4); m.Rows[2].Section = "" }),
+			"interactive.rows[2].section: give every row a section, or none"},
+		{"list with duplicate row ids", interactive(func(m *Interactive) { *m = *listMsg(1, 3); m.Rows[2].ID = m.Rows[0].ID }),
+			"interactive.rows[2].id: \"slot-0\" is rows[0]'s too: row ids must be unique"},
+		{"row title too long", interactive(func(m *Interactive) { *m = *listMsg(1, 1); m.Rows[0].Title = strings.Repeat("r", 25) }),
+			"interactive.rows[0].title: 25 characters, want at most 24"},
+		{"list with an image header", interactive(func(m *Interactive) {
+			*m = *listMsg(1, 2)
+			m.Header = &InteractiveHeader{Type: "image", ID: "1"}
+		}), "interactive.header.type: a list message's header is text only (got image)"},
+		{"list button too long", interactive(func(m *Interactive) { *m = *listMsg(1, 2); m.ListButton = strings.Repeat("c", 21) }),
+			"interactive.list_button: 21 characters, want at most 20"},
+		{"cta url not http", interactive(func(m *Interactive) {
+			*m = Interactive{Type: InteractiveCTAURL, Body: "b", DisplayText: "Open", URL: "javascript:alert(1)"}
+		}), `interactive.url: "javascript:alert(1)" must be an absolute http or https URL`},
+		{"buttons on a cta url", interactive(func(m *Interactive) {
+			*m = Interactive{Type: InteractiveCTAURL, Body: "b", DisplayText: "Open", URL: "https://example.com", Buttons: buttonsMsg(1).Buttons}
+		}), "interactive: a cta_url message has display_text and url only"},
+		{"header with link and id", interactive(func(m *Interactive) {
+			*m = *buttonsMsg(1)
+			m.Header = &InteractiveHeader{Type: "video", Link: "https://a.example/v.mp4", ID: "1"}
+		}), "interactive.header.link, interactive.header.id: set exactly one (got both)"},
+		{"location", func(p *WhatsAppSend) { p.Text = ""; p.Location = &Location{Latitude: 37.4847, Longitude: -122.1486, Name: "Meta HQ", Address: "1 Hacker Way"} }, ""},
+		{"location off the map", func(p *WhatsAppSend) { p.Text = ""; p.Location = &Location{Latitude: 91, Longitude: 0} }, "location.latitude: 91, want -90 to 90 degrees"},
+		{"contacts", func(p *WhatsAppSend) { p.Text = ""; p.Contacts = []Contact{contactCard()} }, ""},
+		{"six contacts", func(p *WhatsAppSend) { p.Text = ""; p.Contacts = make([]Contact, 6) }, "contacts: 6 contacts, want 1 to 5"},
+		{"contact with formatted name only", func(p *WhatsAppSend) {
+			p.Text = ""
+			p.Contacts = []Contact{{Name: ContactName{FormattedName: "Ann Lee"}}}
+		}, "contacts[0].name: want first_name, last_name, middle_name, prefix or suffix besides formatted_name"},
+		{"contact with a bad email", func(p *WhatsAppSend) {
+			p.Text = ""
+			c := contactCard()
+			c.Emails = []ContactEmail{{Email: "ann at example.com"}}
+			p.Contacts = []Contact{c}
+		}, `contacts[0].emails[0].email: "ann at example.com" is not an email address`},
+		{"reaction", func(p *WhatsAppSend) { p.Text = ""; p.Reaction = &Reaction{MessageID: "wamid.ABC", Emoji: "👍"} }, ""},
+		{"reaction removed", func(p *WhatsAppSend) { p.Text = ""; p.Reaction = &Reaction{MessageID: "wamid.ABC"} }, ""},
+		{"reaction with words", func(p *WhatsAppSend) { p.Text = ""; p.Reaction = &Reaction{MessageID: "wamid.ABC", Emoji: "thumbs up"} }, `reaction.emoji: "thumbs up": want one emoji`},
+		{"reaction without message", func(p *WhatsAppSend) { p.Text = ""; p.Reaction = &Reaction{Emoji: "👍"} }, "reaction.message_id: required"},
+		{"reaction as a reply", func(p *WhatsAppSend) { p.Text = ""; p.Reaction = &Reaction{MessageID: "wamid.A", Emoji: "👍"}; p.ReplyTo = "wamid.B" },
+			"reply_to: a reaction names its message in reaction.message_id"},
 		{"text may hold newlines", func(p *WhatsAppSend) { p.Text = "line1\n\tline2     x" }, ""},
 		{"idempotency key space", func(p *WhatsAppSend) { p.IdempotencyKey = "a b" }, `idempotency_key: "a b" may only contain`},
 		{"idempotency key slash", func(p *WhatsAppSend) { p.IdempotencyKey = "a/b" }, "idempotency_key:"},
 		{"idempotency key too long", func(p *WhatsAppSend) { p.IdempotencyKey = strings.Repeat("k", 201) }, "idempotency_key: 201 characters, want at most 200"},
 	})
+}
+
+// interactive makes a case's change into an interactive message, which
+// edit fills.
+func interactive(edit func(*Interactive)) func(*WhatsAppSend) {
+	return func(p *WhatsAppSend) {
+		p.Text = ""
+		p.Interactive = &Interactive{}
+		edit(p.Interactive)
+	}
+}
+
+// buttonsMsg is a reply-button message with n buttons.
+func buttonsMsg(n int) *Interactive {
+	m := &Interactive{Type: InteractiveButton, Body: "Did your order arrive?"}
+	for i := range n {
+		m.Buttons = append(m.Buttons, ReplyButton{ID: fmt.Sprintf("answer-%d", i), Title: fmt.Sprintf("Option %d", i)})
+	}
+	return m
+}
+
+// listMsg is a list message with rows rows in sections sections (none
+// titled when sections is 0).
+func listMsg(sections, rows int) *Interactive {
+	m := &Interactive{Type: InteractiveList, Body: "Pick a delivery slot", ListButton: "Slots"}
+	for r := range rows {
+		row := ListRow{ID: fmt.Sprintf("slot-%d", r), Title: fmt.Sprintf("%02d:00", 8+r), Description: "Two-hour window"}
+		if sections > 0 {
+			row.Section = fmt.Sprintf("Day %d", r*sections/rows+1)
+		}
+		m.Rows = append(m.Rows, row)
+	}
+	return m
+}
+
+// contactCard is a valid contact card.
+func contactCard() Contact {
+	return Contact{Name: ContactName{FormattedName: "Ann Lee", FirstName: "Ann", LastName: "Lee"},
+		Phones: []ContactPhone{{Phone: "+1 (202) 555-0199", Type: "WORK", WaID: "12025550199"}},
+		Emails: []ContactEmail{{Email: "ann@example.com"}}, Org: &ContactOrg{Company: "Acme"}, Birthday: "1990-04-01"}
 }
 
 // media makes a case's change into a media message.

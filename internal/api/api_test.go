@@ -86,6 +86,15 @@ func TestEnqueueEachChannel(t *testing.T) {
 			"whatsapp:send", "whatsapp", func(t *testing.T, p map[string]any) {
 				require.Equal(t, map[string]any{"type": "sticker", "id": "798882015472548"}, p["media"])
 			}},
+		{"whatsapp reply buttons", "/v1/messages", with(whatsApp(), "text", nil, "interactive", map[string]any{"type": "button", "body": "Did it arrive?",
+			"buttons": []any{map[string]any{"id": "yes", "title": "Yes"}, map[string]any{"id": "no", "title": "Not yet"}}}),
+			"whatsapp:send", "whatsapp", func(t *testing.T, p map[string]any) {
+				require.Equal(t, "button", p["interactive"].(map[string]any)["type"])
+			}},
+		{"whatsapp location", "/v1/messages", with(whatsApp(), "text", nil, "location", map[string]any{"latitude": 37.4847, "longitude": -122.1486}),
+			"whatsapp:send", "whatsapp", func(t *testing.T, p map[string]any) {
+				require.Equal(t, 37.4847, p["location"].(map[string]any)["latitude"])
+			}},
 		{"whatsapp text with preview", "/v1/messages", with(whatsApp(), "text", "See https://example.com/o/1", "preview_url", true),
 			"whatsapp:send", "whatsapp", func(t *testing.T, p map[string]any) {
 				require.Equal(t, true, p["preview_url"])
@@ -385,12 +394,18 @@ func TestValidationNamesFields(t *testing.T) {
 			[]fieldErr{{"/media_urls", "11 URLs, want at most 10"}}},
 		{"content template with a body", "/v1/messages", with(sms(), "content_sid", "HX0123456789abcdef0123456789abcdef"), specInvalid,
 			[]fieldErr{{"/body", "set one"}, {"/content_sid", "set one"}}},
+		{"four reply buttons", "/v1/messages", with(whatsApp(), "text", nil, "interactive", map[string]any{"type": "button", "body": "b",
+			"buttons": []any{map[string]any{"id": "1", "title": "a"}, map[string]any{"id": "2", "title": "b"}, map[string]any{"id": "3", "title": "c"}, map[string]any{"id": "4", "title": "d"}}}), specInvalid,
+			[]fieldErr{{"/interactive/buttons", "4 buttons, want 1 to 3"}}},
+		{"list row title too long", "/v1/messages", with(whatsApp(), "text", nil, "interactive", map[string]any{"type": "list", "body": "b", "list_button": "Pick",
+			"rows": []any{map[string]any{"id": "1", "title": strings.Repeat("t", 25)}}}), specInvalid,
+			[]fieldErr{{"/interactive/rows/0/title", "25 characters, want at most 24"}}},
 		{"caption on audio", "/v1/messages", with(whatsApp(), "text", nil, "media", map[string]any{"type": "audio", "id": "1", "caption": "hi"}), specInvalid,
 			[]fieldErr{{"/media/caption", "audio messages have no caption"}}},
 		{"media with link and id", "/v1/messages", with(whatsApp(), "text", nil, "media", map[string]any{"type": "image", "id": "1", "link": "https://a.example/x.jpg"}), specInvalid,
 			[]fieldErr{{"/media/link", "set exactly one"}, {"/media/id", "set exactly one"}}},
 		{"text and media", "/v1/messages", with(whatsApp(), "media", map[string]any{"type": "image", "id": "1"}), specInvalid,
-			[]fieldErr{{"/text", "set exactly one of text, template and media"}, {"/media", "set exactly one of text, template and media"}}},
+			[]fieldErr{{"/text", "set exactly one of text, template, media, interactive, location, contacts and reaction"}, {"/media", "set exactly one of text, template, media, interactive, location, contacts and reaction"}}},
 		{"filename on an image", "/v1/messages", with(whatsApp(), "text", nil, "media", map[string]any{"type": "image", "id": "1", "filename": "a.jpg"}), specInvalid,
 			[]fieldErr{{"/media/filename", "only a document has a file name"}}},
 		{"preview_url without text", "/v1/messages", with(whatsApp(), "text", nil, "preview_url", true, "media", map[string]any{"type": "image", "id": "1"}), specInvalid,

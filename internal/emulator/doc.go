@@ -17,15 +17,21 @@
 // or a media type, image, video, audio, document or sticker, with its object
 // (exactly one of id, digits, and link, absolute http(s); caption only on
 // image, video and document, at most 1,024 characters; filename only on
-// document); context.message_id when context is given.
+// document); interactive (button: 1 to 3 reply buttons, titles at most 20
+// characters and unique; list: a button label, 1 to 10 sections, titled
+// when several, at most 10 rows in all; cta_url: display_text and an
+// http(s) url; a body of at most 1,024 characters), location (latitude and
+// longitude in range), contacts (1 to 5, each with name.formatted_name) or
+// reaction (message_id and emoji); context.message_id when context is
+// given.
 // Success: 200 {"messaging_product":"whatsapp","contacts":[{"input","wa_id"}],
 // "messages":[{"id":"wamid...."}]}. Errors use the Graph envelope
 // {"error":{"message","type","code","error_data":{"messaging_product",
 // "details"},"fbtrace_id"}} (PROVIDERS.md:17): 401 code 104 (no token) or 190
 // (wrong token); 400 code 2500 (bad version), 100 subcode 33 (non-numeric
 // phone-number-id), 100 (invalid body); 400 130429 and 131056 (limits).
-// Other message types (interactive, location, ...) are rejected with code
-// 100: the emulator models text, template and media sends.
+// Other message types (a product list, a flow, ...) are rejected with code
+// 100.
 //
 // Twilio (TwilioURL): POST /2010-04-01/Accounts/{AccountSid}/Messages.json,
 // HTTP Basic AccountSid:AuthToken, form fields To, From or

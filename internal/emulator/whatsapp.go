@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"unicode/utf8"
@@ -79,6 +80,20 @@ type waRequest struct {
 	Context  *struct {
 		MessageID string `json:"message_id"`
 	} `json:"context"`
+	Interactive *waInteractive `json:"interactive"`
+	Location    *struct {
+		Latitude  json.RawMessage `json:"latitude"`
+		Longitude json.RawMessage `json:"longitude"`
+	} `json:"location"`
+	Contacts []struct {
+		Name *struct {
+			FormattedName string `json:"formatted_name"`
+		} `json:"name"`
+	} `json:"contacts"`
+	Reaction *struct {
+		MessageID *string `json:"message_id"`
+		Emoji     *string `json:"emoji"`
+	} `json:"reaction"`
 	BizOpaqueCallbackData string `json:"biz_opaque_callback_data"`
 }
 
@@ -90,6 +105,155 @@ type waMedia struct {
 	Link     *string `json:"link"`
 	Caption  *string `json:"caption"`
 	Filename *string `json:"filename"`
+}
+
+// waInteractive is the part of an interactive object the emulator checks.
+type waInteractive struct {
+	Type   string `json:"type"`
+	Header *struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	} `json:"header"`
+	Body *struct {
+		Text string `json:"text"`
+	} `json:"body"`
+	Footer *struct {
+		Text string `json:"text"`
+	} `json:"footer"`
+	Action *struct {
+		Buttons []struct {
+			Type  string `json:"type"`
+			Reply struct {
+				ID    string `json:"id"`
+				Title string `json:"title"`
+			} `json:"reply"`
+		} `json:"buttons"`
+		Button   string `json:"button"`
+		Sections []struct {
+			Title string `json:"title"`
+			Rows  []struct {
+				ID          string `json:"id"`
+				Title       string `json:"title"`
+				Description string `json:"description"`
+			} `json:"rows"`
+		} `json:"sections"`
+		Name       string `json:"name"`
+		Parameters *struct {
+			DisplayText string `json:"display_text"`
+			URL         string `json:"url"`
+		} `json:"parameters"`
+	} `json:"action"`
+}
+
+// runes is s's length in characters.
+func runes(s string) int { return utf8.RuneCountInString(s) }
+
+// checkInteractive refuses an interactive message the way the strictest
+// reading of Meta's interactive messages reference does, with code 100:
+// types button (1 to 3 reply buttons, ids at most 256 characters, titles
+// at most 20 and unique), list (a button of at most 20 characters; 1 to 10
+// sections, titled (at most 24) when more than one; at most 10 rows in all,
+// ids at most 200 and unique, titles at most 24, descriptions at most 72)
+// and cta_url (display_text at most 20, an http(s) url); a body of at most
+// 1,024 characters always; a header text and a footer of at most 60.
+func checkInteractive(in *waInteractive) string {
+	switch {
+	case in == nil:
+		return "The parameter interactive is required."
+	case in.Body == nil || in.Body.Text == "" || runes(in.Body.Text) > 1024:
+		return "Param interactive['body']['text'] is required and must be at most 1024 characters long."
+	case in.Footer != nil && (in.Footer.Text == "" || runes(in.Footer.Text) > 60):
+		return "Param interactive['footer']['text'] must be 1 to 60 characters long."
+	case in.Header != nil && in.Header.Type == "text" && (in.Header.Text == "" || runes(in.Header.Text) > 60):
+		return "Param interactive['header']['text'] must be 1 to 60 characters long."
+	case in.Action == nil:
+		return "The parameter interactive['action'] is required."
+	}
+	a := in.Action
+	switch in.Type {
+	case "button":
+		if len(a.Buttons) < 1 || len(a.Buttons) > 3 {
+			return "Param interactive['action']['buttons'] must have 1 to 3 buttons."
+		}
+		titles := map[string]bool{}
+		for _, b := range a.Buttons {
+			switch {
+			case b.Type != "reply":
+				return "Param interactive['action']['buttons'][]['type'] must be reply."
+			case b.Reply.ID == "" || runes(b.Reply.ID) > 256:
+				return "Param interactive['action']['buttons'][]['reply']['id'] must be 1 to 256 characters long."
+			case b.Reply.Title == "" || runes(b.Reply.Title) > 20:
+				return "Param interactive['action']['buttons'][]['reply']['title'] must be 1 to 20 characters long."
+			case titles[b.Reply.Title]:
+				return "Button titles must be unique."
+			}
+			titles[b.Reply.Title] = true
+		}
+	case "list":
+		if in.Header != nil && in.Header.Type != "text" {
+			return "Param interactive['header']['type'] must be text for a list message."
+		}
+		if a.Button == "" || runes(a.Button) > 20 {
+			return "Param interactive['action']['button'] must be 1 to 20 characters long."
+		}
+		if len(a.Sections) < 1 || len(a.Sections) > 10 {
+			return "Param interactive['action']['sections'] must have 1 to 10 sections."
+		}
+		rows, ids := 0, map[string]bool{}
+		for _, sec := range a.Sections {
+			if (len(a.Sections) > 1 && sec.Title == "") || runes(sec.Title) > 24 {
+				return "Param interactive['action']['sections'][]['title'] is required with several sections and must be at most 24 characters long."
+			}
+			if len(sec.Rows) == 0 {
+				return "Param interactive['action']['sections'][]['rows'] is required."
+			}
+			for _, r := range sec.Rows {
+				rows++
+				switch {
+				case r.ID == "" || runes(r.ID) > 200 || ids[r.ID]:
+					return "Param interactive['action']['sections'][]['rows'][]['id'] must be 1 to 200 characters long and unique."
+				case r.Title == "" || runes(r.Title) > 24:
+					return "Param interactive['action']['sections'][]['rows'][]['title'] must be 1 to 24 characters long."
+				case runes(r.Description) > 72:
+					return "Param interactive['action']['sections'][]['rows'][]['description'] must be at most 72 characters long."
+				}
+				ids[r.ID] = true
+			}
+		}
+		if rows > 10 {
+			return "A list message has at most 10 rows."
+		}
+	case "cta_url":
+		switch {
+		case a.Name != "cta_url" || a.Parameters == nil:
+			return "Param interactive['action'] must be {name: cta_url, parameters}."
+		case a.Parameters.DisplayText == "" || runes(a.Parameters.DisplayText) > 20:
+			return "Param interactive['action']['parameters']['display_text'] must be 1 to 20 characters long."
+		case !httpURL(a.Parameters.URL):
+			return "Param interactive['action']['parameters']['url'] must be a valid http or https URL."
+		}
+	default:
+		return fmt.Sprintf("Param interactive['type'] %q is not supported by the emulator (button, list, cta_url).", in.Type)
+	}
+	return ""
+}
+
+// coordinate reads a latitude or longitude, a JSON number or a string
+// holding one, within ±limit degrees.
+func coordinate(raw json.RawMessage, limit float64) bool {
+	var v float64
+	if json.Unmarshal(raw, &v) != nil {
+		var s string
+		if json.Unmarshal(raw, &s) != nil {
+			return false
+		}
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return false
+		}
+		v = f
+	}
+	return v >= -limit && v <= limit
 }
 
 // waMaxCaption is the longest media caption, in characters (the spec's
@@ -239,8 +403,29 @@ func parseWhatsApp(r *http.Request, body []byte) (req waRequest, digits string, 
 		if d := checkMedia(req.Type, m); d != "" {
 			return fail(d)
 		}
+	case "interactive":
+		if d := checkInteractive(req.Interactive); d != "" {
+			return fail(d)
+		}
+	case "location":
+		if req.Location == nil || !coordinate(req.Location.Latitude, 90) || !coordinate(req.Location.Longitude, 180) {
+			return fail("Param location must have a latitude (-90 to 90) and a longitude (-180 to 180).")
+		}
+	case "contacts":
+		if len(req.Contacts) < 1 || len(req.Contacts) > 5 {
+			return fail("Param contacts must have 1 to 5 contacts.")
+		}
+		for _, c := range req.Contacts {
+			if c.Name == nil || c.Name.FormattedName == "" {
+				return fail("Param contacts[]['name']['formatted_name'] is required.")
+			}
+		}
+	case "reaction":
+		if req.Reaction == nil || req.Reaction.MessageID == nil || *req.Reaction.MessageID == "" || req.Reaction.Emoji == nil {
+			return fail("Param reaction must have a message_id and an emoji.")
+		}
 	default:
-		return fail(fmt.Sprintf("Param type %q is not supported by the emulator (text, template, image, video, audio, document, sticker).", req.Type))
+		return fail(fmt.Sprintf("Param type %q is not supported by the emulator (text, template, image, video, audio, document, sticker, interactive, location, contacts, reaction).", req.Type))
 	}
 	if req.Context != nil && req.Context.MessageID == "" {
 		return fail("Param context['message_id'] is required.")

@@ -415,7 +415,23 @@ func TestWhatsAppValidation(t *testing.T) {
 			m["template"] = map[string]any{"name": "order_update"}
 		}), code: 100},
 		{name: "image without its object", payload: with(func(m map[string]any) { m["type"] = "image" }), code: 100},
-		{name: "unsupported type", payload: with(func(m map[string]any) { m["type"] = "interactive" }), code: 100},
+		{name: "unsupported type", payload: with(func(m map[string]any) { m["type"] = "carousel" }), code: 100},
+		{name: "interactive without body", payload: interactiveMessage(map[string]any{"type": "button",
+			"action": map[string]any{"buttons": []any{replyButton("1", "Yes")}}}), code: 100},
+		{name: "four reply buttons", payload: interactiveMessage(map[string]any{"type": "button", "body": map[string]any{"text": "b"},
+			"action": map[string]any{"buttons": []any{replyButton("1", "a"), replyButton("2", "b"), replyButton("3", "c"), replyButton("4", "d")}}}), code: 100},
+		{name: "reply button title over 20", payload: interactiveMessage(map[string]any{"type": "button", "body": map[string]any{"text": "b"},
+			"action": map[string]any{"buttons": []any{replyButton("1", strings.Repeat("t", 21))}}}), code: 100},
+		{name: "list of 11 rows", payload: interactiveMessage(map[string]any{"type": "list", "body": map[string]any{"text": "b"},
+			"action": map[string]any{"button": "Pick", "sections": []any{map[string]any{"rows": listRows(11)}}}}), code: 100},
+		{name: "cta_url without url", payload: interactiveMessage(map[string]any{"type": "cta_url", "body": map[string]any{"text": "b"},
+			"action": map[string]any{"name": "cta_url", "parameters": map[string]any{"display_text": "Go"}}}), code: 100},
+		{name: "latitude off the map", payload: map[string]any{"messaging_product": "whatsapp", "to": "16505551234", "type": "location",
+			"location": map[string]any{"latitude": "91", "longitude": "0"}}, code: 100},
+		{name: "contact without formatted_name", payload: map[string]any{"messaging_product": "whatsapp", "to": "16505551234", "type": "contacts",
+			"contacts": []any{map[string]any{"name": map[string]any{"first_name": "Ann"}}}}, code: 100},
+		{name: "reaction without message_id", payload: map[string]any{"messaging_product": "whatsapp", "to": "16505551234", "type": "reaction",
+			"reaction": map[string]any{"emoji": "x"}}, code: 100},
 		{name: "image with id and link", payload: mediaMessage("image", map[string]any{"id": "1", "link": "https://a.example/x.jpg"}), code: 100},
 		{name: "image with neither id nor link", payload: mediaMessage("image", map[string]any{"caption": "x"}), code: 100},
 		{name: "video link not http", payload: mediaMessage("video", map[string]any{"link": "file:///etc/passwd"}), code: 100},
@@ -439,7 +455,7 @@ func TestWhatsAppValidation(t *testing.T) {
 		assert.NotEmpty(t, e.FBTraceID, tc.name)
 	}
 	st := h.s.Stats()[ChannelWhatsApp]
-	assert.Equal(t, 28, st.Rejected)
+	assert.Equal(t, 36, st.Rejected)
 	assert.Zero(t, st.Accepted)
 	assert.Empty(t, h.s.Records())
 }
@@ -546,4 +562,48 @@ func TestWhatsAppAcceptsMediaMessages(t *testing.T) {
 		require.Equal(t, http.StatusOK, r.status, "%s: %s", m["type"], r.body)
 	}
 	assert.Equal(t, 5, h.s.Stats()[ChannelWhatsApp].Accepted)
+}
+
+// interactiveMessage is an interactive send of in.
+func interactiveMessage(in map[string]any) map[string]any {
+	return map[string]any{"messaging_product": "whatsapp", "recipient_type": "individual", "to": "16505551234", "type": "interactive", "interactive": in}
+}
+
+func replyButton(id, title string) map[string]any {
+	return map[string]any{"type": "reply", "reply": map[string]any{"id": id, "title": title}}
+}
+
+func listRows(n int) []any {
+	var rows []any
+	for i := range n {
+		rows = append(rows, map[string]any{"id": fmt.Sprint("r", i), "title": fmt.Sprint("Row ", i)})
+	}
+	return rows
+}
+
+// Interactive, location, contacts and reaction messages are accepted and
+// recorded with their kind.
+func TestWhatsAppAcceptsInteractiveAndOthers(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{Tolerance: -1})
+	for i, m := range []map[string]any{
+		interactiveMessage(map[string]any{"type": "button", "body": map[string]any{"text": "Arrived?"}, "footer": map[string]any{"text": "Order 1042"},
+			"action": map[string]any{"buttons": []any{replyButton("yes", "Yes"), replyButton("no", "Not yet")}}}),
+		interactiveMessage(map[string]any{"type": "list", "body": map[string]any{"text": "Pick"}, "header": map[string]any{"type": "text", "text": "Slots"},
+			"action": map[string]any{"button": "Slots", "sections": []any{map[string]any{"title": "Mon", "rows": listRows(5)}, map[string]any{"title": "Tue", "rows": []any{map[string]any{"id": "t", "title": "8"}}}}}}),
+		interactiveMessage(map[string]any{"type": "cta_url", "body": map[string]any{"text": "Track"},
+			"action": map[string]any{"name": "cta_url", "parameters": map[string]any{"display_text": "Track", "url": "https://example.com/t"}}}),
+		{"messaging_product": "whatsapp", "to": "16505551234", "type": "location", "location": map[string]any{"latitude": "37.4847", "longitude": "-122.1486"}},
+		{"messaging_product": "whatsapp", "to": "16505551234", "type": "contacts", "contacts": []any{map[string]any{"name": map[string]any{"formatted_name": "Ann Lee", "first_name": "Ann"}}}},
+		{"messaging_product": "whatsapp", "to": "16505551234", "type": "reaction", "reaction": map[string]any{"message_id": "wamid.A", "emoji": "👍"}},
+	} {
+		m["to"] = fmt.Sprintf("1650555%04d", 2000+i)
+		r := h.waRaw("/v23.0/"+phoneID+"/messages", m, nil)
+		require.Equal(t, http.StatusOK, r.status, "%s: %s", m["type"], r.body)
+	}
+	var kinds []string
+	for _, rec := range h.s.Records() {
+		kinds = append(kinds, rec.Kind)
+	}
+	assert.Equal(t, []string{"interactive", "interactive", "interactive", "location", "contacts", "reaction"}, kinds)
 }
