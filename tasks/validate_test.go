@@ -191,7 +191,10 @@ func TestWhatsAppSendValidate(t *testing.T) {
 			*m = *buttonsMsg(1)
 			m.Header = &InteractiveHeader{Type: "video", Link: "https://a.example/v.mp4", ID: "1"}
 		}), "interactive.header.link, interactive.header.id: set exactly one (got both)"},
-		{"location", func(p *WhatsAppSend) { p.Text = ""; p.Location = &Location{Latitude: 37.4847, Longitude: -122.1486, Name: "Meta HQ", Address: "1 Hacker Way"} }, ""},
+		{"location", func(p *WhatsAppSend) {
+			p.Text = ""
+			p.Location = &Location{Latitude: 37.4847, Longitude: -122.1486, Name: "Meta HQ", Address: "1 Hacker Way"}
+		}, ""},
 		{"location off the map", func(p *WhatsAppSend) { p.Text = ""; p.Location = &Location{Latitude: 91, Longitude: 0} }, "location.latitude: 91, want -90 to 90 degrees"},
 		{"contacts", func(p *WhatsAppSend) { p.Text = ""; p.Contacts = []Contact{contactCard()} }, ""},
 		{"six contacts", func(p *WhatsAppSend) { p.Text = ""; p.Contacts = make([]Contact, 6) }, "contacts: 6 contacts, want 1 to 5"},
@@ -209,7 +212,11 @@ func TestWhatsAppSendValidate(t *testing.T) {
 		{"reaction removed", func(p *WhatsAppSend) { p.Text = ""; p.Reaction = &Reaction{MessageID: "wamid.ABC"} }, ""},
 		{"reaction with words", func(p *WhatsAppSend) { p.Text = ""; p.Reaction = &Reaction{MessageID: "wamid.ABC", Emoji: "thumbs up"} }, `reaction.emoji: "thumbs up": want one emoji`},
 		{"reaction without message", func(p *WhatsAppSend) { p.Text = ""; p.Reaction = &Reaction{Emoji: "👍"} }, "reaction.message_id: required"},
-		{"reaction as a reply", func(p *WhatsAppSend) { p.Text = ""; p.Reaction = &Reaction{MessageID: "wamid.A", Emoji: "👍"}; p.ReplyTo = "wamid.B" },
+		{"reaction as a reply", func(p *WhatsAppSend) {
+			p.Text = ""
+			p.Reaction = &Reaction{MessageID: "wamid.A", Emoji: "👍"}
+			p.ReplyTo = "wamid.B"
+		},
 			"reply_to: a reaction names its message in reaction.message_id"},
 		{"text may hold newlines", func(p *WhatsAppSend) { p.Text = "line1\n\tline2     x" }, ""},
 		{"idempotency key space", func(p *WhatsAppSend) { p.IdempotencyKey = "a b" }, `idempotency_key: "a b" may only contain`},
