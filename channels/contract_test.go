@@ -98,7 +98,15 @@ type spec struct {
 	// ctaURLErr is the validation error of a call-to-action URL message
 	// before patching (WhatsApp only).
 	ctaURLErr error
+	// buttonIndexErr is the validation error, before patching, of a
+	// template message whose quick-reply button has index "0", as the
+	// spec's own TemplateObject example has it (WhatsApp only).
+	buttonIndexErr error
 }
+
+// buttonIndexBody is a template message with a quick-reply button at index
+// 0: the components of the spec's TemplateObject example.
+const buttonIndexBody = `{"messaging_product":"whatsapp","recipient_type":"individual","to":"12025550123","type":"template","template":{"name":"order_update","language":{"policy":"deterministic","code":"en_US"},"components":[{"type":"button","sub_type":"quick_reply","index":"0","parameters":[{"type":"payload","payload":"ORDER_DETAILS_CLICKED"}]}]}}`
 
 // ctaURLBody is an interactive call-to-action URL message as Meta's
 // interactive messages reference gives it ("cta_url", action name cta_url,
@@ -148,6 +156,25 @@ func patchWhatsAppSpec(s *spec) error {
 	}
 	s.textExampleErr = s.validate(newSpecRequest(s.server+"/v23.0/106540352242922/messages", "application/json", body, bearer))
 	s.ctaURLErr = s.validate(newSpecRequest(s.server+"/v23.0/106540352242922/messages", "application/json", []byte(ctaURLBody), bearer))
+	s.buttonIndexErr = s.validate(newSpecRequest(s.server+"/v23.0/106540352242922/messages", "application/json", []byte(buttonIndexBody), bearer))
+
+	// A template button's index: the spec's pattern ^[2-6, 11-14]$ is a
+	// character class (one of 1-6, ',' and ' '), while its description and
+	// Meta's reference say 0 to 9 and its own example uses "0"; and the
+	// copy-code button (sub_type copy_code, parameter type coupon_code,
+	// Meta's template reference) is missing from sub_type's enum. Patched
+	// to the reference (TestWhatsAppSpecTemplateButtonDefects pins both).
+	for _, name := range []string{"TemplateComponent", "ButtonComponent"} {
+		sc := s.doc.Components.Schemas[name].Value
+		for _, part := range append([]*openapi3.SchemaRef{{Value: sc}}, sc.AllOf...) {
+			if idx := part.Value.Properties["index"]; idx != nil {
+				idx.Value.Pattern = "^[0-9]$"
+			}
+			if st := part.Value.Properties["sub_type"]; st != nil {
+				st.Value.Enum = append(st.Value.Enum, "copy_code")
+			}
+		}
+	}
 
 	// The interactive call-to-action URL message (Meta's interactive
 	// messages reference: type cta_url, action {name: cta_url, parameters:
@@ -344,6 +371,16 @@ func TestWhatsAppSpecCTAURLDefect(t *testing.T) {
 		"the patched spec accepts it")
 }
 
+func TestWhatsAppSpecTemplateButtonDefects(t *testing.T) {
+	t.Parallel()
+	s := requireSpec(t, whatsappSpec)
+	// If this fails, Meta fixed the index pattern: drop its patch in
+	// patchWhatsAppSpec.
+	require.ErrorContains(t, s.buttonIndexErr, `doesn't match the regular expression "^[2-6, 11-14]$"`,
+		"the unpatched spec refuses its own example's button index")
+	require.NoError(t, s.validate(newSpecRequest(s.server+"/v23.0/106540352242922/messages", "application/json", []byte(buttonIndexBody), bearer)))
+}
+
 func TestWhatsAppRequestsMatchSpec(t *testing.T) {
 	t.Parallel()
 	s := requireSpec(t, whatsappSpec)
@@ -441,6 +478,31 @@ func TestWhatsAppRequestsMatchSpec(t *testing.T) {
 			p: tasks.WhatsAppSend{V: 1, PhoneNumberID: "106540352242922", To: "+12025550123",
 				Reaction: &tasks.Reaction{MessageID: "wamid.HBgLMTIwMjU1NTAxMjMVAgARGBI5QTNDQTVCM0Q0Q0Q2RTY3RTcA", Emoji: "👍"}},
 			want: `{"messaging_product":"whatsapp","recipient_type":"individual","to":"12025550123","type":"reaction","reaction":{"message_id":"wamid.HBgLMTIwMjU1NTAxMjMVAgARGBI5QTNDQTVCM0Q0Q0Q2RTY3RTcA","emoji":"👍"}}`,
+		},
+		{
+			name: "template with an image header, typed body parameters and buttons",
+			p: tasks.WhatsAppSend{V: 1, PhoneNumberID: "106540352242922", To: "+12025550123", Template: &tasks.Template{
+				Name: "order_shipped", Language: "en_US",
+				Header: &tasks.TemplateHeader{Type: "image", Link: "https://cdn.example.com/p/1042.jpg"},
+				BodyParams: []tasks.TemplateParam{{Type: "text", Text: "Ann"},
+					{Type: "currency", Currency: &tasks.TemplateCurrency{FallbackValue: "$100.99", Code: "USD", Amount1000: 100990}},
+					{Type: "date_time", DateTime: &tasks.TemplateDateTime{FallbackValue: "November 30, 2026"}}},
+				Buttons: []tasks.TemplateButton{{Index: 0, SubType: "quick_reply", Payload: "STOP_PROMOS"}, {Index: 1, SubType: "url", Text: "o/1042"}}}},
+			want: `{"messaging_product":"whatsapp","recipient_type":"individual","to":"12025550123","type":"template","template":{"name":"order_shipped","language":{"policy":"deterministic","code":"en_US"},"components":[{"type":"header","parameters":[{"type":"image","image":{"link":"https://cdn.example.com/p/1042.jpg"}}]},{"type":"body","parameters":[{"type":"text","text":"Ann"},{"type":"currency","currency":{"fallback_value":"$100.99","code":"USD","amount_1000":100990}},{"type":"date_time","date_time":{"fallback_value":"November 30, 2026"}}]},{"type":"button","sub_type":"quick_reply","index":"0","parameters":[{"type":"payload","payload":"STOP_PROMOS"}]},{"type":"button","sub_type":"url","index":"1","parameters":[{"type":"text","text":"o/1042"}]}]}}`,
+		},
+		{
+			name: "template with a text header and a copy-code button (spec patched)",
+			p: tasks.WhatsAppSend{V: 1, PhoneNumberID: "106540352242922", To: "+12025550123", Template: &tasks.Template{
+				Name: "coupon", Language: "en_US", Header: &tasks.TemplateHeader{Type: "text", Text: "Ann"},
+				Parameters: []string{"10%"}, Buttons: []tasks.TemplateButton{{Index: 0, SubType: "copy_code", CouponCode: "SAVE10"}}}},
+			want: `{"messaging_product":"whatsapp","recipient_type":"individual","to":"12025550123","type":"template","template":{"name":"coupon","language":{"policy":"deterministic","code":"en_US"},"components":[{"type":"header","parameters":[{"type":"text","text":"Ann"}]},{"type":"body","parameters":[{"type":"text","text":"10%"}]},{"type":"button","sub_type":"copy_code","index":"0","parameters":[{"type":"coupon_code","coupon_code":"SAVE10"}]}]}}`,
+		},
+		{
+			name: "template with a location header (spec patched)",
+			p: tasks.WhatsAppSend{V: 1, PhoneNumberID: "106540352242922", To: "+12025550123", Template: &tasks.Template{
+				Name: "store_pickup", Language: "en_US",
+				Header: &tasks.TemplateHeader{Type: "location", Location: &tasks.Location{Latitude: 37.4847, Longitude: -122.1486, Name: "Store 7"}}}},
+			want: `{"messaging_product":"whatsapp","recipient_type":"individual","to":"12025550123","type":"template","template":{"name":"store_pickup","language":{"policy":"deterministic","code":"en_US"},"components":[{"type":"header","parameters":[{"type":"location","location":{"latitude":"37.4847","longitude":"-122.1486","name":"Store 7"}}]}]}}`,
 		},
 		{
 			name: "template without parameters",

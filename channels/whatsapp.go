@@ -245,12 +245,85 @@ type whatsappLanguage struct {
 
 type whatsappComponent struct {
 	Type       string              `json:"type"`
+	SubType    string              `json:"sub_type,omitempty"`
+	Index      string              `json:"index,omitempty"`
 	Parameters []whatsappParameter `json:"parameters"`
 }
 
+// whatsappParameter is a template parameter (the spec's ParameterObject
+// and ButtonParameterObject; location and coupon_code as Meta's template
+// reference gives them).
 type whatsappParameter struct {
-	Type string `json:"type"`
-	Text string `json:"text"`
+	Type       string                  `json:"type"`
+	Text       *string                 `json:"text,omitempty"`
+	Currency   *tasks.TemplateCurrency `json:"currency,omitempty"`
+	DateTime   *tasks.TemplateDateTime `json:"date_time,omitempty"`
+	Image      *whatsappMedia          `json:"image,omitempty"`
+	Video      *whatsappMedia          `json:"video,omitempty"`
+	Document   *whatsappMedia          `json:"document,omitempty"`
+	Location   *whatsappLocation       `json:"location,omitempty"`
+	Payload    *string                 `json:"payload,omitempty"`
+	CouponCode *string                 `json:"coupon_code,omitempty"`
+}
+
+// textParam is a text parameter.
+func textParam(v string) whatsappParameter { return whatsappParameter{Type: "text", Text: &v} }
+
+// templateComponents are the components of a validated template, in the
+// order header, body, buttons.
+func templateComponents(t *tasks.Template) []whatsappComponent {
+	var out []whatsappComponent
+	if h := t.Header; h != nil {
+		p := whatsappParameter{Type: h.Type}
+		md := &whatsappMedia{ID: h.ID, Link: h.Link, Filename: h.Filename}
+		switch h.Type {
+		case "text":
+			p.Text = &h.Text
+		case tasks.MediaImage:
+			p.Image = md
+		case tasks.MediaVideo:
+			p.Video = md
+		case tasks.MediaDocument:
+			p.Document = md
+		case "location":
+			p.Location = locationOf(h.Location)
+		}
+		out = append(out, whatsappComponent{Type: "header", Parameters: []whatsappParameter{p}})
+	}
+	var body []whatsappParameter
+	for _, v := range t.Parameters {
+		body = append(body, textParam(v))
+	}
+	for _, bp := range t.BodyParams {
+		p := whatsappParameter{Type: bp.Type, Currency: bp.Currency, DateTime: bp.DateTime}
+		if bp.Type == "text" {
+			p.Text = &bp.Text
+		}
+		body = append(body, p)
+	}
+	if len(body) > 0 {
+		out = append(out, whatsappComponent{Type: "body", Parameters: body})
+	}
+	for _, b := range t.Buttons {
+		c := whatsappComponent{Type: "button", SubType: b.SubType, Index: strconv.Itoa(b.Index)}
+		switch b.SubType {
+		case "quick_reply":
+			c.Parameters = []whatsappParameter{{Type: "payload", Payload: &b.Payload}}
+		case "url":
+			c.Parameters = []whatsappParameter{textParam(b.Text)}
+		case "copy_code":
+			c.Parameters = []whatsappParameter{{Type: "coupon_code", CouponCode: &b.CouponCode}}
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// locationOf is a location object (the spec types its coordinates as
+// strings).
+func locationOf(l *tasks.Location) *whatsappLocation {
+	return &whatsappLocation{Latitude: strconv.FormatFloat(l.Latitude, 'f', -1, 64),
+		Longitude: strconv.FormatFloat(l.Longitude, 'f', -1, 64), Name: l.Name, Address: l.Address}
 }
 
 // whatsappBody builds and checks the JSON body for p.
@@ -280,8 +353,7 @@ func whatsappBody(p tasks.WhatsAppSend) ([]byte, error) {
 		m.Interactive = interactiveOf(p.Interactive)
 	case p.Location != nil:
 		m.Type = "location"
-		m.Location = &whatsappLocation{Latitude: strconv.FormatFloat(p.Location.Latitude, 'f', -1, 64),
-			Longitude: strconv.FormatFloat(p.Location.Longitude, 'f', -1, 64), Name: p.Location.Name, Address: p.Location.Address}
+		m.Location = locationOf(p.Location)
 	case p.Contacts != nil:
 		m.Type = "contacts"
 		m.Contacts = p.Contacts
@@ -320,13 +392,7 @@ func whatsappBody(p tasks.WhatsAppSend) ([]byte, error) {
 			Name:     p.Template.Name,
 			Language: whatsappLanguage{Policy: "deterministic", Code: p.Template.Language},
 		}
-		if len(p.Template.Parameters) > 0 {
-			params := make([]whatsappParameter, len(p.Template.Parameters))
-			for i, v := range p.Template.Parameters {
-				params[i] = whatsappParameter{Type: "text", Text: v}
-			}
-			m.Template.Components = []whatsappComponent{{Type: "body", Parameters: params}}
-		}
+		m.Template.Components = templateComponents(p.Template)
 	default:
 		return nil, errors.New("text, template, media, interactive, location, contacts, reaction: want exactly one, got none")
 	}

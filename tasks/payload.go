@@ -161,8 +161,68 @@ type Media struct {
 type Template struct {
 	Name     string `json:"name"`     // "order_update"
 	Language string `json:"language"` // BCP 47-like code as Meta spells it: "en_US"
-	// Parameters fill the body component's {{1}}, {{2}}, … in order.
+	// Parameters fill the body component's {{1}}, {{2}}, … in order, as
+	// text. BodyParams does the same with typed values; set one of them.
 	Parameters []string `json:"parameters,omitempty"`
+	// Header fills the template's header: its {{1}} (text), or its media
+	// (image, video, document) or location. Only for a template that has
+	// such a header.
+	Header *TemplateHeader `json:"header,omitempty"`
+	// BodyParams fill the body's {{1}}, {{2}}, … with text, currency or
+	// date_time values (instead of Parameters).
+	BodyParams []TemplateParam `json:"body_params,omitempty"`
+	// Buttons fill the template's buttons that take a value, by index:
+	// a quick reply's payload, a URL button's suffix, a copy-code button's
+	// coupon code.
+	Buttons []TemplateButton `json:"buttons,omitempty"`
+}
+
+// TemplateHeader is a template's header parameter: Type text (Text, at
+// most 60 characters), image, video or document (one of Link and ID; a
+// document's Filename), or location (Location).
+type TemplateHeader struct {
+	Type     string    `json:"type"`
+	Text     string    `json:"text,omitempty"`
+	Link     string    `json:"link,omitempty"`
+	ID       string    `json:"id,omitempty"`
+	Filename string    `json:"filename,omitempty"`
+	Location *Location `json:"location,omitempty"`
+}
+
+// TemplateParam is a typed body parameter: Type text (Text), currency
+// (Currency) or date_time (DateTime).
+type TemplateParam struct {
+	Type     string            `json:"type"`
+	Text     string            `json:"text,omitempty"`
+	Currency *TemplateCurrency `json:"currency,omitempty"`
+	DateTime *TemplateDateTime `json:"date_time,omitempty"`
+}
+
+// TemplateCurrency is an amount: Code is ISO 4217 ("USD"), Amount1000 the
+// amount times 1,000 (100990 for 100.99), FallbackValue the text shown
+// ("$100.99").
+type TemplateCurrency struct {
+	FallbackValue string `json:"fallback_value"`
+	Code          string `json:"code"`
+	Amount1000    int64  `json:"amount_1000"`
+}
+
+// TemplateDateTime is a date and time shown as FallbackValue (the Cloud
+// API always shows the fallback).
+type TemplateDateTime struct {
+	FallbackValue string `json:"fallback_value"`
+}
+
+// TemplateButton fills one of a template's buttons: Index is its position
+// (0 to 9); SubType quick_reply (Payload, returned when tapped), url (Text,
+// the suffix appended to the button's URL) or copy_code (CouponCode, at
+// most 15 characters).
+type TemplateButton struct {
+	Index      int    `json:"index"`
+	SubType    string `json:"sub_type"`
+	Payload    string `json:"payload,omitempty"`
+	Text       string `json:"text,omitempty"`
+	CouponCode string `json:"coupon_code,omitempty"`
 }
 
 // SMSSend is the payload of an sms:send task (Twilio Programmable Messaging).

@@ -272,7 +272,7 @@ func (t *Template) validate() error {
 			return fmt.Errorf("%s ({{%d}}): %w", field, i+1, err)
 		}
 	}
-	return nil
+	return t.validateComponents()
 }
 
 // maxParamSpaces is the longest run of spaces a template parameter may hold.

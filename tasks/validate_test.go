@@ -218,6 +218,67 @@ func TestWhatsAppSendValidate(t *testing.T) {
 			p.ReplyTo = "wamid.B"
 		},
 			"reply_to: a reaction names its message in reaction.message_id"},
+		// Template components: header, typed body parameters, buttons.
+		{"template with an image header and buttons", func(p *WhatsAppSend) {
+			tmpl(p)
+			p.Template.Header = &TemplateHeader{Type: "image", Link: "https://cdn.example.com/h.jpg"}
+			p.Template.Buttons = []TemplateButton{{Index: 0, SubType: "quick_reply", Payload: "STOP"}, {Index: 1, SubType: "url", Text: "o/1042"},
+				{Index: 2, SubType: "copy_code", CouponCode: "SAVE10"}}
+		}, ""},
+		{"template with typed body parameters", func(p *WhatsAppSend) {
+			tmpl(p)
+			p.Template.BodyParams = []TemplateParam{{Type: "text", Text: "Ann"},
+				{Type: "currency", Currency: &TemplateCurrency{FallbackValue: "$100.99", Code: "USD", Amount1000: 100990}},
+				{Type: "date_time", DateTime: &TemplateDateTime{FallbackValue: "May 1, 2026"}}}
+		}, ""},
+		{"template with a location header", func(p *WhatsAppSend) {
+			tmpl(p)
+			p.Template.Header = &TemplateHeader{Type: "location", Location: &Location{Latitude: 1, Longitude: 2}}
+		}, ""},
+		{"template header type sticker", func(p *WhatsAppSend) { tmpl(p); p.Template.Header = &TemplateHeader{Type: "sticker", ID: "1"} },
+			`template.header.type: "sticker": want text, image, video, document or location`},
+		{"template header text too long", func(p *WhatsAppSend) {
+			tmpl(p)
+			p.Template.Header = &TemplateHeader{Type: "text", Text: strings.Repeat("h", 61)}
+		},
+			"template.header.text: 61 characters, want at most 60"},
+		{"template image header without media", func(p *WhatsAppSend) { tmpl(p); p.Template.Header = &TemplateHeader{Type: "image"} },
+			"template.header.link, template.header.id: set exactly one (got neither)"},
+		{"template parameters and body_params", func(p *WhatsAppSend) {
+			tmpl(p)
+			p.Template.Parameters = []string{"a"}
+			p.Template.BodyParams = []TemplateParam{{Type: "text", Text: "b"}}
+		}, "template.parameters, template.body_params: set one"},
+		{"template currency code", func(p *WhatsAppSend) {
+			tmpl(p)
+			p.Template.BodyParams = []TemplateParam{{Type: "currency", Currency: &TemplateCurrency{FallbackValue: "$1", Code: "usd", Amount1000: 1000}}}
+		}, `template.body_params[0].currency.code: "usd": want an ISO 4217 code (USD)`},
+		{"eleven template buttons", func(p *WhatsAppSend) {
+			tmpl(p)
+			for i := range 11 {
+				p.Template.Buttons = append(p.Template.Buttons, TemplateButton{Index: i % 10, SubType: "quick_reply", Payload: "p"})
+			}
+		}, "template.buttons: 11 buttons, want at most 10"},
+		{"template button index twice", func(p *WhatsAppSend) {
+			tmpl(p)
+			p.Template.Buttons = []TemplateButton{{Index: 0, SubType: "quick_reply", Payload: "a"}, {Index: 0, SubType: "quick_reply", Payload: "b"}}
+		}, "template.buttons[1].index: 0 is buttons[0]'s too"},
+		{"template button index 10", func(p *WhatsAppSend) {
+			tmpl(p)
+			p.Template.Buttons = []TemplateButton{{Index: 10, SubType: "quick_reply", Payload: "a"}}
+		}, "template.buttons[0].index: 10, want 0 to 9"},
+		{"coupon code too long", func(p *WhatsAppSend) {
+			tmpl(p)
+			p.Template.Buttons = []TemplateButton{{Index: 0, SubType: "copy_code", CouponCode: "SUMMER-SALE-2026"}}
+		}, "template.buttons[0].coupon_code: 16 characters, want at most 15"},
+		{"url button with a payload", func(p *WhatsAppSend) {
+			tmpl(p)
+			p.Template.Buttons = []TemplateButton{{Index: 0, SubType: "url", Text: "x", Payload: "y"}}
+		}, "template.buttons[0].payload: a url button takes text only"},
+		{"three url buttons", func(p *WhatsAppSend) {
+			tmpl(p)
+			p.Template.Buttons = []TemplateButton{{Index: 0, SubType: "url", Text: "a"}, {Index: 1, SubType: "url", Text: "b"}, {Index: 2, SubType: "url", Text: "c"}}
+		}, "template.buttons: 3 url buttons, want at most 2"},
 		{"text may hold newlines", func(p *WhatsAppSend) { p.Text = "line1\n\tline2     x" }, ""},
 		{"idempotency key space", func(p *WhatsAppSend) { p.IdempotencyKey = "a b" }, `idempotency_key: "a b" may only contain`},
 		{"idempotency key slash", func(p *WhatsAppSend) { p.IdempotencyKey = "a/b" }, "idempotency_key:"},

@@ -434,3 +434,172 @@ func checkCardType(field, t string) error {
 	}
 	return fmt.Errorf("%s: %.40q: want HOME or WORK (or none)", field, t)
 }
+
+// Limits of template components (Cloud API template messages reference).
+const (
+	maxTemplateHeaderText = 60
+	maxTemplateButtons    = 10 // a template's buttons
+	maxURLButtons         = 2
+	maxCopyCodeButtons    = 1
+	maxCouponCode         = 15
+	maxButtonPayload      = 1000 // Sluice's bound on a quick reply's payload
+	maxURLSuffix          = 2000 // Sluice's bound on a URL button's suffix
+	maxFallbackValue      = 1000 // Sluice's bound on a currency or date's text
+)
+
+// validateComponents checks a template's header, typed body parameters
+// and buttons.
+func (t *Template) validateComponents() error {
+	if len(t.Parameters) > 0 && len(t.BodyParams) > 0 {
+		return errors.New("template.parameters, template.body_params: set one (both fill the body's {{n}})")
+	}
+	if h := t.Header; h != nil {
+		if err := h.validate(); err != nil {
+			return err
+		}
+	}
+	for i, p := range t.BodyParams {
+		if err := p.validate(fmt.Sprintf("template.body_params[%d]", i), i); err != nil {
+			return err
+		}
+	}
+	if len(t.Buttons) > maxTemplateButtons {
+		return fmt.Errorf("template.buttons: %d buttons, want at most %d", len(t.Buttons), maxTemplateButtons)
+	}
+	seen := map[int]int{}
+	count := map[string]int{}
+	for i, b := range t.Buttons {
+		f := fmt.Sprintf("template.buttons[%d]", i)
+		if b.Index < 0 || b.Index >= maxTemplateButtons {
+			return fmt.Errorf("%s.index: %d, want 0 to %d (the button's position in the template)", f, b.Index, maxTemplateButtons-1)
+		}
+		if j, dup := seen[b.Index]; dup {
+			return fmt.Errorf("%s.index: %d is buttons[%d]'s too: one value a button", f, b.Index, j)
+		}
+		seen[b.Index] = i
+		count[b.SubType]++
+		var field, v string
+		var max int
+		switch b.SubType {
+		case "quick_reply":
+			field, v, max = "payload", b.Payload, maxButtonPayload
+		case "url":
+			field, v, max = "text", b.Text, maxURLSuffix
+		case "copy_code":
+			field, v, max = "coupon_code", b.CouponCode, maxCouponCode
+		case "":
+			return fmt.Errorf("%s.sub_type: required: quick_reply, url or copy_code", f)
+		default:
+			return fmt.Errorf("%s.sub_type: %.40q: want quick_reply, url or copy_code", f, b.SubType)
+		}
+		for _, other := range []struct{ name, v string }{{"payload", b.Payload}, {"text", b.Text}, {"coupon_code", b.CouponCode}} {
+			if other.name != field && other.v != "" {
+				return fmt.Errorf("%s.%s: a %s button takes %s only", f, other.name, b.SubType, field)
+			}
+		}
+		if err := checkText(f+"."+field, v, max); err != nil {
+			return err
+		}
+		if err := checkTemplateParam(v); err != nil {
+			return fmt.Errorf("%s.%s: %w", f, field, err)
+		}
+	}
+	switch {
+	case count["url"] > maxURLButtons:
+		return fmt.Errorf("template.buttons: %d url buttons, want at most %d (a template has at most %d)", count["url"], maxURLButtons, maxURLButtons)
+	case count["copy_code"] > maxCopyCodeButtons:
+		return fmt.Errorf("template.buttons: %d copy_code buttons, want at most %d", count["copy_code"], maxCopyCodeButtons)
+	}
+	return nil
+}
+
+func (h *TemplateHeader) validate() error {
+	switch h.Type {
+	case "text":
+		if h.Link+h.ID+h.Filename != "" || h.Location != nil {
+			return errors.New("template.header: a text header has text only")
+		}
+		if err := checkText("template.header.text", h.Text, maxTemplateHeaderText); err != nil {
+			return err
+		}
+		if err := checkTemplateParam(h.Text); err != nil {
+			return fmt.Errorf("template.header.text: %w", err)
+		}
+	case MediaImage, MediaVideo, MediaDocument:
+		if h.Text != "" || h.Location != nil {
+			return fmt.Errorf("template.header: a %s header has link or id (and a document's filename) only", h.Type)
+		}
+		m := Media{Type: h.Type, Link: h.Link, ID: h.ID, Filename: h.Filename}
+		if err := m.validate(); err != nil {
+			return errors.New(strings.ReplaceAll(err.Error(), "media.", "template.header."))
+		}
+	case "location":
+		if h.Text+h.Link+h.ID+h.Filename != "" {
+			return errors.New("template.header: a location header has location only")
+		}
+		if h.Location == nil {
+			return errors.New("template.header.location: required for a location header")
+		}
+		if err := h.Location.validate(); err != nil {
+			return errors.New(strings.Replace(err.Error(), "location.", "template.header.location.", 1))
+		}
+	case "":
+		return errors.New("template.header.type: required: text, image, video, document or location")
+	default:
+		return fmt.Errorf("template.header.type: %.40q: want text, image, video, document or location", h.Type)
+	}
+	return nil
+}
+
+func (p *TemplateParam) validate(f string, i int) error {
+	switch p.Type {
+	case "text":
+		if p.Currency != nil || p.DateTime != nil {
+			return fmt.Errorf("%s: a text parameter has text only", f)
+		}
+		if err := checkText(f+".text", p.Text, maxWhatsAppText); err != nil {
+			return err
+		}
+		if err := checkTemplateParam(p.Text); err != nil {
+			return fmt.Errorf("%s.text ({{%d}}): %w", f, i+1, err)
+		}
+	case "currency":
+		c := p.Currency
+		switch {
+		case p.Text != "" || p.DateTime != nil:
+			return fmt.Errorf("%s: a currency parameter has currency only", f)
+		case c == nil:
+			return fmt.Errorf("%s.currency: required for a currency parameter", f)
+		case len(c.Code) != 3 || strings.ToUpper(c.Code) != c.Code || !isASCIILetters(c.Code):
+			return fmt.Errorf("%s.currency.code: %.40q: want an ISO 4217 code (USD)", f, c.Code)
+		}
+		if err := checkText(f+".currency.fallback_value", c.FallbackValue, maxFallbackValue); err != nil {
+			return err
+		}
+	case "date_time":
+		switch {
+		case p.Text != "" || p.Currency != nil:
+			return fmt.Errorf("%s: a date_time parameter has date_time only", f)
+		case p.DateTime == nil:
+			return fmt.Errorf("%s.date_time: required for a date_time parameter", f)
+		}
+		if err := checkText(f+".date_time.fallback_value", p.DateTime.FallbackValue, maxFallbackValue); err != nil {
+			return err
+		}
+	case "":
+		return fmt.Errorf("%s.type: required: text, currency or date_time", f)
+	default:
+		return fmt.Errorf("%s.type: %.40q: want text, currency or date_time", f, p.Type)
+	}
+	return nil
+}
+
+// isASCIILetters reports whether s is ASCII letters only.
+func isASCIILetters(s string) bool {
+	for _, r := range s {
+		if !isASCIILetter(r) {
+			return false
+		}
+	}
+	return s != ""
+}

@@ -94,7 +94,10 @@ func TestShape(t *testing.T) {
 	if _, ok := got["v"]; ok {
 		t.Error(`whatsapp shape has "v": the API sets it`)
 	}
-	if d := cmp.Diff(shape{"name": nil, "language": nil, "parameters": nil}, got["template"]); d != "" {
+	loc := shape{"latitude": nil, "longitude": nil, "name": nil, "address": nil}
+	want := shape{"name": nil, "language": nil, "parameters": nil, "body_params": nil, "buttons": nil,
+		"header": shape{"type": nil, "text": nil, "link": nil, "id": nil, "filename": nil, "location": loc}}
+	if d := cmp.Diff(want, got["template"]); d != "" {
 		t.Errorf("template shape (-want +got):\n%s", d)
 	}
 	if _, ok := webhookKind.shape["channel"]; ok {

@@ -23,6 +23,12 @@ type Message struct {
 	Template      string
 	Language      string
 	Params        []string
+	// TemplateHeader and TemplateButtons fill the template's header and
+	// buttons; their text values (header text, link or id, button payload,
+	// suffix or coupon code) hold {column} placeholders, rendered per row.
+	// A media header whose rendered link is all digits is a media ID.
+	TemplateHeader  *tasks.TemplateHeader
+	TemplateButtons []tasks.TemplateButton
 	// Text is whatsapp's free text or sms's body, with {column}
 	// placeholders (see Render).
 	Text string
@@ -114,7 +120,17 @@ func (m *Message) Validate(columns []string) error {
 			return fmt.Errorf("%s: %w", flag, err)
 		}
 	}
-	for _, f := range []struct{ flag, tmpl string }{{"--media-url", m.MediaURL}, {"--media-id", m.MediaID}, {"--caption", m.Caption}, {"--filename", m.Filename}} {
+	parts := []struct{ flag, tmpl string }{{"--media-url", m.MediaURL}, {"--media-id", m.MediaID}, {"--caption", m.Caption}, {"--filename", m.Filename}}
+	if h := m.TemplateHeader; h != nil {
+		parts = append(parts, struct{ flag, tmpl string }{"--header-" + h.Type, h.Text + h.Link + h.ID})
+	}
+	for _, b := range m.TemplateButtons {
+		parts = append(parts, struct{ flag, tmpl string }{fmt.Sprintf("--button %s:%d", b.SubType, b.Index), b.Payload + b.Text + b.CouponCode})
+	}
+	if (m.TemplateHeader != nil || len(m.TemplateButtons) > 0) && m.Template == "" {
+		return fmt.Errorf("--header-*, --button: give --template")
+	}
+	for _, f := range parts {
 		if _, err := Render(f.tmpl, Row{Params: params}); f.tmpl != "" && err != nil {
 			return fmt.Errorf("%s: %w", f.flag, err)
 		}
@@ -213,6 +229,9 @@ func (m *Message) Task(row Row, i int, columns []string) (*asynq.Task, error) {
 			for _, c := range m.Params {
 				tmpl.Parameters = append(tmpl.Parameters, row.Params[c])
 			}
+			if err := m.renderTemplateParts(tmpl, row); err != nil {
+				return nil, err
+			}
 			p.Template = tmpl
 		} else if m.MediaType != "" {
 			md := &tasks.Media{Type: m.MediaType}
@@ -273,4 +292,34 @@ func (m *Message) Task(row Row, i int, columns []string) (*asynq.Task, error) {
 		}
 	}
 	return t, nil
+}
+
+// renderTemplateParts gives t the row's header and buttons.
+func (m *Message) renderTemplateParts(t *tasks.Template, row Row) error {
+	render := func(dst *string) error {
+		v, err := Render(*dst, row)
+		*dst = v
+		return err
+	}
+	if m.TemplateHeader != nil {
+		h := *m.TemplateHeader
+		for _, f := range []*string{&h.Text, &h.Link, &h.ID} {
+			if err := render(f); err != nil {
+				return err
+			}
+		}
+		if h.Type != "text" && h.Link != "" && strings.Trim(h.Link, "0123456789") == "" {
+			h.ID, h.Link = h.Link, ""
+		}
+		t.Header = &h
+	}
+	for _, b := range m.TemplateButtons {
+		for _, f := range []*string{&b.Payload, &b.Text, &b.CouponCode} {
+			if err := render(f); err != nil {
+				return err
+			}
+		}
+		t.Buttons = append(t.Buttons, b)
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -87,6 +88,7 @@ ID (with --tenant, after the tenant's namespace, as the API gives it:
 	var wa tasks.WhatsAppSend
 	var tmpl tasks.Template
 	var media tasks.Media
+	var tmplParts templateFlags
 	waCmd := &cobra.Command{
 		Use: "whatsapp --phone-number-id ID --to E164 (--text T [--preview-url] | --template NAME [--param P]... |\n" +
 			"  --media image|video|audio|document|sticker (--media-url URL | --media-id ID) [--caption T] [--filename F]) [--reply-to WAMID]",
@@ -95,7 +97,12 @@ ID (with --tenant, after the tenant's namespace, as the API gives it:
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return enqueue(cmd, func() (*asynq.Task, error) {
 				if tmpl.Name != "" {
+					if err := tmplParts.apply(&tmpl, nil); err != nil {
+						return nil, err
+					}
 					wa.Template = &tmpl
+				} else if tmplParts.given() {
+					return nil, usageErr("--header-*, --button: give --template")
 				}
 				if media != (tasks.Media{}) {
 					wa.Media = &media
@@ -111,6 +118,7 @@ ID (with --tenant, after the tenant's namespace, as the API gives it:
 	waCmd.Flags().StringVar(&tmpl.Name, "template", "", "template name")
 	waCmd.Flags().StringVar(&tmpl.Language, "lang", "en_US", "template language code")
 	waCmd.Flags().StringArrayVar(&tmpl.Parameters, "param", nil, "template body parameter, in order (repeat)")
+	tmplParts.register(waCmd, "")
 	waCmd.Flags().StringVar(&media.Type, "media", "", "media message type: image, video, audio, document or sticker")
 	waCmd.Flags().StringVar(&media.Link, "media-url", "", "the media's http(s) URL (Meta downloads it)")
 	waCmd.Flags().StringVar(&media.ID, "media-id", "", "an uploaded media's ID, instead of --media-url")
@@ -231,4 +239,87 @@ func validitySeconds(d time.Duration) (int, error) {
 		return 0, usageErr("--validity-period %v: want whole seconds (Twilio counts in seconds)", d)
 	}
 	return int(d / time.Second), nil
+}
+
+// templateFlags are the flags that fill a template's header and buttons:
+// --header-text, --header-image, --header-video, --header-document (a URL,
+// or a media ID when all digits) and --button SUBTYPE:INDEX=VALUE
+// (quick_reply:0=STOP, url:1=o/1042, copy_code:2=SAVE10). `sluice send`
+// renders each value's {column} placeholders per row.
+type templateFlags struct {
+	headerText, headerImage, headerVideo, headerDocument string
+	buttons                                              []string
+}
+
+// register adds the flags to cmd; hint ends their help.
+func (f *templateFlags) register(cmd *cobra.Command, hint string) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.headerText, "header-text", "", "template: the text header's {{1}}"+hint)
+	fl.StringVar(&f.headerImage, "header-image", "", "template: the image header, a URL or a media ID"+hint)
+	fl.StringVar(&f.headerVideo, "header-video", "", "template: the video header, a URL or a media ID"+hint)
+	fl.StringVar(&f.headerDocument, "header-document", "", "template: the document header, a URL or a media ID"+hint)
+	fl.StringArrayVar(&f.buttons, "button", nil, "template: a button's value, SUBTYPE:INDEX=VALUE with SUBTYPE quick_reply, url or copy_code (repeat)"+hint)
+}
+
+// given reports whether any of the flags was set.
+func (f *templateFlags) given() bool {
+	return f.headerText+f.headerImage+f.headerVideo+f.headerDocument != "" || len(f.buttons) > 0
+}
+
+// apply sets t's header and buttons from the flags, each value passed
+// through render first (nil: as given). The error names the flag.
+func (f *templateFlags) apply(t *tasks.Template, render func(string) (string, error)) error {
+	if render == nil {
+		render = func(s string) (string, error) { return s, nil }
+	}
+	n := 0
+	for _, h := range []struct{ typ, v string }{{"text", f.headerText}, {"image", f.headerImage}, {"video", f.headerVideo}, {"document", f.headerDocument}} {
+		if h.v == "" {
+			continue
+		}
+		n++
+		v, err := render(h.v)
+		if err != nil {
+			return usageErr("--header-%s: %v", h.typ, err)
+		}
+		hd := &tasks.TemplateHeader{Type: h.typ}
+		switch {
+		case h.typ == "text":
+			hd.Text = v
+		case v != "" && strings.Trim(v, "0123456789") == "":
+			hd.ID = v
+		default:
+			hd.Link = v
+		}
+		t.Header = hd
+	}
+	if n > 1 {
+		return usageErr("--header-text, --header-image, --header-video, --header-document: give one")
+	}
+	t.Buttons = nil
+	for _, b := range f.buttons {
+		spec, value, ok := strings.Cut(b, "=")
+		sub, idx, ok2 := strings.Cut(spec, ":")
+		i, err := strconv.Atoi(idx)
+		if !ok || !ok2 || err != nil {
+			return usageErr("--button %q: want SUBTYPE:INDEX=VALUE (quick_reply:0=STOP, url:1=o/1042, copy_code:2=SAVE10)", b)
+		}
+		v, err := render(value)
+		if err != nil {
+			return usageErr("--button %s: %v", spec, err)
+		}
+		tb := tasks.TemplateButton{Index: i, SubType: sub}
+		switch sub {
+		case "quick_reply":
+			tb.Payload = v
+		case "url":
+			tb.Text = v
+		case "copy_code":
+			tb.CouponCode = v
+		default:
+			return usageErr("--button %q: subtype %q: want quick_reply, url or copy_code", b, sub)
+		}
+		t.Buttons = append(t.Buttons, tb)
+	}
+	return nil
 }

@@ -262,3 +262,44 @@ func TestTwilioMMSAndContentFromTheCLI(t *testing.T) {
 	}, 30*time.Second, 20*time.Millisecond, "the three sends reach the emulator (a hang bound, not a speed check)")
 	require.Equal(t, map[string]string{"+12025550111": "mms", "+12025550112": "content", "+12025550113": "content"}, got)
 }
+
+// Template headers and buttons from the CLI reach the provider: `sluice
+// send` fills each row's image header and quick-reply payload from its
+// cells (a media ID cell is sent as an id), `sluice enqueue` a text header
+// and a copy-code button; the emulator checks each component. Three URL
+// buttons, or a coupon code over 15 characters, are refused at enqueue.
+func TestTemplateComponentsFromTheCLI(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	emu := startWorker(t, srv.Client(t), nil)
+	path := writeFile(t, "promo.csv", "to,name,header_image,button_payload\n"+
+		"+12025550121,Ann,https://cdn.example.com/h/1.jpg,STOP-ANN\n"+
+		"+12025550122,Bob,1166846181421424,STOP-BOB\n")
+	r := run(t, "send", "--channel", "whatsapp", "--csv", path, "--phone-number-id", "106540352242922",
+		"--template", "spring_promo", "--params", "name", "--header-image", "{header_image}", "--button", "quick_reply:0={button_payload}", "--redis", srv.URL())
+	require.Equal(t, 0, r.code, "%s\n%s", r.stdout, r.stderr)
+
+	r = run(t, "enqueue", "whatsapp", "--phone-number-id", "106540352242922", "--to", "+12025550123", "--template", "coupon",
+		"--header-text", "Ann", "--param", "10%", "--button", "copy_code:0=SAVE10", "--key", "coupon-ann", "--redis", srv.URL())
+	require.Equal(t, 0, r.code, r.stderr)
+	info, err := asynq.NewInspectorFromRedisClient(srv.Client(t)).GetTaskInfo("whatsapp", "coupon-ann")
+	require.NoError(t, err)
+	require.JSONEq(t, `{"v":1,"phone_number_id":"106540352242922","to":"+12025550123","template":{"name":"coupon","language":"en_US","parameters":["10%"],"header":{"type":"text","text":"Ann"},"buttons":[{"index":0,"sub_type":"copy_code","coupon_code":"SAVE10"}]},"idempotency_key":"coupon-ann"}`, string(info.Payload))
+
+	wa := []string{"enqueue", "whatsapp", "--phone-number-id", "106540352242922", "--to", "+12025550124", "--template", "t", "--redis", srv.URL()}
+	r = run(t, append(wa, "--button", "url:0=a", "--button", "url:1=b", "--button", "url:2=c")...)
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, "template.buttons: 3 url buttons, want at most 2")
+	r = run(t, append(wa, "--button", "copy_code:0=SUMMER-SALE-2026")...)
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, "template.buttons[0].coupon_code: 16 characters, want at most 15")
+
+	got := map[string]string{}
+	require.Eventually(t, func() bool {
+		for _, rec := range emu.Records() {
+			got[rec.Recipient] = rec.Kind
+		}
+		return len(got) == 3
+	}, 30*time.Second, 20*time.Millisecond, "the three sends reach the emulator (a hang bound, not a speed check)")
+	require.Equal(t, map[string]string{"+12025550121": "template", "+12025550122": "template", "+12025550123": "template"}, got)
+}

@@ -51,6 +51,7 @@ func newSendCmd(g *globals) *cobra.Command {
 	var csvPath, rejectsPath string
 	var dryRun, wait bool
 	var mediaURLs, smsVars []string
+	var tmplParts templateFlags
 	var validity time.Duration
 	cmd := &cobra.Command{
 		Use:   "send --channel C --csv FILE",
@@ -101,6 +102,11 @@ Examples:
 				return err
 			}
 			m.ContentVars = vars
+			var parts tasks.Template
+			if err := tmplParts.apply(&parts, nil); err != nil {
+				return err
+			}
+			m.TemplateHeader, m.TemplateButtons = parts.Header, parts.Buttons
 			if m.ValidityPeriod, err = validitySeconds(validity); err != nil {
 				return err
 			}
@@ -192,6 +198,7 @@ Examples:
 	f.StringVar(&m.Template, "template", "", "whatsapp: template name")
 	f.StringVar(&m.Language, "lang", "en_US", "whatsapp: template language code")
 	f.StringSliceVar(&m.Params, "params", nil, "whatsapp: columns filling the template's {{1}}, {{2}}, …")
+	tmplParts.register(cmd, ", with {column} placeholders")
 	f.StringVar(&m.Text, "text", "", "whatsapp: free text with {column} placeholders (instead of --template)")
 	f.StringVar(&m.MediaType, "media", "", "whatsapp: media message type, image, video, audio, document or sticker (instead of --template and --text)")
 	f.StringArrayVar(&mediaURLs, "media-url", nil, "whatsapp: the media's http(s) URL; sms: an MMS's media URL (repeat, at most 10); with {column} placeholders (\"{media_url}\": a column per row)")

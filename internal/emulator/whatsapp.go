@@ -71,6 +71,7 @@ type waRequest struct {
 		Language *struct {
 			Code string `json:"code"`
 		} `json:"language"`
+		Components []waComponent `json:"components"`
 	} `json:"template"`
 	Image    *waMedia `json:"image"`
 	Video    *waMedia `json:"video"`
@@ -105,6 +106,112 @@ type waMedia struct {
 	Link     *string `json:"link"`
 	Caption  *string `json:"caption"`
 	Filename *string `json:"filename"`
+}
+
+// waComponent is a template component as the emulator checks it.
+type waComponent struct {
+	Type       string `json:"type"`
+	SubType    string `json:"sub_type"`
+	Index      string `json:"index"`
+	Parameters []struct {
+		Type     string  `json:"type"`
+		Text     *string `json:"text"`
+		Currency *struct {
+			FallbackValue string `json:"fallback_value"`
+			Code          string `json:"code"`
+		} `json:"currency"`
+		DateTime *struct {
+			FallbackValue string `json:"fallback_value"`
+		} `json:"date_time"`
+		Image      *waMedia        `json:"image"`
+		Video      *waMedia        `json:"video"`
+		Document   *waMedia        `json:"document"`
+		Location   json.RawMessage `json:"location"`
+		Payload    *string         `json:"payload"`
+		CouponCode *string         `json:"coupon_code"`
+	} `json:"parameters"`
+}
+
+var (
+	currencyCode = regexp.MustCompile(`^[A-Z]{3}$`)
+	buttonIndex  = regexp.MustCompile(`^[0-9]$`)
+)
+
+// checkComponents refuses template components the way the strictest
+// reading of Meta's template messages reference does, with code 100 (Meta
+// answers 132000-range codes for a mismatch with the template itself,
+// which the emulator does not know): a header with one parameter of type
+// text (at most 60 characters), image, video, document or location; body
+// parameters of type text, currency (an ISO 4217 code and a fallback) or
+// date_time (a fallback); buttons with sub_type quick_reply (a payload),
+// url (a text) or copy_code (a coupon_code of at most 15 characters) and
+// an index from "0" to "9", each index once.
+func checkComponents(cs []waComponent) string {
+	indexes := map[string]bool{}
+	for _, c := range cs {
+		switch c.Type {
+		case "header":
+			if len(c.Parameters) != 1 {
+				return "Param template['components'][header] must have one parameter."
+			}
+			p := c.Parameters[0]
+			ok := false
+			switch p.Type {
+			case "text":
+				ok = p.Text != nil && *p.Text != "" && runes(*p.Text) <= 60
+			case "image":
+				ok = checkMedia("image", p.Image) == ""
+			case "video":
+				ok = checkMedia("video", p.Video) == ""
+			case "document":
+				ok = checkMedia("document", p.Document) == ""
+			case "location":
+				ok = len(p.Location) > 0
+			}
+			if !ok {
+				return "Param template['components'][header]['parameters'] is invalid."
+			}
+		case "body":
+			for _, p := range c.Parameters {
+				ok := false
+				switch p.Type {
+				case "text":
+					ok = p.Text != nil && *p.Text != "" && !strings.ContainsAny(*p.Text, "\n\t") && !strings.Contains(*p.Text, "     ")
+				case "currency":
+					ok = p.Currency != nil && currencyCode.MatchString(p.Currency.Code) && p.Currency.FallbackValue != ""
+				case "date_time":
+					ok = p.DateTime != nil && p.DateTime.FallbackValue != ""
+				}
+				if !ok {
+					return "Param template['components'][body]['parameters'] is invalid."
+				}
+			}
+		case "button":
+			if !buttonIndex.MatchString(c.Index) || indexes[c.Index] {
+				return "Param template['components'][button]['index'] must be 0 to 9, each once."
+			}
+			indexes[c.Index] = true
+			if len(c.Parameters) != 1 {
+				return "Param template['components'][button] must have one parameter."
+			}
+			p := c.Parameters[0]
+			var ok bool
+			switch c.SubType {
+			case "quick_reply":
+				ok = p.Type == "payload" && p.Payload != nil && *p.Payload != ""
+			case "url":
+				ok = p.Type == "text" && p.Text != nil && *p.Text != ""
+			case "copy_code":
+				ok = p.Type == "coupon_code" && p.CouponCode != nil && *p.CouponCode != "" && runes(*p.CouponCode) <= 15
+			}
+			if !ok {
+				return "Param template['components'][button]['parameters'] is invalid for its sub_type."
+			}
+		default:
+			return fmt.Sprintf("Param template['components'][]['type'] %q must be header, body or button.", c.Type)
+		}
+	}
+	return ""
 }
 
 // waInteractive is the part of an interactive object the emulator checks.
@@ -397,6 +504,9 @@ func parseWhatsApp(r *http.Request, body []byte) (req waRequest, digits string, 
 		case req.Template.Language == nil || req.Template.Language.Code == "":
 			ge := waError(100, "(#100) The parameter template['language']['code'] is required.", "template.language.code is required")
 			return req, "", &ge
+		}
+		if d := checkComponents(req.Template.Components); d != "" {
+			return fail(d)
 		}
 	case "image", "video", "audio", "document", "sticker":
 		m := map[string]*waMedia{"image": req.Image, "video": req.Video, "audio": req.Audio, "document": req.Document, "sticker": req.Sticker}[req.Type]

@@ -416,6 +416,14 @@ func TestWhatsAppValidation(t *testing.T) {
 		}), code: 100},
 		{name: "image without its object", payload: with(func(m map[string]any) { m["type"] = "image" }), code: 100},
 		{name: "unsupported type", payload: with(func(m map[string]any) { m["type"] = "carousel" }), code: 100},
+		{name: "template button index 10", payload: templateWith(map[string]any{"type": "button", "sub_type": "quick_reply", "index": "10",
+			"parameters": []any{map[string]any{"type": "payload", "payload": "p"}}}), code: 100},
+		{name: "template coupon code over 15", payload: templateWith(map[string]any{"type": "button", "sub_type": "copy_code", "index": "0",
+			"parameters": []any{map[string]any{"type": "coupon_code", "coupon_code": "SUMMER-SALE-2026"}}}), code: 100},
+		{name: "template currency code lower case", payload: templateWith(map[string]any{"type": "body", "parameters": []any{
+			map[string]any{"type": "currency", "currency": map[string]any{"fallback_value": "$1", "code": "usd", "amount_1000": 1000}}}}), code: 100},
+		{name: "template header sticker", payload: templateWith(map[string]any{"type": "header", "parameters": []any{
+			map[string]any{"type": "sticker", "sticker": map[string]any{"id": "1"}}}}), code: 100},
 		{name: "interactive without body", payload: interactiveMessage(map[string]any{"type": "button",
 			"action": map[string]any{"buttons": []any{replyButton("1", "Yes")}}}), code: 100},
 		{name: "four reply buttons", payload: interactiveMessage(map[string]any{"type": "button", "body": map[string]any{"text": "b"},
@@ -455,7 +463,7 @@ func TestWhatsAppValidation(t *testing.T) {
 		assert.NotEmpty(t, e.FBTraceID, tc.name)
 	}
 	st := h.s.Stats()[ChannelWhatsApp]
-	assert.Equal(t, 36, st.Rejected)
+	assert.Equal(t, 40, st.Rejected)
 	assert.Zero(t, st.Accepted)
 	assert.Empty(t, h.s.Records())
 }
@@ -606,4 +614,28 @@ func TestWhatsAppAcceptsInteractiveAndOthers(t *testing.T) {
 		kinds = append(kinds, rec.Kind)
 	}
 	assert.Equal(t, []string{"interactive", "interactive", "interactive", "location", "contacts", "reaction"}, kinds)
+}
+
+// templateWith is a template send with the one component c.
+func templateWith(c map[string]any) map[string]any {
+	return map[string]any{"messaging_product": "whatsapp", "recipient_type": "individual", "to": "16505551234", "type": "template",
+		"template": map[string]any{"name": "t", "language": map[string]any{"code": "en_US"}, "components": []any{c}}}
+}
+
+// A template with a media header, typed body parameters and each kind of
+// button is accepted.
+func TestWhatsAppAcceptsTemplateComponents(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{Tolerance: -1})
+	m := templateWith(map[string]any{"type": "header", "parameters": []any{map[string]any{"type": "image", "image": map[string]any{"link": "https://cdn.example.com/h.jpg"}}}})
+	tmpl := m["template"].(map[string]any)
+	tmpl["components"] = append(tmpl["components"].([]any),
+		map[string]any{"type": "body", "parameters": []any{map[string]any{"type": "text", "text": "Ann"},
+			map[string]any{"type": "currency", "currency": map[string]any{"fallback_value": "$100.99", "code": "USD", "amount_1000": 100990}},
+			map[string]any{"type": "date_time", "date_time": map[string]any{"fallback_value": "May 1"}}}},
+		map[string]any{"type": "button", "sub_type": "quick_reply", "index": "0", "parameters": []any{map[string]any{"type": "payload", "payload": "STOP"}}},
+		map[string]any{"type": "button", "sub_type": "url", "index": "1", "parameters": []any{map[string]any{"type": "text", "text": "o/1"}}},
+		map[string]any{"type": "button", "sub_type": "copy_code", "index": "2", "parameters": []any{map[string]any{"type": "coupon_code", "coupon_code": "SAVE10"}}})
+	r := h.waRaw("/v23.0/"+phoneID+"/messages", m, nil)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 }
