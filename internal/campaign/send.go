@@ -38,6 +38,9 @@ type Message struct {
 	// row's cells give its link, caption and file name
 	// (--media-url "{media_url}").
 	MediaType, MediaURL, MediaID, Caption, Filename string
+	// whatsapp interactive messages (instead of the others): every text
+	// value holds {column} placeholders, rendered per row.
+	Interactive *tasks.Interactive
 
 	// sms: From numbers used in turn (row i uses Senders[i % n]), or a
 	// Messaging Service SID.
@@ -157,13 +160,18 @@ func (m *Message) Validate(columns []string) error {
 			return fmt.Errorf("--phone-number-id is required for whatsapp")
 		}
 		n := 0
-		for _, set := range []bool{m.Template != "", m.Text != "", m.MediaType != ""} {
+		for _, set := range []bool{m.Template != "", m.Text != "", m.MediaType != "", m.Interactive != nil} {
 			if set {
 				n++
 			}
 		}
 		if n != 1 {
-			return fmt.Errorf("whatsapp: give one of --template (with --params), --text and --media (with --media-url or --media-id)")
+			return fmt.Errorf("whatsapp: give one of --template (with --params), --text, --media (with --media-url or --media-id) and --interactive")
+		}
+		if m.Interactive != nil {
+			if _, err := renderInteractive(m.Interactive, Row{Params: params}); err != nil {
+				return fmt.Errorf("--interactive: %w", err)
+			}
 		}
 		if m.MediaType == "" && m.MediaURL+m.MediaID+m.Caption+m.Filename != "" {
 			return fmt.Errorf("--media-url, --media-id, --caption, --filename: give --media (image, video, audio, document or sticker)")
@@ -233,6 +241,10 @@ func (m *Message) Task(row Row, i int, columns []string) (*asynq.Task, error) {
 				return nil, err
 			}
 			p.Template = tmpl
+		} else if m.Interactive != nil {
+			if p.Interactive, err = renderInteractive(m.Interactive, row); err != nil {
+				return nil, err
+			}
 		} else if m.MediaType != "" {
 			md := &tasks.Media{Type: m.MediaType}
 			for _, f := range []struct {
@@ -322,4 +334,42 @@ func (m *Message) renderTemplateParts(t *tasks.Template, row Row) error {
 		t.Buttons = append(t.Buttons, b)
 	}
 	return nil
+}
+
+// renderInteractive is a copy of in with the row's cells in its text
+// values.
+func renderInteractive(in *tasks.Interactive, row Row) (*tasks.Interactive, error) {
+	out := *in
+	var err error
+	render := func(dst *string) {
+		if err == nil {
+			*dst, err = Render(*dst, row)
+		}
+	}
+	render(&out.Body)
+	render(&out.Footer)
+	render(&out.ListButton)
+	render(&out.DisplayText)
+	render(&out.URL)
+	if in.Header != nil {
+		h := *in.Header
+		render(&h.Text)
+		render(&h.Link)
+		render(&h.ID)
+		out.Header = &h
+	}
+	out.Buttons = append([]tasks.ReplyButton(nil), in.Buttons...)
+	for i := range out.Buttons {
+		render(&out.Buttons[i].ID)
+		render(&out.Buttons[i].Title)
+	}
+	out.Rows = append([]tasks.ListRow(nil), in.Rows...)
+	for i := range out.Rows {
+		r := &out.Rows[i]
+		render(&r.Section)
+		render(&r.ID)
+		render(&r.Title)
+		render(&r.Description)
+	}
+	return &out, err
 }

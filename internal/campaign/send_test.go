@@ -19,7 +19,7 @@ func TestMediaMessage(t *testing.T) {
 		edit func(*Message)
 		want string
 	}{
-		{"media and text", func(m *Message) { m.MediaType, m.MediaURL, m.Text = "image", "{media_url}", "hi" }, "whatsapp: give one of --template (with --params), --text and --media"},
+		{"media and text", func(m *Message) { m.MediaType, m.MediaURL, m.Text = "image", "{media_url}", "hi" }, "whatsapp: give one of --template (with --params), --text, --media"},
 		{"caption without media", func(m *Message) { m.Text, m.Caption = "hi", "x" }, "--media-url, --media-id, --caption, --filename: give --media"},
 		{"unknown column", func(m *Message) { m.MediaType, m.MediaURL = "image", "{mediaurl}" }, `--media-url: `},
 		{"media on sms", func(m *Message) {

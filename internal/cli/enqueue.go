@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -89,9 +91,11 @@ ID (with --tenant, after the tenant's namespace, as the API gives it:
 	var tmpl tasks.Template
 	var media tasks.Media
 	var tmplParts templateFlags
+	var interactiveJSON string
 	waCmd := &cobra.Command{
 		Use: "whatsapp --phone-number-id ID --to E164 (--text T [--preview-url] | --template NAME [--param P]... |\n" +
-			"  --media image|video|audio|document|sticker (--media-url URL | --media-id ID) [--caption T] [--filename F]) [--reply-to WAMID]",
+			"  --media image|video|audio|document|sticker (--media-url URL | --media-id ID) [--caption T] [--filename F] |\n" +
+			"  --interactive JSON|@FILE) [--reply-to WAMID]",
 		Short: "A WhatsApp Cloud API message: text, template or media",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -107,6 +111,13 @@ ID (with --tenant, after the tenant's namespace, as the API gives it:
 				if media != (tasks.Media{}) {
 					wa.Media = &media
 				}
+				if interactiveJSON != "" {
+					in, err := readInteractive(interactiveJSON)
+					if err != nil {
+						return nil, err
+					}
+					wa.Interactive = in
+				}
 				wa.IdempotencyKey, wa.Priority, wa.Tenant = key, priority, tenant
 				return tasks.NewWhatsAppSendTask(wa)
 			})
@@ -119,6 +130,7 @@ ID (with --tenant, after the tenant's namespace, as the API gives it:
 	waCmd.Flags().StringVar(&tmpl.Language, "lang", "en_US", "template language code")
 	waCmd.Flags().StringArrayVar(&tmpl.Parameters, "param", nil, "template body parameter, in order (repeat)")
 	tmplParts.register(waCmd, "")
+	waCmd.Flags().StringVar(&interactiveJSON, "interactive", "", `an interactive message as JSON, or @FILE: {"type":"button","body":"…","buttons":[{"id":"yes","title":"Yes"}]} (docs/whatsapp.md)`)
 	waCmd.Flags().StringVar(&media.Type, "media", "", "media message type: image, video, audio, document or sticker")
 	waCmd.Flags().StringVar(&media.Link, "media-url", "", "the media's http(s) URL (Meta downloads it)")
 	waCmd.Flags().StringVar(&media.ID, "media-id", "", "an uploaded media's ID, instead of --media-url")
@@ -322,4 +334,27 @@ func (f *templateFlags) apply(t *tasks.Template, render func(string) (string, er
 		t.Buttons = append(t.Buttons, tb)
 	}
 	return nil
+}
+
+// readInteractive reads --interactive: a JSON object, or @FILE holding one,
+// decoded strictly (an unknown member is an error naming it).
+func readInteractive(v string) (*tasks.Interactive, error) {
+	src := []byte(v)
+	if name, ok := strings.CutPrefix(v, "@"); ok {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			return nil, usageErr("--interactive: %v", err)
+		}
+		src = b
+	}
+	dec := json.NewDecoder(bytes.NewReader(src))
+	dec.DisallowUnknownFields()
+	var in tasks.Interactive
+	if err := dec.Decode(&in); err != nil {
+		return nil, usageErr("--interactive: %v", err)
+	}
+	if dec.More() {
+		return nil, usageErr("--interactive: data after the JSON object")
+	}
+	return &in, nil
 }

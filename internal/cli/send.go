@@ -52,6 +52,7 @@ func newSendCmd(g *globals) *cobra.Command {
 	var dryRun, wait bool
 	var mediaURLs, smsVars []string
 	var tmplParts templateFlags
+	var interactiveJSON string
 	var validity time.Duration
 	cmd := &cobra.Command{
 		Use:   "send --channel C --csv FILE",
@@ -107,6 +108,11 @@ Examples:
 				return err
 			}
 			m.TemplateHeader, m.TemplateButtons = parts.Header, parts.Buttons
+			if interactiveJSON != "" {
+				if m.Interactive, err = readInteractive(interactiveJSON); err != nil {
+					return err
+				}
+			}
 			if m.ValidityPeriod, err = validitySeconds(validity); err != nil {
 				return err
 			}
@@ -199,6 +205,7 @@ Examples:
 	f.StringVar(&m.Language, "lang", "en_US", "whatsapp: template language code")
 	f.StringSliceVar(&m.Params, "params", nil, "whatsapp: columns filling the template's {{1}}, {{2}}, …")
 	tmplParts.register(cmd, ", with {column} placeholders")
+	f.StringVar(&interactiveJSON, "interactive", "", "whatsapp: an interactive message as JSON, or @FILE, its text values with {column} placeholders (docs/whatsapp.md)")
 	f.StringVar(&m.Text, "text", "", "whatsapp: free text with {column} placeholders (instead of --template)")
 	f.StringVar(&m.MediaType, "media", "", "whatsapp: media message type, image, video, audio, document or sticker (instead of --template and --text)")
 	f.StringArrayVar(&mediaURLs, "media-url", nil, "whatsapp: the media's http(s) URL; sms: an MMS's media URL (repeat, at most 10); with {column} placeholders (\"{media_url}\": a column per row)")

@@ -33,6 +33,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/emulator"
 	"github.com/sluice-dev/sluice/internal/server"
 	"github.com/sluice-dev/sluice/redact"
+	"github.com/sluice-dev/sluice/tasks"
 )
 
 // Demo campaign settings: one WhatsApp business number, a pool of Twilio
@@ -277,8 +278,9 @@ func Run(parent context.Context, o Options) error {
 	enqueued := map[string]int{}
 	client := newAPIClient(base, "")
 	var last time.Time
-	for _, m := range msgs {
-		err := client.enqueueRows(ctx, m, res.Rows, res.Columns,
+	for _, ms := range msgs {
+		m := ms[0]
+		err := client.enqueueRows(ctx, ms, res.Rows, res.Columns,
 			func(row campaign.Row, err error) error { return fmt.Errorf("%s line %d: %w", m.Channel, row.Line, err) },
 			func(row campaign.Row, r api.BatchResult) error {
 				if r.Accepted == nil {
@@ -332,6 +334,14 @@ func Run(parent context.Context, o Options) error {
 		return enc.Encode(sum)
 	}
 	printSummary(o.Stdout, sum)
+	kinds := map[string]int{}
+	for _, r := range em.Records() {
+		if r.Channel == emulator.ChannelWhatsApp {
+			kinds[r.Kind]++
+		}
+	}
+	fmt.Fprintf(o.Stdout, "whatsapp messages the provider accepted, by kind: %d media templates (an image header), %d interactive (reply buttons)\n",
+		kinds["template"], kinds["interactive"])
 	if !complete {
 		return errors.New("demo did not finish: " + ctx.Err().Error())
 	}
@@ -349,18 +359,27 @@ func serve(ctx context.Context, out io.Writer, base string) {
 	<-ctx.Done()
 }
 
-// messages are the campaign's messages on each channel: WhatsApp from one
-// number, SMS from demoSMSSenders numbers in turn, webhooks to hooks in
-// turn.
-func messages(runID string, hooks []string) []*campaign.Message {
+// messages are the campaign's messages on each channel, the rows taking
+// a channel's messages in turn: WhatsApp from one number, a media template
+// (an image header, the row's name and order) and an interactive message
+// (two reply buttons), so that each recipient gets one WhatsApp message;
+// SMS from demoSMSSenders numbers in turn; webhooks to hooks in turn.
+func messages(runID string, hooks []string) [][]*campaign.Message {
 	senders := make([]string, demoSMSSenders)
 	for i := range senders {
 		senders[i] = fmt.Sprintf("+1415555%04d", 100+i) // 415-555-0100 … 0199, fictional
 	}
-	return []*campaign.Message{
-		{Channel: "whatsapp", Campaign: "demo-" + runID, PhoneNumberID: demoPhoneNumberID, Template: "order_update", Language: "en_US", Params: []string{"name", "order_id"}},
-		{Channel: "sms", Campaign: "demo-" + runID, Senders: senders, Text: "Hi {name}, your order {order_id} has shipped."},
-		{Channel: "webhook", Campaign: "demo-" + runID, URLs: hooks, EventType: "order.shipped"},
+	name := "demo-" + runID
+	return [][]*campaign.Message{
+		{
+			{Channel: "whatsapp", Campaign: name, PhoneNumberID: demoPhoneNumberID, Template: "order_shipped", Language: "en_US",
+				Params: []string{"name", "order_id"}, TemplateHeader: &tasks.TemplateHeader{Type: "image", Link: "https://cdn.example.com/orders/{order_id}.jpg"}},
+			{Channel: "whatsapp", Campaign: name, PhoneNumberID: demoPhoneNumberID, Interactive: &tasks.Interactive{
+				Type: tasks.InteractiveButton, Body: "Hi {name}, did order {order_id} arrive?",
+				Buttons: []tasks.ReplyButton{{ID: "arrived-{order_id}", Title: "Yes, thanks"}, {ID: "missing-{order_id}", Title: "Not yet"}}}},
+		},
+		{{Channel: "sms", Campaign: name, Senders: senders, Text: "Hi {name}, your order {order_id} has shipped."}},
+		{{Channel: "webhook", Campaign: name, URLs: hooks, EventType: "order.shipped"}},
 	}
 }
 

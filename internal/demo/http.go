@@ -47,8 +47,9 @@ func apiItem(channel string, payload []byte) (json.RawMessage, error) {
 // api.MaxBatchItems; every item's outcome goes to done with its row. A row
 // whose task cannot be built goes to bad. The error is a request's or
 // done's.
-func (c *apiClient) enqueueRows(ctx context.Context, m *campaign.Message, rows []campaign.Row, columns []string,
+func (c *apiClient) enqueueRows(ctx context.Context, ms []*campaign.Message, rows []campaign.Row, columns []string,
 	bad func(campaign.Row, error) error, done func(campaign.Row, api.BatchResult) error) error {
+	m := ms[0] // (all of one channel: row i gets ms[i % len(ms)])
 	var items []json.RawMessage
 	var batchRows []campaign.Row
 	flush := func() error {
@@ -71,7 +72,7 @@ func (c *apiClient) enqueueRows(ctx context.Context, m *campaign.Message, rows [
 		return nil
 	}
 	for i, row := range rows {
-		t, err := m.Task(row, i, columns)
+		t, err := ms[i%len(ms)].Task(row, i, columns)
 		if err == nil {
 			var it json.RawMessage
 			if it, err = apiItem(m.Channel, t.Payload()); err == nil {
