@@ -204,6 +204,13 @@ type ChannelConfig struct {
 	// receivers can move to the new secret at their own pace. Default ""
 	// (none). The file names it, and the variable must then be set.
 	PreviousSigningSecretEnv string
+	// Templates declares approved WhatsApp templates' shapes (whatsapp;
+	// YAML templates: {name: {header, body_params, buttons}}): a send of a
+	// declared template whose header, number of body parameters or button
+	// values do not fit is refused at enqueue, as Meta would refuse it
+	// (132000, 132012). Templates not declared are not checked. Default
+	// none.
+	Templates map[string]tasks.TemplateShape
 	// Endpoints gives named customer endpoints secrets of their own
 	// (webhook; YAML endpoints: {name: {secret_env, previous_secret_env}}),
 	// by the name a delivery gives (tasks.WebhookDeliver.Endpoint). Once

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-dev/sluice/rules"
+	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
 )
 
@@ -363,4 +365,36 @@ func TestAdaptiveSection(t *testing.T) {
 			t.Errorf("%q: %v\nwant %s", c.yaml, err, c.want)
 		}
 	}
+}
+
+// channels.whatsapp.templates declares templates' shapes, checked at
+// enqueue; a bad shape is an error naming its field.
+func TestTemplatesSection(t *testing.T) {
+	t.Parallel()
+	cfg, err := Parse("sluice.yaml", []byte(doc(
+		"channels:",
+		"  whatsapp:",
+		"    templates:",
+		"      order_shipped: {header: image, body_params: 2, buttons: [quick_reply, url]}",
+		"      hello_world: {}",
+	)))
+	require.NoError(t, err)
+	require.Equal(t, map[string]tasks.TemplateShape{
+		"order_shipped": {Header: "image", BodyParams: 2, Buttons: []string{"quick_reply", "url"}},
+		"hello_world":   {},
+	}, cfg.Channels["whatsapp"].Templates)
+
+	_, err = Parse("sluice.yaml", []byte(doc(
+		"channels:",
+		"  whatsapp:",
+		"    templates:",
+		"      Bad-Name: {}",
+		"      promo: {header: sticker}",
+		"      coupon: {buttons: [copy_code, call]}",
+	)))
+	require.EqualError(t, err, strings.Join([]string{
+		`sluice.yaml:4:7: channels.whatsapp.templates: want a template name (lower-case letters, digits and _) as key, got "Bad-Name"`,
+		`sluice.yaml:5:14: channels.whatsapp.templates.promo.header: "sticker": want none, text, image, video, document or location`,
+		`sluice.yaml:6:15: channels.whatsapp.templates.coupon.buttons[1]: "call": want quick_reply, url, copy_code or none`,
+	}, "\n"))
 }

@@ -552,7 +552,7 @@ func (d *decoder) egress(n *yaml.Node, path string, e *EgressConfig) {
 // channelFields lists the fields each channel accepts besides the common
 // ones and the settings table's (settings.go).
 var channelFields = map[string][]string{
-	"whatsapp": {"base_url", "api_version", "token_env", "app_secret_env", "verify_token_env"},
+	"whatsapp": {"base_url", "api_version", "token_env", "app_secret_env", "verify_token_env", "templates"},
 	"sms":      {"base_url", "account_sid_env", "auth_token_env"},
 	"webhook":  {"signing_secret_env", "previous_signing_secret_env", "endpoints"},
 	"http":     {},
@@ -615,6 +615,8 @@ func (d *decoder) channel(n *yaml.Node, path string, c *ChannelConfig) {
 			d.envName(v, p, true, &c.PreviousSigningSecretEnv)
 		case "endpoints":
 			d.endpoints(v, p, c)
+		case "templates":
+			d.templates(v, p, c)
 		case "app_secret_env":
 			d.envName(v, p, false, &c.AppSecretEnv)
 		case "verify_token_env":
@@ -629,6 +631,72 @@ func (d *decoder) channel(n *yaml.Node, path string, c *ChannelConfig) {
 			d.retry(v, p, c)
 		}
 	})
+}
+
+var templateNameRE = regexp.MustCompile(`^[a-z0-9_]{1,512}$`)
+
+// templates reads channels.whatsapp.templates: a mapping of template names
+// to {header, body_params, buttons}.
+func (d *decoder) templates(n *yaml.Node, path string, c *ChannelConfig) {
+	n = resolve(n)
+	if isNull(n) {
+		return
+	}
+	if n.Kind != yaml.MappingNode {
+		d.errorf(n, path, "want a mapping of template names to {header, body_params, buttons}, got %s", describe(n))
+		return
+	}
+	out := map[string]tasks.TemplateShape{}
+	lines := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := resolve(n.Content[i]), n.Content[i+1]
+		if k.Kind != yaml.ScalarNode || !templateNameRE.MatchString(k.Value) {
+			d.errorf(k, path, "want a template name (lower-case letters, digits and _) as key, got %s", describe(k))
+			continue
+		}
+		p := join(path, k.Value)
+		if line, dup := lines[k.Value]; dup {
+			d.errorf(k, p, "template given twice (first at line %d)", line)
+			continue
+		}
+		lines[k.Value] = k.Line
+		var shape tasks.TemplateShape
+		before := len(d.errs)
+		d.mapping(v, p, "field", []string{"header", "body_params", "buttons"}, func(key string, _, fv *yaml.Node) {
+			fp := join(p, key)
+			switch key {
+			case "header":
+				if s, ok := d.scalar(fv, fp); ok && s != "none" {
+					shape.Header = s
+				}
+			case "body_params":
+				d.setInt(fv, fp, 0, &shape.BodyParams)
+			case "buttons":
+				fv = resolve(fv)
+				if fv.Kind != yaml.SequenceNode {
+					d.errorf(fv, fp, "want a list of button kinds by index (quick_reply, url, copy_code, none), got %s", describe(fv))
+					return
+				}
+				for _, b := range fv.Content {
+					if s, ok := d.scalar(b, fp); ok {
+						shape.Buttons = append(shape.Buttons, s)
+					}
+				}
+			}
+		})
+		if len(d.errs) > before {
+			continue
+		}
+		if err := shape.Validate(); err != nil {
+			field, msg, _ := strings.Cut(err.Error(), ": ")
+			d.errorf(resolve(v), p+"."+field, "%s", msg) // (field may be "buttons[1]": not a key join quotes)
+			continue
+		}
+		out[k.Value] = shape
+	}
+	if len(out) > 0 {
+		c.Templates = out
+	}
 }
 
 // endpoints reads channels.webhook.endpoints: a mapping of endpoint names

@@ -54,6 +54,11 @@ type Options struct {
 	// having no secret to sign it with); one that names none is signed
 	// with the default secret. Empty: any endpoint name is taken.
 	WebhookEndpoints []string
+	// WhatsAppTemplates are the approved templates' shapes
+	// (channels.whatsapp.templates): Send refuses a send of a listed
+	// template that does not fit its shape (tasks.TemplateShape.Check).
+	// Templates not listed are not checked.
+	WhatsAppTemplates map[string]tasks.TemplateShape
 	// ClaimRetention is how long past its planned slot an enqueued task's
 	// claim on its idempotency key is kept, refusing the key on the other
 	// channels. Zero: DefaultClaimRetention.
@@ -73,6 +78,7 @@ type Client struct {
 	count     func(ctx context.Context, tenant, campaign string, n int) error
 	retention time.Duration
 	endpoints []string // Options.WebhookEndpoints, sorted
+	templates map[string]tasks.TemplateShape
 }
 
 // channel is an enabled channel as the Client plans and checks its sends.
@@ -107,6 +113,7 @@ func New(opts Options) (*Client, error) {
 		c.retention = DefaultClaimRetention
 	}
 	c.endpoints = slices.Sorted(slices.Values(opts.WebhookEndpoints))
+	c.templates = opts.WhatsAppTemplates
 	for i, ch := range opts.Channels {
 		p, err := worker.NewPacing(ch)
 		if err != nil {

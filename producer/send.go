@@ -201,6 +201,9 @@ func (c *Client) prepare(it Item) (prepared, error) {
 	if err := c.checkEndpoint(t); err != nil {
 		return prepared{}, err
 	}
+	if err := c.checkTemplate(t); err != nil {
+		return prepared{}, err
+	}
 	if target := targetOf(t); target != "" {
 		if err := CheckTarget(c.egress, "url", target); err != nil {
 			return prepared{}, err
@@ -266,6 +269,23 @@ func (c *Client) checkEndpoint(t *asynq.Task) error {
 	// (the name is not echoed: an endpoint name may hold a URL's token)
 	return fmt.Errorf("endpoint: not one of channels.webhook.endpoints (%s), which have signing secrets; name one of them, or none for the default secret",
 		strings.Join(c.endpoints, ", "))
+}
+
+// checkTemplate holds a WhatsApp template send to its template's shape,
+// when Options.WhatsAppTemplates lists it.
+func (c *Client) checkTemplate(t *asynq.Task) error {
+	if len(c.templates) == 0 || t.Type() != tasks.TypeWhatsAppSend {
+		return nil
+	}
+	p, _ := tasks.DecodeWhatsAppSend(t.Payload())
+	if p.Template == nil {
+		return nil
+	}
+	shape, ok := c.templates[p.Template.Name]
+	if !ok {
+		return nil
+	}
+	return shape.Check(p.Template)
 }
 
 // CheckChannel returns the error Send gives each send on the channel name

@@ -603,3 +603,80 @@ func isASCIILetters(s string) bool {
 	}
 	return s != ""
 }
+
+// TemplateShape is what an approved WhatsApp template takes
+// (channels.whatsapp.templates.<name>): its header's type ("" for none,
+// or text, image, video, document, location), its body's number of
+// parameters, and by index the sub_type of each of its buttons (quick_reply,
+// url, copy_code, or "none" for a button that takes no value, such as a
+// phone-number or static URL button). Check holds a send to it, as Meta
+// would (errors 132000, "number of parameters does not match", and 132012,
+// "parameter format does not match").
+type TemplateShape struct {
+	Header     string
+	BodyParams int
+	Buttons    []string
+}
+
+// Validate checks the shape itself; the error names the field.
+func (s TemplateShape) Validate() error {
+	switch s.Header {
+	case "", "text", MediaImage, MediaVideo, MediaDocument, "location":
+	default:
+		return fmt.Errorf("header: %.40q: want none, text, image, video, document or location", s.Header)
+	}
+	if s.BodyParams < 0 {
+		return fmt.Errorf("body_params: %d, want 0 or more", s.BodyParams)
+	}
+	if len(s.Buttons) > maxTemplateButtons {
+		return fmt.Errorf("buttons: %d, want at most %d", len(s.Buttons), maxTemplateButtons)
+	}
+	for i, b := range s.Buttons {
+		switch b {
+		case "quick_reply", "url", "copy_code", "none":
+		default:
+			return fmt.Errorf("buttons[%d]: %.40q: want quick_reply, url, copy_code or none", i, b)
+		}
+	}
+	return nil
+}
+
+// Check reports where t does not fit the template's shape: a header of
+// another type, or one missing or extra; another number of body
+// parameters; a button value at an index where the template has no such
+// button; a URL or copy-code button left without its value. The error
+// names the field.
+func (s TemplateShape) Check(t *Template) error {
+	want := s.Header
+	got := ""
+	if t.Header != nil {
+		got = t.Header.Type
+	}
+	switch {
+	case want == "" && got != "":
+		return fmt.Errorf("template.header: template %s has no header (channels.whatsapp.templates; Meta error 132000)", t.Name)
+	case want != "" && got == "":
+		return fmt.Errorf("template.header: template %s's header is %s: give its value (Meta error 132000)", t.Name, want)
+	case want != got:
+		return fmt.Errorf("template.header.type: %s, but template %s's header is %s (Meta error 132012)", got, t.Name, want)
+	}
+	if n := len(t.Parameters) + len(t.BodyParams); n != s.BodyParams {
+		return fmt.Errorf("template.parameters: %d, but template %s's body has %d (Meta error 132000)", n, t.Name, s.BodyParams)
+	}
+	given := map[int]bool{}
+	for i, b := range t.Buttons {
+		switch {
+		case b.Index >= len(s.Buttons) || s.Buttons[b.Index] == "none":
+			return fmt.Errorf("template.buttons[%d].index: template %s has no button at index %d that takes a value", i, t.Name, b.Index)
+		case s.Buttons[b.Index] != b.SubType:
+			return fmt.Errorf("template.buttons[%d].sub_type: %s, but template %s's button %d is %s (Meta error 132012)", i, b.SubType, t.Name, b.Index, s.Buttons[b.Index])
+		}
+		given[b.Index] = true
+	}
+	for i, b := range s.Buttons {
+		if (b == "url" || b == "copy_code") && !given[i] {
+			return fmt.Errorf("template.buttons: template %s's %s button %d needs its value (Meta error 132000)", t.Name, b, i)
+		}
+	}
+	return nil
+}

@@ -35,6 +35,9 @@ func NewProducer(cfg *config.Config, rdb redis.UniversalClient, lim *throttle.Re
 		chans = append(chans, ch)
 	}
 	opts := producer.Options{Channels: chans, Egress: egressOf(cfg.Egress.AllowCIDRs), MaxRetry: cfg.Worker.MaxRetry, Count: count}
+	if wa := cfg.Channels["whatsapp"]; wa != nil && wa.Enabled {
+		opts.WhatsAppTemplates = wa.Templates
+	}
 	if wh := cfg.Channels["webhook"]; wh != nil && wh.Enabled {
 		for name := range wh.Endpoints {
 			opts.WebhookEndpoints = append(opts.WebhookEndpoints, name)
