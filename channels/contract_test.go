@@ -45,6 +45,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -691,4 +692,77 @@ func TestTwilioErrorSample(t *testing.T) {
 	require.ErrorAs(t, err, &e)
 	require.Equal(t, &Error{Class: Permanent, Provider: "twilio", HTTPStatus: 400, Code: 21211,
 		Message: "Invalid 'To' Phone Number: +1202555012X"}, e)
+}
+
+// TestSluiceRefusalsAreTheSpecsToo: a send Sluice refuses at enqueue is one
+// the provider's spec refuses too, wherever the spec can say it. Each case
+// is refused by the tasks package's validation, and its body, built as the
+// channel would build it without that validation, fails the spec.
+func TestSluiceRefusalsAreTheSpecsToo(t *testing.T) {
+	t.Parallel()
+	wa := requireSpec(t, whatsappSpec)
+	tw := requireSpec(t, twilioSpec)
+	base := func(f func(*tasks.WhatsAppSend)) tasks.WhatsAppSend {
+		p := tasks.WhatsAppSend{V: 1, PhoneNumberID: "106540352242922", To: "+12025550123"}
+		f(&p)
+		return p
+	}
+	buttons := func(n int) []tasks.ReplyButton {
+		var out []tasks.ReplyButton
+		for i := range n {
+			out = append(out, tasks.ReplyButton{ID: string(rune('a' + i)), Title: string(rune('A' + i))})
+		}
+		return out
+	}
+	for name, p := range map[string]tasks.WhatsAppSend{
+		"four reply buttons": base(func(p *tasks.WhatsAppSend) {
+			p.Interactive = &tasks.Interactive{Type: tasks.InteractiveButton, Body: "b", Buttons: buttons(4)}
+		}),
+		"a reply button title over 20": base(func(p *tasks.WhatsAppSend) {
+			p.Interactive = &tasks.Interactive{Type: tasks.InteractiveButton, Body: "b", Buttons: []tasks.ReplyButton{{ID: "a", Title: strings.Repeat("t", 21)}}}
+		}),
+		"an interactive body over 1,024": base(func(p *tasks.WhatsAppSend) {
+			p.Interactive = &tasks.Interactive{Type: tasks.InteractiveButton, Body: strings.Repeat("b", 1025), Buttons: buttons(1)}
+		}),
+		"a header text over 60": base(func(p *tasks.WhatsAppSend) {
+			p.Interactive = &tasks.Interactive{Type: tasks.InteractiveButton, Body: "b", Buttons: buttons(1), Header: &tasks.InteractiveHeader{Type: "text", Text: strings.Repeat("h", 61)}}
+		}),
+		"a list button over 20": base(func(p *tasks.WhatsAppSend) {
+			p.Interactive = &tasks.Interactive{Type: tasks.InteractiveList, Body: "b", ListButton: strings.Repeat("l", 21), Rows: []tasks.ListRow{{ID: "1", Title: "t"}}}
+		}),
+		"a row title over 24": base(func(p *tasks.WhatsAppSend) {
+			p.Interactive = &tasks.Interactive{Type: tasks.InteractiveList, Body: "b", ListButton: "Pick", Rows: []tasks.ListRow{{ID: "1", Title: strings.Repeat("t", 25)}}}
+		}),
+		"a caption on a sticker": base(func(p *tasks.WhatsAppSend) { p.Media = &tasks.Media{Type: tasks.MediaSticker, ID: "1", Caption: "hi"} }),
+		"six contacts": base(func(p *tasks.WhatsAppSend) {
+			c := tasks.Contact{Name: tasks.ContactName{FormattedName: "A B", FirstName: "A"}}
+			p.Contacts = []tasks.Contact{c, c, c, c, c, c}
+		}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := tasks.NewWhatsAppSendTask(p)
+			require.Error(t, err, "Sluice refuses it")
+			body, err := whatsappBody(p)
+			require.NoError(t, err)
+			require.Error(t, wa.validate(newSpecRequest(wa.server+"/v23.0/106540352242922/messages", "application/json", body, bearer)), "the spec refuses it: %s", body)
+		})
+	}
+	basic := func(r *http.Request) { r.SetBasicAuth(testAccountSID, "tok3n") }
+	for name, p := range map[string]tasks.SMSSend{
+		"a malformed Content Template SID": {V: 1, From: "+12025550100", To: "+12025550123", ContentSID: "HX123"},
+		"a malformed Messaging Service":    {V: 1, MessagingServiceSID: "MG123", To: "+12025550123", Body: "hi"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := tasks.NewSMSSendTask(p)
+			require.Error(t, err, "Sluice refuses it")
+			f := url.Values{"To": {p.To}}
+			for k, v := range map[string]string{"From": p.From, "MessagingServiceSid": p.MessagingServiceSID, "Body": p.Body, "ContentSid": p.ContentSID} {
+				if v != "" {
+					f.Set(k, v)
+				}
+			}
+			require.Error(t, tw.validate(newSpecRequest(tw.server+"/2010-04-01/Accounts/"+testAccountSID+"/Messages.json",
+				"application/x-www-form-urlencoded", []byte(f.Encode()), basic)), "the spec refuses it")
+		})
+	}
 }
