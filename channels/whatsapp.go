@@ -269,9 +269,10 @@ type whatsappParameter struct {
 // textParam is a text parameter.
 func textParam(v string) whatsappParameter { return whatsappParameter{Type: "text", Text: &v} }
 
-// templateComponents are the components of a validated template, in the
-// order header, body, buttons.
-func templateComponents(t *tasks.Template) []whatsappComponent {
+// templateComponents are the components of a template, in the order
+// header, body, buttons; the error is a payload's that bypassed tasks'
+// validation.
+func templateComponents(t *tasks.Template) ([]whatsappComponent, error) {
 	var out []whatsappComponent
 	if h := t.Header; h != nil {
 		p := whatsappParameter{Type: h.Type}
@@ -286,6 +287,9 @@ func templateComponents(t *tasks.Template) []whatsappComponent {
 		case tasks.MediaDocument:
 			p.Document = md
 		case "location":
+			if h.Location == nil { // (a payload that bypassed tasks' validation)
+				return nil, errors.New("template.header.location: required for a location header")
+			}
 			p.Location = locationOf(h.Location)
 		}
 		out = append(out, whatsappComponent{Type: "header", Parameters: []whatsappParameter{p}})
@@ -316,7 +320,7 @@ func templateComponents(t *tasks.Template) []whatsappComponent {
 		}
 		out = append(out, c)
 	}
-	return out
+	return out, nil
 }
 
 // locationOf is a location object (the spec types its coordinates as
@@ -392,7 +396,11 @@ func whatsappBody(p tasks.WhatsAppSend) ([]byte, error) {
 			Name:     p.Template.Name,
 			Language: whatsappLanguage{Policy: "deterministic", Code: p.Template.Language},
 		}
-		m.Template.Components = templateComponents(p.Template)
+		comps, err := templateComponents(p.Template)
+		if err != nil {
+			return nil, err
+		}
+		m.Template.Components = comps
 	default:
 		return nil, errors.New("text, template, media, interactive, location, contacts, reaction: want exactly one, got none")
 	}
