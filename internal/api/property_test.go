@@ -254,8 +254,15 @@ func (g *generator) value(s *openapi3.Schema, depth int) any {
 
 func (g *generator) object(s *openapi3.Schema, depth int) map[string]any {
 	required := slices.Clone(s.Required)
+	var others []string // the other branches' members: left out
 	if len(s.OneOf) > 0 { // "exactly one of": the branch's required members
-		required = append(required, s.OneOf[g.pick(len(s.OneOf))].Value.Required...)
+		k := g.pick(len(s.OneOf))
+		required = append(required, s.OneOf[k].Value.Required...)
+		for i, b := range s.OneOf {
+			if i != k {
+				others = append(others, b.Value.Required...)
+			}
+		}
 	}
 	out := map[string]any{}
 	names := make([]string, 0, len(s.Properties))
@@ -264,6 +271,9 @@ func (g *generator) object(s *openapi3.Schema, depth int) map[string]any {
 	}
 	slices.Sort(names)
 	for _, name := range names {
+		if slices.Contains(others, name) && !slices.Contains(required, name) {
+			continue
+		}
 		if slices.Contains(required, name) || g.pick(3) == 0 {
 			out[name] = g.value(s.Properties[name].Value, depth+1)
 		}
