@@ -638,116 +638,105 @@ var templateNameRE = regexp.MustCompile(`^[a-z0-9_]{1,512}$`)
 // templates reads channels.whatsapp.templates: a mapping of template names
 // to {header, body_params, buttons}.
 func (d *decoder) templates(n *yaml.Node, path string, c *ChannelConfig) {
+	out := map[string]tasks.TemplateShape{}
+	d.named(n, path, "template", "template names to {header, body_params, buttons}", "a template name (lower-case letters, digits and _)",
+		templateNameRE.MatchString, func(name, p string, v *yaml.Node) {
+			var shape tasks.TemplateShape
+			before := len(d.errs)
+			d.mapping(v, p, "field", []string{"header", "body_params", "buttons"}, func(key string, _, fv *yaml.Node) {
+				fp := join(p, key)
+				switch key {
+				case "header":
+					if s, ok := d.scalar(fv, fp); ok && s != "none" {
+						shape.Header = s
+					}
+				case "body_params":
+					d.setInt(fv, fp, 0, &shape.BodyParams)
+				case "buttons":
+					fv = resolve(fv)
+					if fv.Kind != yaml.SequenceNode {
+						d.errorf(fv, fp, "want a list of button kinds by index (quick_reply, url, copy_code, none), got %s", describe(fv))
+						return
+					}
+					for _, b := range fv.Content {
+						if s, ok := d.scalar(b, fp); ok {
+							shape.Buttons = append(shape.Buttons, s)
+						}
+					}
+				}
+			})
+			if len(d.errs) > before {
+				return
+			}
+			if err := shape.Validate(); err != nil {
+				field, msg, _ := strings.Cut(err.Error(), ": ")
+				d.errorf(resolve(v), p+"."+field, "%s", msg) // (field may be "buttons[1]": not a key join quotes)
+				return
+			}
+			out[name] = shape
+		})
+	if len(out) > 0 {
+		c.Templates = out
+	}
+}
+
+// named reads a mapping of names (what: "template") to values: a name
+// that valid refuses is an error showing keyWant, a name given twice an
+// error naming its first line, and each other one's value goes to each
+// with its path. want describes the mapping for an error on its kind.
+func (d *decoder) named(n *yaml.Node, path, what, want, keyWant string, valid func(string) bool, each func(name, p string, v *yaml.Node)) {
 	n = resolve(n)
 	if isNull(n) {
 		return
 	}
 	if n.Kind != yaml.MappingNode {
-		d.errorf(n, path, "want a mapping of template names to {header, body_params, buttons}, got %s", describe(n))
+		d.errorf(n, path, "want a mapping of %s, got %s", want, describe(n))
 		return
 	}
-	out := map[string]tasks.TemplateShape{}
 	lines := map[string]int{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := resolve(n.Content[i]), n.Content[i+1]
-		if k.Kind != yaml.ScalarNode || !templateNameRE.MatchString(k.Value) {
-			d.errorf(k, path, "want a template name (lower-case letters, digits and _) as key, got %s", describe(k))
+		if k.Kind != yaml.ScalarNode || !valid(k.Value) {
+			d.errorf(k, path, "want %s as key, got %s", keyWant, describe(k))
 			continue
 		}
 		p := join(path, k.Value)
 		if line, dup := lines[k.Value]; dup {
-			d.errorf(k, p, "template given twice (first at line %d)", line)
+			d.errorf(k, p, "%s given twice (first at line %d)", what, line)
 			continue
 		}
 		lines[k.Value] = k.Line
-		var shape tasks.TemplateShape
-		before := len(d.errs)
-		d.mapping(v, p, "field", []string{"header", "body_params", "buttons"}, func(key string, _, fv *yaml.Node) {
-			fp := join(p, key)
-			switch key {
-			case "header":
-				if s, ok := d.scalar(fv, fp); ok && s != "none" {
-					shape.Header = s
-				}
-			case "body_params":
-				d.setInt(fv, fp, 0, &shape.BodyParams)
-			case "buttons":
-				fv = resolve(fv)
-				if fv.Kind != yaml.SequenceNode {
-					d.errorf(fv, fp, "want a list of button kinds by index (quick_reply, url, copy_code, none), got %s", describe(fv))
-					return
-				}
-				for _, b := range fv.Content {
-					if s, ok := d.scalar(b, fp); ok {
-						shape.Buttons = append(shape.Buttons, s)
-					}
-				}
-			}
-		})
-		if len(d.errs) > before {
-			continue
-		}
-		if err := shape.Validate(); err != nil {
-			field, msg, _ := strings.Cut(err.Error(), ": ")
-			d.errorf(resolve(v), p+"."+field, "%s", msg) // (field may be "buttons[1]": not a key join quotes)
-			continue
-		}
-		out[k.Value] = shape
-	}
-	if len(out) > 0 {
-		c.Templates = out
+		each(k.Value, p, v)
 	}
 }
 
 // endpoints reads channels.webhook.endpoints: a mapping of endpoint names
 // to {secret_env (required), previous_secret_env}.
 func (d *decoder) endpoints(n *yaml.Node, path string, c *ChannelConfig) {
-	n = resolve(n)
-	if isNull(n) {
-		return
-	}
-	if n.Kind != yaml.MappingNode {
-		d.errorf(n, path, "want a mapping of endpoint names to {secret_env, previous_secret_env}, got %s", describe(n))
-		return
-	}
 	eps := map[string]WebhookEndpoint{}
-	lines := map[string]int{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := resolve(n.Content[i]), n.Content[i+1]
-		if k.Kind != yaml.ScalarNode || !tasks.ValidEndpointName(k.Value) {
-			d.errorf(k, path, "want an endpoint name (1 to 64 letters, digits, _ . : / -) as key, got %s", describe(k))
-			continue
-		}
-		p := join(path, k.Value)
-		if line, dup := lines[k.Value]; dup {
-			d.errorf(k, p, "endpoint given twice (first at line %d)", line)
-			continue
-		}
-		lines[k.Value] = k.Line
-		var ep WebhookEndpoint
-		given, before := false, len(d.errs)
-		d.mapping(v, p, "field", []string{"secret_env", "previous_secret_env"}, func(key string, _, fv *yaml.Node) {
-			switch key {
-			case "secret_env":
-				given = true
-				d.envName(fv, join(p, key), false, &ep.SecretEnv)
-			case "previous_secret_env":
-				d.envName(fv, join(p, key), true, &ep.PreviousSecretEnv)
+	d.named(n, path, "endpoint", "endpoint names to {secret_env, previous_secret_env}", "an endpoint name (1 to 64 letters, digits, _ . : / -)",
+		tasks.ValidEndpointName, func(name, p string, v *yaml.Node) {
+			var ep WebhookEndpoint
+			given, before := false, len(d.errs)
+			d.mapping(v, p, "field", []string{"secret_env", "previous_secret_env"}, func(key string, _, fv *yaml.Node) {
+				switch key {
+				case "secret_env":
+					given = true
+					d.envName(fv, join(p, key), false, &ep.SecretEnv)
+				case "previous_secret_env":
+					d.envName(fv, join(p, key), true, &ep.PreviousSecretEnv)
+				}
+			})
+			switch {
+			case len(d.errs) > before:
+			case !given:
+				d.errorf(resolve(v), join(p, "secret_env"), "required: the environment variable holding the endpoint's whsec_ secret")
+			case ep.PreviousSecretEnv == ep.SecretEnv:
+				d.errorf(resolve(v), join(p, "previous_secret_env"), "names the same variable as secret_env")
+			default:
+				eps[name] = ep
 			}
 		})
-		switch {
-		case len(d.errs) > before:
-			continue
-		case !given:
-			d.errorf(resolve(v), join(p, "secret_env"), "required: the environment variable holding the endpoint's whsec_ secret")
-			continue
-		}
-		if ep.PreviousSecretEnv == ep.SecretEnv {
-			d.errorf(resolve(v), join(p, "previous_secret_env"), "names the same variable as secret_env")
-			continue
-		}
-		eps[k.Value] = ep
-	}
 	if len(eps) > 0 {
 		c.Endpoints = eps
 	}

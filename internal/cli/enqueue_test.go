@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
@@ -207,13 +206,7 @@ func TestWhatsAppMediaFromTheCLI(t *testing.T) {
 	require.Equal(t, 2, r.code)
 	require.Contains(t, r.stderr, "media.caption: audio messages have no caption")
 
-	got := map[string]string{}
-	require.Eventually(t, func() bool {
-		for _, rec := range emu.Records() {
-			got[rec.Recipient] = rec.Kind
-		}
-		return len(got) == 3
-	}, 30*time.Second, 20*time.Millisecond, "the three sends reach the emulator (a hang bound, not a speed check)")
+	got := kindsByRecipient(t, emu, 3)
 	require.Equal(t, map[string]string{"+12025550101": "image", "+12025550103": "image", "+12025550104": "document"}, got)
 }
 
@@ -253,13 +246,7 @@ func TestTwilioMMSAndContentFromTheCLI(t *testing.T) {
 	require.Equal(t, 2, r.code)
 	require.Contains(t, r.stderr, "content_variables: only with content_sid")
 
-	got := map[string]string{}
-	require.Eventually(t, func() bool {
-		for _, rec := range emu.Records() {
-			got[rec.Recipient] = rec.Kind
-		}
-		return len(got) == 3
-	}, 30*time.Second, 20*time.Millisecond, "the three sends reach the emulator (a hang bound, not a speed check)")
+	got := kindsByRecipient(t, emu, 3)
 	require.Equal(t, map[string]string{"+12025550111": "mms", "+12025550112": "content", "+12025550113": "content"}, got)
 }
 
@@ -294,12 +281,6 @@ func TestTemplateComponentsFromTheCLI(t *testing.T) {
 	require.Equal(t, 2, r.code)
 	require.Contains(t, r.stderr, "template.buttons[0].coupon_code: 16 characters, want at most 15")
 
-	got := map[string]string{}
-	require.Eventually(t, func() bool {
-		for _, rec := range emu.Records() {
-			got[rec.Recipient] = rec.Kind
-		}
-		return len(got) == 3
-	}, 30*time.Second, 20*time.Millisecond, "the three sends reach the emulator (a hang bound, not a speed check)")
+	got := kindsByRecipient(t, emu, 3)
 	require.Equal(t, map[string]string{"+12025550121": "template", "+12025550122": "template", "+12025550123": "template"}, got)
 }

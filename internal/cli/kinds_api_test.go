@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-dev/sluice/config"
 	"github.com/sluice-dev/sluice/internal/api"
+	"github.com/sluice-dev/sluice/internal/emulator"
 	"github.com/sluice-dev/sluice/internal/redistest"
 )
 
@@ -82,13 +83,22 @@ func TestEveryMessageKindThroughTheAPI(t *testing.T) {
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&br))
 	require.Equal(t, len(items), br.Accepted, "%+v", br)
 
+	got := kindsByRecipient(t, emu, len(want))
+	require.Equal(t, want, got)
+	require.Zero(t, emu.Stats()["whatsapp"].Rejected+emu.Stats()["sms"].Rejected, "the emulators refused none")
+}
+
+// kindsByRecipient waits until the emulators have accepted sends to n
+// recipients and returns each one's kind (a hang bound of 30 s, not a
+// speed check).
+func kindsByRecipient(t *testing.T, emu *emulator.Server, n int) map[string]string {
+	t.Helper()
 	got := map[string]string{}
 	require.Eventually(t, func() bool {
 		for _, rec := range emu.Records() {
 			got[rec.Recipient] = rec.Kind
 		}
-		return len(got) == len(want)
-	}, 30*time.Second, 20*time.Millisecond, "every send reaches the emulators (a hang bound, not a speed check)")
-	require.Equal(t, want, got)
-	require.Zero(t, emu.Stats()["whatsapp"].Rejected+emu.Stats()["sms"].Rejected, "the emulators refused none")
+		return len(got) == n
+	}, 30*time.Second, 20*time.Millisecond, "sends to %d recipients reach the emulators", n)
+	return got
 }
