@@ -91,11 +91,12 @@ ID (with --tenant, after the tenant's namespace, as the API gives it:
 	var tmpl tasks.Template
 	var media tasks.Media
 	var tmplParts templateFlags
-	var interactiveJSON string
+	var interactiveJSON, contactsJSON, location, reactTo, emoji string
+	var locName, locAddress string
 	waCmd := &cobra.Command{
 		Use: "whatsapp --phone-number-id ID --to E164 (--text T [--preview-url] | --template NAME [--param P]... |\n" +
 			"  --media image|video|audio|document|sticker (--media-url URL | --media-id ID) [--caption T] [--filename F] |\n" +
-			"  --interactive JSON|@FILE) [--reply-to WAMID]",
+			"  --interactive JSON|@FILE | --location LAT,LNG | --contacts JSON|@FILE | --react-to WAMID --emoji E) [--reply-to WAMID]",
 		Short: "A WhatsApp Cloud API message: text, template or media",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -118,6 +119,25 @@ ID (with --tenant, after the tenant's namespace, as the API gives it:
 					}
 					wa.Interactive = in
 				}
+				if contactsJSON != "" {
+					if err := readJSONFlag("--contacts", contactsJSON, &wa.Contacts); err != nil {
+						return nil, err
+					}
+				}
+				if location != "" {
+					lat, lng, ok := strings.Cut(location, ",")
+					la, err1 := strconv.ParseFloat(strings.TrimSpace(lat), 64)
+					lo, err2 := strconv.ParseFloat(strings.TrimSpace(lng), 64)
+					if !ok || err1 != nil || err2 != nil {
+						return nil, usageErr("--location %q: want LATITUDE,LONGITUDE in degrees (37.4847,-122.1486)", location)
+					}
+					wa.Location = &tasks.Location{Latitude: la, Longitude: lo, Name: locName, Address: locAddress}
+				} else if locName+locAddress != "" {
+					return nil, usageErr("--location-name, --location-address: give --location")
+				}
+				if reactTo != "" || cmd.Flags().Changed("emoji") {
+					wa.Reaction = &tasks.Reaction{MessageID: reactTo, Emoji: emoji}
+				}
 				wa.IdempotencyKey, wa.Priority, wa.Tenant = key, priority, tenant
 				return tasks.NewWhatsAppSendTask(wa)
 			})
@@ -130,6 +150,12 @@ ID (with --tenant, after the tenant's namespace, as the API gives it:
 	waCmd.Flags().StringVar(&tmpl.Language, "lang", "en_US", "template language code")
 	waCmd.Flags().StringArrayVar(&tmpl.Parameters, "param", nil, "template body parameter, in order (repeat)")
 	tmplParts.register(waCmd, "")
+	waCmd.Flags().StringVar(&contactsJSON, "contacts", "", `contact cards as a JSON array, or @FILE: [{"name":{"formatted_name":"Ann Lee","first_name":"Ann"},"phones":[{"phone":"+1 202 555 0199"}]}]`)
+	waCmd.Flags().StringVar(&location, "location", "", "a location message: LATITUDE,LONGITUDE in degrees")
+	waCmd.Flags().StringVar(&locName, "location-name", "", "the location's name")
+	waCmd.Flags().StringVar(&locAddress, "location-address", "", "the location's address")
+	waCmd.Flags().StringVar(&reactTo, "react-to", "", "a reaction: the WhatsApp message ID (wamid.…) reacted to, with --emoji")
+	waCmd.Flags().StringVar(&emoji, "emoji", "", `the reaction's emoji ("" removes an earlier reaction)`)
 	waCmd.Flags().StringVar(&interactiveJSON, "interactive", "", `an interactive message as JSON, or @FILE: {"type":"button","body":"…","buttons":[{"id":"yes","title":"Yes"}]} (docs/whatsapp.md)`)
 	waCmd.Flags().StringVar(&media.Type, "media", "", "media message type: image, video, audio, document or sticker")
 	waCmd.Flags().StringVar(&media.Link, "media-url", "", "the media's http(s) URL (Meta downloads it)")
@@ -336,25 +362,33 @@ func (f *templateFlags) apply(t *tasks.Template, render func(string) (string, er
 	return nil
 }
 
-// readInteractive reads --interactive: a JSON object, or @FILE holding one,
-// decoded strictly (an unknown member is an error naming it).
+// readInteractive reads --interactive (see readJSONFlag).
 func readInteractive(v string) (*tasks.Interactive, error) {
+	var in tasks.Interactive
+	if err := readJSONFlag("--interactive", v, &in); err != nil {
+		return nil, err
+	}
+	return &in, nil
+}
+
+// readJSONFlag decodes flag's value v, JSON or @FILE holding it, into dst,
+// strictly (an unknown member is an error naming it).
+func readJSONFlag(flag, v string, dst any) error {
 	src := []byte(v)
 	if name, ok := strings.CutPrefix(v, "@"); ok {
 		b, err := os.ReadFile(name)
 		if err != nil {
-			return nil, usageErr("--interactive: %v", err)
+			return usageErr("%s: %v", flag, err)
 		}
 		src = b
 	}
 	dec := json.NewDecoder(bytes.NewReader(src))
 	dec.DisallowUnknownFields()
-	var in tasks.Interactive
-	if err := dec.Decode(&in); err != nil {
-		return nil, usageErr("--interactive: %v", err)
+	if err := dec.Decode(dst); err != nil {
+		return usageErr("%s: %v", flag, err)
 	}
 	if dec.More() {
-		return nil, usageErr("--interactive: data after the JSON object")
+		return usageErr("%s: data after the JSON value", flag)
 	}
-	return &in, nil
+	return nil
 }

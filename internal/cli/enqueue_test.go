@@ -284,3 +284,32 @@ func TestTemplateComponentsFromTheCLI(t *testing.T) {
 	got := kindsByRecipient(t, emu, 3)
 	require.Equal(t, map[string]string{"+12025550121": "template", "+12025550122": "template", "+12025550123": "template"}, got)
 }
+
+// Interactive, location, contacts and reaction messages from `sluice
+// enqueue` reach the emulator, each with its kind.
+func TestOtherWhatsAppKindsFromTheCLI(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	emu := startWorker(t, srv.Client(t), nil)
+	list := writeFile(t, "list.json", `{"type":"list","body":"Pick a slot","list_button":"Slots",
+		"rows":[{"section":"Mon","id":"m8","title":"08:00"},{"section":"Tue","id":"t8","title":"08:00"}]}`)
+	wa := func(to string, args ...string) {
+		t.Helper()
+		r := run(t, append([]string{"enqueue", "whatsapp", "--phone-number-id", "106540352242922", "--to", to, "--redis", srv.URL()}, args...)...)
+		require.Equal(t, 0, r.code, "%v: %s", args, r.stderr)
+	}
+	wa("+12025550151", "--interactive", `{"type":"button","body":"Arrived?","buttons":[{"id":"yes","title":"Yes"},{"id":"no","title":"Not yet"}]}`)
+	wa("+12025550152", "--interactive", "@"+list)
+	wa("+12025550153", "--interactive", `{"type":"cta_url","body":"Track it","display_text":"Track","url":"https://example.com/t/1"}`)
+	wa("+12025550154", "--location", "37.4847,-122.1486", "--location-name", "Meta HQ")
+	wa("+12025550155", "--contacts", `[{"name":{"formatted_name":"Ann Lee","first_name":"Ann"},"phones":[{"phone":"+1 202 555 0199"}]}]`)
+	wa("+12025550156", "--react-to", "wamid.HBgLMTIwMjU1NTAxNTYVAgARGBI", "--emoji", "👍")
+
+	r := run(t, "enqueue", "whatsapp", "--phone-number-id", "106540352242922", "--to", "+12025550157", "--location", "91,0", "--redis", srv.URL())
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, "location.latitude: 91, want -90 to 90 degrees")
+
+	got := kindsByRecipient(t, emu, 6)
+	require.Equal(t, map[string]string{"+12025550151": "interactive", "+12025550152": "interactive", "+12025550153": "interactive",
+		"+12025550154": "location", "+12025550155": "contacts", "+12025550156": "reaction"}, got)
+}
