@@ -254,7 +254,7 @@ func (g *generator) value(s *openapi3.Schema, depth int) any {
 
 func (g *generator) object(s *openapi3.Schema, depth int) map[string]any {
 	required := slices.Clone(s.Required)
-	var others []string // the other branches' members: left out
+	var others []string   // the other branches' members: left out
 	if len(s.OneOf) > 0 { // "exactly one of": the branch's required members
 		k := g.pick(len(s.OneOf))
 		required = append(required, s.OneOf[k].Value.Required...)
