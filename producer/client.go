@@ -524,6 +524,7 @@ type facts struct {
 	key      string // idempotency key
 	tenant   string
 	campaign string
+	sendAt   time.Time // tasks.Delivery.SendAt
 }
 
 // payloadFacts decodes a task of a type the tasks package knows; other
@@ -532,16 +533,16 @@ func payloadFacts(t *asynq.Task) (facts, error) {
 	switch t.Type() {
 	case tasks.TypeWhatsAppSend:
 		p, err := tasks.DecodeWhatsAppSend(t.Payload())
-		return facts{p.Fields(), p.High(), p.IdempotencyKey, p.Tenant, p.Campaign}, err
+		return facts{p.Fields(), p.High(), p.IdempotencyKey, p.Tenant, p.Campaign, p.SendAt}, err
 	case tasks.TypeSMSSend:
 		p, err := tasks.DecodeSMSSend(t.Payload())
-		return facts{p.Fields(), p.High(), p.IdempotencyKey, p.Tenant, p.Campaign}, err
+		return facts{p.Fields(), p.High(), p.IdempotencyKey, p.Tenant, p.Campaign, p.SendAt}, err
 	case tasks.TypeWebhookDeliver:
 		p, err := tasks.DecodeWebhookDeliver(t.Payload())
-		return facts{p.Fields(), p.High(), p.IdempotencyKey, p.Tenant, p.Campaign}, err
+		return facts{p.Fields(), p.High(), p.IdempotencyKey, p.Tenant, p.Campaign, p.SendAt}, err
 	case tasks.TypeHTTPCall:
 		p, err := tasks.DecodeHTTPCall(t.Payload())
-		return facts{p.Fields(), p.High(), p.IdempotencyKey, p.Tenant, p.Campaign}, err
+		return facts{p.Fields(), p.High(), p.IdempotencyKey, p.Tenant, p.Campaign, p.SendAt}, err
 	}
 	return facts{}, nil
 }

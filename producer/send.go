@@ -352,34 +352,64 @@ func (c *Client) Send(ctx context.Context, items []Item) ([]Result, error) {
 	}
 	out := make([]Result, len(items))
 	ps := c.check(items, out)
-	var ts []*asynq.Task
-	var ids []string
-	var retries, idx []int
+	// The sends held until a later instant (tasks.Delivery.SendAt) go as
+	// tasks scheduled for it, one enqueue call per instant: they are not
+	// planned now, but when they are first dequeued, among the sends of
+	// then (enqueue: a caller's own schedule is not planned). The others
+	// are planned now.
+	type batch struct {
+		at      time.Time // zero: now
+		ts      []*asynq.Task
+		ids     []string
+		retries []int
+		idx     []int
+	}
+	var batches []*batch
+	byAt := map[time.Time]*batch{}
+	now := time.Now()
 	for i := range items {
-		if out[i].Err == nil {
-			ts, ids, idx = append(ts, ps[i].task), append(ids, ps[i].id), append(idx, i)
-			retries = append(retries, ps[i].maxRetry)
+		if out[i].Err != nil {
+			continue
 		}
-	}
-	if len(ts) == 0 {
-		return out, nil
-	}
-	res, err := c.enqueue(ctx, ts, ids, nil, retries)
-	if err != nil {
-		return nil, err
+		at := ps[i].send.sendAt
+		if !at.After(now) {
+			at = time.Time{}
+		}
+		at = at.UTC()
+		b := byAt[at]
+		if b == nil {
+			b = &batch{at: at}
+			byAt[at] = b
+			batches = append(batches, b)
+		}
+		b.ts, b.ids, b.idx = append(b.ts, ps[i].task), append(b.ids, ps[i].id), append(b.idx, i)
+		b.retries = append(b.retries, ps[i].maxRetry)
 	}
 	type group struct{ tenant, campaign string }
 	fresh := map[group]int{}
 	var order []group
-	for j, r := range res {
-		i := idx[j]
-		out[i].ID, out[i].Info, out[i].ETA, out[i].Keys, out[i].Err = r.ID, r.Info, r.ETA, r.Keys, r.Err
-		if f := ps[i].send; r.Err == nil && f.campaign != "" {
-			g := group{f.tenant, f.campaign}
-			if fresh[g] == 0 {
-				order = append(order, g)
+	for _, b := range batches {
+		var opts []asynq.Option
+		if !b.at.IsZero() {
+			opts = []asynq.Option{asynq.ProcessAt(b.at)}
+		}
+		res, err := c.enqueue(ctx, b.ts, b.ids, opts, b.retries)
+		if err != nil {
+			return nil, err
+		}
+		for j, r := range res {
+			i := b.idx[j]
+			if !b.at.IsZero() && r.ETA.Before(b.at) {
+				r.ETA = b.at // (at the earliest: it is planned then)
 			}
-			fresh[g]++
+			out[i].ID, out[i].Info, out[i].ETA, out[i].Keys, out[i].Err = r.ID, r.Info, r.ETA, r.Keys, r.Err
+			if f := ps[i].send; r.Err == nil && f.campaign != "" {
+				g := group{f.tenant, f.campaign}
+				if fresh[g] == 0 {
+					order = append(order, g)
+				}
+				fresh[g]++
+			}
 		}
 	}
 	if c.count == nil {

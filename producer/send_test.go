@@ -2,10 +2,12 @@ package producer_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
@@ -144,4 +146,39 @@ func TestCheckRefusesWhatNoWorkerWouldSend(t *testing.T) {
 	_, err = prod.Send(context.Background(), []producer.Item{{Task: smsTask(t, tasks.SMSSend{})}})
 	require.ErrorContains(t, err, "it can only Check")
 	require.False(t, errors.Is(err, producer.ErrInvalid))
+}
+
+// A send held to a later instant (Delivery.SendAt) is scheduled for it,
+// not planned now: its task waits in asynq's scheduled set until then, its
+// ETA is that instant, and the sends beside it in the same call that are
+// not held go as usual; two held to the same instant share one enqueue.
+// One more than 35 days ahead is refused.
+func TestSendHoldsASendUntilItsSendAt(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	lim := throttle.NewRedis(rdb, throttle.Options{OverrideRefresh: -1})
+	prod, err := producer.New(producer.Options{Redis: rdb, Limiter: lim,
+		Channels: []worker.Channel{{Name: "sms", TaskType: tasks.TypeSMSSend}}})
+	require.NoError(t, err)
+	at := time.Now().Add(time.Hour).Truncate(time.Second).UTC()
+	tooFar, err := json.Marshal(tasks.SMSSend{V: 1, Delivery: tasks.Delivery{SendAt: time.Now().Add(36 * 24 * time.Hour)},
+		From: "+12025550100", To: "+12025550104", Body: "hi"})
+	require.NoError(t, err)
+	out, err := prod.Send(context.Background(), []producer.Item{
+		{Task: smsTask(t, tasks.SMSSend{Delivery: tasks.Delivery{SendAt: at}, IdempotencyKey: "later-1", To: "+12025550101"})},
+		{Task: smsTask(t, tasks.SMSSend{IdempotencyKey: "now-1", To: "+12025550102"})},
+		{Task: smsTask(t, tasks.SMSSend{Delivery: tasks.Delivery{SendAt: at}, IdempotencyKey: "later-2", To: "+12025550103"})},
+		{Task: asynq.NewTask(tasks.TypeSMSSend, tooFar)}, // (built past the constructor, which refuses it too)
+	})
+	require.NoError(t, err)
+	for _, i := range []int{0, 2} {
+		require.NoError(t, out[i].Err)
+		require.Equal(t, asynq.TaskStateScheduled, out[i].Info.State, "held")
+		require.True(t, out[i].Info.NextProcessAt.Equal(at), "%v", out[i].Info.NextProcessAt)
+		require.True(t, out[i].ETA.Equal(at), "%v", out[i].ETA)
+	}
+	require.NoError(t, out[1].Err)
+	require.True(t, out[1].ETA.Before(at), "not held: planned now")
+	require.ErrorIs(t, out[3].Err, producer.ErrInvalid)
+	require.ErrorContains(t, out[3].Err, "send_at:")
 }

@@ -47,7 +47,18 @@ type Delivery struct {
 	// batch is followed. At most MaxTenantBytes bytes of UTF-8 without
 	// control characters.
 	Campaign string `json:"campaign,omitempty"`
+	// SendAt holds the send until then: it goes at that instant or after,
+	// as the channel's limits allow, and is planned among the others then
+	// (asynq's ProcessAt: a scheduled task, dequeued at SendAt). The
+	// provider's own scheduling (Twilio's SendAt) is not used: a message
+	// the provider holds would go out of Sluice's pacing. Zero or past:
+	// now. At most MaxSendAhead ahead.
+	SendAt time.Time `json:"send_at,omitzero"`
 }
+
+// MaxSendAhead is the farthest ahead Delivery.SendAt may be (35 days, as
+// far as Twilio schedules a message).
+const MaxSendAhead = 35 * 24 * time.Hour
 
 // MaxTenantBytes bounds Delivery.Tenant (throttle.MaxTenantBytes).
 const MaxTenantBytes = 128
@@ -63,6 +74,9 @@ func (d Delivery) validate() error {
 	}
 	if err := ValidTenant(d.Tenant); err != nil {
 		return err
+	}
+	if !d.SendAt.IsZero() && time.Until(d.SendAt) > MaxSendAhead {
+		return fmt.Errorf("send_at: %s is more than %v ahead (at most 35 days)", d.SendAt.UTC().Format(time.RFC3339), MaxSendAhead)
 	}
 	return validName("campaign", d.Campaign)
 }

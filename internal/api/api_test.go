@@ -110,6 +110,9 @@ func TestEnqueueEachChannel(t *testing.T) {
 			"sms:send", "sms", func(t *testing.T, p map[string]any) {
 				require.Equal(t, map[string]any{"1": "Ann"}, p["content_variables"])
 			}},
+		{"sms held until later", "/v1/messages", with(sms(), "send_at", time.Now().Add(time.Hour).UTC().Format(time.RFC3339)), "sms:send", "sms", func(t *testing.T, p map[string]any) {
+			require.NotEmpty(t, p["send_at"], "held: scheduled for it, planned then")
+		}},
 		{"sms in a campaign", "/v1/messages", with(sms(), "campaign", "spring-sale"), "sms:send", "sms", func(t *testing.T, p map[string]any) {
 			require.Equal(t, "spring-sale", p["campaign"], "counted per campaign by the worker")
 		}},

@@ -274,6 +274,9 @@ func (g *generator) object(s *openapi3.Schema, depth int) map[string]any {
 		if slices.Contains(others, name) && !slices.Contains(required, name) {
 			continue
 		}
+		if name == "send_at" { // (the document cannot say "at most 35 days from now")
+			continue
+		}
 		if slices.Contains(required, name) || g.pick(3) == 0 {
 			out[name] = g.value(s.Properties[name].Value, depth+1)
 		}

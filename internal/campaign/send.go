@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/hibiken/asynq"
 
@@ -72,6 +73,10 @@ type Message struct {
 	// two campaigns on one number take turns instead of the later one
 	// waiting for the earlier to finish.
 	Tenant string
+
+	// SendAt holds every row's send until then (tasks.Delivery.SendAt);
+	// zero: now.
+	SendAt time.Time
 
 	// MaxRetry is each task's retry budget; 0 keeps tasks.DefaultMaxRetry.
 	MaxRetry int
@@ -225,7 +230,7 @@ func (m *Message) Task(row Row, i int, columns []string) (*asynq.Task, error) {
 	}
 	var t *asynq.Task
 	var err error
-	d := tasks.Delivery{Priority: m.Priority, Tenant: m.TaskTenant(), Campaign: m.Campaign}
+	d := tasks.Delivery{Priority: m.Priority, Tenant: m.TaskTenant(), Campaign: m.Campaign, SendAt: m.SendAt}
 	if v := strings.TrimSpace(row.Params[PriorityColumn]); v != "" {
 		d.Priority = strings.ToLower(v)
 	}

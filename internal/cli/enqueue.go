@@ -28,7 +28,7 @@ ID (with --tenant, after the tenant's namespace, as the API gives it:
 "t-…:KEY"): enqueuing the same key again is refused and never sends twice
 (completed tasks keep their ID for 24 h).`,
 	}
-	var key, priority, tenant string
+	var key, priority, tenant, sendAt string
 	var maxRetry int
 	// enqueue sends the task build gives through the producer: a send it
 	// refuses (its payload, its key, a disabled channel, its size, its
@@ -85,6 +85,7 @@ ID (with --tenant, after the tenant's namespace, as the API gives it:
 		c.Flags().IntVar(&maxRetry, "max-retry", 0, "most failed attempts (provider throttles, transient failures; Sluice's own limits never spend one); default worker.max_retry (100)")
 		c.Flags().StringVar(&priority, "priority", "", "high: overtake planned bulk sends on the same limits (sent within the hold, 2s)")
 		c.Flags().StringVar(&tenant, "tenant", "", "who the send is for: tenants backlogged on one limit share it by channels.*.tenant_weights")
+		c.Flags().StringVar(&sendAt, "send-at", "", "hold the send until then (RFC 3339, 2026-12-01T09:00:00+01:00; at most 35 days ahead); it is planned among the others then")
 	}
 
 	var wa tasks.WhatsAppSend
@@ -139,6 +140,9 @@ ID (with --tenant, after the tenant's namespace, as the API gives it:
 					wa.Reaction = &tasks.Reaction{MessageID: reactTo, Emoji: emoji}
 				}
 				wa.IdempotencyKey, wa.Priority, wa.Tenant = key, priority, tenant
+				if err := parseSendAt(sendAt, &wa.SendAt); err != nil {
+					return nil, err
+				}
 				return tasks.NewWhatsAppSendTask(wa)
 			})
 		},
@@ -185,6 +189,9 @@ ID (with --tenant, after the tenant's namespace, as the API gives it:
 			}
 			return enqueue(cmd, func() (*asynq.Task, error) {
 				sms.IdempotencyKey, sms.Priority, sms.Tenant = key, priority, tenant
+				if err := parseSendAt(sendAt, &sms.SendAt); err != nil {
+					return nil, err
+				}
 				return tasks.NewSMSSendTask(sms)
 			})
 		},
@@ -208,6 +215,9 @@ ID (with --tenant, after the tenant's namespace, as the API gives it:
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return enqueue(cmd, func() (*asynq.Task, error) {
 				hook.IdempotencyKey, hook.Priority, hook.Tenant = key, priority, tenant
+				if err := parseSendAt(sendAt, &hook.SendAt); err != nil {
+					return nil, err
+				}
 				hook.Payload = json.RawMessage(hookPayload)
 				return tasks.NewWebhookDeliverTask(hook)
 			})
@@ -228,6 +238,9 @@ ID (with --tenant, after the tenant's namespace, as the API gives it:
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return enqueue(cmd, func() (*asynq.Task, error) {
 				call.IdempotencyKey, call.Priority, call.Tenant = key, priority, tenant
+				if err := parseSendAt(sendAt, &call.SendAt); err != nil {
+					return nil, err
+				}
 				call.Headers = map[string]string{}
 				for _, h := range headers {
 					k, v, ok := strings.Cut(h, ":")
@@ -390,5 +403,18 @@ func readJSONFlag(flag, v string, dst any) error {
 	if dec.More() {
 		return usageErr("%s: data after the JSON value", flag)
 	}
+	return nil
+}
+
+// parseSendAt reads --send-at (RFC 3339) into dst; "" leaves it zero.
+func parseSendAt(v string, dst *time.Time) error {
+	if v == "" {
+		return nil
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return usageErr("--send-at %q: want RFC 3339, 2026-12-01T09:00:00Z or with an offset", v)
+	}
+	*dst = t
 	return nil
 }

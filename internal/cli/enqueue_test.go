@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
@@ -312,4 +313,24 @@ func TestOtherWhatsAppKindsFromTheCLI(t *testing.T) {
 	got := kindsByRecipient(t, emu, 6)
 	require.Equal(t, map[string]string{"+12025550151": "interactive", "+12025550152": "interactive", "+12025550153": "interactive",
 		"+12025550154": "location", "+12025550155": "contacts", "+12025550156": "reaction"}, got)
+}
+
+// --send-at holds a send until then: the emulator gets it no earlier, and
+// a worker sends it then as any other (it is planned when it comes due).
+func TestSendAtHoldsTheSend(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	emu := startWorker(t, srv.Client(t), nil)
+	at := time.Now().Add(2 * time.Second).Truncate(time.Second).Add(time.Second)
+	r := run(t, "enqueue", "sms", "--from", "+12025550100", "--to", "+12025550161", "--body", "Your appointment is at 9",
+		"--send-at", at.Format(time.RFC3339), "--key", "appt-1", "--redis", srv.URL())
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "eta="+at.UTC().Format(time.RFC3339Nano))
+	kindsByRecipient(t, emu, 1)
+	rec := emu.Records()[0]
+	require.False(t, rec.At.Before(at), "sent at %v, held until %v", rec.At, at)
+
+	r = run(t, "enqueue", "sms", "--from", "+12025550100", "--to", "+12025550162", "--body", "x", "--send-at", "tomorrow", "--redis", srv.URL())
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, `--send-at "tomorrow": want RFC 3339`)
 }

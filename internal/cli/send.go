@@ -52,7 +52,7 @@ func newSendCmd(g *globals) *cobra.Command {
 	var dryRun, wait bool
 	var mediaURLs, smsVars []string
 	var tmplParts templateFlags
-	var interactiveJSON string
+	var interactiveJSON, sendAt string
 	var validity time.Duration
 	cmd := &cobra.Command{
 		Use:   "send --channel C --csv FILE",
@@ -112,6 +112,9 @@ Examples:
 				if m.Interactive, err = readInteractive(interactiveJSON); err != nil {
 					return err
 				}
+			}
+			if err := parseSendAt(sendAt, &m.SendAt); err != nil {
+				return err
 			}
 			if m.ValidityPeriod, err = validitySeconds(validity); err != nil {
 				return err
@@ -221,6 +224,7 @@ Examples:
 	f.StringSliceVar(&m.URLs, "url", nil, "webhook: endpoint URL(s), used in turn")
 	f.StringVar(&m.EventType, "event", "", "webhook: event type")
 	f.StringVar(&m.Endpoint, "endpoint", "", "webhook: the endpoint whose signing secret signs them (channels.webhook.endpoints; default: the default secret)")
+	f.StringVar(&sendAt, "send-at", "", "hold every row's send until then (RFC 3339, at most 35 days ahead); they are planned then")
 	f.BoolVar(&dryRun, "dry-run", false, "validate the file and build the tasks without enqueuing")
 	f.BoolVar(&wait, "wait", false, "after enqueuing, follow the campaign's deliveries with a progress bar (rate, expected end) until every send was sent or failed; Ctrl-C stops watching, not the campaign")
 	return cmd
