@@ -342,9 +342,13 @@ func channelName(typ string) string {
 //     second go in one batch task (batch.go), each reported as its own;
 //  7. count: the new tasks of each tenant's campaign (Options.Count).
 //
-// Steps 4 to 6 are Enqueue's. The error is a failed claim or plan (Redis,
-// or a Client without Redis): nothing was enqueued and the results are
-// nil. An error wrapping ErrNotCounted comes with the results: the tasks
+// Steps 4 to 6 are Enqueue's, run once for the sends to go now and once
+// for each instant sends are held to (tasks.Delivery.SendAt: scheduled for
+// it, planned when they come due). The error is a failed claim or plan
+// (Redis, or a Client without Redis): the results are nil, and nothing
+// was enqueued, unless the items were held to several instants and the
+// failure came after the first: those enqueued before it stay (a retry
+// with the same idempotency keys finds them, tasks.ErrDuplicate). An error wrapping ErrNotCounted comes with the results: the tasks
 // were enqueued, Options.Count failed for some.
 func (c *Client) Send(ctx context.Context, items []Item) ([]Result, error) {
 	if c.client == nil {
