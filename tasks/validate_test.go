@@ -211,6 +211,11 @@ func TestWhatsAppSendValidate(t *testing.T) {
 		{"reaction", func(p *WhatsAppSend) { p.Text = ""; p.Reaction = &Reaction{MessageID: "wamid.ABC", Emoji: "👍"} }, ""},
 		{"reaction removed", func(p *WhatsAppSend) { p.Text = ""; p.Reaction = &Reaction{MessageID: "wamid.ABC"} }, ""},
 		{"reaction with words", func(p *WhatsAppSend) { p.Text = ""; p.Reaction = &Reaction{MessageID: "wamid.ABC", Emoji: "thumbs up"} }, `reaction.emoji: "thumbs up": want one emoji`},
+		{"reaction of a digit", func(p *WhatsAppSend) { p.Text = ""; p.Reaction = &Reaction{MessageID: "wamid.ABC", Emoji: "1"} }, `reaction.emoji: "1": want one emoji`},
+		{"reaction keycap", func(p *WhatsAppSend) {
+			p.Text = ""
+			p.Reaction = &Reaction{MessageID: "wamid.ABC", Emoji: "1\uFE0F\u20E3"}
+		}, ""},
 		{"reaction without message", func(p *WhatsAppSend) { p.Text = ""; p.Reaction = &Reaction{Emoji: "👍"} }, "reaction.message_id: required"},
 		{"reaction as a reply", func(p *WhatsAppSend) {
 			p.Text = ""

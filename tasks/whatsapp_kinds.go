@@ -346,7 +346,9 @@ func (r *Reaction) validate() error {
 		return nil // removes the reaction
 	}
 	n := utf8.RuneCountInString(r.Emoji)
-	if !utf8.ValidString(r.Emoji) || n > maxReactionEmojiRune || strings.ContainsFunc(r.Emoji, func(c rune) bool { return c < 0x80 && c != '#' && c != '*' && (c < '0' || c > '9') }) {
+	ascii := !strings.ContainsFunc(r.Emoji, func(c rune) bool { return c >= 0x80 })
+	if !utf8.ValidString(r.Emoji) || n > maxReactionEmojiRune || ascii ||
+		strings.ContainsFunc(r.Emoji, func(c rune) bool { return c < 0x80 && c != '#' && c != '*' && (c < '0' || c > '9') }) {
 		return fmt.Errorf("reaction.emoji: %.40q: want one emoji (or \"\" to remove the reaction)", r.Emoji)
 	}
 	return nil
