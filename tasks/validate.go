@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"regexp"
 	"slices"
@@ -384,7 +385,8 @@ func (p SMSSend) checkContent() error {
 		case len(p.ContentVariables) > maxContentVars:
 			return fmt.Errorf("content_variables: %d variables, want at most %d", len(p.ContentVariables), maxContentVars)
 		}
-		for name, v := range p.ContentVariables {
+		for _, name := range slices.Sorted(maps.Keys(p.ContentVariables)) { // (the first bad one, always the same)
+			v := p.ContentVariables[name]
 			if !contentVarRE.MatchString(name) {
 				return fmt.Errorf("content_variables: name %.40q: want 1 to 64 letters, digits, '_', '.' or '-' (\"1\", \"first_name\")", name)
 			}
@@ -409,8 +411,8 @@ func (p SMSSend) checkContent() error {
 		return nil
 	}
 	max := maxMediaURLs
-	if strings.HasPrefix(p.From, whatsAppPrefix) {
-		max = maxWhatsAppMedia
+	if strings.HasPrefix(p.From, whatsAppPrefix) || strings.HasPrefix(p.To, whatsAppPrefix) {
+		max = maxWhatsAppMedia // (also through a Messaging Service, which has no From)
 	}
 	if len(p.MediaURLs) > max {
 		return fmt.Errorf("media_urls: %d URLs, want at most %d (Twilio MediaUrl%s)", len(p.MediaURLs), max,

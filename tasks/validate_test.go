@@ -385,6 +385,9 @@ func TestSMSSendValidate(t *testing.T) {
 		{"whatsapp media 2 urls", func(p *SMSSend) {
 			p.From, p.To, p.MediaURLs = "whatsapp:+12025550100", "whatsapp:+12025550123", mediaURLs(2)
 		}, "media_urls: 2 URLs, want at most 1 (Twilio MediaUrl; a WhatsApp message carries one)"},
+		{"whatsapp media through a messaging service", func(p *SMSSend) {
+			p.From, p.MessagingServiceSID, p.To, p.MediaURLs = "", sid, "whatsapp:+12025550123", mediaURLs(2)
+		}, "media_urls: 2 URLs, want at most 1"},
 		{"mms from alphanumeric", func(p *SMSSend) { p.From = "Acme"; p.MediaURLs = mediaURLs(1) }, `media_urls: from "Acme" is an alphanumeric sender ID, which cannot send MMS`},
 		{"mms url not http", func(p *SMSSend) {
 			p.MediaURLs = []string{"https://cdn.example.com/a.jpg", "data:image/png;base64,AAAA"}

@@ -663,7 +663,11 @@ func (s TemplateShape) Check(t *Template) error {
 		return fmt.Errorf("template.header.type: %s, but template %s's header is %s (Meta error 132012)", got, t.Name, want)
 	}
 	if n := len(t.Parameters) + len(t.BodyParams); n != s.BodyParams {
-		return fmt.Errorf("template.parameters: %d, but template %s's body has %d (Meta error 132000)", n, t.Name, s.BodyParams)
+		field := "template.parameters"
+		if len(t.BodyParams) > 0 {
+			field = "template.body_params"
+		}
+		return fmt.Errorf("%s: %d, but template %s's body has %d (Meta error 132000)", field, n, t.Name, s.BodyParams)
 	}
 	given := map[int]bool{}
 	for i, b := range t.Buttons {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -400,7 +401,7 @@ func readJSONFlag(flag, v string, dst any) error {
 	if err := dec.Decode(dst); err != nil {
 		return usageErr("%s: %v", flag, err)
 	}
-	if dec.More() {
+	if _, err := dec.Token(); err != io.EOF {
 		return usageErr("%s: data after the JSON value", flag)
 	}
 	return nil

@@ -306,7 +306,11 @@ func TestOtherWhatsAppKindsFromTheCLI(t *testing.T) {
 	wa("+12025550155", "--contacts", `[{"name":{"formatted_name":"Ann Lee","first_name":"Ann"},"phones":[{"phone":"+1 202 555 0199"}]}]`)
 	wa("+12025550156", "--react-to", "wamid.HBgLMTIwMjU1NTAxNTYVAgARGBI", "--emoji", "👍")
 
-	r := run(t, "enqueue", "whatsapp", "--phone-number-id", "106540352242922", "--to", "+12025550157", "--location", "91,0", "--redis", srv.URL())
+	r := run(t, "enqueue", "whatsapp", "--phone-number-id", "106540352242922", "--to", "+12025550158",
+		"--interactive", `{"type":"cta_url","body":"b","display_text":"Go","url":"https://example.com"}}`, "--redis", srv.URL())
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, "--interactive: data after the JSON value")
+	r = run(t, "enqueue", "whatsapp", "--phone-number-id", "106540352242922", "--to", "+12025550157", "--location", "91,0", "--redis", srv.URL())
 	require.Equal(t, 2, r.code)
 	require.Contains(t, r.stderr, "location.latitude: 91, want -90 to 90 degrees")
 

@@ -127,7 +127,7 @@ func parseTwilio(r *http.Request) (f twilioForm, code int, msg string) {
 		return f, 21623, "Number of media files exceeds allowed limit. You may send up to 10 media files in a single message."
 	case !allHTTP(p["MediaUrl"]):
 		return f, 21620, "Invalid media URL(s)."
-	case f.numMedia > 1 && whatsAppPattern.MatchString(f.from):
+	case f.numMedia > 1 && (whatsAppPattern.MatchString(f.from) || whatsAppPattern.MatchString(f.to)):
 		return f, 21623, "Number of media files exceeds allowed limit. A WhatsApp message carries one media file."
 	case p.Has("ContentVariables") && p.Get("ContentSid") == "":
 		return f, 21654, "A ContentSid must be specified if ContentVariables are provided in the request."

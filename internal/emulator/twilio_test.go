@@ -282,6 +282,7 @@ func TestTwilioValidation(t *testing.T) {
 		{name: "11 media", form: url.Values{"From": {fromA}, "To": {toSMS}, "MediaUrl": mediaURLs(11)}, code: 21623},
 		{name: "media not http", form: url.Values{"From": {fromA}, "To": {toSMS}, "MediaUrl": {"https://a.example/1.jpg", "ftp://a.example/2.jpg"}}, code: 21620},
 		{name: "whatsapp with 2 media", form: url.Values{"From": {"whatsapp:" + fromA}, "To": {"whatsapp:" + toSMS}, "MediaUrl": mediaURLs(2)}, code: 21623},
+		{name: "whatsapp through a service with 2 media", form: url.Values{"MessagingServiceSid": {"MG0123456789abcdef0123456789abcdef"}, "To": {"whatsapp:" + toSMS}, "MediaUrl": mediaURLs(2)}, code: 21623},
 		{name: "ContentVariables without ContentSid", form: url.Values{"From": {fromA}, "To": {toSMS}, "Body": {"x"}, "ContentVariables": {`{"1":"a"}`}}, code: 21654},
 		{name: "bad ContentSid", form: url.Values{"From": {fromA}, "To": {toSMS}, "ContentSid": {"HX123"}}, code: 21655},
 		{name: "ContentVariables not JSON", form: url.Values{"From": {fromA}, "To": {toSMS}, "ContentSid": {contentSID}, "ContentVariables": {"1=a"}}, code: 21656},
@@ -302,7 +303,7 @@ func TestTwilioValidation(t *testing.T) {
 	assert.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
 
 	st := h.s.Stats()[ChannelSMS]
-	assert.Equal(t, 22, st.Rejected)
+	assert.Equal(t, 23, st.Rejected)
 	assert.Equal(t, 1, st.Accepted)
 }
 
