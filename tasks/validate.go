@@ -208,10 +208,7 @@ func (m *Media) validate() error {
 	case m.Link == "" && m.ID == "":
 		return errors.New("media.link, media.id: set exactly one (got neither)")
 	case m.Link != "":
-		if len(m.Link) > maxMediaLink {
-			return fmt.Errorf("media.link: %d bytes, want at most %d", len(m.Link), maxMediaLink)
-		}
-		if err := checkURL("media.link", m.Link); err != nil {
+		if err := checkLink("media.link", m.Link); err != nil {
 			return err
 		}
 	case len(m.ID) > maxMediaID || !allDigits(m.ID):
@@ -237,6 +234,16 @@ func (m *Media) validate() error {
 		}
 	}
 	return nil
+}
+
+// checkLink checks a link a provider fetches or opens (media, a
+// call-to-action, a contact's web address): at most maxMediaLink bytes,
+// then checkURL's absolute http(s) URL without userinfo.
+func checkLink(field, s string) error {
+	if len(s) > maxMediaLink {
+		return fmt.Errorf("%s: %d bytes, want at most %d", field, len(s), maxMediaLink)
+	}
+	return checkURL(field, s)
 }
 
 // checkMessageID checks a WhatsApp message ID a send refers to: printable
@@ -422,11 +429,7 @@ func (p SMSSend) checkContent() error {
 		return fmt.Errorf("media_urls: from %.40q is an alphanumeric sender ID, which cannot send MMS", p.From)
 	}
 	for i, u := range p.MediaURLs {
-		field := fmt.Sprintf("media_urls[%d]", i)
-		if len(u) > maxMediaLink {
-			return fmt.Errorf("%s: %d bytes, want at most %d", field, len(u), maxMediaLink)
-		}
-		if err := checkURL(field, u); err != nil {
+		if err := checkLink(fmt.Sprintf("media_urls[%d]", i), u); err != nil {
 			return err
 		}
 	}

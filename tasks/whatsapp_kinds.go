@@ -221,10 +221,7 @@ func (m *Interactive) validate() error {
 		if err := checkText("interactive.display_text", m.DisplayText, maxButtonTitle); err != nil {
 			return err
 		}
-		if len(m.URL) > maxMediaLink {
-			return fmt.Errorf("interactive.url: %d bytes, want at most %d", len(m.URL), maxMediaLink)
-		}
-		return checkURL("interactive.url", m.URL)
+		return checkLink("interactive.url", m.URL)
 	case "":
 		return errors.New("interactive.type: required: button, list or cta_url")
 	}
@@ -400,10 +397,7 @@ func checkContacts(cs []Contact) error {
 		}
 		for j, u := range c.URLs {
 			uf := fmt.Sprintf("%s.urls[%d]", f, j)
-			if len(u.URL) > maxMediaLink {
-				return fmt.Errorf("%s.url: %d bytes, want at most %d", uf, len(u.URL), maxMediaLink)
-			}
-			if err := checkURL(uf+".url", u.URL); err != nil {
+			if err := checkLink(uf+".url", u.URL); err != nil {
 				return err
 			}
 			if err := checkCardType(uf+".type", u.Type); err != nil {
