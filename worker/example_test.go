@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -58,10 +59,20 @@ func ExampleWorker_Handler() {
 	}
 	for range 2 {
 		err := h.ProcessTask(context.Background(), asynq.NewTask("demo:send", []byte("+12025550123")))
-		fmt.Println("error:", err, "failure:", err != nil && worker.IsFailure(err))
+		var te *worker.ThrottledError
+		if !errors.As(err, &te) {
+			fmt.Println("error:", err)
+			continue
+		}
+		// The wait is 6 s widened by the headroom and by the send latency
+		// this host measured (a wall-clock figure, a millisecond or two
+		// here), so it is shown against the floor it never goes under.
+		floor := 6 * time.Second * 1015 / 1000
+		fmt.Printf("blocked by %q on %s, retry after >= %v: %v, failure: %v\n",
+			te.Limit, te.Key, floor, te.RetryAfter >= floor && te.Wait >= te.RetryAfter, worker.IsFailure(err))
 	}
 	// Output:
 	// sent to +12025550123
-	// error: <nil> failure: false
-	// error: demo: limit "pair" on demo:pair:+12025550123: retry in 6.091371s failure: false
+	// error: <nil>
+	// blocked by "pair" on demo:pair:+12025550123, retry after >= 6.09s: true, failure: false
 }
