@@ -59,7 +59,7 @@ func TestEchoedRequestStaysOutOfErrors(t *testing.T) {
 			Headers: map[string]string{"X-Html": "se<cr>et&tok9"}})
 		requireNoEcho(t, err, status, "VALUE1234", "Ef0123", "cr>et", `cr\u003eet`, "tok9")
 
-		wh := &Webhook{Egress: loopback, Secrets: func(string) ([]string, error) { return []string{testSecret}, nil }}
+		wh := &Webhook{Egress: loopback, Secrets: func(string, string) ([]string, error) { return []string{testSecret}, nil }}
 		_, err = wh.Deliver(ctx, tasks.WebhookDeliver{URL: target, EventType: "e", Payload: json.RawMessage(`{"a":1}`), IdempotencyKey: "msg_2fGh7k"})
 		requireNoEcho(t, err, status, sig, pathTok, "v1,", strings.TrimPrefix(testSecret, "whsec_"))
 	}
@@ -103,7 +103,7 @@ func TestTwoXXIsADelivery(t *testing.T) {
 	}
 	clients := map[string]func(srv *httptest.Server, hc *http.Client) error{
 		"webhook": func(srv *httptest.Server, hc *http.Client) error {
-			wh := &Webhook{Egress: loopback, HTTP: hc, Secrets: func(string) ([]string, error) { return []string{testSecret}, nil }}
+			wh := &Webhook{Egress: loopback, HTTP: hc, Secrets: func(string, string) ([]string, error) { return []string{testSecret}, nil }}
 			_, err := wh.Deliver(context.Background(), tasks.WebhookDeliver{URL: srv.URL, EventType: "e", Payload: json.RawMessage(`{}`), IdempotencyKey: "k"})
 			return err
 		},
@@ -151,11 +151,11 @@ func TestTwoXXIsADelivery(t *testing.T) {
 // scheme and host.
 func TestEndpointNameStaysOutOfErrors(t *testing.T) {
 	const endpoint = "https://hooks.example.com/services/T0AAAAAAA1B0BBBBBBB2XXXX?sig=s1gnatureValue9f8e7d"
-	for _, secrets := range []func(string) ([]string, error){
-		func(string) ([]string, error) { return nil, fmt.Errorf("vault unavailable") },
-		func(string) ([]string, error) { return []string{"whsec_bad"}, nil },
-		func(string) ([]string, error) { return []string{testSecret, "whsec_bad"}, nil },
-		func(string) ([]string, error) { return nil, ErrUnknownEndpoint },
+	for _, secrets := range []func(string, string) ([]string, error){
+		func(string, string) ([]string, error) { return nil, fmt.Errorf("vault unavailable") },
+		func(string, string) ([]string, error) { return []string{"whsec_bad"}, nil },
+		func(string, string) ([]string, error) { return []string{testSecret, "whsec_bad"}, nil },
+		func(string, string) ([]string, error) { return nil, ErrUnknownEndpoint },
 	} {
 		wh := &Webhook{Egress: loopback, Secrets: secrets}
 		_, err := wh.Deliver(context.Background(), tasks.WebhookDeliver{URL: "https://hooks.example.com/", EventType: "e",

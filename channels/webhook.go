@@ -31,10 +31,15 @@ const (
 )
 
 // ErrUnknownEndpoint is wrapped by a Webhook.Secrets error for an endpoint
-// that has no secrets: Deliver classes it Permanent (a configuration
-// error that a retry does not mend; the task is archived, and can be run
-// again once the endpoint is configured).
-var ErrUnknownEndpoint = errors.New("no signing secret for this endpoint")
+// that has no secrets, and ErrEndpointURL by one for a URL the endpoint's
+// secrets may not sign for (tasks.WebhookEndpoints.Check): Deliver classes
+// both Permanent (a configuration or caller error that a retry does not
+// mend; the task is archived, and can be run again once mended). They are
+// the tasks package's, so the producer refuses the same at enqueue.
+var (
+	ErrUnknownEndpoint = tasks.ErrUnknownEndpoint
+	ErrEndpointURL     = tasks.ErrEndpointURL
+)
 
 // maxSignatures bounds the secrets one delivery is signed with: the
 // current and, during rotations, the ones it replaces.
@@ -50,13 +55,16 @@ var ErrVerification = errors.New("webhook verification failed")
 type Webhook struct {
 	// Secrets returns the signing secrets ("whsec_<base64>", 24–64 bytes
 	// decoded) of the named endpoint (tasks.WebhookDeliver.Endpoint; "" for
-	// a delivery that names none): the current one first, then those it
+	// a delivery that names none) for a delivery to url
+	// (tasks.WebhookDeliver.URL): the current one first, then those it
 	// replaces while a rotation lasts. Each signs the delivery, and
 	// webhook-signature carries every signature, space-separated in that
 	// order (Standard Webhooks "Signature scheme": a receiver accepts any
 	// one it can verify). An unknown endpoint is an error that wraps
-	// ErrUnknownEndpoint. Required.
-	Secrets func(endpoint string) ([]string, error)
+	// ErrUnknownEndpoint; a url the endpoint's secrets may not sign for
+	// (tasks.WebhookEndpoints binds each endpoint to its URL prefixes), one
+	// that wraps ErrEndpointURL. Required.
+	Secrets func(endpoint, url string) ([]string, error)
 	// HTTP is the client to use; nil = NewEgressHTTPClient(Egress) (15 s
 	// timeout, redirects not followed, as Standard Webhooks requires, and every
 	// dialled address checked by Egress). A client given here is used as is:
@@ -96,8 +104,9 @@ type Webhook struct {
 // be disabled; other 4xx Permanent. Network errors and timeouts are Transient;
 // if ctx is cancelled the error wraps context.Canceled and is not an *Error.
 // Secret lookup errors are Transient (the store may come back), but for an
-// unknown endpoint (ErrUnknownEndpoint); that, a malformed secret, an
-// invalid payload or a missing Secrets func is Permanent.
+// unknown endpoint (ErrUnknownEndpoint) or a URL not the endpoint's
+// (ErrEndpointURL); those, a malformed secret, an invalid payload or a
+// missing Secrets func are Permanent.
 func (c *Webhook) Deliver(ctx context.Context, p tasks.WebhookDeliver) (Response, error) {
 	if c.Secrets == nil {
 		return Response{}, permanent(ProviderWebhook, "config: channels: Webhook.Secrets: required")
@@ -121,11 +130,14 @@ func (c *Webhook) Deliver(ctx context.Context, p tasks.WebhookDeliver) (Response
 	if !validHeaderValue(ua) {
 		return Response{}, permanent(ProviderWebhook, "config: channels: Webhook.UserAgent: contains control characters")
 	}
-	secrets, err := c.Secrets(p.Endpoint)
+	secrets, err := c.Secrets(p.Endpoint, p.URL)
 	switch {
 	case errors.Is(err, ErrUnknownEndpoint):
 		return Response{}, &Error{Class: Permanent, Provider: ProviderWebhook,
 			Message: fmt.Sprintf("config: endpoint %s has no signing secret (channels.webhook.endpoints)", endpointName(p.Endpoint)), Err: err}
+	case errors.Is(err, ErrEndpointURL):
+		return Response{}, &Error{Class: Permanent, Provider: ProviderWebhook,
+			Message: "invalid payload: " + err.Error() + " (nothing signed)", Err: err}
 	case err != nil:
 		return Response{}, &Error{Class: Transient, Provider: ProviderWebhook,
 			Message: fmt.Sprintf("secret lookup for endpoint %s failed", endpointName(p.Endpoint)), Err: err}

@@ -164,6 +164,15 @@ type WebhookEndpoint struct {
 	// replaces, during a rotation: both signatures are sent, the current
 	// one first. Default "" (none).
 	PreviousSecretEnv string
+	// URLs are the URL prefixes the endpoint's secrets may sign for
+	// (tasks.URLUnder: same scheme and host, the path continuing the
+	// prefix's at a "/"), such as "https://hooks.example.com/billing/". A
+	// delivery naming the endpoint to any other URL is refused at enqueue
+	// and archived by the worker, unsigned; one naming no endpoint may not
+	// go under them. Required, 1 to 32: a delivery's URL and body are the
+	// caller's, so an unbound secret would sign whatever a caller sends
+	// to a URL of theirs, to be replayed to the endpoint.
+	URLs []string
 }
 
 // ChannelConfig configures one channel. Fields a channel does not use stay

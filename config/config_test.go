@@ -84,17 +84,21 @@ func TestParseMergesWithDefaults(t *testing.T) {
 				"  webhook:",
 				"    previous_signing_secret_env: WEBHOOK_SECRET_OLD",
 				"    endpoints:",
-				"      billing: {secret_env: BILLING_SECRET}",
+				"      billing: {secret_env: BILLING_SECRET, urls: [https://billing.example.com/hooks/]}",
 				"      crm/v2:",
 				"        secret_env: CRM_SECRET",
 				"        previous_secret_env: CRM_SECRET_OLD",
+				"        urls:",
+				"          - https://crm.example.com/in",
+				"          - https://crm-eu.example.com/in",
 			),
 			want: func(c *Config) {
 				wh := c.Channels["webhook"]
 				wh.PreviousSigningSecretEnv = "WEBHOOK_SECRET_OLD"
 				wh.Endpoints = map[string]WebhookEndpoint{
-					"billing": {SecretEnv: "BILLING_SECRET"},
-					"crm/v2":  {SecretEnv: "CRM_SECRET", PreviousSecretEnv: "CRM_SECRET_OLD"},
+					"billing": {SecretEnv: "BILLING_SECRET", URLs: []string{"https://billing.example.com/hooks/"}},
+					"crm/v2": {SecretEnv: "CRM_SECRET", PreviousSecretEnv: "CRM_SECRET_OLD",
+						URLs: []string{"https://crm.example.com/in", "https://crm-eu.example.com/in"}},
 				}
 			},
 		},

@@ -710,27 +710,35 @@ func (d *decoder) named(n *yaml.Node, path, what, want, keyWant string, valid fu
 	}
 }
 
+// maxEndpointURLs bounds one endpoint's urls: each is matched against the
+// delivery's URL at enqueue and again at delivery.
+const maxEndpointURLs = 32
+
 // endpoints reads channels.webhook.endpoints: a mapping of endpoint names
-// to {secret_env (required), previous_secret_env}.
+// to {secret_env (required), previous_secret_env, urls (required)}.
 func (d *decoder) endpoints(n *yaml.Node, path string, c *ChannelConfig) {
 	eps := map[string]WebhookEndpoint{}
-	d.named(n, path, "endpoint", "endpoint names to {secret_env, previous_secret_env}", "an endpoint name (1 to 64 letters, digits, _ . : / -)",
+	d.named(n, path, "endpoint", "endpoint names to {secret_env, previous_secret_env, urls}", "an endpoint name (1 to 64 letters, digits, _ . : / -)",
 		tasks.ValidEndpointName, func(name, p string, v *yaml.Node) {
 			var ep WebhookEndpoint
-			given, before := false, len(d.errs)
-			d.mapping(v, p, "field", []string{"secret_env", "previous_secret_env"}, func(key string, _, fv *yaml.Node) {
+			given, before := map[string]bool{}, len(d.errs)
+			d.mapping(v, p, "field", []string{"secret_env", "previous_secret_env", "urls"}, func(key string, _, fv *yaml.Node) {
+				given[key] = true
 				switch key {
 				case "secret_env":
-					given = true
 					d.envName(fv, join(p, key), false, &ep.SecretEnv)
 				case "previous_secret_env":
 					d.envName(fv, join(p, key), true, &ep.PreviousSecretEnv)
+				case "urls":
+					ep.URLs = d.endpointURLs(fv, join(p, key))
 				}
 			})
 			switch {
 			case len(d.errs) > before:
-			case !given:
+			case !given["secret_env"]:
 				d.errorf(resolve(v), join(p, "secret_env"), "required: the environment variable holding the endpoint's whsec_ secret")
+			case !given["urls"]:
+				d.errorf(resolve(v), join(p, "urls"), "required: the URL prefixes the endpoint's secret may sign for, such as [https://hooks.example.com/billing/]; without them anyone who may enqueue could have the secret sign for a URL of theirs")
 			case ep.PreviousSecretEnv == ep.SecretEnv:
 				d.errorf(resolve(v), join(p, "previous_secret_env"), "names the same variable as secret_env")
 			default:
@@ -740,6 +748,35 @@ func (d *decoder) endpoints(n *yaml.Node, path string, c *ChannelConfig) {
 	if len(eps) > 0 {
 		c.Endpoints = eps
 	}
+}
+
+// endpointURLs reads one endpoint's urls: a list of 1 to maxEndpointURLs
+// URL prefixes, each checked by tasks.CheckEndpointURLPrefix.
+func (d *decoder) endpointURLs(n *yaml.Node, path string) []string {
+	n = resolve(n)
+	switch {
+	case n.Kind != yaml.SequenceNode:
+		d.errorf(n, path, "want a list of URL prefixes such as [https://hooks.example.com/billing/], got %s", describe(n))
+		return nil
+	case len(n.Content) == 0 || len(n.Content) > maxEndpointURLs:
+		d.errorf(n, path, "%d entries, want 1 to %d", len(n.Content), maxEndpointURLs)
+		return nil
+	}
+	var out []string
+	for i, item := range n.Content {
+		ip := fmt.Sprintf("%s[%d]", path, i)
+		s, ok := d.scalar(item, ip)
+		if !ok {
+			continue
+		}
+		if err := tasks.CheckEndpointURLPrefix(s); err != nil {
+			// (the URL itself is not shown: its path may hold a token)
+			d.errorf(resolve(item), ip, "%v", err)
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 // limits reads a channel's list of limit rules; ok is false if any is bad.

@@ -6,7 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
+	"maps"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -48,12 +48,14 @@ type Options struct {
 	// (delivery.Store.AddEnqueued), so that a campaign's progress knows
 	// its size. Nil: not counted.
 	Count func(ctx context.Context, tenant, campaign string, n int) error
-	// WebhookEndpoints are the names of channels.webhook.endpoints, the
-	// endpoints with signing secrets of their own. Non-empty: Send refuses
-	// a webhook that names another endpoint (the worker would archive it,
+	// WebhookEndpoints are channels.webhook.endpoints, the endpoints with
+	// signing secrets of their own, each bound to its URL prefixes.
+	// Non-empty: Send refuses a webhook that names another endpoint, or
+	// names one to a URL not under its prefixes, or names none to a URL
+	// under one's (tasks.WebhookEndpoints.Check; the worker would archive it,
 	// having no secret to sign it with); one that names none is signed
 	// with the default secret. Empty: any endpoint name is taken.
-	WebhookEndpoints []string
+	WebhookEndpoints tasks.WebhookEndpoints
 	// WhatsAppTemplates are the approved templates' shapes
 	// (channels.whatsapp.templates): Send refuses a send of a listed
 	// template that does not fit its shape (tasks.TemplateShape.Check).
@@ -77,7 +79,7 @@ type Client struct {
 	maxRetry  int
 	count     func(ctx context.Context, tenant, campaign string, n int) error
 	retention time.Duration
-	endpoints []string // Options.WebhookEndpoints, sorted
+	endpoints tasks.WebhookEndpoints // Options.WebhookEndpoints
 	templates map[string]tasks.TemplateShape
 }
 
@@ -112,7 +114,7 @@ func New(opts Options) (*Client, error) {
 	if c.retention == 0 {
 		c.retention = DefaultClaimRetention
 	}
-	c.endpoints = slices.Sorted(slices.Values(opts.WebhookEndpoints))
+	c.endpoints = maps.Clone(opts.WebhookEndpoints)
 	c.templates = opts.WhatsAppTemplates
 	for i, ch := range opts.Channels {
 		p, err := worker.NewPacing(ch)

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
 
@@ -256,19 +255,27 @@ func targetOf(t *asynq.Task) string {
 	return ""
 }
 
-// checkEndpoint refuses a webhook naming an endpoint that
-// Options.WebhookEndpoints does not list, when it lists any.
+// checkEndpoint holds a webhook to Options.WebhookEndpoints, when it lists
+// any: a listed endpoint, to a URL under its prefixes, or none, to a URL
+// under no endpoint's.
 func (c *Client) checkEndpoint(t *asynq.Task) error {
 	if len(c.endpoints) == 0 || t.Type() != tasks.TypeWebhookDeliver {
 		return nil
 	}
 	p, _ := tasks.DecodeWebhookDeliver(t.Payload())
-	if p.Endpoint == "" || slices.Contains(c.endpoints, p.Endpoint) {
+	// (the error shows neither the name, which may hold a URL's token, nor
+	// the URL, nor the configured names, which a tenant's key need not learn)
+	err := c.endpoints.Check(p.Endpoint, p.URL)
+	switch {
+	case err == nil:
 		return nil
+	case errors.Is(err, tasks.ErrUnknownEndpoint):
+		return errors.New("endpoint: not one of channels.webhook.endpoints, which have signing secrets; name one of them, or none for the default secret")
+	case p.Endpoint == "":
+		return errors.New("url: under the urls of one of channels.webhook.endpoints, whose receiver verifies that endpoint's secret only; name the endpoint")
+	default:
+		return errors.New("url: not under the urls of the endpoint named (channels.webhook.endpoints.<name>.urls); its secret signs for those only")
 	}
-	// (neither the name, which may hold a URL's token, nor the configured
-	// names, which a tenant's key need not learn, are shown)
-	return errors.New("endpoint: not one of channels.webhook.endpoints, which have signing secrets; name one of them, or none for the default secret")
 }
 
 // checkTemplate holds a WhatsApp template send to its template's shape,

@@ -93,3 +93,47 @@ func TestMessageKindsRefusedAtEnqueue(t *testing.T) {
 	r := e.do("POST", "/v1/messages", shipped(func(map[string]any) {}), bearer(adminKey), specValid)
 	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
 }
+
+// Each listed webhook endpoint's secret signs for its own URL prefixes
+// only: a delivery naming it to another URL, or naming none to its URL,
+// is refused at the API (422 at /url), without the URL or the configured
+// names in the answer; an unlisted name is refused at /endpoint.
+func TestWebhookEndpointsBoundToTheirURLs(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{keys: keysEnv, config: func(c *config.Config) {
+		c.Channels["webhook"].Endpoints = map[string]config.WebhookEndpoint{
+			"billing": {SecretEnv: "BILLING_SECRET", URLs: []string{"https://billing.example.com/hooks/"}},
+		}
+	}})
+	hook := func(url, endpoint string) map[string]any {
+		return with(webhook("evt-"+endpoint), "url", url, "endpoint", endpoint)
+	}
+	for _, tc := range []struct {
+		name, pointer, contains string
+		body                    map[string]any
+	}{
+		{"billing's secret for the caller's URL", "/url", "not under the urls of the endpoint named",
+			hook("https://collect.attacker.example/hooks/?t=tok", "billing")},
+		{"a climb out of billing's prefix", "/url", "not under the urls of the endpoint named",
+			hook("https://billing.example.com/hooks/../admin", "billing")},
+		{"billing's URL with the default secret", "/url", "under the urls of one of channels.webhook.endpoints",
+			with(webhook("evt-d"), "url", "https://billing.example.com/hooks/paid")},
+		{"an endpoint not listed", "/endpoint", "not one of channels.webhook.endpoints",
+			hook("https://billing.example.com/hooks/paid", "crm")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.do("POST", "/v1/webhooks", tc.body, bearer(adminKey), specValid)
+			require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%s", r.Body)
+			p := r.problem(t)
+			require.NotEmpty(t, p.Errors)
+			require.Equal(t, tc.pointer, p.Errors[0].Pointer, "%+v", p.Errors)
+			require.Contains(t, p.Errors[0].Detail, tc.contains)
+			require.NotContains(t, string(r.Body), "attacker")
+			require.NotContains(t, string(r.Body), "billing")
+		})
+	}
+	r := e.do("POST", "/v1/webhooks", hook("https://billing.example.com/hooks/paid?x=1", "billing"), bearer(adminKey), specValid)
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+	r = e.do("POST", "/v1/webhooks", with(webhook("evt-o"), "url", "https://other.example.com/hook"), bearer(adminKey), specValid)
+	require.Equal(t, http.StatusAccepted, r.Status, "the default secret still signs for URLs no endpoint holds: %s", r.Body)
+}

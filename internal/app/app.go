@@ -237,7 +237,7 @@ func buildChannel(cc *config.ChannelConfig, egress channels.Egress, secrets Secr
 // an endpoint's secrets, current first; the default's for a delivery that
 // names none, or any endpoint while none is listed; ErrUnknownEndpoint for
 // a name not listed.
-func webhookSecrets(cc *config.ChannelConfig, secrets Secrets) (func(string) ([]string, error), error) {
+func webhookSecrets(cc *config.ChannelConfig, secrets Secrets) (func(string, string) ([]string, error), error) {
 	pair := func(current, previous string) ([]string, error) {
 		out := make([]string, 0, 2)
 		for _, env := range []string{current, previous} {
@@ -267,15 +267,29 @@ func webhookSecrets(cc *config.ChannelConfig, secrets Secrets) (func(string) ([]
 		}
 		byName[name] = s
 	}
-	return func(endpoint string) ([]string, error) {
+	bound := webhookEndpoints(cc)
+	return func(endpoint, url string) ([]string, error) {
+		if err := bound.Check(endpoint, url); err != nil {
+			return nil, err
+		}
 		if endpoint == "" || len(byName) == 0 {
 			return def, nil
 		}
-		if s, ok := byName[endpoint]; ok {
-			return s, nil
-		}
-		return nil, channels.ErrUnknownEndpoint
+		return byName[endpoint], nil
 	}, nil
+}
+
+// webhookEndpoints is channels.webhook.endpoints as the producer and the
+// worker hold deliveries to it: each endpoint's URL prefixes.
+func webhookEndpoints(cc *config.ChannelConfig) tasks.WebhookEndpoints {
+	if len(cc.Endpoints) == 0 {
+		return nil
+	}
+	m := make(tasks.WebhookEndpoints, len(cc.Endpoints))
+	for name, ep := range cc.Endpoints {
+		m[name] = ep.URLs
+	}
+	return m
 }
 
 // credentialFormat rejects a token that cannot be what a provider issued:

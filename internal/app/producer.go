@@ -39,9 +39,7 @@ func NewProducer(cfg *config.Config, rdb redis.UniversalClient, lim *throttle.Re
 		opts.WhatsAppTemplates = wa.Templates
 	}
 	if wh := cfg.Channels["webhook"]; wh != nil && wh.Enabled {
-		for name := range wh.Endpoints {
-			opts.WebhookEndpoints = append(opts.WebhookEndpoints, name)
-		}
+		opts.WebhookEndpoints = webhookEndpoints(wh)
 	}
 	if rdb != nil {
 		opts.Redis, opts.Limiter = rdb, lim

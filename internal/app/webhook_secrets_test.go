@@ -26,9 +26,9 @@ import (
 // reference library: an endpoint listed in channels.webhook.endpoints is
 // signed with its own secret only; during a rotation (previous_secret_env)
 // with both, the current first; a delivery naming no endpoint with the
-// default secret; an endpoint not listed is refused at enqueue and, if it
-// reaches a worker, archived (Permanent), never signed with another's
-// secret.
+// default secret; an endpoint not listed, or named for a URL outside its
+// urls, is refused at enqueue and, if it reaches a worker, archived
+// (Permanent), never signed with another's secret or for another's URL.
 func TestWebhookEndpointsSignWithTheirOwnSecrets(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{
@@ -44,15 +44,6 @@ func TestWebhookEndpointsSignWithTheirOwnSecrets(t *testing.T) {
 		}
 		return "", errors.New("env " + name + " is not set")
 	}
-	cfg, err := config.Parse("sluice.yaml", []byte(strings.Join([]string{
-		"channels:",
-		"  webhook:",
-		"    endpoints:",
-		"      billing: {secret_env: BILLING_SECRET}",
-		"      crm: {secret_env: CRM_SECRET, previous_secret_env: CRM_SECRET_OLD}",
-	}, "\n")))
-	require.NoError(t, err)
-
 	type got struct {
 		header http.Header
 		body   []byte
@@ -63,13 +54,21 @@ func TestWebhookEndpointsSignWithTheirOwnSecrets(t *testing.T) {
 		reqs <- got{r.Header.Clone(), b}
 	}))
 	t.Cleanup(srv.Close)
+	cfg, err := config.Parse("sluice.yaml", []byte(strings.Join([]string{
+		"channels:",
+		"  webhook:",
+		"    endpoints:",
+		"      billing: {secret_env: BILLING_SECRET, urls: ['" + srv.URL + "/billing/']}",
+		"      crm: {secret_env: CRM_SECRET, previous_secret_env: CRM_SECRET_OLD, urls: ['" + srv.URL + "/crm']}",
+	}, "\n")))
+	require.NoError(t, err)
 	loopback := channels.Egress{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
 	ch, err := buildChannel(cfg.Channels["webhook"], loopback, secrets, srv.Client(), "")
 	require.NoError(t, err)
 
-	deliver := func(endpoint string) (got, error) {
+	deliver := func(endpoint, path string) (got, error) {
 		t.Helper()
-		task, err := tasks.NewWebhookDeliverTask(tasks.WebhookDeliver{URL: srv.URL + "/hook", EventType: "invoice.paid",
+		task, err := tasks.NewWebhookDeliverTask(tasks.WebhookDeliver{URL: srv.URL + path, EventType: "invoice.paid",
 			Payload: json.RawMessage(`{"id":"inv_1"}`), Endpoint: endpoint, IdempotencyKey: "msg_" + endpoint})
 		require.NoError(t, err)
 		p, err := ch.Prepare(task.Payload())
@@ -85,7 +84,7 @@ func TestWebhookEndpointsSignWithTheirOwnSecrets(t *testing.T) {
 		return wh.Verify(g.body, g.header) == nil
 	}
 
-	billing, err := deliver("billing")
+	billing, err := deliver("billing", "/billing/invoices")
 	require.NoError(t, err)
 	require.True(t, verifies(billing, env["BILLING_SECRET"]), "billing verifies with its own secret")
 	for _, other := range []string{"WEBHOOK_SECRET", "CRM_SECRET", "CRM_SECRET_OLD"} {
@@ -93,7 +92,7 @@ func TestWebhookEndpointsSignWithTheirOwnSecrets(t *testing.T) {
 	}
 	require.Len(t, strings.Fields(billing.header.Get("webhook-signature")), 1)
 
-	crm, err := deliver("crm")
+	crm, err := deliver("crm", "/crm")
 	require.NoError(t, err)
 	require.True(t, verifies(crm, env["CRM_SECRET"]), "crm verifies with its new secret")
 	require.True(t, verifies(crm, env["CRM_SECRET_OLD"]), "and, during the rotation, with its old one")
@@ -105,17 +104,32 @@ func TestWebhookEndpointsSignWithTheirOwnSecrets(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, first, sigs[0], "the current secret's signature comes first")
 
-	def, err := deliver("")
+	def, err := deliver("", "/hook")
 	require.NoError(t, err)
 	require.True(t, verifies(def, env["WEBHOOK_SECRET"]), "no endpoint: the default secret")
 	require.False(t, verifies(def, env["BILLING_SECRET"]))
 
-	_, err = deliver("marketing")
+	_, err = deliver("marketing", "/hook")
 	var ce *channels.Error
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, channels.Permanent, ce.Class, "an endpoint with no secret is a configuration error: archived, not retried")
 	require.ErrorIs(t, err, channels.ErrUnknownEndpoint)
 	require.Empty(t, reqs, "nothing was sent for it")
+
+	// A delivery's URL and body are the caller's: billing's secret signs
+	// for billing's URLs only, or a caller could have it sign a body of
+	// theirs, sent to them, and replay it to billing. Nor does crm's URL
+	// take billing's secret, nor a "../" climb out of billing's prefix,
+	// nor billing's URL the default secret (billing would not verify it).
+	for _, c := range []struct{ endpoint, path string }{
+		{"billing", "/collect"}, {"billing", "/crm"}, {"billing", "/billing/../crm"}, {"billing", "/billingX"}, {"", "/billing/invoices"},
+	} {
+		_, err = deliver(c.endpoint, c.path)
+		require.ErrorAs(t, err, &ce, "%+v", c)
+		require.Equal(t, channels.Permanent, ce.Class, "%+v", c)
+		require.ErrorIs(t, err, channels.ErrEndpointURL, "%+v", c)
+		require.Empty(t, reqs, "nothing signed or sent for %+v", c)
+	}
 
 	prod, err := NewProducer(cfg, nil, nil, nil)
 	require.NoError(t, err)
@@ -125,6 +139,22 @@ func TestWebhookEndpointsSignWithTheirOwnSecrets(t *testing.T) {
 	res := prod.Check([]producer.Item{{Task: task}})
 	require.ErrorContains(t, res[0].Err, "endpoint: not one of channels.webhook.endpoints")
 	require.NotContains(t, res[0].Err.Error(), "billing", "the configured names are not shown to a caller")
+	for endpoint, want := range map[string]string{
+		"billing": "url: not under the urls of the endpoint named",
+		"":        "url: under the urls of one of channels.webhook.endpoints",
+	} {
+		url := "https://attacker.example/collect?t=tok"
+		if endpoint == "" {
+			url = srv.URL + "/billing/x"
+		}
+		task, err := tasks.NewWebhookDeliverTask(tasks.WebhookDeliver{URL: url, EventType: "e",
+			Payload: json.RawMessage(`{}`), Endpoint: endpoint, IdempotencyKey: "k"})
+		require.NoError(t, err)
+		res := prod.Check([]producer.Item{{Task: task}})
+		require.ErrorContains(t, res[0].Err, want, "refused at enqueue")
+		require.NotContains(t, res[0].Err.Error(), "attacker")
+		require.NotContains(t, res[0].Err.Error(), "billing")
+	}
 
 	// Rotating the default secret signs the deliveries that name no
 	// endpoint with both.
@@ -132,7 +162,7 @@ func TestWebhookEndpointsSignWithTheirOwnSecrets(t *testing.T) {
 	require.NoError(t, err)
 	ch, err = buildChannel(rot.Channels["webhook"], loopback, secrets, srv.Client(), "")
 	require.NoError(t, err)
-	def, err = deliver("any-name")
+	def, err = deliver("any-name", "/hook")
 	require.NoError(t, err)
 	require.True(t, verifies(def, env["WEBHOOK_SECRET"]))
 	require.True(t, verifies(def, env["WEBHOOK_SECRET_OLD"]), "no endpoints listed: every name takes the default pair")
