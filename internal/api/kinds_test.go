@@ -137,3 +137,21 @@ func TestWebhookEndpointsBoundToTheirURLs(t *testing.T) {
 	r = e.do("POST", "/v1/webhooks", with(webhook("evt-o"), "url", "https://other.example.com/hook"), bearer(adminKey), specValid)
 	require.Equal(t, http.StatusAccepted, r.Status, "the default secret still signs for URLs no endpoint holds: %s", r.Body)
 }
+
+// A reaction takes any one emoji Meta shows, its modifiers included: the
+// API document's pattern and the server's check agree on each (do checks
+// the request against the document as well as the answer).
+func TestReactionEmojiForms(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{keys: keysEnv})
+	for _, emoji := range []string{"👍", "👍🏽", "❤️", "1️⃣", "#️⃣", "🇧🇷", "👨‍👩‍👧", "🏳️‍🌈", ""} {
+		body := with(whatsApp(), "text", nil, "reaction", map[string]any{"message_id": "wamid.A", "emoji": emoji})
+		r := e.do("POST", "/v1/messages", body, bearer(adminKey), specValid)
+		require.Equal(t, http.StatusAccepted, r.Status, "%q: %s", emoji, r.Body)
+	}
+	for _, emoji := range []string{"ok", "1", "👍 ", "👍👍👍👍👍👍👍👍👍"} {
+		body := with(whatsApp(), "text", nil, "reaction", map[string]any{"message_id": "wamid.A", "emoji": emoji})
+		r := e.do("POST", "/v1/messages", body, bearer(adminKey), specInvalid)
+		require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%q: %s", emoji, r.Body)
+	}
+}
