@@ -350,7 +350,7 @@ func TestSecretsNotInErrors(t *testing.T) {
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), token)
 
-	_, err = (&Twilio{BaseURL: srv.URL, AccountSID: testAccountSID, AuthToken: auth, HTTP: srv.Client()}).Send(ctx, tasks.SMSSend{From: "+1", To: "+1", Body: "b"})
+	_, err = (&Twilio{BaseURL: srv.URL, AccountSID: testAccountSID, AuthToken: auth, HTTP: srv.Client()}).Send(ctx, tasks.SMSSend{From: "+12025550100", To: "+12025550123", Body: "b"})
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), auth)
 

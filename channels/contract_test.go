@@ -48,6 +48,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -695,17 +696,32 @@ func TestTwilioErrorSample(t *testing.T) {
 }
 
 // TestSluiceRefusalsAreTheSpecsToo: a send Sluice refuses at enqueue is one
-// the provider's spec refuses too, wherever the spec can say it. Each case
-// is refused by the tasks package's validation, and its body, built as the
-// channel would build it without that validation, fails the spec.
+// the provider's spec refuses too, for the same property, wherever the spec
+// can say it. Each case is a pair that differs in that property alone, on
+// either side of its bound: Sluice refuses the one over it and takes the
+// other, and so does the spec, with the bodies built as the channel would
+// build them without Sluice's validation (buildWhatsAppBody). The pair
+// shows the spec refuses the property itself, not something else about the
+// body (a oneOf reports one branch's error only).
 func TestSluiceRefusalsAreTheSpecsToo(t *testing.T) {
 	t.Parallel()
 	wa := requireSpec(t, whatsappSpec)
 	tw := requireSpec(t, twilioSpec)
-	base := func(f func(*tasks.WhatsAppSend)) tasks.WhatsAppSend {
-		p := tasks.WhatsAppSend{V: 1, PhoneNumberID: "106540352242922", To: "+12025550123"}
-		f(&p)
-		return p
+	// pair builds the payload under the bound (over false) and over it.
+	pair := func(f func(p *tasks.WhatsAppSend, over bool)) [2]tasks.WhatsAppSend {
+		var out [2]tasks.WhatsAppSend
+		for i, over := range []bool{false, true} {
+			out[i] = tasks.WhatsAppSend{V: 1, PhoneNumberID: "106540352242922", To: "+12025550123"}
+			f(&out[i], over)
+		}
+		return out
+	}
+	// n is at the bound, or one over it.
+	n := func(bound int, over bool) int {
+		if over {
+			return bound + 1
+		}
+		return bound
 	}
 	buttons := func(n int) []tasks.ReplyButton {
 		var out []tasks.ReplyButton
@@ -714,37 +730,47 @@ func TestSluiceRefusalsAreTheSpecsToo(t *testing.T) {
 		}
 		return out
 	}
-	for name, p := range map[string]tasks.WhatsAppSend{
-		"four reply buttons": base(func(p *tasks.WhatsAppSend) {
-			p.Interactive = &tasks.Interactive{Type: tasks.InteractiveButton, Body: "b", Buttons: buttons(4)}
+	for name, p := range map[string][2]tasks.WhatsAppSend{
+		"four reply buttons": pair(func(p *tasks.WhatsAppSend, over bool) {
+			p.Interactive = &tasks.Interactive{Type: tasks.InteractiveButton, Body: "b", Buttons: buttons(n(3, over))}
 		}),
-		"a reply button title over 20": base(func(p *tasks.WhatsAppSend) {
-			p.Interactive = &tasks.Interactive{Type: tasks.InteractiveButton, Body: "b", Buttons: []tasks.ReplyButton{{ID: "a", Title: strings.Repeat("t", 21)}}}
+		"a reply button title over 20": pair(func(p *tasks.WhatsAppSend, over bool) {
+			p.Interactive = &tasks.Interactive{Type: tasks.InteractiveButton, Body: "b", Buttons: []tasks.ReplyButton{{ID: "a", Title: strings.Repeat("t", n(20, over))}}}
 		}),
-		"an interactive body over 1,024": base(func(p *tasks.WhatsAppSend) {
-			p.Interactive = &tasks.Interactive{Type: tasks.InteractiveButton, Body: strings.Repeat("b", 1025), Buttons: buttons(1)}
+		"an interactive body over 1,024": pair(func(p *tasks.WhatsAppSend, over bool) {
+			p.Interactive = &tasks.Interactive{Type: tasks.InteractiveButton, Body: strings.Repeat("b", n(1024, over)), Buttons: buttons(1)}
 		}),
-		"a header text over 60": base(func(p *tasks.WhatsAppSend) {
-			p.Interactive = &tasks.Interactive{Type: tasks.InteractiveButton, Body: "b", Buttons: buttons(1), Header: &tasks.InteractiveHeader{Type: "text", Text: strings.Repeat("h", 61)}}
+		"a header text over 60": pair(func(p *tasks.WhatsAppSend, over bool) {
+			p.Interactive = &tasks.Interactive{Type: tasks.InteractiveButton, Body: "b", Buttons: buttons(1), Header: &tasks.InteractiveHeader{Type: "text", Text: strings.Repeat("h", n(60, over))}}
 		}),
-		"a list button over 20": base(func(p *tasks.WhatsAppSend) {
-			p.Interactive = &tasks.Interactive{Type: tasks.InteractiveList, Body: "b", ListButton: strings.Repeat("l", 21), Rows: []tasks.ListRow{{ID: "1", Title: "t"}}}
+		"a list button over 20": pair(func(p *tasks.WhatsAppSend, over bool) {
+			p.Interactive = &tasks.Interactive{Type: tasks.InteractiveList, Body: "b", ListButton: strings.Repeat("l", n(20, over)), Rows: []tasks.ListRow{{ID: "1", Title: "t"}}}
 		}),
-		"a row title over 24": base(func(p *tasks.WhatsAppSend) {
-			p.Interactive = &tasks.Interactive{Type: tasks.InteractiveList, Body: "b", ListButton: "Pick", Rows: []tasks.ListRow{{ID: "1", Title: strings.Repeat("t", 25)}}}
+		"a row title over 24": pair(func(p *tasks.WhatsAppSend, over bool) {
+			p.Interactive = &tasks.Interactive{Type: tasks.InteractiveList, Body: "b", ListButton: "Pick", Rows: []tasks.ListRow{{ID: "1", Title: strings.Repeat("t", n(24, over))}}}
 		}),
-		"a caption on a sticker": base(func(p *tasks.WhatsAppSend) { p.Media = &tasks.Media{Type: tasks.MediaSticker, ID: "1", Caption: "hi"} }),
-		"six contacts": base(func(p *tasks.WhatsAppSend) {
+		"a caption on a sticker": pair(func(p *tasks.WhatsAppSend, over bool) {
+			p.Media = &tasks.Media{Type: tasks.MediaSticker, ID: "1"}
+			if over {
+				p.Media.Caption = "hi"
+			}
+		}),
+		"six contacts": pair(func(p *tasks.WhatsAppSend, over bool) {
 			c := tasks.Contact{Name: tasks.ContactName{FormattedName: "A B", FirstName: "A"}}
-			p.Contacts = []tasks.Contact{c, c, c, c, c, c}
+			p.Contacts = slices.Repeat([]tasks.Contact{c}, n(5, over))
 		}),
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := tasks.NewWhatsAppSendTask(p)
-			require.Error(t, err, "Sluice refuses it")
-			body, err := whatsappBody(p)
-			require.NoError(t, err)
-			require.Error(t, wa.validate(newSpecRequest(wa.server+"/v23.0/106540352242922/messages", "application/json", body, bearer)), "the spec refuses it: %s", body)
+			for i, over := range []bool{false, true} {
+				_, err := tasks.NewWhatsAppSendTask(p[i])
+				require.Equal(t, over, err != nil, "Sluice refuses it when over the bound only: %v", err)
+				body, err := buildWhatsAppBody(p[i])
+				require.NoError(t, err)
+				err = wa.validate(newSpecRequest(wa.server+"/v23.0/106540352242922/messages", "application/json", body, bearer))
+				require.Equal(t, over, err != nil, "the spec refuses it when over the bound only: %v\n%s", err, body)
+			}
+			_, err := whatsappBody(p[1])
+			require.Error(t, err, "the channel refuses it too, whoever built the payload")
 		})
 	}
 	basic := func(r *http.Request) { r.SetBasicAuth(testAccountSID, "tok3n") }

@@ -129,7 +129,8 @@ func CheckAccountSID(sid string) error {
 //   - 5xx: Transient.
 //
 // A Retry-After header, if Twilio sends one, overrides these defaults. An
-// invalid payload or configuration is a Permanent *Error without HTTPStatus. If
+// invalid payload (tasks.SMSSend.CheckShape: every rule of enqueue but
+// libphonenumber's, whoever built p) or configuration is a Permanent *Error without HTTPStatus. If
 // ctx is cancelled the error wraps context.Canceled and is not an *Error.
 func (c *Twilio) Send(ctx context.Context, p tasks.SMSSend) (Response, error) {
 	if err := c.Validate(); err != nil {
@@ -168,6 +169,9 @@ func (c *Twilio) Send(ctx context.Context, p tasks.SMSSend) (Response, error) {
 
 // twilioForm builds and checks the form for p.
 func twilioForm(p tasks.SMSSend) (url.Values, error) {
+	if err := p.CheckShape(); err != nil {
+		return nil, err
+	}
 	if p.To == "" {
 		return nil, errors.New("to: required")
 	}

@@ -110,7 +110,8 @@ func (c *WhatsApp) Validate() error {
 //
 // RetryAfter comes from the x-business-use-case-usage header
 // (estimated_time_to_regain_access, minutes) or a Retry-After header, whichever
-// is larger. An invalid payload or configuration is a Permanent *Error without
+// is larger. An invalid payload (tasks.WhatsAppSend.CheckShape: every rule of enqueue but
+// libphonenumber's, whoever built p) or configuration is a Permanent *Error without
 // HTTPStatus. If ctx is cancelled the error wraps context.Canceled and is not an
 // *Error.
 func (c *WhatsApp) Send(ctx context.Context, p tasks.WhatsAppSend) (Response, error) {
@@ -330,8 +331,19 @@ func locationOf(l *tasks.Location) *whatsappLocation {
 		Longitude: strconv.FormatFloat(l.Longitude, 'f', -1, 64), Name: l.Name, Address: l.Address}
 }
 
-// whatsappBody builds and checks the JSON body for p.
+// whatsappBody checks p (tasks.WhatsAppSend.CheckShape: every rule of
+// enqueue but libphonenumber's) and builds its JSON body.
 func whatsappBody(p tasks.WhatsAppSend) ([]byte, error) {
+	if err := p.CheckShape(); err != nil {
+		return nil, err
+	}
+	return buildWhatsAppBody(p)
+}
+
+// buildWhatsAppBody is whatsappBody without CheckShape: the body a payload
+// makes as it is (the contract tests show that payloads Sluice refuses
+// make bodies the spec refuses too).
+func buildWhatsAppBody(p tasks.WhatsAppSend) ([]byte, error) {
 	if p.PhoneNumberID == "" || !isDigits(p.PhoneNumberID) {
 		return nil, fmt.Errorf("phone_number_id: want digits, got %q", p.PhoneNumberID)
 	}

@@ -101,6 +101,19 @@ func normPhone(s string) string {
 // IdempotencyKey is empty or 1–200 characters of [A-Za-z0-9._:-].
 func (p WhatsAppSend) Validate() error { return p.validate(checkPhone) }
 
+// CheckShape is Validate as the decoders apply it: phone numbers checked
+// for E.164 shape only (checkE164Syntax), and V 0 taken as PayloadVersion
+// (a payload built in Go without NewWhatsAppSendTask). channels.WhatsApp
+// checks every payload it sends with it, so one that no decoder read
+// cannot go out malformed (a media header with neither link nor id as
+// "{}", say).
+func (p WhatsAppSend) CheckShape() error {
+	if p.V == 0 {
+		p.V = PayloadVersion
+	}
+	return p.validate(checkE164Syntax)
+}
+
 func (p WhatsAppSend) validate(checkPhone func(field, s string) error) error {
 	if err := checkVersion(p.V); err != nil {
 		return err
@@ -321,6 +334,15 @@ func checkTemplateParam(v string) error {
 // non-blank values of at most 1600 characters); ValidityPeriod is 0 or 1
 // to 36,000 seconds.
 func (p SMSSend) Validate() error { return p.validate(checkPhone) }
+
+// CheckShape is WhatsAppSend.CheckShape for an SMS: what channels.Twilio
+// checks every payload it sends with.
+func (p SMSSend) CheckShape() error {
+	if p.V == 0 {
+		p.V = PayloadVersion
+	}
+	return p.validate(checkE164Syntax)
+}
 
 func (p SMSSend) validate(checkPhone func(field, s string) error) error {
 	if err := checkVersion(p.V); err != nil {
