@@ -258,6 +258,14 @@ func TestWhatsAppSendValidate(t *testing.T) {
 			tmpl(p)
 			p.Template.BodyParams = []TemplateParam{{Type: "currency", Currency: &TemplateCurrency{FallbackValue: "$1", Code: "usd", Amount1000: 1000}}}
 		}, `template.body_params[0].currency.code: "usd": want an ISO 4217 code (USD)`},
+		{"a currency fallback with a newline", func(p *WhatsAppSend) {
+			tmpl(p)
+			p.Template.BodyParams = []TemplateParam{{Type: "text", Text: "Ann"}, {Type: "currency", Currency: &TemplateCurrency{FallbackValue: "$1\n(USD)", Code: "USD", Amount1000: 1000}}}
+		}, "template.body_params[1].currency.fallback_value ({{2}}): has a newline at byte 2; WhatsApp rejects new-line and tab characters in parameters (error 132018)"},
+		{"a date fallback with 5 spaces", func(p *WhatsAppSend) {
+			tmpl(p)
+			p.Template.BodyParams = []TemplateParam{{Type: "date_time", DateTime: &TemplateDateTime{FallbackValue: "May 1,     2026"}}}
+		}, "template.body_params[0].date_time.fallback_value ({{1}}): has more than 4 consecutive spaces at byte 6"},
 		{"eleven template buttons", func(p *WhatsAppSend) {
 			tmpl(p)
 			for i := range 11 {

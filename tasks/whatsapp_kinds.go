@@ -138,7 +138,11 @@ type ContactName struct {
 	Suffix        string `json:"suffix,omitempty"`
 }
 
-// ContactPhone is a contact's phone: Type is HOME, WORK or "".
+// ContactPhone is a contact's phone: Type is HOME, WORK or "". Meta's
+// contacts-message guide also names CELL, MAIN and IPHONE, but the Cloud
+// API spec's PhoneObject enum (../shared/specs, v23.0) has HOME and WORK
+// only, and every request Sluice sends must be valid against the spec;
+// put the kind in Phone's own text if it matters.
 type ContactPhone struct {
 	Phone string `json:"phone"`
 	Type  string `json:"type,omitempty"`
@@ -572,6 +576,10 @@ func (p *TemplateParam) validate(f string, i int) error {
 		if err := checkText(f+".currency.fallback_value", c.FallbackValue, maxFallbackValue); err != nil {
 			return err
 		}
+		// (the fallback stands in for {{n}}, so Meta holds it to 132018 too)
+		if err := checkTemplateParam(c.FallbackValue); err != nil {
+			return fmt.Errorf("%s.currency.fallback_value ({{%d}}): %w", f, i+1, err)
+		}
 	case "date_time":
 		switch {
 		case p.Text != "" || p.Currency != nil:
@@ -581,6 +589,9 @@ func (p *TemplateParam) validate(f string, i int) error {
 		}
 		if err := checkText(f+".date_time.fallback_value", p.DateTime.FallbackValue, maxFallbackValue); err != nil {
 			return err
+		}
+		if err := checkTemplateParam(p.DateTime.FallbackValue); err != nil {
+			return fmt.Errorf("%s.date_time.fallback_value ({{%d}}): %w", f, i+1, err)
 		}
 	case "":
 		return fmt.Errorf("%s.type: required: text, currency or date_time", f)

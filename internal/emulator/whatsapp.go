@@ -158,7 +158,7 @@ func checkComponents(cs []waComponent) string {
 			ok := false
 			switch p.Type {
 			case "text":
-				ok = p.Text != nil && *p.Text != "" && runes(*p.Text) <= 60
+				ok = p.Text != nil && paramText(*p.Text) && runes(*p.Text) <= 60
 			case "image":
 				ok = checkMedia("image", p.Image) == ""
 			case "video":
@@ -166,7 +166,7 @@ func checkComponents(cs []waComponent) string {
 			case "document":
 				ok = checkMedia("document", p.Document) == ""
 			case "location":
-				ok = len(p.Location) > 0
+				ok = headerLocation(p.Location)
 			}
 			if !ok {
 				return "Param template['components'][header]['parameters'] is invalid."
@@ -176,11 +176,11 @@ func checkComponents(cs []waComponent) string {
 				ok := false
 				switch p.Type {
 				case "text":
-					ok = p.Text != nil && *p.Text != "" && !strings.ContainsAny(*p.Text, "\n\t") && !strings.Contains(*p.Text, "     ")
+					ok = p.Text != nil && paramText(*p.Text)
 				case "currency":
-					ok = p.Currency != nil && currencyCode.MatchString(p.Currency.Code) && p.Currency.FallbackValue != ""
+					ok = p.Currency != nil && currencyCode.MatchString(p.Currency.Code) && paramText(p.Currency.FallbackValue)
 				case "date_time":
-					ok = p.DateTime != nil && p.DateTime.FallbackValue != ""
+					ok = p.DateTime != nil && paramText(p.DateTime.FallbackValue)
 				}
 				if !ok {
 					return "Param template['components'][body]['parameters'] is invalid."
@@ -212,6 +212,37 @@ func checkComponents(cs []waComponent) string {
 		}
 	}
 	return ""
+}
+
+// paramText is a template parameter's text as Meta takes it (error 132018,
+// "Param text cannot have new-line/tab characters or more than 4
+// consecutive spaces"), read strictly: not empty, no line feed, carriage
+// return or tab, no five spaces in a row. A fallback_value stands in for
+// its parameter, so it is held to the same.
+func paramText(s string) bool {
+	return s != "" && !strings.ContainsAny(s, "\n\r\t") && !strings.Contains(s, "     ")
+}
+
+// headerLocation is a template header's location parameter: an object
+// with a latitude (-90 to 90) and a longitude (-180 to 180), as numbers or
+// as the strings of numbers (the spec types them as strings).
+func headerLocation(raw json.RawMessage) bool {
+	var l struct {
+		Latitude  json.RawMessage `json:"latitude"`
+		Longitude json.RawMessage `json:"longitude"`
+	}
+	if json.Unmarshal(raw, &l) != nil {
+		return false
+	}
+	coord := func(v json.RawMessage, bound float64) bool {
+		var s string
+		if json.Unmarshal(v, &s) != nil {
+			s = string(v)
+		}
+		f, err := strconv.ParseFloat(s, 64)
+		return err == nil && f >= -bound && f <= bound
+	}
+	return coord(l.Latitude, 90) && coord(l.Longitude, 180)
 }
 
 // waInteractive is the part of an interactive object the emulator checks.

@@ -424,6 +424,16 @@ func TestWhatsAppValidation(t *testing.T) {
 			map[string]any{"type": "currency", "currency": map[string]any{"fallback_value": "$1", "code": "usd", "amount_1000": 1000}}}}), code: 100},
 		{name: "template header sticker", payload: templateWith(map[string]any{"type": "header", "parameters": []any{
 			map[string]any{"type": "sticker", "sticker": map[string]any{"id": "1"}}}}), code: 100},
+		{name: "template header location null", payload: templateWith(map[string]any{"type": "header", "parameters": []any{
+			map[string]any{"type": "location", "location": nil}}}), code: 100},
+		{name: "template header location without longitude", payload: templateWith(map[string]any{"type": "header", "parameters": []any{
+			map[string]any{"type": "location", "location": map[string]any{"latitude": "37.48"}}}}), code: 100},
+		{name: "template header text with a newline", payload: templateWith(map[string]any{"type": "header", "parameters": []any{
+			map[string]any{"type": "text", "text": "a\nb"}}}), code: 100},
+		{name: "currency fallback with a tab", payload: templateWith(map[string]any{"type": "body", "parameters": []any{
+			map[string]any{"type": "currency", "currency": map[string]any{"fallback_value": "$1\t", "code": "USD", "amount_1000": 1000}}}}), code: 100},
+		{name: "date fallback with five spaces", payload: templateWith(map[string]any{"type": "body", "parameters": []any{
+			map[string]any{"type": "date_time", "date_time": map[string]any{"fallback_value": "May     1"}}}}), code: 100},
 		{name: "interactive without body", payload: interactiveMessage(map[string]any{"type": "button",
 			"action": map[string]any{"buttons": []any{replyButton("1", "Yes")}}}), code: 100},
 		{name: "four reply buttons", payload: interactiveMessage(map[string]any{"type": "button", "body": map[string]any{"text": "b"},
@@ -463,7 +473,7 @@ func TestWhatsAppValidation(t *testing.T) {
 		assert.NotEmpty(t, e.FBTraceID, tc.name)
 	}
 	st := h.s.Stats()[ChannelWhatsApp]
-	assert.Equal(t, 40, st.Rejected)
+	assert.Equal(t, 45, st.Rejected)
 	assert.Zero(t, st.Accepted)
 	assert.Empty(t, h.s.Records())
 }
@@ -638,4 +648,10 @@ func TestWhatsAppAcceptsTemplateComponents(t *testing.T) {
 		map[string]any{"type": "button", "sub_type": "copy_code", "index": "2", "parameters": []any{map[string]any{"type": "coupon_code", "coupon_code": "SAVE10"}}})
 	r := h.waRaw("/v23.0/"+phoneID+"/messages", m, nil)
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	for i, loc := range []map[string]any{{"latitude": "37.4847", "longitude": "-122.1486", "name": "HQ"}, {"latitude": -33.9, "longitude": 151.2}} {
+		m := templateWith(map[string]any{"type": "header", "parameters": []any{map[string]any{"type": "location", "location": loc}}})
+		m["to"] = fmt.Sprintf("1650555124%d", i) // another recipient: the pair limit is 1 per 6 s
+		r := h.waRaw("/v23.0/"+phoneID+"/messages", m, nil)
+		require.Equal(t, http.StatusOK, r.status, "%v: %s", loc, r.body)
+	}
 }
