@@ -527,26 +527,55 @@ type facts struct {
 	tenant   string
 	campaign string
 	sendAt   time.Time // tasks.Delivery.SendAt
+	payload  any       // the decoded payload: tasks.WhatsAppSend, SMSSend, WebhookDeliver or HTTPCall
 }
 
 // payloadFacts decodes a task of a type the tasks package knows; other
 // types have no facts (and no error).
 func payloadFacts(t *asynq.Task) (facts, error) {
-	switch t.Type() {
-	case tasks.TypeWhatsAppSend:
-		p, err := tasks.DecodeWhatsAppSend(t.Payload())
-		return facts{p.Fields(), p.High(), p.IdempotencyKey, p.Tenant, p.Campaign, p.SendAt}, err
-	case tasks.TypeSMSSend:
-		p, err := tasks.DecodeSMSSend(t.Payload())
-		return facts{p.Fields(), p.High(), p.IdempotencyKey, p.Tenant, p.Campaign, p.SendAt}, err
-	case tasks.TypeWebhookDeliver:
-		p, err := tasks.DecodeWebhookDeliver(t.Payload())
-		return facts{p.Fields(), p.High(), p.IdempotencyKey, p.Tenant, p.Campaign, p.SendAt}, err
-	case tasks.TypeHTTPCall:
-		p, err := tasks.DecodeHTTPCall(t.Payload())
-		return facts{p.Fields(), p.High(), p.IdempotencyKey, p.Tenant, p.Campaign, p.SendAt}, err
+	p, err := decodePayload(t)
+	if err != nil || p == nil {
+		return facts{}, err
+	}
+	f := func(fields map[string]string, high bool, key string, d tasks.Delivery) facts {
+		return facts{fields, high, key, d.Tenant, d.Campaign, d.SendAt, p}
+	}
+	switch p := p.(type) {
+	case tasks.WhatsAppSend:
+		return f(p.Fields(), p.High(), p.IdempotencyKey, p.Delivery), nil
+	case tasks.SMSSend:
+		return f(p.Fields(), p.High(), p.IdempotencyKey, p.Delivery), nil
+	case tasks.WebhookDeliver:
+		return f(p.Fields(), p.High(), p.IdempotencyKey, p.Delivery), nil
+	case tasks.HTTPCall:
+		return f(p.Fields(), p.High(), p.IdempotencyKey, p.Delivery), nil
 	}
 	return facts{}, nil
+}
+
+// decodePayload decodes a task of a type the tasks package knows into its
+// payload value (tasks.WhatsAppSend, …); nil for other types.
+func decodePayload(t *asynq.Task) (any, error) {
+	b := t.Payload()
+	switch t.Type() {
+	case tasks.TypeWhatsAppSend:
+		return decoded(tasks.DecodeWhatsAppSend(b))
+	case tasks.TypeSMSSend:
+		return decoded(tasks.DecodeSMSSend(b))
+	case tasks.TypeWebhookDeliver:
+		return decoded(tasks.DecodeWebhookDeliver(b))
+	case tasks.TypeHTTPCall:
+		return decoded(tasks.DecodeHTTPCall(b))
+	}
+	return nil, nil
+}
+
+// decoded is a Decode… result as (any, error), nil on error.
+func decoded[T any](p T, err error) (any, error) {
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 func randomID() string {

@@ -185,7 +185,7 @@ func (c *Client) prepare(it Item) (prepared, error) {
 	if maxRetry > 0 {
 		opts = append(opts, asynq.MaxRetry(maxRetry))
 	}
-	t, err := build(it.Task, key, opts)
+	t, err := build(f.payload, key, opts)
 	if err != nil {
 		return prepared{}, err
 	}
@@ -197,13 +197,15 @@ func (c *Client) prepare(it Item) (prepared, error) {
 	if ch.maxPayload > 0 && len(t.Payload()) > ch.maxPayload {
 		return prepared{}, fmt.Errorf("payload: %d bytes encoded, over channels.%s.max_payload_bytes (%d)", len(t.Payload()), ch.name, ch.maxPayload)
 	}
-	if err := c.checkEndpoint(t); err != nil {
+	// the checks read the payload as built (normalized: a webhook's URL trimmed)
+	built, _ := decodePayload(t)
+	if err := c.checkEndpoint(built); err != nil {
 		return prepared{}, err
 	}
-	if err := c.checkTemplate(t); err != nil {
+	if err := c.checkTemplate(built); err != nil {
 		return prepared{}, err
 	}
-	if target := targetOf(t); target != "" {
+	if target := targetOf(built); target != "" {
 		if err := CheckTarget(c.egress, "url", target); err != nil {
 			return prepared{}, err
 		}
@@ -215,41 +217,34 @@ func (c *Client) prepare(it Item) (prepared, error) {
 	return prepared{task: t, id: id, send: f, maxRetry: maxRetry}, nil
 }
 
-// build builds t again from its payload (decoded before), with key as its
-// idempotency key and opts: the tasks package's constructor normalizes and
-// validates it in full.
-func build(t *asynq.Task, key string, opts []asynq.Option) (*asynq.Task, error) {
-	b := t.Payload()
-	switch t.Type() {
-	case tasks.TypeWhatsAppSend:
-		p, _ := tasks.DecodeWhatsAppSend(b)
+// build builds the task again from its decoded payload (facts.payload),
+// with key as its idempotency key and opts: the tasks package's
+// constructor normalizes and validates it in full.
+func build(p any, key string, opts []asynq.Option) (*asynq.Task, error) {
+	switch p := p.(type) {
+	case tasks.WhatsAppSend:
 		p.IdempotencyKey = key
 		return tasks.NewWhatsAppSendTask(p, opts...)
-	case tasks.TypeSMSSend:
-		p, _ := tasks.DecodeSMSSend(b)
+	case tasks.SMSSend:
 		p.IdempotencyKey = key
 		return tasks.NewSMSSendTask(p, opts...)
-	case tasks.TypeWebhookDeliver:
-		p, _ := tasks.DecodeWebhookDeliver(b)
+	case tasks.WebhookDeliver:
 		p.IdempotencyKey = key
 		return tasks.NewWebhookDeliverTask(p, opts...)
-	case tasks.TypeHTTPCall:
-		p, _ := tasks.DecodeHTTPCall(b)
+	case tasks.HTTPCall:
 		p.IdempotencyKey = key
 		return tasks.NewHTTPCallTask(p, opts...)
 	}
-	return nil, fmt.Errorf("type: %q is not a send Sluice makes", t.Type())
+	return nil, fmt.Errorf("payload: %T is not a send Sluice makes", p)
 }
 
-// targetOf is the URL a webhook or HTTP-call task goes to; "" for the
-// other types.
-func targetOf(t *asynq.Task) string {
-	switch t.Type() {
-	case tasks.TypeWebhookDeliver:
-		p, _ := tasks.DecodeWebhookDeliver(t.Payload())
+// targetOf is the URL a webhook or HTTP call goes to (p a decoded
+// payload); "" for the other types.
+func targetOf(p any) string {
+	switch p := p.(type) {
+	case tasks.WebhookDeliver:
 		return p.URL
-	case tasks.TypeHTTPCall:
-		p, _ := tasks.DecodeHTTPCall(t.Payload())
+	case tasks.HTTPCall:
 		return p.URL
 	}
 	return ""
@@ -258,11 +253,11 @@ func targetOf(t *asynq.Task) string {
 // checkEndpoint holds a webhook to Options.WebhookEndpoints, when it lists
 // any: a listed endpoint, to a URL under its prefixes, or none, to a URL
 // under no endpoint's.
-func (c *Client) checkEndpoint(t *asynq.Task) error {
-	if len(c.endpoints) == 0 || t.Type() != tasks.TypeWebhookDeliver {
+func (c *Client) checkEndpoint(payload any) error {
+	p, ok := payload.(tasks.WebhookDeliver)
+	if len(c.endpoints) == 0 || !ok {
 		return nil
 	}
-	p, _ := tasks.DecodeWebhookDeliver(t.Payload())
 	// (the error shows neither the name, which may hold a URL's token, nor
 	// the URL, nor the configured names, which a tenant's key need not learn)
 	err := c.endpoints.Check(p.Endpoint, p.URL)
@@ -280,12 +275,9 @@ func (c *Client) checkEndpoint(t *asynq.Task) error {
 
 // checkTemplate holds a WhatsApp template send to its template's shape,
 // when Options.WhatsAppTemplates lists it.
-func (c *Client) checkTemplate(t *asynq.Task) error {
-	if len(c.templates) == 0 || t.Type() != tasks.TypeWhatsAppSend {
-		return nil
-	}
-	p, _ := tasks.DecodeWhatsAppSend(t.Payload())
-	if p.Template == nil {
+func (c *Client) checkTemplate(payload any) error {
+	p, ok := payload.(tasks.WhatsAppSend)
+	if len(c.templates) == 0 || !ok || p.Template == nil {
 		return nil
 	}
 	shape, ok := c.templates[p.Template.Name]
