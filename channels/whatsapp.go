@@ -154,15 +154,11 @@ type whatsappMessage struct {
 	Context          *whatsappContext  `json:"context,omitempty"`
 	Text             *whatsappText     `json:"text,omitempty"`
 	Template         *whatsappTemplate `json:"template,omitempty"`
-	Image            *whatsappMedia    `json:"image,omitempty"`
-	Video            *whatsappMedia    `json:"video,omitempty"`
-	Audio            *whatsappMedia    `json:"audio,omitempty"`
-	Document         *whatsappMedia    `json:"document,omitempty"`
-	Sticker          *whatsappMedia    `json:"sticker,omitempty"`
-	Interactive      *whatsappInteract `json:"interactive,omitempty"`
-	Location         *whatsappLocation `json:"location,omitempty"`
-	Contacts         []tasks.Contact   `json:"contacts,omitempty"`
-	Reaction         *tasks.Reaction   `json:"reaction,omitempty"`
+	whatsappMediaOf
+	Interactive *whatsappInteract `json:"interactive,omitempty"`
+	Location    *whatsappLocation `json:"location,omitempty"`
+	Contacts    []tasks.Contact   `json:"contacts,omitempty"`
+	Reaction    *tasks.Reaction   `json:"reaction,omitempty"`
 }
 
 // whatsappInteract is an interactive object (the spec's InteractiveObject;
@@ -176,11 +172,40 @@ type whatsappInteract struct {
 }
 
 type whatsappHeader struct {
-	Type     string         `json:"type"`
-	Text     string         `json:"text,omitempty"`
+	Type string `json:"type"`
+	Text string `json:"text,omitempty"`
+	whatsappMediaOf
+}
+
+// whatsappMediaOf holds a media object under the member its type names
+// (image, video, audio, document, sticker), in a message, an interactive
+// header and a template header parameter alike.
+type whatsappMediaOf struct {
 	Image    *whatsappMedia `json:"image,omitempty"`
 	Video    *whatsappMedia `json:"video,omitempty"`
+	Audio    *whatsappMedia `json:"audio,omitempty"`
 	Document *whatsappMedia `json:"document,omitempty"`
+	Sticker  *whatsappMedia `json:"sticker,omitempty"`
+}
+
+// set puts md under typ's member; false for a type that is not a media
+// type.
+func (m *whatsappMediaOf) set(typ string, md *whatsappMedia) bool {
+	switch typ {
+	case tasks.MediaImage:
+		m.Image = md
+	case tasks.MediaVideo:
+		m.Video = md
+	case tasks.MediaAudio:
+		m.Audio = md
+	case tasks.MediaDocument:
+		m.Document = md
+	case tasks.MediaSticker:
+		m.Sticker = md
+	default:
+		return false
+	}
+	return true
 }
 
 type whatsappTextPart struct {
@@ -255,16 +280,14 @@ type whatsappComponent struct {
 // and ButtonParameterObject; location and coupon_code as Meta's template
 // reference gives them).
 type whatsappParameter struct {
-	Type       string                  `json:"type"`
-	Text       *string                 `json:"text,omitempty"`
-	Currency   *tasks.TemplateCurrency `json:"currency,omitempty"`
-	DateTime   *tasks.TemplateDateTime `json:"date_time,omitempty"`
-	Image      *whatsappMedia          `json:"image,omitempty"`
-	Video      *whatsappMedia          `json:"video,omitempty"`
-	Document   *whatsappMedia          `json:"document,omitempty"`
-	Location   *whatsappLocation       `json:"location,omitempty"`
-	Payload    *string                 `json:"payload,omitempty"`
-	CouponCode *string                 `json:"coupon_code,omitempty"`
+	Type     string                  `json:"type"`
+	Text     *string                 `json:"text,omitempty"`
+	Currency *tasks.TemplateCurrency `json:"currency,omitempty"`
+	DateTime *tasks.TemplateDateTime `json:"date_time,omitempty"`
+	whatsappMediaOf
+	Location   *whatsappLocation `json:"location,omitempty"`
+	Payload    *string           `json:"payload,omitempty"`
+	CouponCode *string           `json:"coupon_code,omitempty"`
 }
 
 // textParam is a text parameter.
@@ -278,16 +301,11 @@ func templateComponents(t *tasks.Template) ([]whatsappComponent, error) {
 	if h := t.Header; h != nil {
 		p := whatsappParameter{Type: h.Type}
 		md := &whatsappMedia{ID: h.ID, Link: h.Link, Filename: h.Filename}
-		switch h.Type {
-		case "text":
+		switch {
+		case h.Type == "text":
 			p.Text = &h.Text
-		case tasks.MediaImage:
-			p.Image = md
-		case tasks.MediaVideo:
-			p.Video = md
-		case tasks.MediaDocument:
-			p.Document = md
-		case "location":
+		case p.set(h.Type, md):
+		case h.Type == "location":
 			if h.Location == nil { // (a payload that bypassed tasks' validation)
 				return nil, errors.New("template.header.location: required for a location header")
 			}
@@ -385,18 +403,7 @@ func buildWhatsAppBody(p tasks.WhatsAppSend) ([]byte, error) {
 			return nil, errors.New("media: want exactly one of link and id")
 		}
 		m.Type = p.Media.Type
-		switch p.Media.Type {
-		case tasks.MediaImage:
-			m.Image = md
-		case tasks.MediaVideo:
-			m.Video = md
-		case tasks.MediaAudio:
-			m.Audio = md
-		case tasks.MediaDocument:
-			m.Document = md
-		case tasks.MediaSticker:
-			m.Sticker = md
-		default:
+		if !m.set(p.Media.Type, md) {
 			return nil, fmt.Errorf("media.type: %.40q: want image, video, audio, document or sticker", p.Media.Type)
 		}
 	case p.Template != nil:
@@ -427,14 +434,8 @@ func interactiveOf(in *tasks.Interactive) *whatsappInteract {
 	}
 	if h := in.Header; h != nil {
 		out.Header = &whatsappHeader{Type: h.Type, Text: h.Text}
-		md := &whatsappMedia{ID: h.ID, Link: h.Link}
-		switch h.Type {
-		case tasks.MediaImage:
-			out.Header.Image = md
-		case tasks.MediaVideo:
-			out.Header.Video = md
-		case tasks.MediaDocument:
-			out.Header.Document = md
+		if h.Type != "text" {
+			out.Header.set(h.Type, &whatsappMedia{ID: h.ID, Link: h.Link})
 		}
 	}
 	switch in.Type {
