@@ -270,7 +270,7 @@ func TestInvalidPayloads(t *testing.T) {
 	t.Parallel()
 	srv, got := capture(t, 200, whatsappOK, nil)
 	ctx := context.Background()
-	secret := func(string, string) ([]string, error) { return []string{testSecret}, nil }
+	secret := func(string) ([]string, error) { return []string{testSecret}, nil }
 	wa := &WhatsApp{BaseURL: srv.URL, Token: "EAAtok", HTTP: srv.Client()}
 	tw := &Twilio{BaseURL: srv.URL, AccountSID: testAccountSID, AuthToken: "tok", HTTP: srv.Client()}
 	wh := &Webhook{Egress: loopback, Secrets: secret, HTTP: srv.Client()}
@@ -319,7 +319,7 @@ func TestInvalidPayloads(t *testing.T) {
 		"wh bad url":          deliver(wh, hook(func(p *tasks.WebhookDeliver) { p.URL = "ftp://x/" })),
 		"wh payload not JSON": deliver(wh, hook(func(p *tasks.WebhookDeliver) { p.Payload = []byte(`{`) })),
 		"wh no Secret func":   deliver(&Webhook{Egress: loopback, HTTP: srv.Client()}, hook(func(*tasks.WebhookDeliver) {})),
-		"wh short secret": deliver(&Webhook{Egress: loopback, Secrets: func(string, string) ([]string, error) { return []string{"whsec_c2hvcnQ="}, nil }},
+		"wh short secret": deliver(&Webhook{Egress: loopback, Secrets: func(string) ([]string, error) { return []string{"whsec_c2hvcnQ="}, nil }},
 			hook(func(*tasks.WebhookDeliver) {})),
 		"http method":       call(tasks.HTTPCall{Method: "TRACE", URL: srv.URL}),
 		"http relative url": call(tasks.HTTPCall{Method: "GET", URL: "/relative"}),

@@ -44,7 +44,7 @@ var refusedTargets = []string{
 func TestEgressRefusesPrivateTargets(t *testing.T) {
 	ctx := context.Background()
 	for _, target := range refusedTargets {
-		wh := &Webhook{Secrets: func(string, string) ([]string, error) { return []string{testSecret}, nil }}
+		wh := &Webhook{Secrets: func(string) ([]string, error) { return []string{testSecret}, nil }}
 		_, err := wh.Deliver(ctx, tasks.WebhookDeliver{URL: target, EventType: "e", Payload: json.RawMessage(`{}`), IdempotencyKey: "k"})
 		requireRefused(t, target, err)
 		_, err = (&HTTPCaller{}).Call(ctx, tasks.HTTPCall{Method: "GET", URL: target})
@@ -93,7 +93,7 @@ func TestEgressChecksTheDialledAddress(t *testing.T) {
 	_, err := (&HTTPCaller{Egress: refuse}).Call(ctx, tasks.HTTPCall{Method: "GET", URL: target})
 	requireRefused(t, target, err)
 	require.Contains(t, err.Error(), "rebind.example.com (127.0.0.1) refused: loopback")
-	wh := &Webhook{Egress: refuse, Secrets: func(string, string) ([]string, error) { return []string{testSecret}, nil }}
+	wh := &Webhook{Egress: refuse, Secrets: func(string) ([]string, error) { return []string{testSecret}, nil }}
 	_, err = wh.Deliver(ctx, tasks.WebhookDeliver{URL: target, EventType: "e", Payload: json.RawMessage(`{}`), IdempotencyKey: "k"})
 	requireRefused(t, target, err)
 	require.Zero(t, hits.Load(), "no request may reach the receiver")

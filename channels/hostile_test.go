@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -59,7 +60,7 @@ func TestEchoedRequestStaysOutOfErrors(t *testing.T) {
 			Headers: map[string]string{"X-Html": "se<cr>et&tok9"}})
 		requireNoEcho(t, err, status, "VALUE1234", "Ef0123", "cr>et", `cr\u003eet`, "tok9")
 
-		wh := &Webhook{Egress: loopback, Secrets: func(string, string) ([]string, error) { return []string{testSecret}, nil }}
+		wh := &Webhook{Egress: loopback, Secrets: func(string) ([]string, error) { return []string{testSecret}, nil }}
 		_, err = wh.Deliver(ctx, tasks.WebhookDeliver{URL: target, EventType: "e", Payload: json.RawMessage(`{"a":1}`), IdempotencyKey: "msg_2fGh7k"})
 		requireNoEcho(t, err, status, sig, pathTok, "v1,", strings.TrimPrefix(testSecret, "whsec_"))
 	}
@@ -103,7 +104,7 @@ func TestTwoXXIsADelivery(t *testing.T) {
 	}
 	clients := map[string]func(srv *httptest.Server, hc *http.Client) error{
 		"webhook": func(srv *httptest.Server, hc *http.Client) error {
-			wh := &Webhook{Egress: loopback, HTTP: hc, Secrets: func(string, string) ([]string, error) { return []string{testSecret}, nil }}
+			wh := &Webhook{Egress: loopback, HTTP: hc, Secrets: func(string) ([]string, error) { return []string{testSecret}, nil }}
 			_, err := wh.Deliver(context.Background(), tasks.WebhookDeliver{URL: srv.URL, EventType: "e", Payload: json.RawMessage(`{}`), IdempotencyKey: "k"})
 			return err
 		},
@@ -151,11 +152,11 @@ func TestTwoXXIsADelivery(t *testing.T) {
 // scheme and host.
 func TestEndpointNameStaysOutOfErrors(t *testing.T) {
 	const endpoint = "https://hooks.example.com/services/T0AAAAAAA1B0BBBBBBB2XXXX?sig=s1gnatureValue9f8e7d"
-	for _, secrets := range []func(string, string) ([]string, error){
-		func(string, string) ([]string, error) { return nil, fmt.Errorf("vault unavailable") },
-		func(string, string) ([]string, error) { return []string{"whsec_bad"}, nil },
-		func(string, string) ([]string, error) { return []string{testSecret, "whsec_bad"}, nil },
-		func(string, string) ([]string, error) { return nil, ErrUnknownEndpoint },
+	for _, secrets := range []func(string) ([]string, error){
+		func(string) ([]string, error) { return nil, fmt.Errorf("vault unavailable") },
+		func(string) ([]string, error) { return []string{"whsec_bad"}, nil },
+		func(string) ([]string, error) { return []string{testSecret, "whsec_bad"}, nil },
+		func(string) ([]string, error) { return nil, ErrUnknownEndpoint },
 	} {
 		wh := &Webhook{Egress: loopback, Secrets: secrets}
 		_, err := wh.Deliver(context.Background(), tasks.WebhookDeliver{URL: "https://hooks.example.com/", EventType: "e",
@@ -165,4 +166,35 @@ func TestEndpointNameStaysOutOfErrors(t *testing.T) {
 		require.NotContains(t, err.Error(), "s1gnatureValue9f8e7d")
 		require.NotContains(t, err.Error(), "T0AAAAAAA1B0")
 	}
+}
+
+// TestDeliverHoldsEndpointsToTheirURLs: Deliver checks Webhook.Endpoints
+// itself, before it asks for a secret, so a Secrets func that ignores the
+// URL still never signs an endpoint's secret for another URL; the
+// delivery is Permanent and nothing is sent.
+func TestDeliverHoldsEndpointsToTheirURLs(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	t.Cleanup(srv.Close)
+	asked := 0
+	wh := &Webhook{Egress: loopback, HTTP: srv.Client(),
+		Secrets:   func(string) ([]string, error) { asked++; return []string{testSecret}, nil },
+		Endpoints: tasks.WebhookEndpoints{"billing": {srv.URL + "/billing/"}}}
+	deliver := func(endpoint, path string) error {
+		_, err := wh.Deliver(context.Background(), tasks.WebhookDeliver{URL: srv.URL + path, EventType: "e",
+			Payload: json.RawMessage(`{}`), Endpoint: endpoint, IdempotencyKey: "k"})
+		return err
+	}
+	for _, c := range []struct{ endpoint, path string }{{"billing", "/collect"}, {"billing", "/billing/%2e%2e/x"}, {"", "/billing/x"}} {
+		err := deliver(c.endpoint, c.path)
+		var ce *Error
+		require.ErrorAs(t, err, &ce, "%+v", c)
+		require.Equal(t, Permanent, ce.Class)
+		require.ErrorIs(t, err, ErrEndpointURL)
+	}
+	require.ErrorIs(t, deliver("crm", "/billing/x"), ErrUnknownEndpoint)
+	require.Zero(t, asked, "no secret asked for")
+	require.Zero(t, hits.Load(), "nothing sent")
+	require.NoError(t, deliver("billing", "/billing/x"))
+	require.Equal(t, int32(1), hits.Load())
 }

@@ -38,7 +38,7 @@ func sendAll(ctx context.Context, url string, c *http.Client) map[string]error {
 	errs := map[string]error{}
 	_, errs["whatsapp"] = (&WhatsApp{BaseURL: url, Token: "t", HTTP: c}).Send(ctx, tasks.WhatsAppSend{PhoneNumberID: "1", To: "+12025550123", Text: "x"})
 	_, errs["twilio"] = (&Twilio{BaseURL: url, AccountSID: testAccountSID, AuthToken: "t", HTTP: c}).Send(ctx, tasks.SMSSend{From: "+12025550100", To: "+12025550123", Body: "x"})
-	_, errs["webhook"] = (&Webhook{Egress: loopback, Secrets: func(string, string) ([]string, error) { return []string{testSecret}, nil }, HTTP: c}).Deliver(ctx, tasks.WebhookDeliver{URL: url, EventType: "e", Payload: []byte(`1`), IdempotencyKey: "msg_1"})
+	_, errs["webhook"] = (&Webhook{Egress: loopback, Secrets: func(string) ([]string, error) { return []string{testSecret}, nil }, HTTP: c}).Deliver(ctx, tasks.WebhookDeliver{URL: url, EventType: "e", Payload: []byte(`1`), IdempotencyKey: "msg_1"})
 	_, errs["http"] = (&HTTPCaller{Egress: loopback, HTTP: c}).Call(ctx, tasks.HTTPCall{Method: "POST", URL: url, Body: "x"})
 	return errs
 }

@@ -30,10 +30,10 @@ const (
 	maxSecretBytes = 64
 )
 
-// ErrUnknownEndpoint is wrapped by a Webhook.Secrets error for an endpoint
-// that has no secrets, and ErrEndpointURL by one for a URL the endpoint's
-// secrets may not sign for (tasks.WebhookEndpoints.Check): Deliver classes
-// both Permanent (a configuration or caller error that a retry does not
+// ErrUnknownEndpoint is wrapped by a Webhook.Secrets or Endpoints.Check
+// error for an endpoint that has no secrets, and ErrEndpointURL by an
+// Endpoints.Check error for a URL the endpoint's secrets may not sign for
+// (tasks.WebhookEndpoints.Check): Deliver classes both Permanent (a configuration or caller error that a retry does not
 // mend; the task is archived, and can be run again once mended). They are
 // the tasks package's, so the producer refuses the same at enqueue.
 var (
@@ -55,16 +55,19 @@ var ErrVerification = errors.New("webhook verification failed")
 type Webhook struct {
 	// Secrets returns the signing secrets ("whsec_<base64>", 24–64 bytes
 	// decoded) of the named endpoint (tasks.WebhookDeliver.Endpoint; "" for
-	// a delivery that names none) for a delivery to url
-	// (tasks.WebhookDeliver.URL): the current one first, then those it
+	// a delivery that names none): the current one first, then those it
 	// replaces while a rotation lasts. Each signs the delivery, and
 	// webhook-signature carries every signature, space-separated in that
 	// order (Standard Webhooks "Signature scheme": a receiver accepts any
 	// one it can verify). An unknown endpoint is an error that wraps
-	// ErrUnknownEndpoint; a url the endpoint's secrets may not sign for
-	// (tasks.WebhookEndpoints binds each endpoint to its URL prefixes), one
-	// that wraps ErrEndpointURL. Required.
-	Secrets func(endpoint, url string) ([]string, error)
+	// ErrUnknownEndpoint. Required.
+	Secrets func(endpoint string) ([]string, error)
+	// Endpoints binds each named endpoint to the URL prefixes its secrets
+	// may sign for (channels.webhook.endpoints.<name>.urls): Deliver holds
+	// every delivery to Endpoints.Check before it asks Secrets, so an
+	// endpoint's secret never signs a caller's body for a caller's URL. Nil
+	// or empty: no endpoint is listed, and Secrets is asked for any.
+	Endpoints tasks.WebhookEndpoints
 	// HTTP is the client to use; nil = NewEgressHTTPClient(Egress) (15 s
 	// timeout, redirects not followed, as Standard Webhooks requires, and every
 	// dialled address checked by Egress). A client given here is used as is:
@@ -130,7 +133,11 @@ func (c *Webhook) Deliver(ctx context.Context, p tasks.WebhookDeliver) (Response
 	if !validHeaderValue(ua) {
 		return Response{}, permanent(ProviderWebhook, "config: channels: Webhook.UserAgent: contains control characters")
 	}
-	secrets, err := c.Secrets(p.Endpoint, p.URL)
+	err := c.Endpoints.Check(p.Endpoint, p.URL)
+	var secrets []string
+	if err == nil {
+		secrets, err = c.Secrets(p.Endpoint)
+	}
 	switch {
 	case errors.Is(err, ErrUnknownEndpoint):
 		return Response{}, &Error{Class: Permanent, Provider: ProviderWebhook,

@@ -117,7 +117,7 @@ func TestDeliver(t *testing.T) {
 	at := time.Date(2026, 11, 10, 12, 0, 0, 0, time.UTC)
 	var asked string
 	w := &Webhook{Egress: loopback,
-		Secrets: func(endpoint, _ string) ([]string, error) { asked = endpoint; return []string{testSecret}, nil },
+		Secrets: func(endpoint string) ([]string, error) { asked = endpoint; return []string{testSecret}, nil },
 		HTTP:    srv.Client(),
 		Now:     func() time.Time { return at },
 	}
@@ -171,7 +171,7 @@ func TestDeliverRetryKeepsEventTimestamp(t *testing.T) {
 
 	at := p.Timestamp.Add(10 * time.Minute) // the first attempt waited for its slot
 	w := &Webhook{Egress: loopback, HTTP: srv.Client(), Now: func() time.Time { return at },
-		Secrets: func(string, string) ([]string, error) { return []string{testSecret}, nil }}
+		Secrets: func(string) ([]string, error) { return []string{testSecret}, nil }}
 	_, err = w.Deliver(context.Background(), p)
 	require.Error(t, err) // 503: the worker retries
 	at = at.Add(90 * time.Second)
@@ -193,7 +193,7 @@ func TestDeliverNoRedirect(t *testing.T) {
 	target, gotTarget := capture(t, 200, "", nil)
 	srv, _ := capture(t, http.StatusTemporaryRedirect, "", http.Header{"Location": {target.URL}})
 	// The default client (nil HTTP) must not follow the redirect.
-	w := &Webhook{Egress: loopback, Secrets: func(string, string) ([]string, error) { return []string{testSecret}, nil }}
+	w := &Webhook{Egress: loopback, Secrets: func(string) ([]string, error) { return []string{testSecret}, nil }}
 	_, err := w.Deliver(context.Background(), tasks.WebhookDeliver{URL: srv.URL, EventType: "e", Payload: json.RawMessage(`1`), IdempotencyKey: "msg_1"})
 	var e *Error
 	require.ErrorAs(t, err, &e)
@@ -205,7 +205,7 @@ func TestDeliverNoRedirect(t *testing.T) {
 func TestDeliverSecretLookupFails(t *testing.T) {
 	t.Parallel()
 	boom := errors.New("vault sealed")
-	w := &Webhook{Egress: loopback, Secrets: func(string, string) ([]string, error) { return nil, boom }}
+	w := &Webhook{Egress: loopback, Secrets: func(string) ([]string, error) { return nil, boom }}
 	_, err := w.Deliver(context.Background(), tasks.WebhookDeliver{URL: "https://example.invalid/", EventType: "e", IdempotencyKey: "msg_1"})
 	var e *Error
 	require.ErrorAs(t, err, &e)

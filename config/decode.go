@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net"
 	"net/netip"
@@ -567,6 +568,7 @@ func (d *decoder) channel(n *yaml.Node, path string, c *ChannelConfig) {
 	fields := append([]string{"enabled", "queue", "priority"}, channelFields[c.Name]...)
 	fields = append(fields, settingNames(c.Name)...)
 	fields = append(fields, "adaptive", "limits", "retry")
+	var eps map[string]endpointNodes
 	d.mapping(n, path, "field", fields, func(key string, _, v *yaml.Node) {
 		p := join(path, key)
 		if r := settingNamed(key); r != nil {
@@ -614,7 +616,7 @@ func (d *decoder) channel(n *yaml.Node, path string, c *ChannelConfig) {
 		case "previous_signing_secret_env":
 			d.envName(v, p, true, &c.PreviousSigningSecretEnv)
 		case "endpoints":
-			d.endpoints(v, p, c)
+			eps = d.endpoints(v, p, c)
 		case "templates":
 			d.templates(v, p, c)
 		case "app_secret_env":
@@ -631,6 +633,9 @@ func (d *decoder) channel(n *yaml.Node, path string, c *ChannelConfig) {
 			d.retry(v, p, c)
 		}
 	})
+	if len(c.Endpoints) > 0 {
+		d.endpointsApart(join(path, "endpoints"), c, eps)
+	}
 }
 
 var templateNameRE = regexp.MustCompile(`^[a-z0-9_]{1,512}$`)
@@ -714,23 +719,35 @@ func (d *decoder) named(n *yaml.Node, path, what, want, keyWant string, valid fu
 // delivery's URL at enqueue and again at delivery.
 const maxEndpointURLs = 32
 
+// endpointNodes are one endpoint's nodes in the file, for errors found
+// once the channel is read (endpointsApart).
+type endpointNodes struct {
+	value *yaml.Node    // the endpoint's mapping
+	envs  [2]*yaml.Node // secret_env, previous_secret_env
+	urls  []*yaml.Node  // each of urls' items kept
+}
+
 // endpoints reads channels.webhook.endpoints: a mapping of endpoint names
 // to {secret_env (required), previous_secret_env, urls (required)}.
-func (d *decoder) endpoints(n *yaml.Node, path string, c *ChannelConfig) {
+func (d *decoder) endpoints(n *yaml.Node, path string, c *ChannelConfig) map[string]endpointNodes {
 	eps := map[string]WebhookEndpoint{}
+	nodes := map[string]endpointNodes{}
 	d.named(n, path, "endpoint", "endpoint names to {secret_env, previous_secret_env, urls}", "an endpoint name (1 to 64 letters, digits, _ . : / -)",
 		tasks.ValidEndpointName, func(name, p string, v *yaml.Node) {
 			var ep WebhookEndpoint
+			en := endpointNodes{value: resolve(v)}
 			given, before := map[string]bool{}, len(d.errs)
 			d.mapping(v, p, "field", []string{"secret_env", "previous_secret_env", "urls"}, func(key string, _, fv *yaml.Node) {
 				given[key] = true
 				switch key {
 				case "secret_env":
+					en.envs[0] = resolve(fv)
 					d.envName(fv, join(p, key), false, &ep.SecretEnv)
 				case "previous_secret_env":
+					en.envs[1] = resolve(fv)
 					d.envName(fv, join(p, key), true, &ep.PreviousSecretEnv)
 				case "urls":
-					ep.URLs = d.endpointURLs(fv, join(p, key))
+					ep.URLs, en.urls = d.endpointURLs(fv, join(p, key))
 				}
 			})
 			switch {
@@ -743,26 +760,75 @@ func (d *decoder) endpoints(n *yaml.Node, path string, c *ChannelConfig) {
 				d.errorf(resolve(v), join(p, "previous_secret_env"), "names the same variable as secret_env")
 			default:
 				eps[name] = ep
+				nodes[name] = en
 			}
 		})
 	if len(eps) > 0 {
 		c.Endpoints = eps
 	}
+	return nodes
+}
+
+// endpointsApart holds the listed endpoints apart, as the binding of each
+// secret to its own urls needs: no endpoint's variable is the default
+// secret's (signing_secret_env, previous_signing_secret_env) or another
+// endpoint's, and no endpoint's URL prefix is under another endpoint's
+// (a URL under both would belong to two endpoints). Each error is at
+// the later of the two in the file.
+func (d *decoder) endpointsApart(path string, c *ChannelConfig, nodes map[string]endpointNodes) {
+	names := slices.SortedFunc(maps.Keys(c.Endpoints), func(a, b string) int {
+		return cmp.Compare(nodes[a].value.Line, nodes[b].value.Line)
+	})
+	held := map[string]string{} // a variable → who names it first
+	for _, env := range []string{c.SigningSecretEnv, c.PreviousSigningSecretEnv} {
+		if env != "" {
+			held[env] = "the default secret (signing_secret_env, previous_signing_secret_env)"
+		}
+	}
+	for _, name := range names {
+		ep, en := c.Endpoints[name], nodes[name]
+		for i, env := range []string{ep.SecretEnv, ep.PreviousSecretEnv} {
+			if env == "" {
+				continue
+			}
+			field := []string{"secret_env", "previous_secret_env"}[i]
+			if who, ok := held[env]; ok {
+				d.errorf(en.envs[i], join(join(path, name), field), "%s is %s's too: each endpoint's secret signs for its own urls only, so give it a variable (and a secret) of its own", env, who)
+				continue
+			}
+			held[env] = "endpoint " + name
+		}
+	}
+	for i, a := range names {
+		for _, b := range names[i+1:] {
+			for ib, pb := range c.Endpoints[b].URLs {
+				for _, pa := range c.Endpoints[a].URLs {
+					if tasks.URLUnder(pb, pa) || tasks.URLUnder(pa, pb) {
+						d.errorf(nodes[b].urls[ib], fmt.Sprintf("%s[%d]", join(join(path, b), "urls"), ib),
+							"overlaps endpoint %s's urls: a URL under both would belong to two endpoints, each signing it with its own secret; give each its own paths", a)
+						break
+					}
+				}
+			}
+		}
+	}
 }
 
 // endpointURLs reads one endpoint's urls: a list of 1 to maxEndpointURLs
-// URL prefixes, each checked by tasks.CheckEndpointURLPrefix.
-func (d *decoder) endpointURLs(n *yaml.Node, path string) []string {
+// URL prefixes, each checked by tasks.CheckEndpointURLPrefix; with each
+// one kept, its node.
+func (d *decoder) endpointURLs(n *yaml.Node, path string) ([]string, []*yaml.Node) {
 	n = resolve(n)
 	switch {
 	case n.Kind != yaml.SequenceNode:
 		d.errorf(n, path, "want a list of URL prefixes such as [https://hooks.example.com/billing/], got %s", describe(n))
-		return nil
+		return nil, nil
 	case len(n.Content) == 0 || len(n.Content) > maxEndpointURLs:
 		d.errorf(n, path, "%d entries, want 1 to %d", len(n.Content), maxEndpointURLs)
-		return nil
+		return nil, nil
 	}
 	var out []string
+	var kept []*yaml.Node
 	for i, item := range n.Content {
 		ip := fmt.Sprintf("%s[%d]", path, i)
 		s, ok := d.scalar(item, ip)
@@ -775,8 +841,9 @@ func (d *decoder) endpointURLs(n *yaml.Node, path string) []string {
 			continue
 		}
 		out = append(out, s)
+		kept = append(kept, resolve(item))
 	}
-	return out
+	return out, kept
 }
 
 // limits reads a channel's list of limit rules; ok is false if any is bad.

@@ -482,6 +482,24 @@ func TestParseErrors(t *testing.T) {
 			want: []string{`sluice.yaml:4:5: channels.http.<<: merge keys (<<) are not supported; write the fields out`},
 		},
 		{
+			name: "webhook endpoints held apart",
+			yaml: doc(
+				"channels:",
+				"  webhook:",
+				"    endpoints:",
+				"      billing: {secret_env: BILLING, previous_secret_env: WEBHOOK_SECRET, urls: ['https://b.example/hooks/']}",
+				"      crm: {secret_env: BILLING, urls: ['https://c.example/in']}",
+				"      all: {secret_env: ALL, urls: ['https://b.example/']}",
+				"      crm2: {secret_env: CRM2, urls: ['https://c.example/in/v2', 'https://d.example/']}",
+			),
+			want: []string{
+				`sluice.yaml:4:59: channels.webhook.endpoints.billing.previous_secret_env: WEBHOOK_SECRET is the default secret (signing_secret_env, previous_signing_secret_env)'s too: each endpoint's secret signs for its own urls only, so give it a variable (and a secret) of its own`,
+				`sluice.yaml:5:25: channels.webhook.endpoints.crm.secret_env: BILLING is endpoint billing's too: each endpoint's secret signs for its own urls only, so give it a variable (and a secret) of its own`,
+				`sluice.yaml:6:37: channels.webhook.endpoints.all.urls[0]: overlaps endpoint billing's urls: a URL under both would belong to two endpoints, each signing it with its own secret; give each its own paths`,
+				`sluice.yaml:7:39: channels.webhook.endpoints.crm2.urls[0]: overlaps endpoint crm's urls: a URL under both would belong to two endpoints, each signing it with its own secret; give each its own paths`,
+			},
+		},
+		{
 			name: "webhook endpoints",
 			yaml: doc(
 				"channels:",
@@ -508,7 +526,7 @@ func TestParseErrors(t *testing.T) {
 				`sluice.yaml:11:32: channels.webhook.endpoints.b.urls: 0 entries, want 1 to 32`,
 				`sluice.yaml:12:33: channels.webhook.endpoints.c.urls[0]: must not hold a query: the prefix is matched on scheme, host and path`,
 				`sluice.yaml:12:64: channels.webhook.endpoints.c.urls[1]: want an absolute http or https URL such as https://hooks.example.com/billing/`,
-				`sluice.yaml:12:87: channels.webhook.endpoints.c.urls[2]: its path must not hold "." or ".." segments or backslashes`,
+				`sluice.yaml:12:87: channels.webhook.endpoints.c.urls[2]: its path must not hold a segment of dots and spaces only, such as ".."`,
 			},
 		},
 	}

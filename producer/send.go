@@ -198,7 +198,10 @@ func (c *Client) prepare(it Item) (prepared, error) {
 		return prepared{}, fmt.Errorf("payload: %d bytes encoded, over channels.%s.max_payload_bytes (%d)", len(t.Payload()), ch.name, ch.maxPayload)
 	}
 	// the checks read the payload as built (normalized: a webhook's URL trimmed)
-	built, _ := decodePayload(t)
+	built, err := decodePayload(t)
+	if err != nil {
+		return prepared{}, err
+	}
 	if err := c.checkEndpoint(built); err != nil {
 		return prepared{}, err
 	}
@@ -260,6 +263,9 @@ func (c *Client) checkEndpoint(payload any) error {
 	}
 	// (the error shows neither the name, which may hold a URL's token, nor
 	// the URL, nor the configured names, which a tenant's key need not learn)
+	if err := tasks.CheckCanonicalURL(p.URL); err != nil {
+		return fmt.Errorf("url: while channels.webhook.endpoints are listed, must be in canonical form (one spelling a URL, docs/webhooks.md): %v", err)
+	}
 	err := c.endpoints.Check(p.Endpoint, p.URL)
 	switch {
 	case err == nil:

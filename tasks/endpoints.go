@@ -27,7 +27,8 @@ var ErrEndpointURL = errors.New("url is not the endpoint's")
 type WebhookEndpoints map[string][]string
 
 // Check reports whether a delivery naming endpoint ("" for none) may go to
-// rawURL:
+// rawURL. While any endpoint is listed, rawURL must be in canonical form
+// (CheckCanonicalURL), or the error wraps ErrEndpointURL; then:
 //
 //   - endpoint listed: rawURL must be under one of its prefixes
 //     (URLUnder); otherwise an error wrapping ErrEndpointURL;
@@ -39,10 +40,16 @@ type WebhookEndpoints map[string][]string
 //     an error wrapping ErrEndpointURL.
 //
 // The errors name neither the endpoint nor the URL (a URL may carry a
-// token, and a tenant's key need not learn the configured names).
+// token, and a tenant's key need not learn the configured names). They do
+// tell a caller who may enqueue webhooks whether a name is listed and
+// whether a URL is under a listed endpoint's urls: a prefix must hold no
+// secret.
 func (m WebhookEndpoints) Check(endpoint, rawURL string) error {
 	if len(m) == 0 {
 		return nil
+	}
+	if err := CheckCanonicalURL(rawURL); err != nil {
+		return fmt.Errorf("%w: while endpoints are listed a webhook's url must be in canonical form: %v", ErrEndpointURL, err)
 	}
 	if endpoint == "" {
 		for _, prefixes := range m {
@@ -68,45 +75,103 @@ func (m WebhookEndpoints) Check(endpoint, rawURL string) error {
 
 // CheckEndpointURLPrefix reports whether prefix may bind an endpoint
 // (channels.webhook.endpoints.<name>.urls): an absolute http or https URL
-// with a host, and no user info, query, fragment, dot segment ("." or
-// ".." between slashes) or backslash in its path. The error says which.
+// in canonical form (checkCanonical) with no query or fragment. The error
+// says what is wrong.
 func CheckEndpointURLPrefix(prefix string) error {
 	u, err := url.Parse(prefix)
-	switch {
-	case err != nil:
+	if err != nil {
 		return errors.New("not a URL")
-	case u.Scheme != "http" && u.Scheme != "https" || u.Host == "" || u.Opaque != "":
-		return errors.New("want an absolute http or https URL such as https://hooks.example.com/billing/")
-	case u.User != nil:
-		return errors.New("must not hold user info")
+	}
+	if err := checkCanonical(u); err != nil {
+		return err
+	}
+	switch {
 	case u.RawQuery != "" || u.ForceQuery:
 		return errors.New("must not hold a query: the prefix is matched on scheme, host and path")
 	case u.Fragment != "" || strings.Contains(prefix, "#"):
 		return errors.New("must not hold a fragment")
-	case !cleanPath(u):
-		return errors.New(`its path must not hold "." or ".." segments or backslashes`)
 	}
 	return nil
 }
 
-// URLUnder reports whether rawURL is under prefix (see
-// CheckEndpointURLPrefix): the same scheme and host (case-insensitive, the
-// port included as written), and a path that is the prefix's path or
-// continues it after a "/" (a prefix ending in "/" is continued by anything:
-// "https://h/hooks" covers "https://h/hooks" and "https://h/hooks/a", not
-// "https://h/hooksX"). The paths are compared as escaped, and rawURL must
-// have no user info and a path with no dot segment (decoded, so "%2e%2e"
-// counts) or backslash, which a receiver could resolve out of the prefix.
-// A query in rawURL is allowed. A prefix that CheckEndpointURLPrefix
-// refuses covers nothing.
+// CheckCanonicalURL reports whether rawURL is in the canonical form that
+// URLUnder compares (checkCanonical). While endpoints are listed every
+// webhook's URL must be, so that one URL has one spelling: a URL spelt
+// otherwise (":443", a host's trailing dot, "//", "%62illing") could
+// reach an endpoint's receiver without being under its prefix by text.
+func CheckCanonicalURL(rawURL string) error {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return errors.New("not a URL")
+	}
+	return checkCanonical(u)
+}
+
+// checkCanonical holds u to the one spelling of its target:
+//
+//   - scheme http or https, a host, no user info, no fragment;
+//   - the host in ASCII (an internationalized name in its xn-- form), no
+//     IPv6 zone, no trailing dot, no port that is the scheme's default;
+//   - a path with its escapes as Go writes them (no "%62" for "b", no
+//     "%2F"), whose text, decoded, is printable ASCII without "%" or
+//     backslash, with no empty segment ("//") and no segment of dots and
+//     spaces only ("..", "...", ".. "; before a ";" too, as "..;").
+//
+// A receiver that decodes twice, trims, folds Unicode or resolves dot
+// segments then finds the same path Sluice compared.
+func checkCanonical(u *url.URL) error {
+	host := u.Hostname()
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https" || u.Host == "" || u.Opaque != "":
+		return errors.New("want an absolute http or https URL such as https://hooks.example.com/billing/")
+	case u.User != nil:
+		return errors.New("must not hold user info")
+	case u.Fragment != "":
+		return errors.New("must not hold a fragment")
+	case strings.ContainsFunc(u.Host, func(r rune) bool { return r > 0x7e || r <= ' ' }):
+		return errors.New("its host must be ASCII: write an internationalized name in its xn-- form")
+	case strings.Contains(u.Host, "%"):
+		return errors.New("its host must not hold an IPv6 zone")
+	case strings.HasSuffix(host, "."):
+		return errors.New("its host must not end in a dot")
+	case u.Port() == "443" && u.Scheme == "https" || u.Port() == "80" && u.Scheme == "http":
+		return fmt.Errorf("leave out the port %s, the scheme's default", u.Port())
+	case strings.ContainsFunc(u.Path, func(r rune) bool { return r < ' ' || r > '~' || r == '%' || r == '\\' }):
+		return errors.New("its path, decoded, must be printable ASCII without '%' or backslash")
+	}
+	for i, seg := range strings.Split(u.Path, "/") {
+		if i == 0 {
+			continue // before the leading '/'
+		}
+		name, _, _ := strings.Cut(seg, ";")
+		last := i == strings.Count(u.Path, "/")
+		switch {
+		case seg == "" && !last:
+			return errors.New(`its path must not hold an empty segment ("//")`)
+		case seg != "" && strings.Trim(name, ". ") == "":
+			return errors.New(`its path must not hold a segment of dots and spaces only, such as ".."`)
+		}
+	}
+	if u.RawPath != "" {
+		return errors.New("its path must be escaped as RFC 3986 says: no escaped letters or digits, no %2F")
+	}
+	return nil
+}
+
+// URLUnder reports whether rawURL is under prefix: both in canonical form
+// (CheckEndpointURLPrefix, CheckCanonicalURL), the same scheme and host
+// (ASCII, case aside; the port as written), and a path that is the
+// prefix's or continues it after a "/" (a prefix ending in "/" is
+// continued by anything: "https://h/hooks" covers "https://h/hooks" and
+// "https://h/hooks/a", not "https://h/hooksX"). A query in rawURL is
+// allowed. A URL or prefix not in canonical form is under nothing.
 func URLUnder(rawURL, prefix string) bool {
-	if CheckEndpointURLPrefix(prefix) != nil {
+	if CheckEndpointURLPrefix(prefix) != nil || CheckCanonicalURL(rawURL) != nil {
 		return false
 	}
 	p, _ := url.Parse(prefix)
-	u, err := url.Parse(rawURL)
-	if err != nil || u.User != nil || u.Opaque != "" || !cleanPath(u) ||
-		!strings.EqualFold(u.Scheme, p.Scheme) || !strings.EqualFold(u.Host, p.Host) {
+	u, _ := url.Parse(rawURL)
+	if !strings.EqualFold(u.Scheme, p.Scheme) || !asciiEqualFold(u.Host, p.Host) {
 		return false
 	}
 	pp, up := p.EscapedPath(), u.EscapedPath()
@@ -119,18 +184,22 @@ func URLUnder(rawURL, prefix string) bool {
 	return len(up) == len(pp) || strings.HasSuffix(pp, "/") || up[len(pp)] == '/'
 }
 
-// cleanPath reports whether u's path, decoded and as written, holds no
-// "." or ".." segment and no backslash.
-func cleanPath(u *url.URL) bool {
-	for _, path := range []string{u.Path, u.RawPath} {
-		if strings.Contains(path, `\`) || strings.Contains(strings.ToLower(path), "%5c") {
-			return false
+// asciiEqualFold is strings.EqualFold for ASCII text only: Unicode folding
+// (K for "K", "ſ" for "s") must not make two hosts one.
+func asciiEqualFold(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range len(a) {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
 		}
-		for seg := range strings.SplitSeq(path, "/") {
-			// ("..;" is ".." to servers that strip path parameters)
-			if name, _, _ := strings.Cut(seg, ";"); name == "." || name == ".." {
-				return false
-			}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
 		}
 	}
 	return true

@@ -30,9 +30,24 @@ func TestURLUnder(t *testing.T) {
 		"https://hooks.example.com/billing%2F..%2Fadmin": false,
 		"https://hooks.example.com/billing/./x":          false,
 		"https://hooks.example.com/billing/..x":          true, // a name, not a dot segment
-		"/billing":                                       false,
-		"":                                               false,
-		"::":                                             false,
+		// spellings a receiver could resolve out of the prefix, or that
+		// net/http would send to another host
+		"https://hooks.example.com/billing/%252e%252e/admin":   false,
+		"https://hooks.example.com/billing/..%00/admin":        false,
+		"https://hooks.example.com/billing/..%20/admin":        false,
+		"https://hooks.example.com/billing/.../admin":          false,
+		"https://hooks.example.com/billing/%c0%ae%c0%ae/admin": false,
+		"https://hooks.example.com/billing/\uff0e\uff0e/admin": false,
+		"https://hooks.example.com/%62illing/x":                false,
+		"https://hooks.example.com/billing//x":                 false,
+		"https://hooks.example.com./billing/x":                 false,
+		"https://hooks.example.com:443/billing/x":              false,
+		"https://hoo\u212as.example.com/billing/x":             false, // KELVIN SIGN folds to k
+		"https://[fe80::1%25eth0]/billing/x":                   false,
+		"https://hooks.example.com/billing/a%20b":              true,
+		"/billing": false,
+		"":         false,
+		"::":       false,
 	} {
 		assert.Equal(t, want, URLUnder(url, prefix), url)
 	}
@@ -41,6 +56,8 @@ func TestURLUnder(t *testing.T) {
 	assert.True(t, URLUnder("https://h.example/a/b", "https://h.example/a/"))
 	assert.False(t, URLUnder("https://h.example/a", "https://h.example/a/"))
 	assert.False(t, URLUnder("https://h.example/a", "https://h.example/a?x=1"), "a refused prefix covers nothing")
+	assert.False(t, URLUnder("https://STRA\u1e9eE.example/hooks/x", "https://stra\u00dfe.example/hooks/"), "no Unicode folding of hosts")
+	assert.True(t, URLUnder("https://XN--STRAE-OQA.example/hooks/x", "https://xn--strae-oqa.example/hooks/"))
 }
 
 func TestCheckEndpointURLPrefix(t *testing.T) {
@@ -58,6 +75,12 @@ func TestCheckEndpointURLPrefix(t *testing.T) {
 		"https://hooks.example.com/a/%2e/b": `".."`,
 		`https://hooks.example.com/a\b`:     "backslash",
 		"https://hooks.example.com/%zz":     "not a URL",
+		"https://stra\u00dfe.example/":      "xn-- form",
+		"https://hooks.example.com./":       "end in a dot",
+		"https://hooks.example.com:443/":    "leave out the port 443",
+		"https://hooks.example.com/a//b":    "empty segment",
+		"https://hooks.example.com/%62":     "escaped as RFC 3986 says",
+		"https://hooks.example.com/a%25b":   "without '%'",
 	} {
 		err := CheckEndpointURLPrefix(prefix)
 		if assert.Error(t, err, prefix) {
@@ -90,4 +113,10 @@ func TestWebhookEndpointsCheck(t *testing.T) {
 
 	require.ErrorIs(t, eps.Check("", "https://billing.example.com/hooks/paid"), ErrEndpointURL,
 		"billing's receiver verifies billing's secret only")
+	for _, spelt := range []string{"https://billing.example.com:443/hooks/paid", "https://billing.example.com./hooks/paid",
+		"https://billing.example.com/%68ooks/paid", "https://billing.example.com//hooks/paid"} {
+		err := eps.Check("", spelt)
+		require.ErrorIs(t, err, ErrEndpointURL, "billing's URL spelt otherwise: %s", spelt)
+		assert.Contains(t, err.Error(), "canonical form")
+	}
 }

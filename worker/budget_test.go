@@ -218,7 +218,7 @@ func newEndpoint(t *testing.T, status func(n int64, h http.Header) int) *endpoin
 // pauses).
 func webhookChannel(s func() time.Time) Channel {
 	secret := "whsec_" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte("k"), 32))
-	c := &channels.Webhook{Secrets: func(string, string) ([]string, error) { return []string{secret}, nil }, Now: s,
+	c := &channels.Webhook{Secrets: func(string) ([]string, error) { return []string{secret}, nil }, Now: s,
 		Egress: channels.Egress{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}}
 	ch := WebhookChannel(c, nil)
 	ch.PauseScopes = nil

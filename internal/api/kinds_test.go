@@ -114,10 +114,12 @@ func TestWebhookEndpointsBoundToTheirURLs(t *testing.T) {
 	}{
 		{"billing's secret for the caller's URL", "/url", "not under the urls of the endpoint named",
 			hook("https://collect.attacker.example/hooks/?t=tok", "billing")},
-		{"a climb out of billing's prefix", "/url", "not under the urls of the endpoint named",
+		{"a climb out of billing's prefix", "/url", `must be in canonical form (one spelling a URL, docs/webhooks.md): its path must not hold a segment of dots and spaces only, such as ".."`,
 			hook("https://billing.example.com/hooks/../admin", "billing")},
 		{"billing's URL with the default secret", "/url", "under the urls of one of channels.webhook.endpoints",
 			with(webhook("evt-d"), "url", "https://billing.example.com/hooks/paid")},
+		{"billing's URL spelt with its default port", "/url", "must be in canonical form (one spelling a URL, docs/webhooks.md): leave out the port 443",
+			with(webhook("evt-p"), "url", "https://billing.example.com:443/hooks/paid")},
 		{"an endpoint not listed", "/endpoint", "not one of channels.webhook.endpoints",
 			hook("https://billing.example.com/hooks/paid", "crm")},
 	} {

@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -216,7 +218,7 @@ func buildChannel(cc *config.ChannelConfig, egress channels.Egress, secrets Secr
 		if err != nil {
 			return ch, err
 		}
-		ch = worker.WebhookChannel(&channels.Webhook{HTTP: hc, Egress: egress, Secrets: keyring}, rules)
+		ch = worker.WebhookChannel(&channels.Webhook{HTTP: hc, Egress: egress, Secrets: keyring, Endpoints: webhookEndpoints(cc)}, rules)
 	case "http":
 		ch = worker.HTTPChannel(&channels.HTTPCaller{HTTP: hc, Egress: egress}, rules)
 	default:
@@ -235,10 +237,15 @@ func buildChannel(cc *config.ChannelConfig, egress channels.Egress, secrets Secr
 // previous_signing_secret_env) and each endpoint's (endpoints.<name>:
 // secret_env, previous_secret_env). It returns channels.Webhook.Secrets:
 // an endpoint's secrets, current first; the default's for a delivery that
-// names none, or any endpoint while none is listed; ErrUnknownEndpoint for
-// a name not listed.
-func webhookSecrets(cc *config.ChannelConfig, secrets Secrets) (func(string, string) ([]string, error), error) {
-	pair := func(current, previous string) ([]string, error) {
+// names none, or any endpoint while none is listed; ErrUnknownEndpoint
+// for a name not listed. Each endpoint's secrets sign for its urls only
+// (channels.Webhook.Endpoints), so a secret held by two of them, or by
+// one and the default pair, would sign for the other's URLs: the same
+// value under two bindings stops the start, naming both variables.
+func webhookSecrets(cc *config.ChannelConfig, secrets Secrets) (func(endpoint string) ([]string, error), error) {
+	type held struct{ binding, env string }
+	owner := map[string]held{} // a secret's value → the first binding and variable holding it
+	pair := func(binding, current, previous string) ([]string, error) {
 		out := make([]string, 0, 2)
 		for _, env := range []string{current, previous} {
 			if env == "" {
@@ -251,31 +258,35 @@ func webhookSecrets(cc *config.ChannelConfig, secrets Secrets) (func(string, str
 			if err := channels.CheckSecret(v); err != nil {
 				return nil, fmt.Errorf("env %s: %w", env, err)
 			}
+			if first, ok := owner[v]; ok && first.binding != binding {
+				return nil, fmt.Errorf("env %s holds the same secret as env %s (%s): each endpoint's secret signs for its own urls only, so no two endpoints, nor an endpoint and the default, may share one (moving an endpoint off the default secret, give it a new one)", env, first.env, first.binding)
+			}
+			owner[v] = held{binding, env}
 			out = append(out, v)
 		}
 		return out, nil
 	}
-	def, err := pair(cc.SigningSecretEnv, cc.PreviousSigningSecretEnv)
+	def, err := pair("the default secret", cc.SigningSecretEnv, cc.PreviousSigningSecretEnv)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("channels.webhook: %w", err)
 	}
 	byName := make(map[string][]string, len(cc.Endpoints))
-	for name, ep := range cc.Endpoints {
-		s, err := pair(ep.SecretEnv, ep.PreviousSecretEnv)
+	for _, name := range slices.Sorted(maps.Keys(cc.Endpoints)) {
+		ep := cc.Endpoints[name]
+		s, err := pair("endpoint "+name, ep.SecretEnv, ep.PreviousSecretEnv)
 		if err != nil {
 			return nil, fmt.Errorf("channels.webhook.endpoints.%s: %w", name, err)
 		}
 		byName[name] = s
 	}
-	bound := webhookEndpoints(cc)
-	return func(endpoint, url string) ([]string, error) {
-		if err := bound.Check(endpoint, url); err != nil {
-			return nil, err
-		}
+	return func(endpoint string) ([]string, error) {
 		if endpoint == "" || len(byName) == 0 {
 			return def, nil
 		}
-		return byName[endpoint], nil
+		if s, ok := byName[endpoint]; ok {
+			return s, nil
+		}
+		return nil, channels.ErrUnknownEndpoint
 	}, nil
 }
 

@@ -167,6 +167,16 @@ func TestWebhookEndpointsSignWithTheirOwnSecrets(t *testing.T) {
 	require.True(t, verifies(def, env["WEBHOOK_SECRET"]))
 	require.True(t, verifies(def, env["WEBHOOK_SECRET_OLD"]), "no endpoints listed: every name takes the default pair")
 
+	// One secret under two bindings would sign for both's URLs: the start
+	// stops, naming the two variables (never the value).
+	env["CRM_SECRET_OLD"] = env["WEBHOOK_SECRET"]
+	_, err = buildChannel(cfg.Channels["webhook"], loopback, secrets, srv.Client(), "")
+	require.ErrorContains(t, err, "channels.webhook.endpoints.crm: env CRM_SECRET_OLD holds the same secret as env WEBHOOK_SECRET (the default secret)")
+	require.NotContains(t, err.Error(), env["WEBHOOK_SECRET"])
+	env["CRM_SECRET_OLD"] = env["BILLING_SECRET"]
+	_, err = buildChannel(cfg.Channels["webhook"], loopback, secrets, srv.Client(), "")
+	require.ErrorContains(t, err, "channels.webhook.endpoints.crm: env CRM_SECRET_OLD holds the same secret as env BILLING_SECRET (endpoint billing)")
+
 	// A listed endpoint whose variable is unset stops the start, naming it.
 	delete(env, "CRM_SECRET_OLD")
 	_, err = buildChannel(cfg.Channels["webhook"], loopback, secrets, srv.Client(), "")

@@ -135,6 +135,7 @@ type waComponent struct {
 var (
 	currencyCode = regexp.MustCompile(`^[A-Z]{3}$`)
 	buttonIndex  = regexp.MustCompile(`^[0-9]$`)
+	decimal      = regexp.MustCompile(`^-?[0-9]+(\.[0-9]+)?$`)
 )
 
 // checkComponents refuses template components the way the strictest
@@ -238,6 +239,9 @@ func headerLocation(raw json.RawMessage) bool {
 		var s string
 		if json.Unmarshal(v, &s) != nil {
 			s = string(v)
+		}
+		if !decimal.MatchString(s) { // (ParseFloat alone takes "0x1p-2", "1_0", "Inf")
+			return false
 		}
 		f, err := strconv.ParseFloat(s, 64)
 		return err == nil && f >= -bound && f <= bound
