@@ -240,15 +240,32 @@ func CheckSecret(secret string) error {
 	return err
 }
 
+// SecretKey is the HMAC key a secret signs with, for telling whether two
+// secrets sign alike: the decoded bytes without trailing zero bytes (HMAC
+// pads a key shorter than its block, 64 bytes for SHA-256, with zeros, so
+// "k" and "k\x00" sign alike). Its error is CheckSecret's.
+func SecretKey(secret string) (string, error) {
+	key, err := decodeSecret(secret)
+	if err != nil {
+		return "", err
+	}
+	return string(bytes.TrimRight(key, "\x00")), nil
+}
+
 // decodeSecret returns the key bytes of "whsec_<base64>".
 func decodeSecret(secret string) ([]byte, error) {
 	enc, ok := strings.CutPrefix(secret, SecretPrefix)
 	if !ok {
 		return nil, errors.New("webhook secret: want whsec_<base64>, prefix missing")
 	}
-	key, err := base64.StdEncoding.DecodeString(enc)
+	if strings.ContainsFunc(enc, func(r rune) bool { return r <= ' ' || r >= 0x7f }) {
+		// (base64 decoding skips line breaks: a secret read from a file
+		// with its newline would be the same key as one without)
+		return nil, errors.New("webhook secret: holds white space or a line break (a file's trailing newline?)")
+	}
+	key, err := base64.StdEncoding.Strict().DecodeString(enc)
 	if err != nil {
-		return nil, errors.New("webhook secret: part after whsec_ is not standard base64")
+		return nil, errors.New("webhook secret: part after whsec_ is not standard base64 (padded, unused bits zero)")
 	}
 	if len(key) < minSecretBytes || len(key) > maxSecretBytes {
 		return nil, fmt.Errorf("webhook secret: want %d–%d bytes decoded, got %d", minSecretBytes, maxSecretBytes, len(key))

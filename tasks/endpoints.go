@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // ErrUnknownEndpoint is wrapped by WebhookEndpoints.Check for a delivery
@@ -96,9 +100,9 @@ func CheckEndpointURLPrefix(prefix string) error {
 
 // CheckCanonicalURL reports whether rawURL is in the canonical form that
 // URLUnder compares (checkCanonical). While endpoints are listed every
-// webhook's URL must be, so that one URL has one spelling: a URL spelt
-// otherwise (":443", a host's trailing dot, "//", "%62illing") could
-// reach an endpoint's receiver without being under its prefix by text.
+// webhook's URL must be, so that a URL's target has one reading: a URL
+// spelt otherwise (":443", a host's trailing dot, "//", "%2e%2e") could
+// reach an endpoint's receiver without being under its prefix.
 func CheckCanonicalURL(rawURL string) error {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -107,20 +111,25 @@ func CheckCanonicalURL(rawURL string) error {
 	return checkCanonical(u)
 }
 
-// checkCanonical holds u to the one spelling of its target:
+// checkCanonical holds u to one reading of its target:
 //
 //   - scheme http or https, a host, no user info, no fragment;
 //   - the host in ASCII (an internationalized name in its xn-- form), no
-//     IPv6 zone, no trailing dot, no port that is the scheme's default;
-//   - a path with its escapes as Go writes them (no "%62" for "b", no
-//     "%2F"), whose text, decoded, is printable ASCII without "%" or
-//     backslash, with no empty segment ("//") and no segment of dots and
-//     spaces only ("..", "...", ".. "; before a ";" too, as "..;").
+//     IPv6 zone, no trailing dot; a port, if any, in digits without a
+//     leading zero and not the scheme's default (":443", ":0443", ":"
+//     are refused);
+//   - the path compared decoded (so "%62illing" is "billing", and any
+//     escaping of an ordinary character is taken): no escaped "/" (%2F),
+//     and decoded it is valid UTF-8 without control characters, "%",
+//     backslash, "?" or "#", with no empty segment ("//") and no segment
+//     that is dots and spaces only once Unicode-compatibility folded
+//     (NFKC: "..", "...", ".. ", "．．", "‥"; before a ";" too, "..;");
+//   - a query of printable ASCII without spaces.
 //
 // A receiver that decodes twice, trims, folds Unicode or resolves dot
-// segments then finds the same path Sluice compared.
+// segments then finds the path Sluice compared.
 func checkCanonical(u *url.URL) error {
-	host := u.Hostname()
+	host, port := u.Hostname(), u.Port()
 	switch {
 	case u.Scheme != "http" && u.Scheme != "https" || u.Host == "" || u.Opaque != "":
 		return errors.New("want an absolute http or https URL such as https://hooks.example.com/billing/")
@@ -134,33 +143,38 @@ func checkCanonical(u *url.URL) error {
 		return errors.New("its host must not hold an IPv6 zone")
 	case strings.HasSuffix(host, "."):
 		return errors.New("its host must not end in a dot")
-	case u.Port() == "443" && u.Scheme == "https" || u.Port() == "80" && u.Scheme == "http":
-		return fmt.Errorf("leave out the port %s, the scheme's default", u.Port())
-	case strings.ContainsFunc(u.Path, func(r rune) bool { return r < ' ' || r > '~' || r == '%' || r == '\\' }):
-		return errors.New("its path, decoded, must be printable ASCII without '%' or backslash")
+	case strings.HasSuffix(u.Host, ":") || port != "" && (port[0] == '0' || strings.Trim(port, "0123456789") != ""):
+		return errors.New("its port must be digits without a leading zero")
+	case port == "443" && u.Scheme == "https" || port == "80" && u.Scheme == "http":
+		return fmt.Errorf("leave out the port %s, the scheme's default", port)
+	case strings.Contains(strings.ToUpper(u.EscapedPath()), "%2F"):
+		return errors.New(`its path must not hold an escaped "/" (%2F)`)
+	case !utf8.ValidString(u.Path):
+		return errors.New("its path, decoded, must be valid UTF-8")
+	case strings.ContainsFunc(u.Path, func(r rune) bool { return unicode.IsControl(r) || strings.ContainsRune(`%\?#`, r) }):
+		return errors.New("its path, decoded, must hold no control character, '%', backslash, '?' or '#'")
+	case strings.ContainsFunc(u.RawQuery, func(r rune) bool { return r <= ' ' || r >= 0x7f }):
+		return errors.New("its query must be printable ASCII without spaces (escape the rest)")
 	}
-	for i, seg := range strings.Split(u.Path, "/") {
+	segs := strings.Split(u.Path, "/")
+	for i, seg := range segs {
 		if i == 0 {
 			continue // before the leading '/'
 		}
 		name, _, _ := strings.Cut(seg, ";")
-		last := i == strings.Count(u.Path, "/")
 		switch {
-		case seg == "" && !last:
+		case seg == "" && i != len(segs)-1:
 			return errors.New(`its path must not hold an empty segment ("//")`)
-		case seg != "" && strings.Trim(name, ". ") == "":
+		case seg != "" && strings.Trim(norm.NFKC.String(name), ". ") == "":
 			return errors.New(`its path must not hold a segment of dots and spaces only, such as ".."`)
 		}
-	}
-	if u.RawPath != "" {
-		return errors.New("its path must be escaped as RFC 3986 says: no escaped letters or digits, no %2F")
 	}
 	return nil
 }
 
 // URLUnder reports whether rawURL is under prefix: both in canonical form
 // (CheckEndpointURLPrefix, CheckCanonicalURL), the same scheme and host
-// (ASCII, case aside; the port as written), and a path that is the
+// (ASCII, case aside; the port as written), and a decoded path that is the
 // prefix's or continues it after a "/" (a prefix ending in "/" is
 // continued by anything: "https://h/hooks" covers "https://h/hooks" and
 // "https://h/hooks/a", not "https://h/hooksX"). A query in rawURL is
@@ -174,7 +188,7 @@ func URLUnder(rawURL, prefix string) bool {
 	if !strings.EqualFold(u.Scheme, p.Scheme) || !asciiEqualFold(u.Host, p.Host) {
 		return false
 	}
-	pp, up := p.EscapedPath(), u.EscapedPath()
+	pp, up := p.Path, u.Path
 	if pp == "" || pp == "/" {
 		return true
 	}

@@ -38,13 +38,23 @@ func TestURLUnder(t *testing.T) {
 		"https://hooks.example.com/billing/.../admin":          false,
 		"https://hooks.example.com/billing/%c0%ae%c0%ae/admin": false,
 		"https://hooks.example.com/billing/\uff0e\uff0e/admin": false,
-		"https://hooks.example.com/%62illing/x":                false,
+		"https://hooks.example.com/%62illing/x":                true, // paths compare decoded
 		"https://hooks.example.com/billing//x":                 false,
 		"https://hooks.example.com./billing/x":                 false,
 		"https://hooks.example.com:443/billing/x":              false,
 		"https://hoo\u212as.example.com/billing/x":             false, // KELVIN SIGN folds to k
 		"https://[fe80::1%25eth0]/billing/x":                   false,
 		"https://hooks.example.com/billing/a%20b":              true,
+		"https://hooks.example.com/billing/..%3Fx":             false, // "..?x": cut at '?' by a hop that decodes and parses again
+		"https://hooks.example.com/billing/..%23x":             false,
+		"https://hooks.example.com/billing/\u2025/x":           false, // TWO DOT LEADER, ".." under NFKC
+		"https://hooks.example.com:/billing/x":                 false,
+		"https://hooks.example.com:0443/billing/x":             false,
+		"https://hooks.example.com/billing/x?a /admin":         false,
+		"https://hooks.example.com/billing/(a)!*'~+@:;=,$&":    true,
+		"https://hooks.example.com/billing/%40%3A%2B%7E%5b%5D": true,
+		"https://hooks.example.com/billing/caf%C3%A9":          true,
+		"https://hooks.example.com/billing/caf\u00e9?q=%25":    true,
 		"/billing": false,
 		"":         false,
 		"::":       false,
@@ -79,8 +89,9 @@ func TestCheckEndpointURLPrefix(t *testing.T) {
 		"https://hooks.example.com./":       "end in a dot",
 		"https://hooks.example.com:443/":    "leave out the port 443",
 		"https://hooks.example.com/a//b":    "empty segment",
-		"https://hooks.example.com/%62":     "escaped as RFC 3986 says",
-		"https://hooks.example.com/a%25b":   "without '%'",
+		"https://hooks.example.com/a%2Fb":   `escaped "/"`,
+		"https://hooks.example.com/a%25b":   "no control character, '%'",
+		"https://hooks.example.com:0443/":   "without a leading zero",
 	} {
 		err := CheckEndpointURLPrefix(prefix)
 		if assert.Error(t, err, prefix) {
@@ -117,6 +128,5 @@ func TestWebhookEndpointsCheck(t *testing.T) {
 		"https://billing.example.com/%68ooks/paid", "https://billing.example.com//hooks/paid"} {
 		err := eps.Check("", spelt)
 		require.ErrorIs(t, err, ErrEndpointURL, "billing's URL spelt otherwise: %s", spelt)
-		assert.Contains(t, err.Error(), "canonical form")
 	}
 }

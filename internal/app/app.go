@@ -244,7 +244,7 @@ func buildChannel(cc *config.ChannelConfig, egress channels.Egress, secrets Secr
 // value under two bindings stops the start, naming both variables.
 func webhookSecrets(cc *config.ChannelConfig, secrets Secrets) (func(endpoint string) ([]string, error), error) {
 	type held struct{ binding, env string }
-	owner := map[string]held{} // a secret's value → the first binding and variable holding it
+	owner := map[string]held{} // a secret's key (channels.SecretKey) → the first binding and variable holding it
 	pair := func(binding, current, previous string) ([]string, error) {
 		out := make([]string, 0, 2)
 		for _, env := range []string{current, previous} {
@@ -255,13 +255,14 @@ func webhookSecrets(cc *config.ChannelConfig, secrets Secrets) (func(endpoint st
 			if err != nil {
 				return nil, err
 			}
-			if err := channels.CheckSecret(v); err != nil {
+			key, err := channels.SecretKey(v)
+			if err != nil {
 				return nil, fmt.Errorf("env %s: %w", env, err)
 			}
-			if first, ok := owner[v]; ok && first.binding != binding {
+			if first, ok := owner[key]; ok && first.binding != binding {
 				return nil, fmt.Errorf("env %s holds the same secret as env %s (%s): each endpoint's secret signs for its own urls only, so no two endpoints, nor an endpoint and the default, may share one (moving an endpoint off the default secret, give it a new one)", env, first.env, first.binding)
 			}
-			owner[v] = held{binding, env}
+			owner[key] = held{binding, env}
 			out = append(out, v)
 		}
 		return out, nil

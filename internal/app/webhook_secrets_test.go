@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
@@ -173,6 +174,16 @@ func TestWebhookEndpointsSignWithTheirOwnSecrets(t *testing.T) {
 	_, err = buildChannel(cfg.Channels["webhook"], loopback, secrets, srv.Client(), "")
 	require.ErrorContains(t, err, "channels.webhook.endpoints.crm: env CRM_SECRET_OLD holds the same secret as env WEBHOOK_SECRET (the default secret)")
 	require.NotContains(t, err.Error(), env["WEBHOOK_SECRET"])
+	// the same key spelt otherwise: a zero byte more signs alike (HMAC
+	// pads keys with zeros); a trailing newline is refused outright
+	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(env["WEBHOOK_SECRET"], "whsec_"))
+	require.NoError(t, err)
+	env["CRM_SECRET_OLD"] = "whsec_" + base64.StdEncoding.EncodeToString(append(key, 0))
+	_, err = buildChannel(cfg.Channels["webhook"], loopback, secrets, srv.Client(), "")
+	require.ErrorContains(t, err, "env CRM_SECRET_OLD holds the same secret as env WEBHOOK_SECRET (the default secret)")
+	env["CRM_SECRET_OLD"] = env["WEBHOOK_SECRET"] + "\n"
+	_, err = buildChannel(cfg.Channels["webhook"], loopback, secrets, srv.Client(), "")
+	require.ErrorContains(t, err, "env CRM_SECRET_OLD: webhook secret: holds white space or a line break")
 	env["CRM_SECRET_OLD"] = env["BILLING_SECRET"]
 	_, err = buildChannel(cfg.Channels["webhook"], loopback, secrets, srv.Client(), "")
 	require.ErrorContains(t, err, "channels.webhook.endpoints.crm: env CRM_SECRET_OLD holds the same secret as env BILLING_SECRET (endpoint billing)")
