@@ -35,7 +35,7 @@ func TestParseBoundsEveryValue(t *testing.T) {
 		{"CIDRs not a list", "egress: {allow_cidrs: 10.0.0.0/8}", "egress.allow_cidrs: want a list of CIDRs"},
 		{"negative max_retry_after", "channels: {webhook: {max_retry_after: -1s}}", "channels.webhook.max_retry_after: want a duration > 0"},
 		{"max_retry_after of years", "channels: {webhook: {max_retry_after: 1000000h}}", "channels.webhook.max_retry_after: want > 0, at most 168h: a longer cap would let a provider park tasks for that long, got 1000000h"},
-		{"500 KB mapping key", "redis:\n  ? " + huge[:500<<10] + "\n  : 1\n", "unknown field (want url_env"},
+		{"500 KB mapping key", "redis:\n  ? " + huge[:500<<10] + "\n  : 1\n", "unknown field (want mode, addrs"},
 	} {
 		_, err := Parse("sluice.yaml", []byte(c.yaml))
 		require.Error(t, err, c.name)

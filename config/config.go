@@ -35,19 +35,49 @@ type Config struct {
 
 // RedisConfig says where the Redis used by asynq and the limiters is.
 type RedisConfig struct {
+	// Mode is how Sluice reaches Redis: RedisSingle (one server: URLEnv's
+	// URL, else Addr), RedisCluster (a Redis Cluster: Addrs are some of its
+	// nodes, the rest are found from them) or RedisSentinel (a master
+	// followed through failovers by the Sentinels at Addrs, MasterName).
+	// Default RedisSingle. `--redis URL` always means one server.
+	Mode string
+	// Addrs are host:port of the cluster's seed nodes (RedisCluster) or of
+	// the Sentinels (RedisSentinel); 1 to 64, required in those modes and
+	// refused in RedisSingle.
+	Addrs []string
+	// MasterName is the name the Sentinels monitor the master under
+	// (RedisSentinel, required; sentinel.conf "sentinel monitor NAME").
+	MasterName string
+	// UsernameEnv and PasswordEnv name the environment variables holding
+	// the Redis ACL user and password of the cluster's nodes or the
+	// Sentinel's master and replicas (RedisCluster, RedisSentinel; a single
+	// server's are in its URL). SentinelPasswordEnv names the one holding
+	// the Sentinels' own password (requirepass in sentinel.conf). Each is
+	// optional: unset in the file means none; named in the file, the
+	// variable must be set. The values never go in the file or in logs.
+	UsernameEnv, PasswordEnv, SentinelPasswordEnv string
 	// URLEnv names the environment variable holding a redis://, rediss:// or
 	// unix:// URL. The URL (it may carry a password) never goes in the file.
-	// Empty means never read the environment. Default "REDIS_URL".
+	// Empty means never read the environment. Default "REDIS_URL". Read in
+	// RedisSingle only.
 	URLEnv string
 	// Addr is host:port, used when the URLEnv variable is unset or empty.
 	// Default "127.0.0.1:6379".
 	Addr string
-	// DB is the Redis database number used with Addr. Default 0.
+	// DB is the Redis database number used with Addr, or on the Sentinel's
+	// master. Default 0; a cluster has database 0 only.
 	DB int
 	// KeyPrefix starts every limiter key ("sluice:whatsapp:number:…").
 	// Default "sluice".
 	KeyPrefix string
 }
+
+// Redis modes (RedisConfig.Mode).
+const (
+	RedisSingle   = "single"
+	RedisCluster  = "cluster"
+	RedisSentinel = "sentinel"
+)
 
 // WorkerConfig tunes the asynq server.
 type WorkerConfig struct {
@@ -361,7 +391,7 @@ func Default() *Config {
 	http.Retry = webhookRetry()
 
 	return &Config{
-		Redis: RedisConfig{URLEnv: "REDIS_URL", Addr: "127.0.0.1:6379", DB: 0, KeyPrefix: "sluice"},
+		Redis: RedisConfig{Mode: RedisSingle, URLEnv: "REDIS_URL", Addr: "127.0.0.1:6379", DB: 0, KeyPrefix: "sluice"},
 		Worker: WorkerConfig{
 			Concurrency:              worker.DefaultConcurrency,
 			DelayedTaskCheckInterval: worker.DefaultDelayedTaskCheckInterval,

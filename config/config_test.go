@@ -78,6 +78,20 @@ func TestParseMergesWithDefaults(t *testing.T) {
 		{name: "only comments", yaml: doc("# nothing here"), want: func(*Config) {}},
 		{name: "empty sections", yaml: doc("redis:", "worker: {}", "channels:", "  sms:"), want: func(*Config) {}},
 		{
+			name: "redis cluster",
+			yaml: doc("redis:", "  mode: cluster", "  addrs: [10.0.0.1:7000, '10.0.0.2:7000']", "  password_env: REDIS_PASSWORD"),
+			want: func(c *Config) {
+				c.Redis.Mode, c.Redis.Addrs, c.Redis.PasswordEnv = RedisCluster, []string{"10.0.0.1:7000", "10.0.0.2:7000"}, "REDIS_PASSWORD"
+			},
+		},
+		{
+			name: "redis sentinel",
+			yaml: doc("redis:", "  mode: sentinel", "  addrs: ['[::1]:26379']", "  master_name: mymaster", "  db: 2", "  sentinel_password_env: SENTINEL_PASSWORD"),
+			want: func(c *Config) {
+				c.Redis.Mode, c.Redis.Addrs, c.Redis.MasterName, c.Redis.DB, c.Redis.SentinelPasswordEnv = RedisSentinel, []string{"[::1]:26379"}, "mymaster", 2, "SENTINEL_PASSWORD"
+			},
+		},
+		{
 			name: "webhook endpoints with secrets of their own, one rotating",
 			yaml: doc(
 				"channels:",

@@ -351,10 +351,42 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 	})
 }
 
+// maxRedisAddrs bounds redis.addrs.
+const maxRedisAddrs = 64
+
 func (d *decoder) redis(n *yaml.Node, path string, r *RedisConfig) {
-	d.mapping(n, path, "field", []string{"url_env", "addr", "db", "key_prefix"}, func(key string, _, v *yaml.Node) {
+	var modeNode, addrsNode *yaml.Node
+	given := map[string]*yaml.Node{}
+	d.mapping(n, path, "field", []string{"mode", "addrs", "master_name", "username_env", "password_env", "sentinel_password_env", "url_env", "addr", "db", "key_prefix"}, func(key string, _, v *yaml.Node) {
 		p := join(path, key)
+		given[key] = resolve(v)
 		switch key {
+		case "mode":
+			modeNode = resolve(v)
+			if s, ok := d.scalar(v, p); ok {
+				if s != RedisSingle && s != RedisCluster && s != RedisSentinel {
+					d.errorf(resolve(v), p, "want single, cluster or sentinel, got %q", s)
+					return
+				}
+				r.Mode = s
+			}
+		case "addrs":
+			addrsNode = resolve(v)
+			r.Addrs = d.hostPorts(v, p)
+		case "master_name":
+			if s, ok := d.scalar(v, p); ok {
+				if s == "" || strings.ContainsAny(s, " \t\r\n") {
+					d.errorf(resolve(v), p, "want the name the Sentinels monitor the master under, got %q", s)
+					return
+				}
+				r.MasterName = s
+			}
+		case "username_env":
+			d.envName(v, p, true, &r.UsernameEnv)
+		case "password_env":
+			d.envName(v, p, true, &r.PasswordEnv)
+		case "sentinel_password_env":
+			d.envName(v, p, true, &r.SentinelPasswordEnv)
 		case "url_env":
 			d.envName(v, p, true, &r.URLEnv)
 		case "addr":
@@ -381,6 +413,80 @@ func (d *decoder) redis(n *yaml.Node, path string, r *RedisConfig) {
 			}
 		}
 	})
+	at := func(key string, fallback *yaml.Node) *yaml.Node {
+		if n := given[key]; n != nil {
+			return n
+		}
+		if fallback != nil {
+			return fallback
+		}
+		return resolve(n)
+	}
+	switch r.Mode {
+	case RedisSingle:
+		for _, key := range []string{"addrs", "master_name", "username_env", "password_env", "sentinel_password_env"} {
+			if given[key] != nil {
+				d.errorf(given[key], join(path, key), "only with mode cluster or sentinel (a single server's address is addr, its credentials are in its URL)")
+			}
+		}
+	case RedisCluster, RedisSentinel:
+		if len(r.Addrs) == 0 && addrsNode == nil {
+			what := "some of the cluster's nodes"
+			if r.Mode == RedisSentinel {
+				what = "the Sentinels"
+			}
+			d.errorf(at("mode", modeNode), join(path, "addrs"), "required with mode %s: host:port of %s", r.Mode, what)
+		}
+		for _, key := range []string{"addr", "url_env"} {
+			if given[key] != nil {
+				d.errorf(given[key], join(path, key), "only with mode single: with mode %s the servers are addrs (and --redis URL, for one server, overrides the mode)", r.Mode)
+			}
+		}
+		if r.Mode == RedisCluster && r.DB != 0 {
+			d.errorf(at("db", nil), join(path, "db"), "%d: a cluster has database 0 only", r.DB)
+		}
+		if r.Mode == RedisCluster && given["master_name"] != nil {
+			d.errorf(given["master_name"], join(path, "master_name"), "only with mode sentinel")
+		}
+		if r.Mode == RedisCluster && given["sentinel_password_env"] != nil {
+			d.errorf(given["sentinel_password_env"], join(path, "sentinel_password_env"), "only with mode sentinel")
+		}
+		if r.Mode == RedisSentinel && r.MasterName == "" && given["master_name"] == nil {
+			d.errorf(at("mode", modeNode), join(path, "master_name"), "required with mode sentinel: the name the Sentinels monitor the master under")
+		}
+	}
+}
+
+// hostPorts reads a list of 1 to maxRedisAddrs host:port addresses, each
+// once.
+func (d *decoder) hostPorts(n *yaml.Node, path string) []string {
+	n = resolve(n)
+	switch {
+	case n.Kind != yaml.SequenceNode:
+		d.errorf(n, path, "want a list of host:port such as [10.0.0.1:6379, 10.0.0.2:6379], got %s", describe(n))
+		return nil
+	case len(n.Content) == 0 || len(n.Content) > maxRedisAddrs:
+		d.errorf(n, path, "%d entries, want 1 to %d", len(n.Content), maxRedisAddrs)
+		return nil
+	}
+	var out []string
+	for i, item := range n.Content {
+		ip := fmt.Sprintf("%s[%d]", path, i)
+		s, ok := d.scalar(item, ip)
+		if !ok {
+			continue
+		}
+		if err := hostPort(s); err != nil {
+			d.errorf(resolve(item), ip, "%v", err)
+			continue
+		}
+		if slices.Contains(out, s) {
+			d.errorf(resolve(item), ip, "%s given twice", s)
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 func (d *decoder) worker(n *yaml.Node, path string, w *WorkerConfig) {

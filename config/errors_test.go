@@ -73,6 +73,43 @@ func TestParseErrors(t *testing.T) {
 			},
 		},
 		{
+			name: "redis modes",
+			yaml: doc(
+				"redis:",
+				"  mode: cluster",
+				"  addr: 127.0.0.1:6379",
+				"  db: 3",
+				"  master_name: mymaster",
+			),
+			want: []string{
+				`sluice.yaml:2:9: redis.addrs: required with mode cluster: host:port of some of the cluster's nodes`,
+				`sluice.yaml:3:9: redis.addr: only with mode single: with mode cluster the servers are addrs (and --redis URL, for one server, overrides the mode)`,
+				`sluice.yaml:4:7: redis.db: 3: a cluster has database 0 only`,
+				`sluice.yaml:5:16: redis.master_name: only with mode sentinel`,
+			},
+		},
+		{
+			name: "redis sentinel and single",
+			yaml: doc(
+				"redis:",
+				"  mode: sentinel",
+				"  addrs: [10.0.0.1:26379, 10.0.0.1:26379, nohost]",
+			),
+			want: []string{
+				`sluice.yaml:2:9: redis.master_name: required with mode sentinel: the name the Sentinels monitor the master under`,
+				`sluice.yaml:3:27: redis.addrs[1]: 10.0.0.1:26379 given twice`,
+				`sluice.yaml:3:43: redis.addrs[2]: want host:port, got "nohost"`,
+			},
+		},
+		{
+			name: "redis single takes no addrs",
+			yaml: doc("redis:", "  mode: single", "  addrs: [10.0.0.1:6379]", "  mode2: x"),
+			want: []string{
+				`sluice.yaml:3:10: redis.addrs: only with mode cluster or sentinel (a single server's address is addr, its credentials are in its URL)`,
+				`sluice.yaml:4:3: redis.mode2: unknown field (want mode, addrs, master_name, username_env, password_env, sentinel_password_env, url_env, addr, db or key_prefix)`,
+			},
+		},
+		{
 			name: "unknown channel",
 			yaml: doc(
 				"redis:",

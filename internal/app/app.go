@@ -47,13 +47,142 @@ func ConnectURL(ctx context.Context, url string) (redis.UniversalClient, error) 
 		return nil, fmt.Errorf("redis URL %s: %s", redact.URL(url), redact.ParseError(err, url))
 	}
 	c := redis.NewClient(opt)
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := c.Ping(pctx).Err(); err != nil {
+	if err := checkRedis(ctx, c); err != nil {
 		_ = c.Close()
 		return nil, fmt.Errorf("redis at %s: %w", redact.URL(url), err) // dial and AUTH errors name the address only
 	}
 	return c, nil
+}
+
+// Connect opens the Redis that r describes: with mode cluster a
+// redis.ClusterClient on r.Addrs (the other nodes found from them), with
+// mode sentinel a redis.FailoverClient that follows r.MasterName through
+// failovers by the Sentinels at r.Addrs, with mode single ConnectURL of
+// r's URL (config.Config.RedisURL). Credentials come from the variables r
+// names, through secrets. Like ConnectURL it checks what it reached
+// (checkRedis): every master answers, runs Redis 6.0 or later, and a
+// cluster's state is ok. Errors name the mode and the addresses, never a
+// password.
+func Connect(ctx context.Context, cfg *config.Config, secrets Secrets) (redis.UniversalClient, error) {
+	r := cfg.Redis
+	if r.Mode == "" || r.Mode == config.RedisSingle {
+		url, err := cfg.RedisURL()
+		if err != nil {
+			return nil, err
+		}
+		return ConnectURL(ctx, url)
+	}
+	if secrets == nil {
+		secrets = cfg.Secret
+	}
+	cred := func(env string) (string, error) {
+		if env == "" {
+			return "", nil
+		}
+		return secrets(env)
+	}
+	user, err := cred(r.UsernameEnv)
+	if err != nil {
+		return nil, fmt.Errorf("redis.username_env: %w", err)
+	}
+	pass, err := cred(r.PasswordEnv)
+	if err != nil {
+		return nil, fmt.Errorf("redis.password_env: %w", err)
+	}
+	var c redis.UniversalClient
+	switch r.Mode {
+	case config.RedisCluster:
+		// go-redis finds a failover's new master on a MOVED reply, or when
+		// it reloads the slots, every minute by default: a master that died
+		// answers nothing, so the reload is what moves its slots' traffic.
+		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: r.Addrs, Username: user, Password: pass,
+			DialTimeout: time.Second, ClusterStateReloadInterval: 2 * time.Second})
+	case config.RedisSentinel:
+		spass, err := cred(r.SentinelPasswordEnv)
+		if err != nil {
+			return nil, fmt.Errorf("redis.sentinel_password_env: %w", err)
+		}
+		c = redis.NewFailoverClient(&redis.FailoverOptions{MasterName: r.MasterName, SentinelAddrs: r.Addrs,
+			SentinelPassword: spass, Username: user, Password: pass, DB: r.DB})
+	default:
+		return nil, fmt.Errorf("redis.mode: %q: want single, cluster or sentinel", r.Mode)
+	}
+	if err := checkRedis(ctx, c); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("redis %s at %s: %w", r.Mode, strings.Join(r.Addrs, ","), err)
+	}
+	return c, nil
+}
+
+// MinRedisVersion is the oldest Redis Sluice runs on: its scripts use
+// SET … KEEPTTL (6.0).
+const MinRedisVersion = "6.0"
+
+// checkRedis checks, within 5 s, that c's server answers and runs Redis
+// MinRedisVersion or later; on a cluster, every master, and that the
+// cluster's state is ok (CLUSTER INFO: no slot unserved).
+func checkRedis(ctx context.Context, c redis.UniversalClient) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	one := func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "server").Result()
+		if err != nil {
+			return err
+		}
+		return checkVersion(info)
+	}
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		state, err := cc.ClusterInfo(ctx).Result()
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(state, "cluster_state:ok") {
+			return errors.New("cluster state is not ok (CLUSTER INFO): a slot is unserved or the cluster is forming")
+		}
+		return cc.ForEachMaster(ctx, one)
+	}
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		var rerr redis.Error
+		if errors.As(err, &rerr) {
+			// a server that answers but has no INFO server section
+			// (miniredis, the embedded default) is taken as it is
+			return c.Ping(ctx).Err()
+		}
+		return err
+	}
+	if err := checkVersion(info); err != nil {
+		return err
+	}
+	if _, single := c.(*redis.Client); single {
+		switch {
+		case strings.Contains(info, "redis_mode:sentinel"):
+			return errors.New("this is a Sentinel, which holds no data: set redis.mode: sentinel, with the Sentinels as redis.addrs and redis.master_name")
+		case strings.Contains(info, "redis_mode:cluster"):
+			return errors.New("this is a Redis Cluster node: set redis.mode: cluster, with some of its nodes as redis.addrs")
+		}
+	}
+	return nil
+}
+
+// checkVersion reads redis_version from INFO server's text; a text
+// without one passes.
+func checkVersion(info string) error {
+	for line := range strings.Lines(info) {
+		v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:")
+		if !ok {
+			continue
+		}
+		var major, minor int
+		if _, err := fmt.Sscanf(v, "%d.%d", &major, &minor); err != nil {
+			return fmt.Errorf("redis_version %q: not a version", v)
+		}
+		if major < 6 {
+			return fmt.Errorf("Redis %s: Sluice needs Redis %s or later (its scripts use SET KEEPTTL)", v, MinRedisVersion)
+		}
+		return nil
+	}
+	return nil
 }
 
 // Secrets looks up a credential by the name of its environment variable.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluice-dev/sluice/config"
 	"github.com/sluice-dev/sluice/internal/demo"
 )
 
@@ -15,8 +16,10 @@ func newDemoCmd(g *globals) *cobra.Command {
 		Use:   "demo",
 		Short: "Run a sample campaign end to end against local provider emulators",
 		Long: `demo runs the main job in one process with nothing to install: its own
-Redis unless --redis or REDIS_URL names a real one (a private redis-server on
-a free loopback port when one is installed, else an embedded miniredis), local
+Redis unless --redis, REDIS_URL or the redis section of --config names a real
+one, a Redis Cluster or a Sentinel (a private redis-server on a free loopback
+port when one is installed, else an embedded miniredis; of --config only the
+redis section is used: the demo runs the built-in limits), local
 emulators of the WhatsApp Cloud API, Twilio and webhook receivers that enforce
 the providers' real limits, and the worker with the default channel limits.
 It enqueues the bundled campaign (examples/recipients.csv) on the WhatsApp,
@@ -34,7 +37,15 @@ only) and the API at /v1/.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.ListenSet = cmd.Flags().Changed("listen")
 			o.RedisURL = g.redisURL
-			if o.RedisURL == "" {
+			if g.configPath != "" && o.RedisURL == "" {
+				// the file's redis section, for a cluster or a Sentinel
+				cfg, err := g.loadConfig()
+				if err != nil {
+					return err
+				}
+				o.Redis = &cfg.Redis
+			}
+			if o.RedisURL == "" && (o.Redis == nil || o.Redis.Mode == config.RedisSingle) {
 				o.RedisURL = os.Getenv("REDIS_URL")
 			}
 			o.Stdout, o.Stderr, o.Progress, o.Logger = g.stdout, g.stderr, terminalOrNil(g.stderr), g.logger()

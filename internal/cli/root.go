@@ -76,7 +76,7 @@ as long as the limit requires, without spending a retry.`,
 	pf.StringVar(&g.logLevel, "log-level", "info", "debug, info, warn or error")
 	root.AddCommand(
 		newServeCmd(g),
-		noConfig(newDemoCmd(g), "the demo runs the built-in limits against its own emulators"),
+		newDemoCmd(g), // reads the file's redis section only
 		noConfig(newEmulateCmd(g), "the emulators enforce the providers' limits, set by their own flags"),
 		newEnqueueCmd(g),
 		newSendCmd(g), newLimitsCmd(g), newChannelsCmd(g), newEventsCmd(g), newConfigCmd(g),
@@ -184,6 +184,12 @@ func (g *globals) redisSource(cfg *config.Config) (url, from string, err error) 
 // debug), so a forgotten REDIS_URL is not silently the default; the URL is
 // shown without user or password.
 func (g *globals) connectRedis(ctx context.Context, cfg *config.Config) (redis.UniversalClient, error) {
+	if g.redisURL == "" && cfg.Redis.Mode != "" && cfg.Redis.Mode != config.RedisSingle {
+		if g.level() <= slog.LevelInfo {
+			fmt.Fprintf(g.stderr, "sluice: redis %s %s (redis.mode in %s)\n", cfg.Redis.Mode, strings.Join(cfg.Redis.Addrs, ","), g.configPath)
+		}
+		return app.Connect(ctx, cfg, nil)
+	}
 	url, from, err := g.redisSource(cfg)
 	if err != nil {
 		return nil, err

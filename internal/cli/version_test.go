@@ -41,7 +41,6 @@ func TestCommandsThatIgnoreTheConfigRefuseIt(t *testing.T) {
 	t.Parallel()
 	cfg := writeFile(t, "bad.yaml", "channels:\n  sms:\n    rate_typo: 1\n")
 	for _, args := range [][]string{
-		{"demo", "--timeout", "1s"},
 		{"emulate"},
 		{"version"},
 		{"config", "check", cfg},
@@ -51,8 +50,12 @@ func TestCommandsThatIgnoreTheConfigRefuseIt(t *testing.T) {
 		require.Contains(t, r.stderr, ": --config is not read here: ")
 		require.Empty(t, r.stdout)
 	}
-	// The commands that read it load it: the bad file is refused.
+	// The commands that read it load it: the bad file is refused; the demo
+	// too, which reads its redis section only.
 	r := run(t, "-c", cfg, "limits", "list")
 	require.Equal(t, 1, r.code)
+	r = run(t, "-c", cfg, "demo", "--timeout", "1s")
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, "channels.sms.rate_typo: unknown field")
 	require.Contains(t, r.stderr, "rate_typo")
 }

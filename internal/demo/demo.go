@@ -16,11 +16,13 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
 
@@ -73,6 +75,9 @@ type Options struct {
 	// Embedded picks the embedded miniredis even when redis-server is
 	// installed.
 	Embedded bool
+	// Redis, when its Mode is cluster or sentinel and RedisURL is empty,
+	// is the Redis the demo runs on (a configuration's redis section).
+	Redis *config.RedisConfig
 	// Stdout gets the summary; Stderr notices. Nil: io.Discard.
 	Stdout, Stderr io.Writer
 	// Progress gets the progress bars; nil: none (not a terminal).
@@ -160,14 +165,22 @@ func Run(parent context.Context, o Options) error {
 	var err error
 	url := o.RedisURL
 	redisName := "redis " + redact.URL(url)
-	if url == "" {
-		var stop func()
-		if url, redisName, stop, err = ownRedis(ctx, o.Embedded, o.Stderr); err != nil {
-			return err
+	var rdb redis.UniversalClient
+	if r := o.Redis; url == "" && r != nil && r.Mode != "" && r.Mode != config.RedisSingle {
+		redisName = "redis " + r.Mode + " " + strings.Join(r.Addrs, ",")
+		cfg := config.Default()
+		cfg.Redis = *r
+		rdb, err = app.Connect(ctx, cfg, nil)
+	} else {
+		if url == "" {
+			var stop func()
+			if url, redisName, stop, err = ownRedis(ctx, o.Embedded, o.Stderr); err != nil {
+				return err
+			}
+			defer stop()
 		}
-		defer stop()
+		rdb, err = app.ConnectURL(ctx, url)
 	}
-	rdb, err := app.ConnectURL(ctx, url)
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -42,6 +43,12 @@ type Options struct {
 	// (a production setting: at most about a second of writes is lost
 	// when the process is killed), so that Restart brings the data back.
 	AppendOnly bool
+	// Args are more redis-server arguments ("--cluster-enabled", "yes").
+	Args []string
+	// ConfigFile, when set, is written to the server's directory as
+	// redis.conf and given as the first argument; with "--sentinel" in
+	// Args it makes a Sentinel (which rewrites its file).
+	ConfigFile string
 }
 
 // URL returns "redis://Addr/0".
@@ -105,11 +112,25 @@ func (s *Server) start() error {
 	if s.opts.AppendOnly {
 		aof = []string{"--appendonly", "yes", "--appendfsync", "everysec"}
 	}
-	args := append([]string{
+	var args []string
+	if s.opts.ConfigFile != "" {
+		conf := filepath.Join(s.dir, "redis.conf")
+		if _, err := os.Stat(conf); err != nil { // a Restart keeps what the server rewrote
+			if err := os.WriteFile(conf, []byte(s.opts.ConfigFile), 0o600); err != nil {
+				return err
+			}
+		}
+		args = append(args, conf)
+	}
+	args = append(args,
 		"--port", port, "--bind", "127.0.0.1",
 		"--save", "", "--dir", s.dir,
 		"--daemonize", "no", "--loglevel", "warning",
-		"--logfile", filepath.Join(s.dir, "redis.log")}, aof...)
+		"--logfile", filepath.Join(s.dir, "redis.log"))
+	if !slices.Contains(s.opts.Args, "--sentinel") {
+		args = append(args, aof...)
+	}
+	args = append(args, s.opts.Args...)
 	cmd := exec.Command(s.bin, args...)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", s.bin, err)

@@ -8,6 +8,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluice-dev/sluice/config"
 	"github.com/sluice-dev/sluice/internal/api"
 	"github.com/sluice-dev/sluice/internal/app"
@@ -38,12 +40,12 @@ func Serve(ctx context.Context, cfg *config.Config, redisURL string, logger *slo
 			return err
 		}
 	}
-	if redisURL == "" {
-		if redisURL, err = cfg.RedisURL(); err != nil {
-			return err
-		}
+	var rdb redis.UniversalClient
+	if redisURL != "" {
+		rdb, err = app.ConnectURL(ctx, redisURL) // --redis: one server, whatever redis.mode says
+	} else {
+		rdb, err = app.Connect(ctx, cfg, nil)
 	}
-	rdb, err := app.ConnectURL(ctx, redisURL)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,69 @@
+package app
+
+import (
+	"context"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-dev/sluice/config"
+	"github.com/sluice-dev/sluice/internal/redistest"
+)
+
+// Connect builds the client redis.mode names and checks what it reached:
+// a cluster (every master, its state ok), a Sentinel's master; and a
+// single-server URL that turns out to be a cluster node or a Sentinel is
+// refused with what to configure instead, not taken for a server that
+// PINGs and then fails every script.
+func TestConnectByMode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts six redis-servers")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	cl := redistest.StartCluster(t, 3, 0)
+	st := redistest.StartSentinel(t)
+
+	cfg := config.Default()
+	cfg.Redis = config.RedisConfig{Mode: config.RedisCluster, Addrs: cl.Addrs()[:1], KeyPrefix: "sluice"}
+	c, err := Connect(ctx, cfg, nil)
+	require.NoError(t, err)
+	_, isCluster := c.(*redis.ClusterClient)
+	require.True(t, isCluster)
+	require.NoError(t, c.Set(ctx, "{a}k", 1, 0).Err())
+	require.NoError(t, c.Set(ctx, "{b}k", 1, 0).Err(), "a key in another master's slot is reached too")
+	require.NoError(t, c.Close())
+
+	cfg.Redis = config.RedisConfig{Mode: config.RedisSentinel, Addrs: []string{st.Sentinel.Addr}, MasterName: st.MasterName, KeyPrefix: "sluice"}
+	c, err = Connect(ctx, cfg, nil)
+	require.NoError(t, err)
+	require.NoError(t, c.Set(ctx, "k", 1, 0).Err())
+	require.NoError(t, c.Close())
+
+	cfg.Redis.MasterName = "nosuch"
+	_, err = Connect(ctx, cfg, nil)
+	require.ErrorContains(t, err, "redis sentinel at "+st.Sentinel.Addr)
+
+	_, err = ConnectURL(ctx, "redis://"+cl.Masters[0].Addr+"/0")
+	require.ErrorContains(t, err, "this is a Redis Cluster node: set redis.mode: cluster")
+	_, err = ConnectURL(ctx, "redis://"+st.Sentinel.Addr+"/0")
+	require.ErrorContains(t, err, "this is a Sentinel, which holds no data: set redis.mode: sentinel")
+
+	cfg.Redis = config.RedisConfig{Mode: config.RedisCluster, Addrs: cl.Addrs(), PasswordEnv: "NO_SUCH_VAR_SET"}
+	_, err = Connect(ctx, cfg, func(string) (string, error) { return "", errNotSet })
+	require.ErrorContains(t, err, "redis.password_env: not set")
+}
+
+var errNotSet = errString("not set")
+
+type errString string
+
+func (e errString) Error() string { return string(e) }
+
+func TestCheckVersion(t *testing.T) {
+	require.NoError(t, checkVersion("# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\n"))
+	require.NoError(t, checkVersion("redis_version:6.0.0\r\n"))
+	require.ErrorContains(t, checkVersion("redis_version:5.0.14\r\n"), "Redis 5.0.14: Sluice needs Redis 6.0 or later (its scripts use SET KEEPTTL)")
+	require.ErrorContains(t, checkVersion("redis_version:x\r\n"), "not a version")
+}
