@@ -96,11 +96,15 @@ func (c *Cluster) join(ctx context.Context) error {
 		if i == len(c.Masters)-1 {
 			hi = 16383
 		}
+		slots := make([]int, 0, hi-lo+1)
+		for s := lo; s <= hi; s++ {
+			slots = append(slots, s)
+		}
 		n := node(m.Addr)
-		err := n.ClusterAddSlotsRange(ctx, lo, hi).Err()
+		err := n.ClusterAddSlots(ctx, slots...).Err() // (ADDSLOTSRANGE is Redis 7's)
 		n.Close()
 		if err != nil {
-			return fmt.Errorf("CLUSTER ADDSLOTSRANGE on %s: %w", m.Addr, err)
+			return fmt.Errorf("CLUSTER ADDSLOTS on %s: %w", m.Addr, err)
 		}
 	}
 	for i, rs := range c.Replicas {
