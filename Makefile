@@ -2,7 +2,7 @@
 GO ?= go
 REDIS_SERVER := $(shell command -v redis-server 2>/dev/null || ls /usr/bin/redis-server 2>/dev/null)
 
-.PHONY: test vet bench bench-scale bench-backlog bench-scripts e2e-full e2e-stress e2e-outage redis-server demo build lint-openapi device-bundle
+.PHONY: test test-cluster vet bench bench-scale bench-backlog bench-scripts e2e-full e2e-stress e2e-outage redis-server demo build lint-openapi device-bundle
 # `make test` passes on a busy host: its tests assert invariants, not speed.
 # The end-to-end tests (internal/e2e, doc.go) assert there that no provider
 # cap is exceeded in any 1-second span, WhatsApp pairs are 6s apart, every
@@ -17,6 +17,13 @@ test: redis-server
 	$(GO) vet ./...
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /internal/e2e)
 	$(GO) test -race -count=1 -timeout 30m ./internal/e2e/
+
+# The limiter's tests (step tables, admin, control) again on a 3-master
+# Redis Cluster and through a Sentinel, each started per test beside the
+# usual redis-server and miniredis (testutil.Backends): about 3 minutes on
+# 2 cores, so not in `make test`; CI runs it after it.
+test-cluster: redis-server
+	SLUICE_TEST_CLUSTER=1 $(GO) test -race -count=1 ./throttle/ ./control/ ./internal/redistest/ ./internal/app/
 
 vet:
 	$(GO) vet ./...

@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -14,7 +15,11 @@ var cleanupScript = redis.NewScript(joinLua("cleanup.lua"))
 // List returns limiter keys (without prefix) that start with prefix, one
 // SCAN page at a time: pass cursor 0 first, then the returned cursor until it
 // is 0. count is a hint of keys per page. It never uses KEYS. On a Redis
-// Cluster client it scans every master and ignores cursor paging.
+// Cluster client the pages walk the masters one after another, in the order
+// of their addresses (the cursor holds the master's place in its top 8
+// bits and its SCAN cursor below): memory stays one page, and an
+// unreachable master is an error, never a short listing. A failover between
+// two pages may repeat or skip keys, as SCAN may while a table grows.
 func (l *Redis) List(ctx context.Context, prefix string, cursor uint64, count int64) (keys []string, next uint64, err error) {
 	return l.list(ctx, prefix, cursor, count, false)
 }
@@ -38,27 +43,58 @@ func (l *Redis) list(ctx context.Context, prefix string, cursor uint64, count in
 			keys = append(keys, s)
 		}
 	}
+	scanner := redis.Cmdable(l.rdb)
+	var master, masters uint64
 	if cc, ok := l.rdb.(*redis.ClusterClient); ok {
-		var mu sync.Mutex
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			it := c.Scan(ctx, 0, match, count).Iterator()
-			for it.Next(ctx) {
-				mu.Lock()
-				keep(it.Val())
-				mu.Unlock()
-			}
-			return it.Err()
-		})
-		return keys, 0, err
+		all, err := mastersOf(ctx, cc)
+		if err != nil {
+			return nil, 0, fmt.Errorf("throttle: scan %s: %w", match, err)
+		}
+		master, masters = cursor>>masterShift, uint64(len(all))
+		if master >= masters {
+			return nil, 0, nil // the cluster has fewer masters than when the walk began
+		}
+		scanner, cursor = all[master], cursor&(1<<masterShift-1)
 	}
-	raw, next, err := l.rdb.Scan(ctx, cursor, match, count).Result()
+	raw, next, err := scanner.Scan(ctx, cursor, match, count).Result()
 	if err != nil {
 		return nil, 0, fmt.Errorf("throttle: scan %s: %w", match, err)
 	}
 	for _, k := range raw {
 		keep(k)
 	}
+	if masters > 0 {
+		switch {
+		case next >= 1<<masterShift:
+			return nil, 0, fmt.Errorf("throttle: scan %s: a master's SCAN cursor %d is too large to page across masters", match, next)
+		case next != 0:
+			next |= master << masterShift
+		case master+1 < masters:
+			next = (master + 1) << masterShift
+		}
+	}
 	return keys, next, nil
+}
+
+// masterShift places a master's index in a cluster List cursor.
+const masterShift = 56
+
+// mastersOf are the cluster's masters' clients, in the order of their
+// addresses (an unreachable one fails its page's SCAN).
+func mastersOf(ctx context.Context, cc *redis.ClusterClient) ([]*redis.Client, error) {
+	var mu sync.Mutex
+	var all []*redis.Client
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		mu.Lock()
+		all = append(all, c)
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(all, func(a, b *redis.Client) int { return strings.Compare(a.Options().Addr, b.Options().Addr) })
+	return all, nil
 }
 
 // Each calls fn for every limiter key starting with prefix (without prefix).

@@ -51,8 +51,8 @@ func TestListReset(t *testing.T) {
 		n, err = l.ResetPrefix(ctx, "whatsapp:pair:")
 		require.NoError(t, err)
 		require.Equal(t, int64(30), n)
-		left, _, err := l.List(ctx, "", 0, 100)
-		require.NoError(t, err)
+		var left []string // (on a cluster, each master is a page of its own)
+		require.NoError(t, l.Each(ctx, "", func(k string) error { left = append(left, k); return nil }))
 		require.Equal(t, []string{"whatsapp:conc"}, left)
 	})
 }

@@ -35,12 +35,12 @@ func (h *scriptCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 }
 
 // prefetchLimiter is reserveLimiter with its script round trips counted.
-func prefetchLimiter(t *testing.T, span time.Duration) (*throttle.Redis, *redis.Client, *testutil.Clock, *scriptCalls) {
+func prefetchLimiter(t *testing.T, span time.Duration) (*throttle.Redis, redis.UniversalClient, *testutil.Clock, *scriptCalls) {
 	t.Helper()
 	return prefetchLimiterOn(t, redistest.Start(t).Client(t), span)
 }
 
-func prefetchLimiterOn(t *testing.T, rdb *redis.Client, span time.Duration) (*throttle.Redis, *redis.Client, *testutil.Clock, *scriptCalls) {
+func prefetchLimiterOn(t *testing.T, rdb redis.UniversalClient, span time.Duration) (*throttle.Redis, redis.UniversalClient, *testutil.Clock, *scriptCalls) {
 	t.Helper()
 	clock := testutil.NewClock(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
 	calls := &scriptCalls{}
@@ -58,11 +58,11 @@ var (
 
 func TestPrefetchServesNeverBlockingLimitsFromMemory(t *testing.T) {
 	backends(t, func(t *testing.T, c redis.UniversalClient) {
-		prefetchServes(t, c.(*redis.Client))
+		prefetchServes(t, c)
 	})
 }
 
-func prefetchServes(t *testing.T, c *redis.Client) {
+func prefetchServes(t *testing.T, c redis.UniversalClient) {
 	l, rdb, clock, calls := prefetchLimiterOn(t, c, 0)
 	ctx := context.Background()
 	reqs := []throttle.Request{{Key: "wa:number:1", Limit: huge}, {Key: "wa:daily:+12025550100", Limit: hugeDaily}}
