@@ -554,18 +554,43 @@ func NewRegistry(rdb redis.UniversalClient) *prometheus.Registry {
 }
 
 // HTTPHandler serves /healthz (200 "ok" while Redis answers, else 503) and
-// /metrics (Prometheus, from gatherer).
+// /metrics (Prometheus, from gatherer). On a Redis Cluster, healthy is
+// every master answering and the cluster's state ok (CLUSTER INFO, as the
+// node asked sees it); through a Sentinel, the master it names answering.
+// The 503's text says which, naming no address.
 func HTTPHandler(rdb redis.UniversalClient, gatherer prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 		defer cancel()
-		if err := rdb.Ping(ctx).Err(); err != nil {
-			http.Error(w, "redis: unavailable", http.StatusServiceUnavailable)
+		if why := unhealthy(ctx, rdb); why != "" {
+			http.Error(w, "redis: "+why, http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	return mux
+}
+
+// unhealthy says why rdb cannot serve Sluice now; "" when it can.
+func unhealthy(ctx context.Context, rdb redis.UniversalClient) string {
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		if rdb.Ping(ctx).Err() != nil {
+			return "unavailable"
+		}
+		return ""
+	}
+	info, err := cc.ClusterInfo(ctx).Result()
+	switch {
+	case err != nil:
+		return "unavailable"
+	case !strings.Contains(info, "cluster_state:ok"):
+		return "cluster state is not ok"
+	}
+	if cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() }) != nil {
+		return "a cluster master is unavailable"
+	}
+	return ""
 }

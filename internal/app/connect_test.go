@@ -2,8 +2,10 @@ package app
 
 import (
 	"context"
+	"net/http/httptest"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -66,4 +68,28 @@ func TestCheckVersion(t *testing.T) {
 	require.NoError(t, checkVersion("redis_version:6.0.0\r\n"))
 	require.ErrorContains(t, checkVersion("redis_version:5.0.14\r\n"), "Redis 5.0.14: Sluice needs Redis 6.0 or later (its scripts use SET KEEPTTL)")
 	require.ErrorContains(t, checkVersion("redis_version:x\r\n"), "not a version")
+}
+
+// /healthz on a cluster: 200 while every master answers and the state is
+// ok; 503 once a master without a replica is gone, naming no address.
+func TestHealthzOnACluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three redis-servers")
+	}
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3, 0)
+	h := HTTPHandler(cl.Client(t), prometheus.NewRegistry())
+	get := func() *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "/healthz", nil))
+		return w
+	}
+	require.Equal(t, 200, get().Code)
+	require.NoError(t, cl.Masters[2].Kill())
+	// The other masters mark it failed after the node timeout; until then
+	// the ping of every master already fails.
+	w := get()
+	require.Equal(t, 503, w.Code)
+	require.Regexp(t, `^redis: (a cluster master is unavailable|cluster state is not ok|unavailable)\n$`, w.Body.String())
+	require.NotContains(t, w.Body.String(), "127.0.0.1")
 }
