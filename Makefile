@@ -20,10 +20,12 @@ test: redis-server
 
 # The limiter's tests (step tables, admin, control) again on a 3-master
 # Redis Cluster and through a Sentinel, each started per test beside the
-# usual redis-server and miniredis (testutil.Backends): about 3 minutes on
-# 2 cores, so not in `make test`; CI runs it after it.
+# usual redis-server and miniredis (testutil.Backends), and the three-worker
+# end-to-end run on each: about 4 minutes on 2 cores, so not in
+# `make test`; CI runs it after it.
 test-cluster: redis-server
 	SLUICE_TEST_CLUSTER=1 $(GO) test -race -count=1 ./throttle/ ./control/ ./internal/redistest/ ./internal/app/
+	SLUICE_TEST_CLUSTER=1 $(GO) test -race -count=1 -timeout 10m -run '^TestThreeWorkersNeverExceedTheCap$$' ./internal/e2e/
 
 vet:
 	$(GO) vet ./...

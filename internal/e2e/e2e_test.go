@@ -24,9 +24,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sluice-dev/sluice/config"
 	"github.com/sluice-dev/sluice/internal/emulator"
 	"github.com/sluice-dev/sluice/internal/redistest"
 	"github.com/sluice-dev/sluice/tasks"
@@ -190,9 +192,13 @@ func startProcess(t *testing.T, name, httpAddr string, cmd *exec.Cmd) *worker {
 
 // workerEnv is the environment of a `sluice serve` against rs and the
 // emulators' default credentials.
-func workerEnv(rs *redistest.Server) []string {
+func workerEnv(rs *redistest.Server) []string { return workerEnvURL(rs.URL()) }
+
+// workerEnvURL is workerEnv with REDIS_URL url ("": unset, for a worker
+// whose configuration names a cluster or a Sentinel).
+func workerEnvURL(url string) []string {
 	return []string{
-		"REDIS_URL=" + rs.URL(),
+		"REDIS_URL=" + url,
 		"WHATSAPP_TOKEN=" + emulator.DefaultWhatsAppToken,
 		"TWILIO_ACCOUNT_SID=" + emulator.DefaultTwilioAccountSID,
 		"TWILIO_AUTH_TOKEN=" + emulator.DefaultTwilioAuthToken,
@@ -240,28 +246,58 @@ func recipient(i int) string {
 // run, a busy host's few in the small one, checkThrottles), send every
 // message exactly once, spread the work over all three processes, and shut
 // down gracefully on SIGTERM.
+//
+// With SLUICE_TEST_CLUSTER=1 (make test-cluster) the same run goes on a
+// 3-master Redis Cluster and through a Sentinel, the workers configured
+// with redis.mode alone.
 func TestThreeWorkersNeverExceedTheCap(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: builds the binary and runs for about 20s")
 	}
+	kinds := []string{config.RedisSingle}
+	if os.Getenv("SLUICE_TEST_CLUSTER") == "1" {
+		kinds = append(kinds, config.RedisCluster, config.RedisSentinel)
+	}
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) { threeWorkers(t, kind) })
+	}
+}
+
+// e2eRedis starts a Redis of kind (config.RedisSingle, RedisCluster,
+// RedisSentinel) for the test: a client on it, the redis section of the
+// workers' configuration, and REDIS_URL for a single server ("" else).
+func e2eRedis(t *testing.T, kind string) (redis.UniversalClient, string, string) {
+	t.Helper()
+	switch kind {
+	case config.RedisCluster:
+		c := redistest.StartCluster(t, 3, 0)
+		return c.Client(t), fmt.Sprintf("redis:\n  mode: cluster\n  addrs: [%s]\n", strings.Join(c.Addrs(), ", ")), ""
+	case config.RedisSentinel:
+		st := redistest.StartSentinel(t)
+		return st.Client(t), fmt.Sprintf("redis:\n  mode: sentinel\n  addrs: [%s]\n  master_name: %s\n", st.Sentinel.Addr, st.MasterName), ""
+	}
+	rs := redistest.Start(t)
+	return rs.Client(t), "", rs.URL()
+}
+
+func threeWorkers(t *testing.T, kind string) {
 	start := time.Now()
 	bin := sluiceBinary(t)
 	t.Logf("sluice binary ready in %v", time.Since(start).Round(10*time.Millisecond))
-	rs := redistest.Start(t)
-	rdb := rs.Client(t)
+	rdb, redisYAML, redisURL := e2eRedis(t, kind)
 
 	emu, err := emulator.Start(emulator.Options{WebhookEndpoints: 2})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, emu.Close()) })
 
-	env := workerEnv(rs)
+	env := workerEnvURL(redisURL)
 	dir := t.TempDir()
 	workers := make([]*worker, 3)
 	addrs := freeAddrs(t, len(workers))
 	for i := range workers {
 		addr := addrs[i]
 		// Default limits and key prefix: the provider limits are the point.
-		cfg := fmt.Sprintf(`http:
+		cfg := redisYAML + fmt.Sprintf(`http:
   listen: %q
 worker:
   concurrency: 20

@@ -477,7 +477,7 @@ var metricLine = regexp.MustCompile(`^(sluice_tasks_total|sluice_limiter_calls_t
 var labelPair = regexp.MustCompile(`([a-z_]+)="([^"]*)"`)
 
 // snapshot scrapes the workers' /metrics, summed over them, and Redis' CPU.
-func snapshot(t *testing.T, hc *http.Client, workers []*worker, rdb *redis.Client) workSnapshot {
+func snapshot(t *testing.T, hc *http.Client, workers []*worker, rdb redis.UniversalClient) workSnapshot {
 	t.Helper()
 	s := workSnapshot{dequeues: map[string]int{}, sent: map[string]int{}, outcomes: map[string]map[string]int{}, calls: map[string]int{}, callsByOp: map[string]map[string]int{}, holdLE: map[string]float64{}, lateLE: map[string]float64{}}
 	for _, w := range workers {
