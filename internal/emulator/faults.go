@@ -23,6 +23,11 @@ import (
 // throttled with code "429".
 const Bare429 = 429
 
+// Bare503 is FaultOptions.Code for an HTTP 503 with a text/plain body and
+// no error code, as a provider's load balancer answers in a bad minute. It
+// counts as rejected, not throttled.
+const Bare503 = 503
+
 // FaultOptions is what a sender's next requests are answered with
 // (FaultWith).
 type FaultOptions struct {
@@ -35,12 +40,17 @@ type FaultOptions struct {
 	// RetryAfter, when over 0, is sent as a Retry-After header in whole
 	// seconds, rounded up.
 	RetryAfter time.Duration
+	// Delay holds each faulted request this long before it is answered: a
+	// client whose timeout is shorter sees a timeout, and the request is
+	// not accepted either way.
+	Delay time.Duration
 }
 
 type fault struct {
 	code       int
 	left       int // requests still to fail; < 0: until cleared
 	retryAfter time.Duration
+	delay      time.Duration
 }
 
 // Fault makes the next n requests of sender on channel (ChannelWhatsApp: a
@@ -59,7 +69,7 @@ func (s *Server) FaultWith(channel, sender string, o FaultOptions) {
 	if o.Count == 0 {
 		o.Count = 1
 	}
-	s.setFault(channel, sender, fault{code: o.Code, left: o.Count, retryAfter: o.RetryAfter})
+	s.setFault(channel, sender, fault{code: o.Code, left: o.Count, retryAfter: o.RetryAfter, delay: o.Delay})
 }
 
 func (s *Server) setFault(channel, sender string, f fault) {
@@ -98,17 +108,21 @@ func (s *Server) takeFault(channel, sender string) (fault, bool) {
 	return *f, true
 }
 
-// writeFaultHeader writes f's Retry-After, if any, and reports whether f
-// is a bare 429, which it then answers whole.
+// writeFaultHeader waits f's delay, writes f's Retry-After, if any, and
+// reports whether f is a bare 429 or 503, which it then answers whole.
 func writeFaultHeader(w http.ResponseWriter, f fault) (answered bool) {
+	if f.delay > 0 {
+		time.Sleep(f.delay) // the fault is the wait: a provider that does not answer in time
+	}
 	if f.retryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.FormatInt(int64((f.retryAfter+time.Second-1)/time.Second), 10))
 	}
-	if f.code != Bare429 {
-		return false
+	switch f.code {
+	case Bare429, Bare503:
+		http.Error(w, http.StatusText(f.code), f.code)
+		return true
 	}
-	http.Error(w, http.StatusText(http.StatusTooManyRequests), http.StatusTooManyRequests)
-	return true
+	return false
 }
 
 // writeWhatsAppFault answers a faulted WhatsApp request.

@@ -86,3 +86,24 @@ func TestBare429FaultWithRetryAfter(t *testing.T) {
 		strings.NewReader(`{"channel":"whatsapp","sender":"`+phoneID+`","code":429,"retry_after":-1}`), nil)
 	assert.Equal(t, http.StatusBadRequest, r.status)
 }
+
+// A bare 503 is a load balancer's answer: no error body, counted as
+// rejected. A delayed fault holds the request before it answers, so a
+// client with a shorter timeout sees a timeout; nothing is accepted.
+func TestBare503AndDelayedFaults(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{Tolerance: -1})
+	h.s.FaultWith(ChannelWhatsApp, phoneID, FaultOptions{Code: Bare503})
+	r := h.waText(phoneID, "+16505551234")
+	require.Equal(t, http.StatusServiceUnavailable, r.status)
+	assert.Equal(t, "Service Unavailable\n", string(r.body))
+
+	h.s.FaultWith(ChannelWhatsApp, phoneID, FaultOptions{Code: Bare503, Delay: 300 * time.Millisecond})
+	started := time.Now()
+	r = h.waText(phoneID, "+16505551235")
+	require.Equal(t, http.StatusServiceUnavailable, r.status)
+	assert.GreaterOrEqual(t, time.Since(started), 300*time.Millisecond, "held before the answer")
+	st := h.s.Stats()[ChannelWhatsApp]
+	assert.Equal(t, 2, st.Rejected)
+	assert.Zero(t, st.Accepted)
+}
