@@ -173,7 +173,7 @@ e2e-outage: redis-server
 # restarted and killed, a Sentinel failover, a cluster master lost, a
 # 30 s provider storm); each logs enqueued, delivered, duplicates, lost,
 # archived with reason and the most in any 1-second span per sender.
-# About 10 minutes; SLUICE_CHAOS_SCENARIOS=worker-kill,redis-kill picks some.
+# About 14 minutes; SLUICE_CHAOS_SCENARIOS=worker-kill,redis-kill picks some.
 chaos: redis-server
 	SLUICE_E2E_CHAOS=1 $(GO) test -count=1 -v -timeout 60m -run '^TestChaos$$' ./internal/e2e/
 

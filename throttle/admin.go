@@ -17,9 +17,11 @@ var cleanupScript = redis.NewScript(joinLua("cleanup.lua"))
 // is 0. count is a hint of keys per page. It never uses KEYS. On a Redis
 // Cluster client the pages walk the masters one after another, in the order
 // of their addresses (the cursor holds the master's place in its top 8
-// bits and its SCAN cursor below): memory stays one page, and an
-// unreachable master is an error, never a short listing. A failover between
-// two pages may repeat or skip keys, as SCAN may while a table grows.
+// bits and its SCAN cursor below; a prefix naming a whole scope,
+// "whatsapp:", walks only the master of its hash tag): memory stays one
+// page, and an unreachable master, or fewer masters than when the walk
+// began, is an error, never a short listing. A failover between two pages
+// may repeat or skip keys, as SCAN may while a table grows.
 func (l *Redis) List(ctx context.Context, prefix string, cursor uint64, count int64) (keys []string, next uint64, err error) {
 	return l.list(ctx, prefix, cursor, count, false)
 }
@@ -46,13 +48,23 @@ func (l *Redis) list(ctx context.Context, prefix string, cursor uint64, count in
 	scanner := redis.Cmdable(l.rdb)
 	var master, masters uint64
 	if cc, ok := l.rdb.(*redis.ClusterClient); ok {
-		all, err := mastersOf(ctx, cc)
-		if err != nil {
+		var all []*redis.Client
+		if strings.Contains(prefix, ":") {
+			// a whole scope: its keys share its hash tag, one master holds them
+			m, err := cc.MasterForKey(ctx, l.Key(prefix))
+			if err != nil {
+				return nil, 0, fmt.Errorf("throttle: scan %s: %w", match, err)
+			}
+			all = []*redis.Client{m}
+		} else if all, err = mastersOf(ctx, cc); err != nil {
 			return nil, 0, fmt.Errorf("throttle: scan %s: %w", match, err)
 		}
 		master, masters = cursor>>masterShift, uint64(len(all))
-		if master >= masters {
-			return nil, 0, nil // the cluster has fewer masters than when the walk began
+		switch {
+		case masters > 1<<(64-masterShift):
+			return nil, 0, fmt.Errorf("throttle: scan %s: %d masters, more than a cursor can page over (%d)", match, masters, 1<<(64-masterShift))
+		case master >= masters:
+			return nil, 0, fmt.Errorf("throttle: scan %s: the cluster has %d masters now, fewer than when the listing began: list again from cursor 0", match, masters)
 		}
 		scanner, cursor = all[master], cursor&(1<<masterShift-1)
 	}

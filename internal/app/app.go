@@ -126,6 +126,10 @@ func checkRedis(ctx context.Context, c redis.UniversalClient) error {
 	defer cancel()
 	one := func(ctx context.Context, c *redis.Client) error {
 		info, err := c.Info(ctx, "server").Result()
+		var rerr redis.Error
+		if errors.As(err, &rerr) {
+			return c.Ping(ctx).Err() // INFO refused (an ACL user without it): taken as it is
+		}
 		if err != nil {
 			return err
 		}
@@ -133,6 +137,10 @@ func checkRedis(ctx context.Context, c redis.UniversalClient) error {
 	}
 	if cc, ok := c.(*redis.ClusterClient); ok {
 		state, err := cc.ClusterInfo(ctx).Result()
+		var rerr redis.Error
+		if errors.As(err, &rerr) {
+			return fmt.Errorf("CLUSTER INFO refused (%v): Sluice's Redis user needs it, to tell a cluster whose state is not ok", err)
+		}
 		if err != nil {
 			return err
 		}

@@ -151,13 +151,8 @@ func (g *globals) loadConfig() (*config.Config, error) {
 	return config.Load(g.configPath)
 }
 
-// redisURL resolves --redis, then the config (its env var, then addr).
-func (g *globals) resolveRedisURL(cfg *config.Config) (string, error) {
-	u, _, err := g.redisSource(cfg)
-	return u, err
-}
-
-// redisSource is resolveRedisURL's URL and where it came from, for people:
+// redisSource resolves --redis, then the config (its env var, then addr),
+// and says where the URL came from, for people:
 // "--redis", "$REDIS_URL", "redis.addr in FILE" or the default's.
 func (g *globals) redisSource(cfg *config.Config) (url, from string, err error) {
 	if g.redisURL != "" {

@@ -53,13 +53,18 @@ var chaosScenarios = []string{"worker-kill", "redis-restart", "redis-kill", "sen
 //
 // Each logs a line: enqueued, delivered, duplicates, lost, archived (with
 // their last errors), the most accepted in any 1-second span per sender
-// against its cap, provider throttles, and the time to the last
-// completion. It fails on a lost send, on an archived one, and on a cap
-// exceeded outside the fault; duplicates are reported (a process or a
-// master that dies between the provider's acceptance and asynq's record
-// sends that one again; a SHUTDOWN, which syncs, should leave none).
+// against its cap, provider throttles, and the times to the last delivery
+// and the last completion. It fails on a lost send, on an archived one,
+// and on a provider throttle (the strict emulators refuse a send over a
+// cap, so that is how an exceeded cap shows) but the storm's own 429s;
+// duplicates are reported, and fail only the SHUTDOWN and the storm runs
+// (a process or a master that dies between the provider's acceptance and
+// asynq's record, or a replica promoted before it had a write, may send
+// one again). The storm never accepts a request it answers late, so the
+// case of a provider that accepts and then answers past the timeout is
+// not covered.
 //
-// Never in `make test`: SLUICE_E2E_CHAOS=1 (`make chaos`, about 10
+// Never in `make test`: SLUICE_E2E_CHAOS=1 (`make chaos`, about 14
 // minutes); SLUICE_CHAOS_SCENARIOS picks some ("worker-kill,redis-kill").
 func TestChaos(t *testing.T) {
 	if os.Getenv("SLUICE_E2E_CHAOS") != "1" {
@@ -242,6 +247,16 @@ func runChaos(t *testing.T, name string) {
 			c.ch, c.want, s.Unique, s.Duplicates, l, worst, c.cap, over, s.Throttled, s.ThrottledByCode)
 		if over > 0 {
 			t.Errorf("%s: %d senders over the cap of %d in some 1-second span", c.ch, over, c.cap)
+		}
+		// The emulators refuse a send over a cap (and record only what they
+		// accept), so a cap Sluice would have exceeded shows as a throttle:
+		// none is allowed but the storm's own 429s.
+		throttles := s.Throttled
+		if name == "provider-storm" && c.ch == emulator.ChannelWhatsApp {
+			throttles -= s.ThrottledByCode["429"]
+		}
+		if throttles > 0 {
+			t.Errorf("%s: %d provider throttles %v: a cap was exceeded", c.ch, throttles, s.ThrottledByCode)
 		}
 	}
 	archived := archivedReasons(t, insp)

@@ -60,7 +60,7 @@ type Options struct {
 // Handler returns the server's routes:
 //
 //	GET  /                    an index of the pages below
-//	GET  /healthz             200 "ok" while Redis answers, else 503
+//	GET  /healthz             200 "ok" while Redis answers (a cluster: every master, state ok), else 503
 //	GET  /metrics             Prometheus: Sluice's and asynq's series
 //	     /v1/...              the enqueue API (API key as Bearer); /v1/openapi.json is open
 //	     /queues/...          asynqmon (API key as Bearer or Basic password)
