@@ -136,6 +136,50 @@ func (c *Cluster) join(ctx context.Context) error {
 	return nil
 }
 
+// WaitReplicated waits until every running replica of c has every write
+// its master had when it was called (master_repl_offset equal on both): a
+// test that kills a master right after writing otherwise loses the writes
+// Redis had not replicated yet, as Redis does.
+func (c *Cluster) WaitReplicated(ctx context.Context) error {
+	for i, m := range c.Masters {
+		if m.exited == nil {
+			continue
+		}
+		want, err := replOffset(ctx, m.Addr)
+		if err != nil {
+			return err
+		}
+		for _, r := range c.Replicas[i] {
+			if err := waitFor(ctx, func() error {
+				got, err := replOffset(ctx, r.Addr)
+				if err == nil && got < want {
+					err = fmt.Errorf("%s: at offset %d of %d", r.Addr, got, want)
+				}
+				return err
+			}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// replOffset is master_repl_offset from the server's INFO replication.
+func replOffset(ctx context.Context, addr string) (int64, error) {
+	n := node(addr)
+	defer n.Close()
+	info, err := n.Info(ctx, "replication").Result()
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "master_repl_offset:"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("%s: no master_repl_offset in INFO replication", addr)
+}
+
 // linkUp reports whether the replica at addr has synced with its master.
 func linkUp(ctx context.Context, addr string) error {
 	n := node(addr)

@@ -39,7 +39,11 @@ func TestClusterSpreadsAndFailsOver(t *testing.T) {
 	if holding := holding.Load(); holding != 3 {
 		t.Fatalf("keys on %d masters, want 3", holding)
 	}
-	// kill the master holding k0; its replica takes its slots over
+	// kill the first master once its replica has its writes; the replica
+	// takes its slots over
+	if err := c.WaitReplicated(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.Masters[0].Kill(); err != nil {
 		t.Fatal(err)
 	}
