@@ -156,18 +156,8 @@ func runChaos(t *testing.T, name string) {
 		return err == nil && len(pids) == 2, fmt.Sprint(pids, err)
 	})
 
-	senders := make([]string, chaosSenders)
-	for i := range senders {
-		senders[i] = fmt.Sprintf("+1202555%04d", 1000+i)
-	}
-	waCSV, smsCSV := filepath.Join(dir, "whatsapp.csv"), filepath.Join(dir, "sms.csv")
-	writeCSV(t, waCSV, chaosWhatsApp, func(i int) string { return fmt.Sprintf("%s,Ann,%d", recipientN(i), i) })
-	writeCSV(t, smsCSV, chaosSMS, func(i int) string { return fmt.Sprintf("%s,Bo,%d", recipientN(i), i) })
 	start := time.Now()
-	runCLI(t, bin, env, "--config", cfgPath, "send", "--channel", "whatsapp", "--csv", waCSV,
-		"--phone-number-id", numberA, "--template", "order_update", "--lang", "en_US", "--params", "name,order_id")
-	runCLI(t, bin, env, "--config", cfgPath, "send", "--channel", "sms", "--csv", smsCSV,
-		"--from", strings.Join(senders, ","), "--body", "Hi {name}, order {order_id} shipped.")
+	sendIssue19Campaign(t, bin, env, cfgPath, dir, chaosWhatsApp, chaosSMS, chaosSenders)
 
 	waitFor(t, workers, time.Minute, "the campaign under way", func() (bool, string) {
 		n := emu.Stats()[emulator.ChannelWhatsApp].Unique

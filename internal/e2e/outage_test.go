@@ -103,18 +103,8 @@ func runOutage(t *testing.T, mode string, down time.Duration) {
 		return err == nil && len(pids) == 2, fmt.Sprint(pids, err)
 	})
 
-	senders := make([]string, outageSMSSenders)
-	for i := range senders {
-		senders[i] = fmt.Sprintf("+1202555%04d", 1000+i)
-	}
-	waCSV, smsCSV := filepath.Join(dir, "whatsapp.csv"), filepath.Join(dir, "sms.csv")
-	writeCSV(t, waCSV, outageWhatsApp, func(i int) string { return fmt.Sprintf("%s,Ann,%d", recipientN(i), i) })
-	writeCSV(t, smsCSV, outageSMS, func(i int) string { return fmt.Sprintf("%s,Bo,%d", recipientN(i), i) })
 	start := time.Now()
-	runCLI(t, bin, env, "--config", cfgPath, "send", "--channel", "whatsapp", "--csv", waCSV,
-		"--phone-number-id", numberA, "--template", "order_update", "--lang", "en_US", "--params", "name,order_id")
-	runCLI(t, bin, env, "--config", cfgPath, "send", "--channel", "sms", "--csv", smsCSV,
-		"--from", strings.Join(senders, ","), "--body", "Hi {name}, order {order_id} shipped.")
+	sendIssue19Campaign(t, bin, env, cfgPath, dir, outageWhatsApp, outageSMS, outageSMSSenders)
 	t.Logf("enqueued %d WhatsApp and %d SMS rows in %v", outageWhatsApp, outageSMS, time.Since(start).Round(time.Millisecond))
 
 	waitFor(t, workers, 60*time.Second, "the campaign under way", func() (bool, string) {
@@ -197,6 +187,24 @@ func runOutage(t *testing.T, mode string, down time.Duration) {
 	if duplicates > 0 && mode == "shutdown" {
 		t.Errorf("%d rows were accepted twice after a SHUTDOWN, which loses no write", duplicates)
 	}
+}
+
+// sendIssue19Campaign enqueues issue 19's campaign with `sluice send`
+// (cfgPath's configuration, files in dir): wa WhatsApp sends to numberA,
+// a template to distinct recipients, and sms SMS over senders From numbers.
+func sendIssue19Campaign(t *testing.T, bin string, env []string, cfgPath, dir string, wa, sms, senders int) {
+	t.Helper()
+	froms := make([]string, senders)
+	for i := range froms {
+		froms[i] = fmt.Sprintf("+1202555%04d", 1000+i)
+	}
+	waCSV, smsCSV := filepath.Join(dir, "whatsapp.csv"), filepath.Join(dir, "sms.csv")
+	writeCSV(t, waCSV, wa, func(i int) string { return fmt.Sprintf("%s,Ann,%d", recipientN(i), i) })
+	writeCSV(t, smsCSV, sms, func(i int) string { return fmt.Sprintf("%s,Bo,%d", recipientN(i), i) })
+	runCLI(t, bin, env, "--config", cfgPath, "send", "--channel", "whatsapp", "--csv", waCSV,
+		"--phone-number-id", numberA, "--template", "order_update", "--lang", "en_US", "--params", "name,order_id")
+	runCLI(t, bin, env, "--config", cfgPath, "send", "--channel", "sms", "--csv", smsCSV,
+		"--from", strings.Join(froms, ","), "--body", "Hi {name}, order {order_id} shipped.")
 }
 
 // tasksLeft counts the tasks of the whatsapp and sms queues that are not
