@@ -51,11 +51,12 @@ type RedisConfig struct {
 	// UsernameEnv and PasswordEnv name the environment variables holding
 	// the Redis ACL user and password of the cluster's nodes or the
 	// Sentinel's master and replicas (RedisCluster, RedisSentinel; a single
-	// server's are in its URL). SentinelPasswordEnv names the one holding
-	// the Sentinels' own password (requirepass in sentinel.conf). Each is
-	// optional: unset in the file means none; named in the file, the
-	// variable must be set. The values never go in the file or in logs.
-	UsernameEnv, PasswordEnv, SentinelPasswordEnv string
+	// server's are in its URL). SentinelUsernameEnv and SentinelPasswordEnv
+	// name the ones holding the Sentinels' own ACL user and password
+	// (requirepass, or an ACL user, in sentinel.conf). Each is optional:
+	// unset in the file means none; named in the file, the variable must be
+	// set. The values never go in the file or in logs.
+	UsernameEnv, PasswordEnv, SentinelUsernameEnv, SentinelPasswordEnv string
 	// URLEnv names the environment variable holding a redis://, rediss:// or
 	// unix:// URL. The URL (it may carry a password) never goes in the file.
 	// Empty means never read the environment. Default "REDIS_URL". Read in

@@ -86,9 +86,10 @@ func TestParseMergesWithDefaults(t *testing.T) {
 		},
 		{
 			name: "redis sentinel",
-			yaml: doc("redis:", "  mode: sentinel", "  addrs: ['[::1]:26379']", "  master_name: mymaster", "  db: 2", "  sentinel_password_env: SENTINEL_PASSWORD"),
+			yaml: doc("redis:", "  mode: sentinel", "  addrs: ['[::1]:26379']", "  master_name: mymaster", "  db: 2", "  sentinel_password_env: SENTINEL_PASSWORD", "  sentinel_username_env: SENTINEL_USER"),
 			want: func(c *Config) {
 				c.Redis.Mode, c.Redis.Addrs, c.Redis.MasterName, c.Redis.DB, c.Redis.SentinelPasswordEnv = RedisSentinel, []string{"[::1]:26379"}, "mymaster", 2, "SENTINEL_PASSWORD"
+				c.Redis.SentinelUsernameEnv = "SENTINEL_USER"
 			},
 		},
 		{

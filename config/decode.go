@@ -357,7 +357,7 @@ const maxRedisAddrs = 64
 func (d *decoder) redis(n *yaml.Node, path string, r *RedisConfig) {
 	var modeNode, addrsNode *yaml.Node
 	given := map[string]*yaml.Node{}
-	d.mapping(n, path, "field", []string{"mode", "addrs", "master_name", "username_env", "password_env", "sentinel_password_env", "url_env", "addr", "db", "key_prefix"}, func(key string, _, v *yaml.Node) {
+	d.mapping(n, path, "field", []string{"mode", "addrs", "master_name", "username_env", "password_env", "sentinel_username_env", "sentinel_password_env", "url_env", "addr", "db", "key_prefix"}, func(key string, _, v *yaml.Node) {
 		p := join(path, key)
 		given[key] = resolve(v)
 		switch key {
@@ -385,6 +385,8 @@ func (d *decoder) redis(n *yaml.Node, path string, r *RedisConfig) {
 			d.envName(v, p, true, &r.UsernameEnv)
 		case "password_env":
 			d.envName(v, p, true, &r.PasswordEnv)
+		case "sentinel_username_env":
+			d.envName(v, p, true, &r.SentinelUsernameEnv)
 		case "sentinel_password_env":
 			d.envName(v, p, true, &r.SentinelPasswordEnv)
 		case "url_env":
@@ -424,7 +426,7 @@ func (d *decoder) redis(n *yaml.Node, path string, r *RedisConfig) {
 	}
 	switch r.Mode {
 	case RedisSingle:
-		for _, key := range []string{"addrs", "master_name", "username_env", "password_env", "sentinel_password_env"} {
+		for _, key := range []string{"addrs", "master_name", "username_env", "password_env", "sentinel_username_env", "sentinel_password_env"} {
 			if given[key] != nil {
 				d.errorf(given[key], join(path, key), "only with mode cluster or sentinel (a single server's address is addr, its credentials are in its URL)")
 			}
@@ -448,8 +450,10 @@ func (d *decoder) redis(n *yaml.Node, path string, r *RedisConfig) {
 		if r.Mode == RedisCluster && given["master_name"] != nil {
 			d.errorf(given["master_name"], join(path, "master_name"), "only with mode sentinel")
 		}
-		if r.Mode == RedisCluster && given["sentinel_password_env"] != nil {
-			d.errorf(given["sentinel_password_env"], join(path, "sentinel_password_env"), "only with mode sentinel")
+		for _, key := range []string{"sentinel_username_env", "sentinel_password_env"} {
+			if r.Mode == RedisCluster && given[key] != nil {
+				d.errorf(given[key], join(path, key), "only with mode sentinel")
+			}
 		}
 		if r.Mode == RedisSentinel && r.MasterName == "" && given["master_name"] == nil {
 			d.errorf(at("mode", modeNode), join(path, "master_name"), "required with mode sentinel: the name the Sentinels monitor the master under")

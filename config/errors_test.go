@@ -106,7 +106,7 @@ func TestParseErrors(t *testing.T) {
 			yaml: doc("redis:", "  mode: single", "  addrs: [10.0.0.1:6379]", "  mode2: x"),
 			want: []string{
 				`sluice.yaml:3:10: redis.addrs: only with mode cluster or sentinel (a single server's address is addr, its credentials are in its URL)`,
-				`sluice.yaml:4:3: redis.mode2: unknown field (want mode, addrs, master_name, username_env, password_env, sentinel_password_env, url_env, addr, db or key_prefix)`,
+				`sluice.yaml:4:3: redis.mode2: unknown field (want mode, addrs, master_name, username_env, password_env, sentinel_username_env, sentinel_password_env, url_env, addr, db or key_prefix)`,
 			},
 		},
 		{

@@ -98,12 +98,16 @@ func Connect(ctx context.Context, cfg *config.Config, secrets Secrets) (redis.Un
 		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: r.Addrs, Username: user, Password: pass,
 			DialTimeout: time.Second, ClusterStateReloadInterval: 2 * time.Second})
 	case config.RedisSentinel:
+		suser, err := cred(r.SentinelUsernameEnv)
+		if err != nil {
+			return nil, fmt.Errorf("redis.sentinel_username_env: %w", err)
+		}
 		spass, err := cred(r.SentinelPasswordEnv)
 		if err != nil {
 			return nil, fmt.Errorf("redis.sentinel_password_env: %w", err)
 		}
 		c = redis.NewFailoverClient(&redis.FailoverOptions{MasterName: r.MasterName, SentinelAddrs: r.Addrs,
-			SentinelPassword: spass, Username: user, Password: pass, DB: r.DB})
+			SentinelUsername: suser, SentinelPassword: spass, Username: user, Password: pass, DB: r.DB})
 	default:
 		return nil, fmt.Errorf("redis.mode: %q: want single, cluster or sentinel", r.Mode)
 	}
