@@ -263,13 +263,13 @@ func (c *Client) checkEndpoint(payload any) error {
 	}
 	// (the error shows neither the name, which may hold a URL's token, nor
 	// the URL, nor the configured names, which a tenant's key need not learn)
-	if err := tasks.CheckCanonicalURL(p.URL); err != nil {
-		return fmt.Errorf("url: while channels.webhook.endpoints are listed, must be in canonical form (one spelling a URL, docs/webhooks.md): %v", err)
-	}
 	err := c.endpoints.Check(p.Endpoint, p.URL)
+	var nc *tasks.NotCanonicalError
 	switch {
 	case err == nil:
 		return nil
+	case errors.As(err, &nc):
+		return fmt.Errorf("url: while channels.webhook.endpoints are listed, must be in canonical form (one spelling a URL, docs/webhooks.md): %v", nc.Reason)
 	case errors.Is(err, tasks.ErrUnknownEndpoint):
 		return errors.New("endpoint: not one of channels.webhook.endpoints, which have signing secrets; name one of them, or none for the default secret")
 	case p.Endpoint == "":

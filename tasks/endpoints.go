@@ -52,13 +52,14 @@ func (m WebhookEndpoints) Check(endpoint, rawURL string) error {
 	if len(m) == 0 {
 		return nil
 	}
-	if err := CheckCanonicalURL(rawURL); err != nil {
-		return fmt.Errorf("%w: while endpoints are listed a webhook's url must be in canonical form: %v", ErrEndpointURL, err)
+	u, err := parseCanonical(rawURL)
+	if err != nil {
+		return &NotCanonicalError{Reason: err}
 	}
 	if endpoint == "" {
 		for _, prefixes := range m {
 			for _, p := range prefixes {
-				if URLUnder(rawURL, p) {
+				if under(u, p) {
 					return fmt.Errorf("%w: the url is under a listed endpoint's urls, whose receiver verifies that endpoint's secret only; name the endpoint", ErrEndpointURL)
 				}
 			}
@@ -70,32 +71,45 @@ func (m WebhookEndpoints) Check(endpoint, rawURL string) error {
 		return fmt.Errorf("%w: not one of channels.webhook.endpoints; name one of them, or none for the default secret", ErrUnknownEndpoint)
 	}
 	for _, p := range prefixes {
-		if URLUnder(rawURL, p) {
+		if under(u, p) {
 			return nil
 		}
 	}
 	return fmt.Errorf("%w: the url is not under the endpoint's urls (channels.webhook.endpoints.<name>.urls), so its secret may not sign for it", ErrEndpointURL)
 }
 
+// NotCanonicalError is WebhookEndpoints.Check's error for a URL not in
+// canonical form (CheckCanonicalURL); it wraps ErrEndpointURL, and Reason
+// says what is wrong, naming no part of the URL.
+type NotCanonicalError struct{ Reason error }
+
+func (e *NotCanonicalError) Error() string {
+	return ErrEndpointURL.Error() + ": while endpoints are listed a webhook's url must be in canonical form: " + e.Reason.Error()
+}
+
+func (e *NotCanonicalError) Unwrap() error { return ErrEndpointURL }
+
 // CheckEndpointURLPrefix reports whether prefix may bind an endpoint
 // (channels.webhook.endpoints.<name>.urls): an absolute http or https URL
 // in canonical form (checkCanonical) with no query or fragment. The error
 // says what is wrong.
 func CheckEndpointURLPrefix(prefix string) error {
-	u, err := url.Parse(prefix)
-	if err != nil {
-		return errors.New("not a URL")
-	}
-	if err := checkCanonical(u); err != nil {
-		return err
-	}
+	_, err := parsePrefix(prefix)
+	return err
+}
+
+// parsePrefix is CheckEndpointURLPrefix, returning the parsed prefix.
+func parsePrefix(prefix string) (*url.URL, error) {
+	u, err := parseCanonical(prefix)
 	switch {
+	case err != nil:
+		return nil, err
 	case u.RawQuery != "" || u.ForceQuery:
-		return errors.New("must not hold a query: the prefix is matched on scheme, host and path")
-	case u.Fragment != "" || strings.Contains(prefix, "#"):
-		return errors.New("must not hold a fragment")
+		return nil, errors.New("must not hold a query: the prefix is matched on scheme, host and path")
+	case strings.Contains(prefix, "#"):
+		return nil, errors.New("must not hold a fragment")
 	}
-	return nil
+	return u, nil
 }
 
 // CheckCanonicalURL reports whether rawURL is in the canonical form that
@@ -104,11 +118,20 @@ func CheckEndpointURLPrefix(prefix string) error {
 // spelt otherwise (":443", a host's trailing dot, "//", "%2e%2e") could
 // reach an endpoint's receiver without being under its prefix.
 func CheckCanonicalURL(rawURL string) error {
+	_, err := parseCanonical(rawURL)
+	return err
+}
+
+// parseCanonical is CheckCanonicalURL, returning the parsed URL.
+func parseCanonical(rawURL string) (*url.URL, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return errors.New("not a URL")
+		return nil, errors.New("not a URL")
 	}
-	return checkCanonical(u)
+	if err := checkCanonical(u); err != nil {
+		return nil, err
+	}
+	return u, nil
 }
 
 // checkCanonical holds u to one reading of its target:
@@ -180,11 +203,16 @@ func checkCanonical(u *url.URL) error {
 // "https://h/hooks/a", not "https://h/hooksX"). A query in rawURL is
 // allowed. A URL or prefix not in canonical form is under nothing.
 func URLUnder(rawURL, prefix string) bool {
-	if CheckEndpointURLPrefix(prefix) != nil || CheckCanonicalURL(rawURL) != nil {
+	u, err := parseCanonical(rawURL)
+	return err == nil && under(u, prefix)
+}
+
+// under is URLUnder for a URL parsed and found canonical.
+func under(u *url.URL, prefix string) bool {
+	p, err := parsePrefix(prefix)
+	if err != nil {
 		return false
 	}
-	p, _ := url.Parse(prefix)
-	u, _ := url.Parse(rawURL)
 	if !strings.EqualFold(u.Scheme, p.Scheme) || !asciiEqualFold(u.Host, p.Host) {
 		return false
 	}
