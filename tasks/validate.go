@@ -285,12 +285,8 @@ func (t *Template) validate() error {
 		return errors.New("template.language: required")
 	}
 	for i, v := range t.Parameters {
-		field := fmt.Sprintf("template.parameters[%d]", i)
-		if err := checkText(field, v, maxWhatsAppText); err != nil {
+		if err := checkParamText(fmt.Sprintf("template.parameters[%d]", i), i+1, v, maxWhatsAppText); err != nil {
 			return err
-		}
-		if err := checkTemplateParam(v); err != nil {
-			return fmt.Errorf("%s ({{%d}}): %w", field, i+1, err)
 		}
 	}
 	return t.validateComponents()
@@ -298,6 +294,22 @@ func (t *Template) validate() error {
 
 // maxParamSpaces is the longest run of spaces a template parameter may hold.
 const maxParamSpaces = 4
+
+// checkParamText checks a template parameter's text: checkText's rules
+// with max, then Meta's 132018 rules (checkTemplateParam). The error names
+// field and, for the body's {{n}} (n > 0), the placeholder.
+func checkParamText(field string, n int, v string, max int) error {
+	if err := checkText(field, v, max); err != nil {
+		return err
+	}
+	if err := checkTemplateParam(v); err != nil {
+		if n > 0 {
+			return fmt.Errorf("%s ({{%d}}): %w", field, n, err)
+		}
+		return fmt.Errorf("%s: %w", field, err)
+	}
+	return nil
+}
 
 // checkTemplateParam rejects what Meta rejects in a template parameter's
 // text with error 132018, "There was an issue with the parameters in your

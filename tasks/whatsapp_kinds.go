@@ -497,11 +497,8 @@ func (t *Template) validateComponents() error {
 				return fmt.Errorf("%s.%s: a %s button takes %s only", f, other.name, b.SubType, field)
 			}
 		}
-		if err := checkText(f+"."+field, v, max); err != nil {
+		if err := checkParamText(f+"."+field, 0, v, max); err != nil {
 			return err
-		}
-		if err := checkTemplateParam(v); err != nil {
-			return fmt.Errorf("%s.%s: %w", f, field, err)
 		}
 	}
 	switch {
@@ -519,11 +516,8 @@ func (h *TemplateHeader) validate() error {
 		if h.Link+h.ID+h.Filename != "" || h.Location != nil {
 			return errors.New("template.header: a text header has text only")
 		}
-		if err := checkText("template.header.text", h.Text, maxTemplateHeaderText); err != nil {
+		if err := checkParamText("template.header.text", 0, h.Text, maxTemplateHeaderText); err != nil {
 			return err
-		}
-		if err := checkTemplateParam(h.Text); err != nil {
-			return fmt.Errorf("template.header.text: %w", err)
 		}
 	case MediaImage, MediaVideo, MediaDocument:
 		if h.Text != "" || h.Location != nil {
@@ -557,11 +551,8 @@ func (p *TemplateParam) validate(f string, i int) error {
 		if p.Currency != nil || p.DateTime != nil {
 			return fmt.Errorf("%s: a text parameter has text only", f)
 		}
-		if err := checkText(f+".text", p.Text, maxWhatsAppText); err != nil {
+		if err := checkParamText(f+".text", i+1, p.Text, maxWhatsAppText); err != nil {
 			return err
-		}
-		if err := checkTemplateParam(p.Text); err != nil {
-			return fmt.Errorf("%s.text ({{%d}}): %w", f, i+1, err)
 		}
 	case "currency":
 		c := p.Currency
@@ -573,12 +564,9 @@ func (p *TemplateParam) validate(f string, i int) error {
 		case len(c.Code) != 3 || strings.ToUpper(c.Code) != c.Code || !isASCIILetters(c.Code):
 			return fmt.Errorf("%s.currency.code: %.40q: want an ISO 4217 code (USD)", f, c.Code)
 		}
-		if err := checkText(f+".currency.fallback_value", c.FallbackValue, maxFallbackValue); err != nil {
-			return err
-		}
 		// (the fallback stands in for {{n}}, so Meta holds it to 132018 too)
-		if err := checkTemplateParam(c.FallbackValue); err != nil {
-			return fmt.Errorf("%s.currency.fallback_value ({{%d}}): %w", f, i+1, err)
+		if err := checkParamText(f+".currency.fallback_value", i+1, c.FallbackValue, maxFallbackValue); err != nil {
+			return err
 		}
 	case "date_time":
 		switch {
@@ -587,11 +575,8 @@ func (p *TemplateParam) validate(f string, i int) error {
 		case p.DateTime == nil:
 			return fmt.Errorf("%s.date_time: required for a date_time parameter", f)
 		}
-		if err := checkText(f+".date_time.fallback_value", p.DateTime.FallbackValue, maxFallbackValue); err != nil {
+		if err := checkParamText(f+".date_time.fallback_value", i+1, p.DateTime.FallbackValue, maxFallbackValue); err != nil {
 			return err
-		}
-		if err := checkTemplateParam(p.DateTime.FallbackValue); err != nil {
-			return fmt.Errorf("%s.date_time.fallback_value ({{%d}}): %w", f, i+1, err)
 		}
 	case "":
 		return fmt.Errorf("%s.type: required: text, currency or date_time", f)
