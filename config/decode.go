@@ -355,14 +355,12 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 const maxRedisAddrs = 64
 
 func (d *decoder) redis(n *yaml.Node, path string, r *RedisConfig) {
-	var modeNode, addrsNode *yaml.Node
-	given := map[string]*yaml.Node{}
+	given := map[string]*yaml.Node{} // the fields the file gives, by name
 	d.mapping(n, path, "field", []string{"mode", "addrs", "master_name", "username_env", "password_env", "sentinel_username_env", "sentinel_password_env", "url_env", "addr", "db", "key_prefix"}, func(key string, _, v *yaml.Node) {
 		p := join(path, key)
 		given[key] = resolve(v)
 		switch key {
 		case "mode":
-			modeNode = resolve(v)
 			if s, ok := d.scalar(v, p); ok {
 				if s != RedisSingle && s != RedisCluster && s != RedisSentinel {
 					d.errorf(resolve(v), p, "want single, cluster or sentinel, got %q", s)
@@ -371,8 +369,15 @@ func (d *decoder) redis(n *yaml.Node, path string, r *RedisConfig) {
 				r.Mode = s
 			}
 		case "addrs":
-			addrsNode = resolve(v)
-			r.Addrs = d.hostPorts(v, p)
+			r.Addrs, _ = d.stringList(v, p, "a list of host:port such as [10.0.0.1:6379, 10.0.0.2:6379]", maxRedisAddrs, func(s string, kept []string) error {
+				if err := hostPort(s); err != nil {
+					return err
+				}
+				if slices.Contains(kept, s) {
+					return fmt.Errorf("%s given twice", s)
+				}
+				return nil
+			})
 		case "master_name":
 			if s, ok := d.scalar(v, p); ok {
 				if s == "" || strings.ContainsAny(s, " \t\r\n") {
@@ -415,12 +420,9 @@ func (d *decoder) redis(n *yaml.Node, path string, r *RedisConfig) {
 			}
 		}
 	})
-	at := func(key string, fallback *yaml.Node) *yaml.Node {
+	at := func(key string) *yaml.Node { // the field's node, else the section's
 		if n := given[key]; n != nil {
 			return n
-		}
-		if fallback != nil {
-			return fallback
 		}
 		return resolve(n)
 	}
@@ -432,12 +434,12 @@ func (d *decoder) redis(n *yaml.Node, path string, r *RedisConfig) {
 			}
 		}
 	case RedisCluster, RedisSentinel:
-		if len(r.Addrs) == 0 && addrsNode == nil {
+		if given["addrs"] == nil {
 			what := "some of the cluster's nodes"
 			if r.Mode == RedisSentinel {
 				what = "the Sentinels"
 			}
-			d.errorf(at("mode", modeNode), join(path, "addrs"), "required with mode %s: host:port of %s", r.Mode, what)
+			d.errorf(at("mode"), join(path, "addrs"), "required with mode %s: host:port of %s", r.Mode, what)
 		}
 		for _, key := range []string{"addr", "url_env"} {
 			if given[key] != nil {
@@ -445,52 +447,49 @@ func (d *decoder) redis(n *yaml.Node, path string, r *RedisConfig) {
 			}
 		}
 		if r.Mode == RedisCluster && r.DB != 0 {
-			d.errorf(at("db", nil), join(path, "db"), "%d: a cluster has database 0 only", r.DB)
+			d.errorf(at("db"), join(path, "db"), "%d: a cluster has database 0 only", r.DB)
 		}
-		if r.Mode == RedisCluster && given["master_name"] != nil {
-			d.errorf(given["master_name"], join(path, "master_name"), "only with mode sentinel")
-		}
-		for _, key := range []string{"sentinel_username_env", "sentinel_password_env"} {
+		for _, key := range []string{"master_name", "sentinel_username_env", "sentinel_password_env"} {
 			if r.Mode == RedisCluster && given[key] != nil {
 				d.errorf(given[key], join(path, key), "only with mode sentinel")
 			}
 		}
 		if r.Mode == RedisSentinel && r.MasterName == "" && given["master_name"] == nil {
-			d.errorf(at("mode", modeNode), join(path, "master_name"), "required with mode sentinel: the name the Sentinels monitor the master under")
+			d.errorf(at("mode"), join(path, "master_name"), "required with mode sentinel: the name the Sentinels monitor the master under")
 		}
 	}
 }
 
-// hostPorts reads a list of 1 to maxRedisAddrs host:port addresses, each
-// once.
-func (d *decoder) hostPorts(n *yaml.Node, path string) []string {
+// stringList reads a list of 1 to max strings, want describing it for an
+// error on its kind or length. Each item must pass check (given the items
+// kept before it), whose error is reported at the item. It returns the
+// items kept and their nodes.
+func (d *decoder) stringList(n *yaml.Node, path, want string, max int, check func(s string, kept []string) error) ([]string, []*yaml.Node) {
 	n = resolve(n)
 	switch {
 	case n.Kind != yaml.SequenceNode:
-		d.errorf(n, path, "want a list of host:port such as [10.0.0.1:6379, 10.0.0.2:6379], got %s", describe(n))
-		return nil
-	case len(n.Content) == 0 || len(n.Content) > maxRedisAddrs:
-		d.errorf(n, path, "%d entries, want 1 to %d", len(n.Content), maxRedisAddrs)
-		return nil
+		d.errorf(n, path, "want %s, got %s", want, describe(n))
+		return nil, nil
+	case len(n.Content) == 0 || len(n.Content) > max:
+		d.errorf(n, path, "%d entries, want 1 to %d", len(n.Content), max)
+		return nil, nil
 	}
 	var out []string
+	var kept []*yaml.Node
 	for i, item := range n.Content {
 		ip := fmt.Sprintf("%s[%d]", path, i)
 		s, ok := d.scalar(item, ip)
 		if !ok {
 			continue
 		}
-		if err := hostPort(s); err != nil {
+		if err := check(s, out); err != nil {
 			d.errorf(resolve(item), ip, "%v", err)
 			continue
 		}
-		if slices.Contains(out, s) {
-			d.errorf(resolve(item), ip, "%s given twice", s)
-			continue
-		}
 		out = append(out, s)
+		kept = append(kept, resolve(item))
 	}
-	return out
+	return out, kept
 }
 
 func (d *decoder) worker(n *yaml.Node, path string, w *WorkerConfig) {
@@ -857,7 +856,9 @@ func (d *decoder) endpoints(n *yaml.Node, path string, c *ChannelConfig) map[str
 					en.envs[1] = resolve(fv)
 					d.envName(fv, join(p, key), true, &ep.PreviousSecretEnv)
 				case "urls":
-					ep.URLs, en.urls = d.endpointURLs(fv, join(p, key))
+					// (an error does not show the URL: its path may hold a token)
+					ep.URLs, en.urls = d.stringList(fv, join(p, key), "a list of URL prefixes such as [https://hooks.example.com/billing/]",
+						maxEndpointURLs, func(s string, _ []string) error { return tasks.CheckEndpointURLPrefix(s) })
 				}
 			})
 			switch {
@@ -922,38 +923,6 @@ func (d *decoder) endpointsApart(path string, c *ChannelConfig, nodes map[string
 			}
 		}
 	}
-}
-
-// endpointURLs reads one endpoint's urls: a list of 1 to maxEndpointURLs
-// URL prefixes, each checked by tasks.CheckEndpointURLPrefix; with each
-// one kept, its node.
-func (d *decoder) endpointURLs(n *yaml.Node, path string) ([]string, []*yaml.Node) {
-	n = resolve(n)
-	switch {
-	case n.Kind != yaml.SequenceNode:
-		d.errorf(n, path, "want a list of URL prefixes such as [https://hooks.example.com/billing/], got %s", describe(n))
-		return nil, nil
-	case len(n.Content) == 0 || len(n.Content) > maxEndpointURLs:
-		d.errorf(n, path, "%d entries, want 1 to %d", len(n.Content), maxEndpointURLs)
-		return nil, nil
-	}
-	var out []string
-	var kept []*yaml.Node
-	for i, item := range n.Content {
-		ip := fmt.Sprintf("%s[%d]", path, i)
-		s, ok := d.scalar(item, ip)
-		if !ok {
-			continue
-		}
-		if err := tasks.CheckEndpointURLPrefix(s); err != nil {
-			// (the URL itself is not shown: its path may hold a token)
-			d.errorf(resolve(item), ip, "%v", err)
-			continue
-		}
-		out = append(out, s)
-		kept = append(kept, resolve(item))
-	}
-	return out, kept
 }
 
 // limits reads a channel's list of limit rules; ok is false if any is bad.
