@@ -75,19 +75,20 @@ func Connect(ctx context.Context, cfg *config.Config, secrets Secrets) (redis.Un
 	if secrets == nil {
 		secrets = cfg.Secret
 	}
-	cred := func(env string) (string, error) {
-		if env == "" {
-			return "", nil
+	var user, pass, suser, spass string
+	for _, c := range []struct {
+		field, env string
+		dst        *string
+	}{{"username_env", r.UsernameEnv, &user}, {"password_env", r.PasswordEnv, &pass},
+		{"sentinel_username_env", r.SentinelUsernameEnv, &suser}, {"sentinel_password_env", r.SentinelPasswordEnv, &spass}} {
+		if c.env == "" {
+			continue
 		}
-		return secrets(env)
-	}
-	user, err := cred(r.UsernameEnv)
-	if err != nil {
-		return nil, fmt.Errorf("redis.username_env: %w", err)
-	}
-	pass, err := cred(r.PasswordEnv)
-	if err != nil {
-		return nil, fmt.Errorf("redis.password_env: %w", err)
+		v, err := secrets(c.env)
+		if err != nil {
+			return nil, fmt.Errorf("redis.%s: %w", c.field, err)
+		}
+		*c.dst = v
 	}
 	var c redis.UniversalClient
 	switch r.Mode {
@@ -98,14 +99,6 @@ func Connect(ctx context.Context, cfg *config.Config, secrets Secrets) (redis.Un
 		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: r.Addrs, Username: user, Password: pass,
 			DialTimeout: time.Second, ClusterStateReloadInterval: 2 * time.Second})
 	case config.RedisSentinel:
-		suser, err := cred(r.SentinelUsernameEnv)
-		if err != nil {
-			return nil, fmt.Errorf("redis.sentinel_username_env: %w", err)
-		}
-		spass, err := cred(r.SentinelPasswordEnv)
-		if err != nil {
-			return nil, fmt.Errorf("redis.sentinel_password_env: %w", err)
-		}
 		c = redis.NewFailoverClient(&redis.FailoverOptions{MasterName: r.MasterName, SentinelAddrs: r.Addrs,
 			SentinelUsername: suser, SentinelPassword: spass, Username: user, Password: pass, DB: r.DB})
 	default:
@@ -128,54 +121,64 @@ const MinRedisVersion = "6.0"
 func checkRedis(ctx context.Context, c redis.UniversalClient) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	one := func(ctx context.Context, c *redis.Client) error {
-		info, err := c.Info(ctx, "server").Result()
-		var rerr redis.Error
-		if errors.As(err, &rerr) {
-			return c.Ping(ctx).Err() // INFO refused (an ACL user without it): taken as it is
-		}
-		if err != nil {
-			return err
-		}
-		return checkVersion(info)
-	}
 	if cc, ok := c.(*redis.ClusterClient); ok {
-		state, err := cc.ClusterInfo(ctx).Result()
-		var rerr redis.Error
-		if errors.As(err, &rerr) {
-			return fmt.Errorf("CLUSTER INFO refused (%v): Sluice's Redis user needs it, to tell a cluster whose state is not ok", err)
-		}
-		if err != nil {
+		if err := clusterOK(ctx, cc); err != nil {
 			return err
 		}
-		if !strings.Contains(state, "cluster_state:ok") {
-			return errors.New("cluster state is not ok (CLUSTER INFO): a slot is unserved or the cluster is forming")
-		}
-		return cc.ForEachMaster(ctx, one)
+		return cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			info, err := serverInfo(ctx, m)
+			if err != nil {
+				return err
+			}
+			return checkVersion(info)
+		})
 	}
-	info, err := c.Info(ctx, "server").Result()
+	info, err := serverInfo(ctx, c)
 	if err != nil {
-		var rerr redis.Error
-		if errors.As(err, &rerr) {
-			// a server that answers but has no INFO server section
-			// (miniredis, the embedded default) is taken as it is
-			return c.Ping(ctx).Err()
-		}
 		return err
 	}
 	if err := checkVersion(info); err != nil {
 		return err
 	}
-	if _, single := c.(*redis.Client); single {
-		switch {
-		case strings.Contains(info, "redis_mode:sentinel"):
-			return errors.New("this is a Sentinel, which holds no data: set redis.mode: sentinel, with the Sentinels as redis.addrs and redis.master_name")
-		case strings.Contains(info, "redis_mode:cluster"):
-			return errors.New("this is a Redis Cluster node: set redis.mode: cluster, with some of its nodes as redis.addrs")
-		}
+	switch {
+	case strings.Contains(info, "redis_mode:sentinel"):
+		return errors.New("this is a Sentinel, which holds no data: set redis.mode: sentinel, with the Sentinels as redis.addrs and redis.master_name")
+	case strings.Contains(info, "redis_mode:cluster"):
+		return errors.New("this is a Redis Cluster node: set redis.mode: cluster, with some of its nodes as redis.addrs")
 	}
 	return nil
 }
+
+// serverInfo is the text of INFO server. A server that answers but refuses
+// it (miniredis, the embedded default, has no such section; an ACL user
+// may lack INFO) is taken as it is once it answers PING: "" then.
+func serverInfo(ctx context.Context, c redis.Cmdable) (string, error) {
+	info, err := c.Info(ctx, "server").Result()
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		return "", c.Ping(ctx).Err()
+	}
+	return info, err
+}
+
+// clusterOK reports whether the cluster, as the node asked sees it, is in
+// state ok (CLUSTER INFO: no slot unserved).
+func clusterOK(ctx context.Context, cc *redis.ClusterClient) error {
+	state, err := cc.ClusterInfo(ctx).Result()
+	var rerr redis.Error
+	switch {
+	case errors.As(err, &rerr):
+		return fmt.Errorf("CLUSTER INFO refused (%v): Sluice's Redis user needs it, to tell a cluster whose state is not ok", err)
+	case err != nil:
+		return err
+	case !strings.Contains(state, "cluster_state:ok"):
+		return errClusterState
+	}
+	return nil
+}
+
+// errClusterState is clusterOK's error for a cluster not in state ok.
+var errClusterState = errors.New("cluster state is not ok (CLUSTER INFO): a slot is unserved or the cluster is forming")
 
 // checkVersion reads redis_version from INFO server's text; a text
 // without one passes.
@@ -594,12 +597,11 @@ func unhealthy(ctx context.Context, rdb redis.UniversalClient) string {
 		}
 		return ""
 	}
-	info, err := cc.ClusterInfo(ctx).Result()
-	switch {
+	switch err := clusterOK(ctx, cc); {
+	case errors.Is(err, errClusterState):
+		return "cluster state is not ok"
 	case err != nil:
 		return "unavailable"
-	case !strings.Contains(info, "cluster_state:ok"):
-		return "cluster state is not ok"
 	}
 	if cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() }) != nil {
 		return "a cluster master is unavailable"
