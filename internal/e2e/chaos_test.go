@@ -187,31 +187,11 @@ func runChaos(t *testing.T, name string) {
 	t.Logf("%s: %s, %v after the enqueue, at whatsapp %d/%d accepted", name, what, faultAt.Sub(start).Round(time.Millisecond),
 		emu.Stats()[emulator.ChannelWhatsApp].Unique, chaosWhatsApp)
 
-	var status string
-	var finished time.Time
-	deadline := faultEnd.Add(chaosSettle)
 	live := workers
 	if name == "worker-kill" {
 		live = workers[1:]
 	}
-	for {
-		left, s, err := tasksLeftOn(context.Background(), insp)
-		st := emu.Stats()
-		status = fmt.Sprintf("whatsapp %d/%d, sms %d/%d accepted; %s", st[emulator.ChannelWhatsApp].Unique, chaosWhatsApp,
-			st[emulator.ChannelSMS].Unique, chaosSMS, s)
-		if err == nil && left == 0 {
-			finished = time.Now()
-			break
-		}
-		for _, w := range live {
-			require.False(t, w.exited(), "%s exited: %v", w.name, w.waitErr)
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("the campaign did not finish within %v of the fault's end: %s", chaosSettle, status)
-			break
-		}
-		time.Sleep(250 * time.Millisecond) // Redis and the emulators have no change notification
-	}
+	finished, _ := waitCampaignDone(t, insp, emu, live, chaosWhatsApp, chaosSMS, faultEnd, chaosSettle, "the fault's end")
 
 	// The report.
 	st := emu.Stats()

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -127,27 +128,7 @@ func runOutage(t *testing.T, mode string, down time.Duration) {
 		before[emulator.ChannelSMS].Unique, outageSMS, restarted.Sub(stopped).Round(time.Millisecond))
 
 	// Done when no task is left to run (archived ones count as lost).
-	var status string
-	var finished time.Time
-	deadline := restarted.Add(outageSettle)
-	for {
-		left, s, err := tasksLeft(insp)
-		st := emu.Stats()
-		status = fmt.Sprintf("whatsapp %d/%d, sms %d/%d accepted; %s", st[emulator.ChannelWhatsApp].Unique, outageWhatsApp,
-			st[emulator.ChannelSMS].Unique, outageSMS, s)
-		if err == nil && left == 0 {
-			finished = time.Now()
-			break
-		}
-		for _, w := range workers {
-			require.False(t, w.exited(), "%s exited: %v", w.name, w.waitErr)
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("the campaign did not finish within %v of Redis' restart: %s", outageSettle, status)
-			break
-		}
-		time.Sleep(250 * time.Millisecond) // Redis and the emulators have no change notification
-	}
+	finished, status := waitCampaignDone(t, insp, emu, workers, outageWhatsApp, outageSMS, restarted, outageSettle, "Redis' restart")
 
 	// The report.
 	hc := &http.Client{Transport: &http.Transport{}, Timeout: 5 * time.Second}
@@ -205,6 +186,34 @@ func sendIssue19Campaign(t *testing.T, bin string, env []string, cfgPath, dir st
 		"--phone-number-id", numberA, "--template", "order_update", "--lang", "en_US", "--params", "name,order_id")
 	runCLI(t, bin, env, "--config", cfgPath, "send", "--channel", "sms", "--csv", smsCSV,
 		"--from", strings.Join(froms, ","), "--body", "Hi {name}, order {order_id} shipped.")
+}
+
+// waitCampaignDone polls until no task of the whatsapp and sms queues is
+// left to run, failing the test as soon as one of workers exits, and
+// reports (with an error) a campaign unfinished settle after from (since
+// says what from is). It returns when the campaign finished (zero if it
+// did not) and its last status: the emulators' counts against wa and sms
+// sends, and the queues'.
+func waitCampaignDone(t *testing.T, insp *asynq.Inspector, emu *emulator.Server, workers []*worker, wa, sms int, from time.Time, settle time.Duration, since string) (time.Time, string) {
+	t.Helper()
+	deadline := from.Add(settle)
+	for {
+		left, s, err := tasksLeftOn(context.Background(), insp)
+		st := emu.Stats()
+		status := fmt.Sprintf("whatsapp %d/%d, sms %d/%d accepted; %s", st[emulator.ChannelWhatsApp].Unique, wa,
+			st[emulator.ChannelSMS].Unique, sms, s)
+		if err == nil && left == 0 {
+			return time.Now(), status
+		}
+		for _, w := range workers {
+			require.False(t, w.exited(), "%s exited: %v", w.name, w.waitErr)
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("the campaign did not finish within %v of %s: %s", settle, since, status)
+			return time.Time{}, status
+		}
+		time.Sleep(250 * time.Millisecond) // Redis and the emulators have no change notification
+	}
 }
 
 // tasksLeft counts the tasks of the whatsapp and sms queues that are not
