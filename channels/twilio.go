@@ -130,8 +130,9 @@ func CheckAccountSID(sid string) error {
 //
 // A Retry-After header, if Twilio sends one, overrides these defaults. An
 // invalid payload (tasks.SMSSend.CheckShape: every rule of enqueue but
-// libphonenumber's, whoever built p) or configuration is a Permanent *Error without HTTPStatus. If
-// ctx is cancelled the error wraps context.Canceled and is not an *Error.
+// libphonenumber's, whoever built p) or configuration is a Permanent
+// *Error without HTTPStatus. If ctx is cancelled the error wraps
+// context.Canceled and is not an *Error.
 func (c *Twilio) Send(ctx context.Context, p tasks.SMSSend) (Response, error) {
 	if err := c.Validate(); err != nil {
 		return Response{}, permanent(ProviderTwilio, "config: %v", err)

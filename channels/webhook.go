@@ -33,9 +33,10 @@ const (
 // ErrUnknownEndpoint is wrapped by a Webhook.Secrets or Endpoints.Check
 // error for an endpoint that has no secrets, and ErrEndpointURL by an
 // Endpoints.Check error for a URL the endpoint's secrets may not sign for
-// (tasks.WebhookEndpoints.Check): Deliver classes both Permanent (a configuration or caller error that a retry does not
-// mend; the task is archived, and can be run again once mended). They are
-// the tasks package's, so the producer refuses the same at enqueue.
+// (tasks.WebhookEndpoints.Check): Deliver classes both Permanent (a
+// configuration or caller error that a retry does not mend; the task is
+// archived, and can be run again once mended). They are the tasks
+// package's, so the producer refuses the same at enqueue.
 var (
 	ErrUnknownEndpoint = tasks.ErrUnknownEndpoint
 	ErrEndpointURL     = tasks.ErrEndpointURL

@@ -110,10 +110,10 @@ func (c *WhatsApp) Validate() error {
 //
 // RetryAfter comes from the x-business-use-case-usage header
 // (estimated_time_to_regain_access, minutes) or a Retry-After header, whichever
-// is larger. An invalid payload (tasks.WhatsAppSend.CheckShape: every rule of enqueue but
-// libphonenumber's, whoever built p) or configuration is a Permanent *Error without
-// HTTPStatus. If ctx is cancelled the error wraps context.Canceled and is not an
-// *Error.
+// is larger. An invalid payload (tasks.WhatsAppSend.CheckShape: every rule
+// of enqueue but libphonenumber's, whoever built p) or configuration is a
+// Permanent *Error without HTTPStatus. If ctx is cancelled the error wraps
+// context.Canceled and is not an *Error.
 func (c *WhatsApp) Send(ctx context.Context, p tasks.WhatsAppSend) (Response, error) {
 	if err := c.Validate(); err != nil {
 		return Response{}, permanent(ProviderWhatsApp, "config: %v", err)
