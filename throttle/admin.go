@@ -41,7 +41,7 @@ func (l *Redis) list(ctx context.Context, prefix string, cursor uint64, count in
 		if state, ok := stateOfBacklog(s); planned && ok {
 			s = state
 		}
-		if !reserved(s) {
+		if !reserved(s) && strings.HasPrefix(s, prefix) {
 			keys = append(keys, s)
 		}
 	}

@@ -168,12 +168,18 @@ func databaseOf(rdb redis.UniversalClient) int {
 
 // scanMatch is the SCAN pattern for the limiter keys under prefix
 // (unprefixed, "whatsapp:pair:"; "" for all): "sluice:{whatsapp}:pair:*",
-// "sluice:*", glob characters of the key escaped.
+// "sluice:*", glob characters of the key escaped. A prefix within the
+// scope ("whatsapp", "whats") matches every scope it begins, spread ones
+// ("whatsapp/1065") too: "sluice:{whatsapp*"; the caller keeps the keys
+// that start with prefix.
 func (l *Redis) scanMatch(prefix string) string {
 	var full string
-	if prefix == "" {
+	switch {
+	case prefix == "":
 		full = l.prefix + ":"
-	} else {
+	case !strings.Contains(prefix, ":"):
+		full = l.prefix + ":{" + prefix
+	default:
 		full = l.Key(prefix)
 	}
 	r := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`)

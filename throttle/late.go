@@ -34,21 +34,23 @@ var pushLateScript = redis.NewScript(joinLua("prelude.lua", "gcra.lua", "push_la
 // send whose slot came after the late one's and was taken before the push
 // that much longer. The cost is a gap on each limit.
 //
-// One script call, keys of one scope; it returns, per GCRA request in
-// order, how far its slots moved (0 where late is within its margin or
+// One script call on the paced scope (Reserve; requests of other scopes
+// are left out); it returns, per GCRA request in order, how far its slots moved (0 where late is within its margin or
 // earlier pushes covered it). Errors: ErrBadRequest (headroom outside
-// [0, MaxHeadroom], keys of several scopes, a bad request), the errors of
+// [0, MaxHeadroom], GCRA limits of several scopes, a bad request), the errors of
 // Reserve's validation (ErrNoRequests, ErrCostOverLimit), ErrMalformedReply,
 // else Redis'.
 func (l *Redis) PushAfterLate(ctx context.Context, slot, taken time.Time, late time.Duration, headroom float64, reqs ...Request) ([]time.Duration, error) {
 	if headroom < 0 || headroom > MaxHeadroom {
 		return nil, fmt.Errorf("%w: headroom %v, want 0 to %v", ErrBadRequest, headroom, MaxHeadroom)
 	}
+	if in, out, err := splitPaced(reqs); err != nil {
+		return nil, err
+	} else if len(out) > 0 {
+		reqs = pick(reqs, in) // only GCRA limits move, all in the paced scope
+	}
 	fields, err := validate(reqs)
 	if err != nil {
-		return nil, err
-	}
-	if err := checkOneScope(reqs); err != nil {
 		return nil, err
 	}
 	if l.overrides != nil {

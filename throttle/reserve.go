@@ -189,15 +189,25 @@ func (r Reservation) Delay() time.Duration { return max(0, r.At.Sub(r.Now)) }
 // once each, at their limits' pace. A high-priority send comes back when
 // the pause ends, without a place.
 //
-// All requests must share one scope (ErrBadRequest otherwise). Errors are
-// those of Consume.
+// Scopes: a send's GCRA limits must share one scope, the paced scope
+// (ErrBadRequest otherwise); they, and its other requests in that scope,
+// are decided in one atomic script. Requests of other scopes (on a Redis
+// Cluster, other masters: a recipient's daily window beside a number's
+// pace, a channel's pause) are decided after it, with Consume, and only
+// when the paced scope gave a firm slot: if one of them blocks, the send
+// is not sent (Firm false, Planned false, At that limit's wait, BlockedBy
+// its name), nothing is taken from them, and the firm slot lapses unused,
+// as an unused firm slot does (it is at most Hold ahead). Errors are those
+// of Consume.
 func (l *Redis) Reserve(ctx context.Context, opts ReserveOptions, reqs ...Request) (Reservation, error) {
 	fields, err := validate(reqs)
 	if err != nil {
 		return Reservation{}, err
 	}
-	if err := checkOneScope(reqs); err != nil {
+	if in, out, err := splitPaced(reqs); err != nil {
 		return Reservation{}, err
+	} else if len(out) > 0 {
+		return l.reserveAcross(ctx, opts, reqs, in, out)
 	}
 	hold, headroom, err := reserveParams(opts)
 	if err != nil {
@@ -507,11 +517,13 @@ func (l *Redis) pacedRequests(ctx context.Context, reqs []Request, pauses bool) 
 	if !paced {
 		return nil, nil, nil
 	}
+	if in, _, err := splitPaced(gcra); err != nil {
+		return nil, nil, err
+	} else if len(in) < len(gcra) {
+		gcra = pick(gcra, in) // pauses of other scopes: Reserve decides them
+	}
 	fields, err := validate(gcra)
 	if err != nil {
-		return nil, nil, err
-	}
-	if err := checkOneScope(gcra); err != nil {
 		return nil, nil, err
 	}
 	if l.overrides != nil {
@@ -521,18 +533,45 @@ func (l *Redis) pacedRequests(ctx context.Context, reqs []Request, pauses bool) 
 }
 
 // Reservable reports whether Reserve paces a send with these requests: it
-// has a GCRA limit and all its keys share one scope. Callers decide other
-// sends with Consume.
+// has a GCRA limit and its GCRA limits share one scope (its other requests
+// may be of any scope). Callers decide other sends with Consume.
 func Reservable(reqs []Request) bool {
-	gcra := false
-	for _, r := range reqs {
-		if r.Limit.Algorithm == GCRA {
-			gcra = true
-		}
-	}
-	return gcra && checkOneScope(reqs) == nil
+	in, _, err := splitPaced(reqs)
+	return err == nil && in != nil
 }
 
+// splitPaced splits a send's requests by the paced scope, the scope of its
+// GCRA limits: in lists the indexes of the requests in it, out the others'
+// (nil when there are none). in is nil when no request is GCRA.
+// ErrBadRequest when the GCRA limits span scopes: their books are decided
+// in one script, in one hash slot.
+func splitPaced(reqs []Request) (in, out []int, err error) {
+	paced, first := "", -1
+	for i, r := range reqs {
+		if r.Limit.Algorithm != GCRA {
+			continue
+		}
+		if s := scope(r.Key); first < 0 {
+			paced, first = s, i
+		} else if s != paced {
+			return nil, nil, fmt.Errorf("%w: requests[%d] key %q is outside scope %q of requests[%d]: a send's GCRA limits share one scope", ErrBadRequest, i, r.Key, paced, first)
+		}
+	}
+	if first < 0 {
+		return nil, nil, nil
+	}
+	in = make([]int, 0, len(reqs))
+	for i, r := range reqs {
+		if scope(r.Key) == paced {
+			in = append(in, i)
+		} else {
+			out = append(out, i)
+		}
+	}
+	return in, out, nil
+}
+
+// checkOneScope reports ErrBadRequest when reqs span scopes.
 func checkOneScope(reqs []Request) error {
 	first := scope(reqs[0].Key)
 	for i, r := range reqs[1:] {
@@ -541,6 +580,63 @@ func checkOneScope(reqs []Request) error {
 		}
 	}
 	return nil
+}
+
+// reserveAcross is Reserve for a send whose requests span scopes: the
+// paced scope's (indexes in) reserved in one script, then, when that is
+// firm, the others' (out) consumed, scope by scope (Consume's refunds
+// undo a partial take). The decision holds one LimitDecision per request
+// of reqs, in order; the limits of the other scopes of a send that is not
+// firm are reported as not decided (Allowed, nothing taken).
+func (l *Redis) reserveAcross(ctx context.Context, opts ReserveOptions, reqs []Request, in, out []int) (Reservation, error) {
+	r, err := l.Reserve(ctx, opts, pick(reqs, in)...)
+	if err != nil {
+		return Reservation{}, err
+	}
+	limits := make([]LimitDecision, len(reqs))
+	for k, i := range in {
+		limits[i] = r.Limits[k]
+	}
+	rest := pick(reqs, out)
+	if !r.Firm {
+		for _, i := range out {
+			limits[i] = LimitDecision{Name: reqs[i].Limit.Name, Key: reqs[i].Key, Allowed: true, Limit: reqs[i].Limit.Capacity(), Window: reqs[i].Limit.Window()}
+		}
+		r.Limits = limits
+		return r, nil
+	}
+	d, err := l.run(ctx, modeConsume, rest)
+	if err != nil {
+		l.releaseLeases(ctx, r.Leases) // the send will not go: its slot lapses
+		return Reservation{}, err
+	}
+	for k, i := range out {
+		limits[i] = d.Limits[k]
+	}
+	r.Limits = limits
+	if d.Allowed {
+		r.Leases = append(r.Leases, d.Leases...)
+		r.summarize()
+		return r, nil
+	}
+	l.releaseLeases(ctx, r.Leases)
+	r.Leases = nil
+	r.summarize()
+	r.Firm, r.Planned, r.Local = false, false, false
+	r.Now = d.Now
+	r.At = d.Now.Add(d.Wait)
+	return r, nil
+}
+
+// releaseLeases gives back leases of a send that will not go; a failure
+// leaves them to expire by their lease time.
+func (l *Redis) releaseLeases(ctx context.Context, leases []Lease) {
+	if len(leases) == 0 {
+		return
+	}
+	if err := l.Release(context.WithoutCancel(ctx), leases); err != nil {
+		l.warn.refund.warn(ctx, l.logger(), "throttle: release failed: the leases expire by themselves", "key", leases[0].Key, "err", err)
+	}
 }
 
 // reserveArgs builds reserve.lua's KEYS and ARGV: each distinct limiter key
