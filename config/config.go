@@ -297,15 +297,23 @@ type ChannelConfig struct {
 // (a limiter key without prefix, "whatsapp:daily:+12025550123"): the rule of
 // the channel named by the key's scope that rules.Match finds.
 func (c *Config) MatchRule(key string) (rules.Rule, bool) {
-	scope, _, _ := strings.Cut(key, ":")
-	return rules.Match(c.Channels[scope].Rules(), key)
+	cc := c.Channels[rules.ChannelOf(key)]
+	return rules.Match(cc.Rules(), cc.spreadBy(), key)
 }
 
 // MatchPattern returns the configured rules a pattern "prefix*" can name
 // (rules.MatchPrefix within the channel named by the prefix's scope).
 func (c *Config) MatchPattern(prefix string) []rules.Rule {
-	scope, _, _ := strings.Cut(prefix, ":")
-	return rules.MatchPrefix(c.Channels[scope].Rules(), prefix)
+	cc := c.Channels[rules.ChannelOf(prefix)]
+	return rules.MatchPrefix(cc.Rules(), cc.spreadBy(), prefix)
+}
+
+// spreadBy is the channel's spread_by, "" for none or no channel.
+func (c *ChannelConfig) spreadBy() string {
+	if c == nil {
+		return ""
+	}
+	return c.SpreadBy
 }
 
 // Rules returns a copy of the channel's limit rules, in order.

@@ -678,10 +678,14 @@ func (d *decoder) channel(n *yaml.Node, path string, c *ChannelConfig) {
 	fields = append(fields, settingNames(c.Name)...)
 	fields = append(fields, "adaptive", "limits", "retry")
 	var eps map[string]endpointNodes
+	var spreadNode *yaml.Node
 	d.mapping(n, path, "field", fields, func(key string, _, v *yaml.Node) {
 		p := join(path, key)
 		if r := settingNamed(key); r != nil {
 			r.decode(d, v, p, c.Name, &c.ChannelSettings)
+			if key == "spread_by" {
+				spreadNode = resolve(v)
+			}
 			return
 		}
 		switch key {
@@ -744,6 +748,15 @@ func (d *decoder) channel(n *yaml.Node, path string, c *ChannelConfig) {
 	})
 	if len(c.Endpoints) > 0 {
 		d.endpointsApart(join(path, "endpoints"), c, eps)
+	}
+	if spreadNode != nil && c.SpreadBy != "" {
+		// A send's GCRA limits are decided in one script, in one scope:
+		// each must be spread with the others (rules.Compile).
+		for i, r := range c.Limits {
+			if r.Limit.Algorithm == throttle.GCRA && !strings.Contains(r.Key, "{"+c.SpreadBy+"}") {
+				d.errorf(spreadNode, join(path, "spread_by"), "limits[%d] (%s) is gcra and its key %q does not name {%s}: a send's gcra limits are paced together in one scope, so each must name the field", i, r.Limit.Name, r.Key, c.SpreadBy)
+			}
+		}
 	}
 }
 

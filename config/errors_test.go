@@ -73,6 +73,22 @@ func TestParseErrors(t *testing.T) {
 			},
 		},
 		{
+			name: "spread_by",
+			yaml: doc(
+				"channels:",
+				"  whatsapp:",
+				"    spread_by: to",
+				"  sms:",
+				"    spread_by: phone_number_id",
+				"  webhook:",
+				"    spread_by: host",
+			),
+			want: []string{
+				`sluice.yaml:3:16: channels.whatsapp.spread_by: limits[0] (throughput) is gcra and its key "whatsapp:number:{phone_number_id}" does not name {to}: a send's gcra limits are paced together in one scope, so each must name the field`,
+				`sluice.yaml:5:16: channels.sms.spread_by: "phone_number_id" is not a field of sms tasks (want one of: from, messaging_service_sid, to, sender, account_sid, segments)`,
+			},
+		},
+		{
 			name: "redis modes",
 			yaml: doc(
 				"redis:",

@@ -45,6 +45,8 @@ type ChannelSettings struct {
 	PairBackoff time.Duration
 	// BatchSends: see channels.<name>.batch_sends.
 	BatchSends bool
+	// SpreadBy: see channels.<name>.spread_by.
+	SpreadBy string
 	// TenantWeights maps a tenant to its weight: see
 	// channels.<name>.tenant_weights. Weights are float64, the type the
 	// worker and the limiter (throttle.ReserveOptions) take; the file gives
@@ -165,6 +167,12 @@ var channelSettings = []channelSetting{
 		def:    false,
 		at:     func(s *ChannelSettings) *bool { return &s.BatchSends },
 		worker: func(ch *worker.Channel) *bool { return &ch.BatchSends },
+	},
+	fieldSetting{
+		key:    "spread_by",
+		doc:    "a task field (phone_number_id for whatsapp, sender for sms, host for webhook and http) whose value becomes the scope, and so the Redis Cluster hash tag, of every limit key and pause that names it: \"whatsapp:number:{phone_number_id}\" is kept as \"whatsapp/<id>:number:<id>\", so that a channel's numbers spread over a cluster's masters while each number's pace, pairs and pauses are still decided together in one script. Keys that do not name it (a recipient's daily window, the channel's pause) stay in the channel's scope and are decided after the number's slot (docs/redis-cluster.md). Every gcra limit's key must name the field. Changing it renames the keys: limits start over.",
+		at:     func(s *ChannelSettings) *string { return &s.SpreadBy },
+		worker: func(ch *worker.Channel) *string { return &ch.SpreadBy },
 	},
 	weightsSetting{
 		key: "tenant_weights",
@@ -472,6 +480,38 @@ func (r percentSetting) describe() string {
 		out += " 0% means " + r.zeroMeans + "."
 	}
 	return out + " Default " + showPercent(r.def) + "."
+}
+
+// fieldSetting is a row whose value names a field of the channel's task
+// type (tasks.FieldNames); default none.
+type fieldSetting struct {
+	key, doc string
+	at       func(*ChannelSettings) *string
+	worker   func(*worker.Channel) *string
+}
+
+func (r fieldSetting) name() string                            { return r.key }
+func (r fieldSetting) appliesTo(string) bool                   { return true }
+func (r fieldSetting) setDefault(s *ChannelSettings, _ string) { *r.at(s) = "" }
+func (r fieldSetting) apply(s *ChannelSettings, ch *worker.Channel) {
+	*r.worker(ch) = *r.at(s)
+}
+
+func (r fieldSetting) describe() string {
+	return r.doc + " Default none (one scope per channel)."
+}
+
+func (r fieldSetting) decode(d *decoder, n *yaml.Node, path, channel string, s *ChannelSettings) {
+	v, ok := d.scalar(n, path)
+	if !ok {
+		return
+	}
+	fields, _ := tasks.FieldNames(taskType(channel))
+	if v != "" && !slices.Contains(fields, v) {
+		d.errorf(resolve(n), path, "%q is not a field of %s tasks (want one of: %s)", v, channel, strings.Join(fields, ", "))
+		return
+	}
+	*r.at(s) = v
 }
 
 // weightsSetting is tenant_weights: a mapping of tenant names to whole

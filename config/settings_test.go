@@ -49,9 +49,12 @@ func TestSettingsTableComplete(t *testing.T) {
 		require.NotNil(t, r, "field %s has no row %q", f.Name, key)
 		text := r.describe()
 		require.Regexp(t, `(Default|by default)[ ,]`, text, "%s: default", key)
-		if f.Type.Kind() == reflect.Bool {
+		switch f.Type.Kind() {
+		case reflect.Bool:
 			require.Contains(t, text, "true or false", "%s: values", key)
-		} else {
+		case reflect.String:
+			require.Contains(t, text, "task field", "%s: values", key)
+		default:
 			require.Regexp(t, `(> 0|at most|to \d|\d to)`, text, "%s: bounds", key)
 		}
 		require.Greater(t, len(text), 60, "%s: doc", key)
@@ -75,6 +78,8 @@ func TestSettingsTableComplete(t *testing.T) {
 			v.Set(reflect.ValueOf(map[string]float64{"acme": 3}))
 		case reflect.Bool:
 			v.SetBool(!v.Bool())
+		case reflect.String:
+			v.SetString("sender")
 		default:
 			t.Fatalf("%s: no test value for kind %s", f.Name, f.Type.Kind())
 		}

@@ -20,7 +20,7 @@ func TestCostFieldRequests(t *testing.T) {
 	wide := throttle.Limit{Name: "wide", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(10), Burst: 5}
 	window := throttle.Limit{Name: "window", Algorithm: throttle.FixedWindow, Rate: throttle.PerSecond(4)}
 	conc := throttle.Limit{Name: "conc", Algorithm: throttle.Concurrency, Max: 100, Lease: time.Minute}
-	set, err := Compile("sms", smsFields, []Rule{
+	set, err := Compile("sms", "", smsFields, []Rule{
 		{Limit: sender, Key: "sms:sender:{sender}", CostField: "segments"},
 		{Limit: wide, Key: "sms:wide:{sender}", CostField: "segments"},
 		{Limit: window, Key: "sms:window:{sender}", CostField: "segments"},
@@ -94,7 +94,7 @@ func TestSegmentCostPaces(t *testing.T) {
 	}
 
 	one := throttle.Limit{Name: "sender", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(1), Burst: 1}
-	set, err := Compile("sms", smsFields, []Rule{{Limit: one, Key: "sms:sender:{sender}", CostField: "segments"}})
+	set, err := Compile("sms", "", smsFields, []Rule{{Limit: one, Key: "sms:sender:{sender}", CostField: "segments"}})
 	require.NoError(t, err)
 	for _, step := range []struct {
 		segments string
@@ -110,7 +110,7 @@ func TestSegmentCostPaces(t *testing.T) {
 	}
 
 	three := throttle.Limit{Name: "sender", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(1), Burst: 3}
-	set, err = Compile("sms", smsFields, []Rule{{Limit: three, Key: "sms:other:{sender}", CostField: "segments"}})
+	set, err = Compile("sms", "", smsFields, []Rule{{Limit: three, Key: "sms:other:{sender}", CostField: "segments"}})
 	require.NoError(t, err)
 	for _, step := range []struct {
 		firm bool
@@ -136,7 +136,7 @@ func TestSegmentCostPlans(t *testing.T) {
 	now := t0
 	l := throttle.NewRedis(srv.Client(t), throttle.Options{Prefix: "rp", Clock: func() time.Time { return now }})
 	one := throttle.Limit{Name: "sender", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(1), Burst: 1}
-	set, err := Compile("sms", smsFields, []Rule{{Limit: one, Key: "sms:sender:{sender}", CostField: "segments"}})
+	set, err := Compile("sms", "", smsFields, []Rule{{Limit: one, Key: "sms:sender:{sender}", CostField: "segments"}})
 	require.NoError(t, err)
 	var sends []throttle.Send
 	for i, seg := range []string{"3", "1", "2"} {

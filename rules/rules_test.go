@@ -153,7 +153,7 @@ func TestCompileRequests(t *testing.T) {
 		{Limit: pair, Key: "whatsapp:pair:{phone_number_id}:{to}"},
 		{Limit: tier, Key: "whatsapp:tier:{phone_number_id}", Member: "{to}"},
 	}
-	set, err := Compile("whatsapp", waFields, rs)
+	set, err := Compile("whatsapp", "", waFields, rs)
 	require.NoError(t, err)
 	got := set.Requests(map[string]string{"phone_number_id": "1", "to": "+12025550123"})
 	want := []throttle.Request{
@@ -167,13 +167,13 @@ func TestCompileRequests(t *testing.T) {
 	require.Len(t, set.Requests(map[string]string{"phone_number_id": "1"}), 1, "rules naming an empty field do not apply")
 	require.Equal(t, rs, set.Rules())
 
-	_, err = Compile("whatsapp", waFields, []Rule{rs[0], {Limit: pair, Key: "whatsapp:pair:{to"}})
+	_, err = Compile("whatsapp", "", waFields, []Rule{rs[0], {Limit: pair, Key: "whatsapp:pair:{to"}})
 	require.EqualError(t, err, `rules[1]: key "whatsapp:pair:{to": "{" without "}"`)
 
-	r, ok := Match(rs, "whatsapp:pair:1:+12025550123")
+	r, ok := Match(rs, "", "whatsapp:pair:1:+12025550123")
 	require.True(t, ok)
 	require.Equal(t, "pair", r.Limit.Name)
-	_, ok = Match(rs, "whatsapp:other:1")
+	_, ok = Match(rs, "", "whatsapp:other:1")
 	require.False(t, ok)
 	names := func(rs []Rule) (out []string) {
 		for _, r := range rs {
@@ -181,9 +181,9 @@ func TestCompileRequests(t *testing.T) {
 		}
 		return out
 	}
-	require.Equal(t, []string{"throughput", "pair", "tier"}, names(MatchPrefix(rs, "whatsapp:")))
-	require.Equal(t, []string{"pair"}, names(MatchPrefix(rs, "whatsapp:pa")))
-	require.Empty(t, MatchPrefix(rs, "sms:"))
+	require.Equal(t, []string{"throughput", "pair", "tier"}, names(MatchPrefix(rs, "", "whatsapp:")))
+	require.Equal(t, []string{"pair"}, names(MatchPrefix(rs, "", "whatsapp:pa")))
+	require.Empty(t, MatchPrefix(rs, "", "sms:"))
 }
 
 func TestDescribe(t *testing.T) {
@@ -260,7 +260,7 @@ func FuzzParseKey(f *testing.F) {
 
 func ExampleCompile() {
 	pair := throttle.Limit{Name: "pair", Algorithm: throttle.GCRA, Rate: throttle.Rate{Limit: 1, Period: 6e9}, Burst: 1}
-	set, err := Compile("whatsapp", []string{"phone_number_id", "to"}, []Rule{{Limit: pair, Key: "whatsapp:pair:{phone_number_id}:{to}"}})
+	set, err := Compile("whatsapp", "", []string{"phone_number_id", "to"}, []Rule{{Limit: pair, Key: "whatsapp:pair:{phone_number_id}:{to}"}})
 	if err != nil {
 		panic(err)
 	}
@@ -269,4 +269,49 @@ func ExampleCompile() {
 	}
 	// Output:
 	// whatsapp:pair:106540352242922:+12025550123 pair
+}
+
+func TestSpreadBy(t *testing.T) {
+	t.Parallel()
+	tput := throttle.Limit{Name: "throughput", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(80), Burst: 1}
+	pair := throttle.Limit{Name: "pair", Algorithm: throttle.GCRA, Rate: throttle.Rate{Limit: 1, Period: 6e9}, Burst: 1}
+	daily := throttle.Limit{Name: "daily", Algorithm: throttle.FixedWindow, Rate: throttle.PerDay(250)}
+	rs := []Rule{
+		{Limit: tput, Key: "whatsapp:number:{phone_number_id}"},
+		{Limit: pair, Key: "whatsapp:pair:{phone_number_id}:{to}"},
+		{Limit: daily, Key: "whatsapp:daily:{to}"},
+	}
+	set, err := Compile("whatsapp", "phone_number_id", waFields, rs)
+	require.NoError(t, err)
+	got := set.Requests(map[string]string{"phone_number_id": "1065", "to": "+12025550123"})
+	want := []throttle.Request{
+		{Key: "whatsapp/1065:number:1065", Limit: tput},
+		{Key: "whatsapp/1065:pair:1065:+12025550123", Limit: pair},
+		{Key: "whatsapp:daily:+12025550123", Limit: daily}, // names no number: the channel's scope
+	}
+	require.Equal(t, want, got)
+	require.True(t, throttle.Reservable(got))
+	for _, k := range []string{"whatsapp/1065:number:1065", "whatsapp:daily:+1"} {
+		require.Equal(t, "whatsapp", ChannelOf(k))
+		r, ok := Match(rs, "phone_number_id", k)
+		require.True(t, ok, k)
+		require.Equal(t, k != "whatsapp:daily:+1", r.Limit.Algorithm == throttle.GCRA, k)
+	}
+	_, ok := Match(rs, "phone_number_id", "whatsapp:number:1065")
+	require.False(t, ok, "a spread rule's keys are spread")
+	require.Len(t, MatchPrefix(rs, "phone_number_id", "whatsapp/"), 2)
+
+	// A host:port stays one segment of the scope.
+	host, err := ParseKey("webhook", "webhook:host:{host}", nil)
+	require.NoError(t, err)
+	k, ok := host.SpreadBy("host").Render(map[string]string{"host": "h.example:8443%"})
+	require.True(t, ok)
+	require.Equal(t, "webhook/h.example%3A8443%25:host:h.example:8443%", k)
+	require.True(t, host.SpreadBy("host").Match(k))
+	require.Equal(t, []string{"host"}, host.SpreadBy("host").Fields())
+	require.Equal(t, host, host.SpreadBy("to"), "a template that does not name the field is kept")
+
+	// A send's GCRA limits are decided in one scope: each must name the field.
+	_, err = Compile("whatsapp", "to", waFields, rs)
+	require.EqualError(t, err, `rules[0]: key: key "whatsapp:number:{phone_number_id}" does not name {to}: with spread_by to every gcra limit's key must, so that a send's paced limits share one scope`)
 }

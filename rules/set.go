@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/sluice-dev/sluice/throttle"
@@ -21,16 +22,21 @@ type compiled struct {
 }
 
 // Compile checks every rule of channel (Rule.Check, with fields as for
-// ParseKey) and returns the set. The error names the first bad rule by its
-// index and field: `rules[1]: key: key "sms:x:{to": "{" without "}"`.
-func Compile(channel string, fields []string, rs []Rule) (*Set, error) {
+// ParseKey) and returns the set, each key template spread by spread
+// (Template.SpreadBy; "" for none), which every GCRA rule's key must name. The error names the first bad rule by
+// its index and field: `rules[1]: key: key "sms:x:{to": "{" without "}"`.
+func Compile(channel, spread string, fields []string, rs []Rule) (*Set, error) {
 	s := &Set{channel: channel, rules: make([]compiled, len(rs))}
 	for i, r := range rs {
 		k, m, err := r.compile(channel, fields)
 		if err != nil {
 			return nil, fmt.Errorf("rules[%d]: %w", i, err)
 		}
-		s.rules[i] = compiled{r, k, m}
+		if spread != "" && r.Limit.Algorithm == throttle.GCRA && !slices.Contains(k.Fields(), spread) {
+			// A send's GCRA limits are decided in one script: one scope.
+			return nil, fmt.Errorf("rules[%d]: key: key %q does not name {%s}: with spread_by %s every gcra limit's key must, so that a send's paced limits share one scope", i, r.Key, spread, spread)
+		}
+		s.rules[i] = compiled{r, k.SpreadBy(spread), m}
 	}
 	return s, nil
 }
@@ -67,23 +73,24 @@ func (s *Set) Rules() []Rule {
 	return out
 }
 
-// Match returns the first rule whose key template renders to key
-// (Template.Match).
-func Match(rs []Rule, key string) (Rule, bool) {
+// Match returns the first rule whose key template, spread by spread
+// (Template.SpreadBy), renders to key (Template.Match).
+func Match(rs []Rule, spread, key string) (Rule, bool) {
 	for _, r := range rs {
-		if t, err := ParseKey(scopeOf(r.Key), r.Key, nil); err == nil && t.Match(key) {
+		if t, err := ParseKey(scopeOf(r.Key), r.Key, nil); err == nil && t.SpreadBy(spread).Match(key) {
 			return r, true
 		}
 	}
 	return Rule{}, false
 }
 
-// MatchPrefix returns the rules some of whose keys start with prefix: the
-// rules a pattern "prefix*" can name (Template.MatchPrefix).
-func MatchPrefix(rs []Rule, prefix string) []Rule {
+// MatchPrefix returns the rules some of whose keys (spread by spread)
+// start with prefix: the rules a pattern "prefix*" can name
+// (Template.MatchPrefix).
+func MatchPrefix(rs []Rule, spread, prefix string) []Rule {
 	var out []Rule
 	for _, r := range rs {
-		if t, err := ParseKey(scopeOf(r.Key), r.Key, nil); err == nil && t.MatchPrefix(prefix) {
+		if t, err := ParseKey(scopeOf(r.Key), r.Key, nil); err == nil && t.SpreadBy(spread).MatchPrefix(prefix) {
 			out = append(out, r)
 		}
 	}
@@ -93,4 +100,13 @@ func MatchPrefix(rs []Rule, prefix string) []Rule {
 func scopeOf(key string) string {
 	scope, _, _ := strings.Cut(key, ":")
 	return scope
+}
+
+// ChannelOf is the channel a limiter key belongs to: its scope, up to a
+// '/' that a spread scope adds (Template.SpreadBy):
+// "whatsapp/1065:number:1065" and "whatsapp:daily:+1202…" are "whatsapp"'s.
+func ChannelOf(key string) string {
+	scope, _, _ := strings.Cut(key, ":")
+	ch, _, _ := strings.Cut(scope, "/")
+	return ch
 }

@@ -12,7 +12,14 @@ import (
 type Template struct {
 	raw   string
 	parts []string // literal text at even indexes, field names at odd
+	// tag is the index in parts of the field that makes the scope finer
+	// (SpreadBy), rendered escaped; 0 when none.
+	tag int
 }
+
+// scopeEscaper keeps a field's value in a key's scope one segment: a
+// host:port's ':' would end it.
+var scopeEscaper = strings.NewReplacer("%", "%25", ":", "%3A")
 
 // ParseKey parses a limit key template of channel: ':'-separated non-empty
 // segments, at least two; the first is the channel's name, literal (it is
@@ -42,6 +49,29 @@ func ParseKey(channel, s string, fields []string) (Template, error) {
 		return Template{}, fmt.Errorf("key %q: scope %q must be the channel name %q", s, segs[0], channel)
 	}
 	return t, nil
+}
+
+// SpreadBy returns the key template with its scope made finer by field,
+// when the template names {field}: "whatsapp:number:{phone_number_id}"
+// spread by phone_number_id renders
+// "whatsapp/106540352242922:number:106540352242922". The scope is a key's
+// Redis Cluster hash tag and what one limiter script decides together, so
+// the keys of one field value (a WhatsApp number's pace, its pairs, its
+// pauses) stay together while different values spread over a cluster's
+// masters; keys that do not name field (a recipient's daily window, the
+// channel's pause) keep the channel's scope. In the scope the value is
+// escaped (':' as %3A, '%' as %25) so that it stays one segment. field ""
+// or a template that does not name it returns t as it is. t must be a key
+// template (ParseKey).
+func (t Template) SpreadBy(field string) Template {
+	if field == "" || t.tag != 0 || !slices.Contains(t.Fields(), field) {
+		return t
+	}
+	channel, rest, _ := strings.Cut(t.parts[0], ":")
+	parts := make([]string, 0, len(t.parts)+2)
+	parts = append(parts, channel+"/", field, ":"+rest)
+	parts = append(parts, t.parts[1:]...)
+	return Template{raw: t.raw, parts: parts, tag: 1}
 }
 
 // ParseMember parses a Distinct rule's member template, the subject it
@@ -109,11 +139,14 @@ func parse(what, s, channel string, fields []string) (Template, error) {
 // String returns the template as written.
 func (t Template) String() string { return t.raw }
 
-// Fields returns the placeholders' field names, in order.
+// Fields returns the placeholders' field names, in order (a SpreadBy
+// field once, where it was written).
 func (t Template) Fields() []string {
 	var out []string
 	for i := 1; i < len(t.parts); i += 2 {
-		out = append(out, t.parts[i])
+		if i != t.tag {
+			out = append(out, t.parts[i])
+		}
 	}
 	return out
 }
@@ -131,6 +164,10 @@ func (t Template) Render(fields map[string]string) (s string, ok bool) {
 		v := fields[p]
 		if v == "" {
 			return "", false
+		}
+		if i == t.tag {
+			scopeEscaper.WriteString(&b, v)
+			continue
 		}
 		b.WriteString(v)
 	}

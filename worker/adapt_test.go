@@ -81,7 +81,7 @@ func TestAdaptDownPicksTheLimitsTheScopeConcerns(t *testing.T) {
 			f := &fakeAdapter{}
 			w := &Worker{opts: Options{Limiter: f}}
 			fields, _ := tasks.FieldNames(c.ch.TaskType)
-			set, err := rules.Compile(c.ch.Name, fields, c.ch.Rules)
+			set, err := rules.Compile(c.ch.Name, c.ch.SpreadBy, fields, c.ch.Rules)
 			if err != nil {
 				t.Fatal(err)
 			}

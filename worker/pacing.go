@@ -29,7 +29,7 @@ func NewPacing(ch Channel) (*Pacing, error) {
 	if !known {
 		return nil, fmt.Errorf("channel %s: task type %q: not one the tasks package defines", ch.Name, ch.TaskType)
 	}
-	set, err := rules.Compile(ch.Name, fields, ch.Rules)
+	set, err := rules.Compile(ch.Name, ch.SpreadBy, fields, ch.Rules)
 	if err == nil {
 		err = ch.checkWeights()
 	}

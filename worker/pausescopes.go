@@ -11,7 +11,8 @@ import (
 
 // pauseScopes compiles a channel's pause scopes: Channel.PauseScopes and
 // ScopeChannel (`sluice channels pause`), sorted by scope, each key a
-// throttle.PauseKey template checked against fields (nil: any field). The
+// throttle.PauseKey template checked against fields (nil: any field) and
+// spread by ch.SpreadBy (a number's pauses beside its limits). The
 // worker and the producer (through Pacing) both build a send's pause requests from them
 // (pauseRequests), so that a send is planned against the pauses it is
 // reserved against.
@@ -27,7 +28,7 @@ func pauseScopes(ch Channel, fields []string) ([]pauseScope, error) {
 		if err != nil {
 			return nil, fmt.Errorf("channel %s: pause scope %q: %w", ch.Name, s, err)
 		}
-		out = append(out, pauseScope{s, t})
+		out = append(out, pauseScope{s, t.SpreadBy(ch.SpreadBy)})
 	}
 	return out, nil
 }

@@ -133,6 +133,19 @@ type Channel struct {
 	// pauses the whole channel. A throttle whose scope is not listed, or
 	// whose fields are empty, pauses nothing and only requeues its task.
 	PauseScopes map[string]string
+	// SpreadBy names the task field (tasks.FieldNames of TaskType) whose
+	// value makes the scope of every rule key and pause scope naming it
+	// finer (rules.Template.SpreadBy): with "phone_number_id",
+	// "whatsapp:number:{phone_number_id}" is kept as
+	// "whatsapp/106540352242922:number:106540352242922", so that on a Redis
+	// Cluster each number's limits and pauses sit on the master of their
+	// own hash tag, decided together in one script, and a channel's numbers
+	// spread over the masters. Keys that do not name it (a recipient's
+	// daily window, the channel's pause) stay in the channel's scope and are
+	// decided after the paced scope's firm slot (throttle.Redis.Reserve).
+	// The keys change with it: limits start over, as after `sluice limits
+	// reset`. "" keeps one scope per channel.
+	SpreadBy string
 	// Probe asks the provider, sending nothing, whether the channel's
 	// credentials work (channels.WhatsApp.Probe, channels.Twilio.Probe);
 	// fields are the Prepared.Fields of the send that was refused. After an
@@ -583,7 +596,7 @@ func (w *Worker) handler(ch Channel) (*handler, error) {
 			}
 		}
 	}
-	set, err := rules.Compile(ch.Name, fields, ch.Rules)
+	set, err := rules.Compile(ch.Name, ch.SpreadBy, fields, ch.Rules)
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluice-dev/sluice/config"
 	"github.com/sluice-dev/sluice/internal/limitview"
+	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/throttle"
 	"github.com/sluice-dev/sluice/worker"
 )
@@ -84,7 +85,7 @@ ended pause run now.`,
 		RunE: g.onChannel(func(ctx context.Context, c *channelsEnv, cc *config.ChannelConfig) error {
 			ended := keys
 			if len(ended) == 0 {
-				ps, err := c.lim.Pauses(ctx, cc.Name+":")
+				ps, err := channelPauses(ctx, c.lim, cc.Name)
 				if err != nil {
 					return err
 				}
@@ -98,7 +99,7 @@ ended pause run now.`,
 			}
 			resumed := 0
 			for _, k := range slices.Compact(slices.Sorted(slices.Values(ended))) {
-				if !throttle.IsPauseKey(k) || !strings.HasPrefix(k, cc.Name+":") {
+				if !throttle.IsPauseKey(k) || rules.ChannelOf(k) != cc.Name {
 					return usageErr("channels resume: %q is not a pause key of channel %s (see `sluice channels status %s`)", k, cc.Name, cc.Name)
 				}
 				ok, err := c.lim.Resume(ctx, k)
@@ -233,7 +234,7 @@ func (c *channelsEnv) status(ctx context.Context, cc *config.ChannelConfig) (cha
 		}
 		st.QueuePaused, st.Pending, st.Scheduled, st.Retry, st.Archived = qi.Paused, qi.Pending, qi.Scheduled, qi.Retry, qi.Archived
 	}
-	ps, err := c.lim.Pauses(ctx, cc.Name+":")
+	ps, err := channelPauses(ctx, c.lim, cc.Name)
 	if err != nil {
 		return st, err
 	}

@@ -129,7 +129,7 @@ func keyPauses(ctx context.Context, lim *throttle.Redis, cfg *config.Config, cha
 	if t := scopes[channels.ScopeAccount]; t != "" {
 		k, ok := renderPauseKey(channel, channels.ScopeAccount, t, credentialFields(cfg, channel))
 		if !ok {
-			return lim.Pauses(ctx, channel+":"+throttle.PauseName+":")
+			return channelPauses(ctx, lim, channel)
 		}
 		read = append(read, k)
 	}
@@ -177,4 +177,15 @@ func (e expectedEnd) String() string {
 		return fmt.Sprintf("at %s (%s; %s; planned for %s)", e.At.Format(time.RFC3339), eta(e.At), e.Why, e.Planned.Format(time.RFC3339))
 	}
 	return fmt.Sprintf("at %s (%s)", e.At.Format(time.RFC3339), eta(e.At))
+}
+
+// channelPauses lists the pauses on now of channel's scopes: its own
+// ("whatsapp:paused:…") and its spread ones ("whatsapp/1065:paused:…",
+// worker.Channel.SpreadBy), sorted by key.
+func channelPauses(ctx context.Context, lim *throttle.Redis, channel string) ([]throttle.Paused, error) {
+	ps, err := lim.Pauses(ctx, channel)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(ps, func(p throttle.Paused) bool { return rules.ChannelOf(p.Key) != channel }), nil
 }

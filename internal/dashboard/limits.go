@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluice-dev/sluice/config"
 	"github.com/sluice-dev/sluice/internal/limitview"
+	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/throttle"
 )
 
@@ -330,8 +331,7 @@ func (h *Limits) Snapshot(ctx context.Context, prefix string) (Snapshot, error) 
 			return snap, err
 		}
 		for _, k := range page {
-			scope, _, _ := strings.Cut(k, ":")
-			if h.o.Config.Channels[scope] == nil {
+			if h.o.Config.Channels[rules.ChannelOf(k)] == nil {
 				continue // not a channel's limit: the worker's own records ("failed:<queue>:<id>")
 			}
 			if throttle.IsPauseKey(k) {

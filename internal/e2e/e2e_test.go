@@ -31,6 +31,7 @@ import (
 	"github.com/sluice-dev/sluice/config"
 	"github.com/sluice-dev/sluice/internal/emulator"
 	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/internal/testutil"
 	"github.com/sluice-dev/sluice/tasks"
 )
 
@@ -294,6 +295,15 @@ func threeWorkers(t *testing.T, kind string) {
 	dir := t.TempDir()
 	workers := make([]*worker, 3)
 	addrs := freeAddrs(t, len(workers))
+	// On a cluster and through a Sentinel, each sender's limits and pauses
+	// take a scope of their own (spread_by), the setting a cluster wants:
+	// the number's and the senders' paces in their scopes, the daily
+	// window, the SMS account's concurrency and the channels' pauses in
+	// the channels'.
+	spread := map[string]string{}
+	if kind != config.RedisSingle {
+		spread = map[string]string{"whatsapp": "\n    spread_by: phone_number_id", "sms": "\n    spread_by: sender", "webhook": "\n  webhook:\n    spread_by: host"}
+	}
 	for i := range workers {
 		addr := addrs[i]
 		// Default limits and key prefix: the provider limits are the point.
@@ -306,12 +316,12 @@ egress:
   allow_cidrs: ["127.0.0.0/8"] # the emulated webhook receivers
 channels:
   whatsapp:
-    base_url: %q
+    base_url: %q%s
   sms:
-    base_url: %q
+    base_url: %q%s%s
   http:
     enabled: false
-`, addr, emu.WhatsAppURL(), emu.TwilioURL())
+`, addr, emu.WhatsAppURL(), spread["whatsapp"], emu.TwilioURL(), spread["sms"], spread["webhook"])
 		path := filepath.Join(dir, fmt.Sprintf("sluice-%d.yaml", i))
 		require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
 		workers[i] = startWorker(t, bin, fmt.Sprintf("worker %d", i), path, addr, env)
@@ -376,8 +386,22 @@ channels:
 	// Done when every message reached its provider and every task is
 	// completed in asynq (a task completes after its handler counted it).
 	queues := map[string]string{emulator.ChannelWhatsApp: "whatsapp", emulator.ChannelSMS: "sms", emulator.ChannelWebhook: "webhook"}
+	// On a cluster and a Sentinel the senders' limiter keys take scopes
+	// of their own: seen while they send (a paced key expires soon after).
+	spreadSeen := map[string]bool{}
+	if kind != config.RedisSingle {
+		for _, tag := range []string{"{whatsapp/" + phoneNumberID + "}", "{sms/" + smsFroms[0] + "}", "{webhook/127.0.0.1%3A"} {
+			spreadSeen[tag] = false
+		}
+	}
 	// 20 SMS a sender at 1/s is the longest: 20s on an idle host.
 	waitFor(t, workers, hangBound(20*time.Second), "all sends delivered and completed", func() (bool, string) {
+		for tag, seen := range spreadSeen {
+			if !seen {
+				ks, err := testutil.AllKeys(ctx, rdb, "sluice:"+tag+"*")
+				spreadSeen[tag] = err == nil && len(ks) > 0
+			}
+		}
 		st := emu.Stats()
 		var b strings.Builder
 		ok := true
@@ -440,6 +464,9 @@ channels:
 				t.Errorf("%s sender %s: %d accepted within one second, cap %d", ch, sender, n, limit)
 			}
 		}
+	}
+	for tag, ok := range spreadSeen {
+		require.True(t, ok, "no limiter key under %s while sending: spread_by did not spread", tag)
 	}
 	perSecond := countPerSecond(records)
 	require.Len(t, perSecond[emulator.ChannelWhatsApp], 1, "one WhatsApp sender")

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/throttle"
 )
 
@@ -26,12 +27,15 @@ const scopeAccount = "account"
 func Holds(p, key string) bool {
 	pch, rest, ok := strings.Cut(p, ":"+throttle.PauseName+":")
 	kch, kres, _ := strings.Cut(key, ":")
-	if !ok || pch != kch || strings.Contains(pch, ":") {
+	if !ok || rules.ChannelOf(pch) != rules.ChannelOf(kch) || strings.Contains(pch, ":") {
 		return false
 	}
 	scope, id, _ := strings.Cut(rest, ":")
 	if id == "" || scope == scopeAccount {
 		return true
+	}
+	if pch != kch {
+		return false // a number's pause (spread_by) holds its number's keys only
 	}
 	_, ident, _ := strings.Cut(kres, ":")
 	return ident == id || strings.HasPrefix(ident, id+":")
@@ -66,11 +70,13 @@ func HolderKeys(key string, scopes map[string]string) []string {
 	}
 	var out []string
 	for _, s := range slices.Sorted(maps.Keys(scopes)) {
-		out = append(out, throttle.PauseKey(ch, s, ""))
+		out = append(out, throttle.PauseKey(rules.ChannelOf(ch), s, ""))
 		if scopes[s] == "" || s == scopeAccount {
 			continue
 		}
 		for _, id := range ids {
+			// A spread key's ("whatsapp/1065:number:1065") id pauses share
+			// its scope (worker.Channel.SpreadBy).
 			out = append(out, throttle.PauseKey(ch, s, id))
 		}
 	}

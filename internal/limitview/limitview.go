@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -159,8 +160,7 @@ func ReadKey(ctx context.Context, lim *throttle.Redis, cfg *config.Config, key s
 		if err != nil {
 			return k, err
 		}
-		scope, _, _ := strings.Cut(key, ":")
-		if cc := cfg.Channels[scope]; cc != nil {
+		if cc := cfg.Channels[rules.ChannelOf(key)]; cc != nil {
 			k.Headroom = cc.Headroom
 			k.Paced = throttle.PerSecondOf(k.Limit.Rate) * (1 - cc.Headroom)
 		}
@@ -189,8 +189,15 @@ func ReadKey(ctx context.Context, lim *throttle.Redis, cfg *config.Config, key s
 		}
 		pauses := o.Pauses
 		if pauses == nil {
-			if pauses, err = lim.Pauses(ctx, scope+":"+throttle.PauseName+":"); err != nil {
-				return k, err
+			// The key's scope's pauses and, for a spread key
+			// ("whatsapp/1065:…"), its channel's.
+			scope, _, _ := strings.Cut(key, ":")
+			for _, sc := range slices.Compact([]string{scope, rules.ChannelOf(key)}) {
+				ps, err := lim.Pauses(ctx, sc+":"+throttle.PauseName+":")
+				if err != nil {
+					return k, err
+				}
+				pauses = append(pauses, ps...)
 			}
 		}
 		k.Holders = HoldersOf(key, pauses)
