@@ -2,11 +2,13 @@ package throttle_test
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-dev/sluice/internal/redistest"
 	"github.com/sluice-dev/sluice/throttle"
@@ -120,5 +122,32 @@ func TestPauseIsAnnouncedOnTheEarlierReleasesChannel(t *testing.T) {
 	}
 	if key, _, _ := strings.Cut(m.Payload, " "); key != pause {
 		t.Fatalf("the earlier release's channel heard %q; want %q", m.Payload, pause)
+	}
+}
+
+// On a Redis Cluster a PUBLISH reaches the subscribers of every node: a
+// pause announced through one master (here of a spread scope, a number's)
+// reaches workers whose subscriptions landed on each of the others.
+func TestPauseAnnouncementsReachEveryNodeOfACluster(t *testing.T) {
+	if os.Getenv("SLUICE_TEST_CLUSTER") != "1" {
+		t.Skip("a Redis Cluster test: SLUICE_TEST_CLUSTER=1 (make test-cluster)")
+	}
+	c := redistest.StartCluster(t, 3, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	opts := throttle.Options{OverrideRefresh: -1}
+	var heard []<-chan string
+	for _, addr := range c.Addrs() {
+		node := redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { _ = node.Close() })
+		heard = append(heard, watchPauses(ctx, t, throttle.NewRedis(node, opts)))
+	}
+	require.Len(t, heard, 3)
+	l := throttle.NewRedis(c.Client(t), opts)
+	pause := throttle.PauseKey("wa/1", "sender", "1")
+	_, err := l.Pause(ctx, pause, throttle.PauseOptions{Wait: time.Hour, Code: 130429})
+	require.NoError(t, err)
+	for i, h := range heard {
+		require.Equal(t, pause, nextPause(t, h), "the subscriber on node %d", i)
 	}
 }

@@ -82,6 +82,7 @@ type Options struct {
 // told to wait.
 type Redis struct {
 	rdb              redis.UniversalClient
+	slots            bool // a Redis Cluster: a script's keys share a hash slot, a scope
 	prefix           string
 	db               int // the database rdb selects (PausesChannel)
 	clock            func() time.Time
@@ -102,7 +103,8 @@ var _ Limiter = (*Redis)(nil)
 
 // NewRedis returns a Limiter over rdb.
 func NewRedis(rdb redis.UniversalClient, opts Options) *Redis {
-	l := &Redis{rdb: rdb, prefix: opts.Prefix, db: databaseOf(rdb), clock: opts.Clock, concurrencyRetry: opts.ConcurrencyRetry,
+	_, slots := rdb.(*redis.ClusterClient)
+	l := &Redis{rdb: rdb, slots: slots, prefix: opts.Prefix, db: databaseOf(rdb), clock: opts.Clock, concurrencyRetry: opts.ConcurrencyRetry,
 		log: opts.Logger, warn: newRedisWarnings()}
 	if l.prefix == "" {
 		l.prefix = DefaultPrefix

@@ -190,15 +190,18 @@ func (r Reservation) Delay() time.Duration { return max(0, r.At.Sub(r.Now)) }
 // the pause ends, without a place.
 //
 // Scopes: a send's GCRA limits must share one scope, the paced scope
-// (ErrBadRequest otherwise); they, and its other requests in that scope,
-// are decided in one atomic script. Requests of other scopes (on a Redis
-// Cluster, other masters: a recipient's daily window beside a number's
-// pace, a channel's pause) are decided after it, with Consume, and only
-// when the paced scope gave a firm slot: if one of them blocks, the send
-// is not sent (Firm false, Planned false, At that limit's wait, BlockedBy
-// its name), nothing is taken from them, and the firm slot lapses unused,
-// as an unused firm slot does (it is at most Hold ahead). Errors are those
-// of Consume.
+// (ErrBadRequest otherwise). On one Redis (a single server or a
+// Sentinel's master) every request of the send is decided in one atomic
+// script, whatever its scope. On a Redis Cluster a script's keys must
+// share a hash slot, so the paced scope's requests are decided in one
+// script, and those of other scopes (a recipient's daily window beside a
+// number's pace, a channel's pause: other masters) after it, only when
+// the paced scope gave a firm slot, in one call per scope coalesced with
+// other sends' as reservations are: if one of them blocks, the send is
+// not sent (Firm false, Planned false, At that limit's wait, BlockedBy its
+// name), nothing is taken from them, and the firm slot lapses unused, as
+// an unused firm slot does (it is at most Hold ahead). Errors are those of
+// Consume.
 func (l *Redis) Reserve(ctx context.Context, opts ReserveOptions, reqs ...Request) (Reservation, error) {
 	fields, err := validate(reqs)
 	if err != nil {
@@ -206,7 +209,7 @@ func (l *Redis) Reserve(ctx context.Context, opts ReserveOptions, reqs ...Reques
 	}
 	if in, out, err := splitPaced(reqs); err != nil {
 		return Reservation{}, err
-	} else if len(out) > 0 {
+	} else if len(out) > 0 && l.slots {
 		return l.reserveAcross(ctx, opts, reqs, in, out)
 	}
 	hold, headroom, err := reserveParams(opts)
@@ -582,12 +585,15 @@ func checkOneScope(reqs []Request) error {
 	return nil
 }
 
-// reserveAcross is Reserve for a send whose requests span scopes: the
-// paced scope's (indexes in) reserved in one script, then, when that is
-// firm, the others' (out) consumed, scope by scope (Consume's refunds
-// undo a partial take). The decision holds one LimitDecision per request
-// of reqs, in order; the limits of the other scopes of a send that is not
-// firm are reported as not decided (Allowed, nothing taken).
+// reserveAcross is Reserve on a Redis Cluster for a send whose requests
+// span scopes: the paced scope's (indexes in) reserved in one script,
+// then, when that is firm, the others' (out): those of one scope, which
+// have no GCRA limit, reserved too (decided at once, as Consume does, in a
+// call coalesced with other sends' on that scope), those of several
+// consumed scope by scope (Consume's refunds undo a partial take). The
+// decision holds one LimitDecision per request of reqs, in order; the
+// limits of the other scopes of a send that is not firm are reported as
+// not decided (Allowed, nothing taken).
 func (l *Redis) reserveAcross(ctx context.Context, opts ReserveOptions, reqs []Request, in, out []int) (Reservation, error) {
 	r, err := l.Reserve(ctx, opts, pick(reqs, in)...)
 	if err != nil {
@@ -605,7 +611,17 @@ func (l *Redis) reserveAcross(ctx context.Context, opts ReserveOptions, reqs []R
 		r.Limits = limits
 		return r, nil
 	}
-	d, err := l.run(ctx, modeConsume, rest)
+	var d Decision
+	if checkOneScope(rest) == nil {
+		var rr Reservation
+		rr, err = l.Reserve(ctx, ReserveOptions{Hold: opts.Hold}, rest...)
+		d = rr.Decision
+		if err == nil && !rr.Firm {
+			d.Wait = max(d.Wait, rr.At.Sub(rr.Now))
+		}
+	} else {
+		d, err = l.run(ctx, modeConsume, rest)
+	}
 	if err != nil {
 		l.releaseLeases(ctx, r.Leases) // the send will not go: its slot lapses
 		return Reservation{}, err

@@ -91,8 +91,9 @@ func (b *reserveBatcher) releaseLeases(res reserveResult) {
 	_ = b.l.Release(ctx, res.r.Leases) // unreleased leases expire by themselves
 }
 
-// serve runs one batch: one script per scope (a Redis Cluster slot) and
-// pacing settings, in the order of their first calls.
+// serve runs one batch: one script per set of pacing settings, and on a
+// Redis Cluster per scope (a hash slot), in the order of their first
+// calls.
 func (b *reserveBatcher) serve(batch []*reserveCall) {
 	type group struct {
 		scope    string
@@ -102,7 +103,10 @@ func (b *reserveBatcher) serve(batch []*reserveCall) {
 	groups := map[group][]*reserveCall{}
 	var order []group
 	for _, c := range batch {
-		g := group{scope(c.reqs[0].Key), c.hold, c.headroom}
+		g := group{"", c.hold, c.headroom}
+		if b.l.slots {
+			g.scope = scope(c.reqs[0].Key) // a call's keys are of one scope (Reserve)
+		}
 		if _, ok := groups[g]; !ok {
 			order = append(order, g)
 		}
@@ -113,8 +117,8 @@ func (b *reserveBatcher) serve(batch []*reserveCall) {
 	}
 }
 
-// exec runs one reserve script for calls of one scope and hands each its
-// result.
+// exec runs one reserve script for calls of one group (serve) and hands
+// each its result.
 func (b *reserveBatcher) exec(calls []*reserveCall) {
 	l := b.l
 	var all []Request
