@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -100,6 +101,14 @@ const (
 	// benchBatchEnv "0" runs Sluice without batch tasks
 	// (channels.whatsapp.batch_sends false), to compare.
 	benchBatchEnv = "SLUICE_BENCH_BATCH"
+	// benchRedisEnv "cluster" runs Sluice's side on a 3-master Redis
+	// Cluster started for it, with channels.whatsapp.spread_by
+	// phone_number_id, to compare with one Redis (issue 23); plain
+	// asynq's side stays on one Redis.
+	benchRedisEnv = "SLUICE_BENCH_REDIS"
+	// benchSpreadEnv "1" or "0" runs Sluice with or without spread_by
+	// phone_number_id; default with on a cluster, without on one Redis.
+	benchSpreadEnv = "SLUICE_BENCH_SPREAD"
 	// plainWorkerEnv makes this test binary a plain asynq worker (see
 	// init): its value is a plainWorkerConfig in JSON.
 	plainWorkerEnv = "SLUICE_BENCH_PLAIN_WORKER"
@@ -189,12 +198,19 @@ type benchScaleSize struct {
 	rounds                  int // runs of both sides, alternating
 	slowlog                 bool
 	batch                   bool // channels.whatsapp.batch_sends
+	cluster                 bool // Sluice on a 3-master cluster (benchRedisEnv)
+	spread                  bool // channels.whatsapp.spread_by phone_number_id (benchSpreadEnv)
 }
 
 func benchScaleSetup(t *testing.T) benchScaleSize {
 	t.Helper()
 	benchGate(t, benchScaleEnv, "scale measurement", "make bench-scale")
-	sz := benchScaleSize{numbers: 30, sends: 300, workers: 2, rounds: 3, slowlog: os.Getenv(benchSlowlogEnv) == "1", batch: os.Getenv(benchBatchEnv) != "0"}
+	sz := benchScaleSize{numbers: 30, sends: 300, workers: 2, rounds: 3, slowlog: os.Getenv(benchSlowlogEnv) == "1", batch: os.Getenv(benchBatchEnv) != "0",
+		cluster: os.Getenv(benchRedisEnv) == "cluster"}
+	sz.spread = sz.cluster
+	if v := os.Getenv(benchSpreadEnv); v != "" {
+		sz.spread = v == "1"
+	}
 	envInts(t, map[string]*int{benchNumbersEnv: &sz.numbers, benchSendsEnv: &sz.sends, benchWorkersEnv: &sz.workers, benchRoundsEnv: &sz.rounds})
 	require.LessOrEqual(t, sz.sends, 10000, "%s: recipientN has 10,000 distinct recipients", benchSendsEnv)
 	require.LessOrEqual(t, sz.numbers, 99999, benchNumbersEnv)
@@ -260,11 +276,12 @@ func enqueuePlain(ctx context.Context, t *testing.T, client *asynq.Client, numbe
 func benchNumber(i int) string { return fmt.Sprintf("1065403%08d", 10000+i) }
 
 // redisWork is a redis-server's counters at one moment: CPU time and
-// INFO commandstats.
+// INFO commandstats; on a cluster, summed over its masters.
 type redisWork struct {
 	cpu      time.Duration
 	sys      time.Duration // of cpu, in the kernel (used_cpu_sys: mostly the clients' reads and writes)
 	commands map[string]commandStat
+	masters  map[string]time.Duration // on a cluster, each master's CPU, by address
 }
 
 // commandStat is one command's calls and the µs Redis spent in them.
@@ -275,8 +292,34 @@ type commandStat struct {
 
 var cmdstatLine = regexp.MustCompile(`^cmdstat_([^:]+):calls=(\d+),usec=(\d+),`)
 
-// readRedisWork reads INFO CPU and INFO commandstats.
-func readRedisWork(t *testing.T, rdb *redis.Client) redisWork {
+// readRedisWork reads INFO CPU and INFO commandstats, of every master on
+// a cluster.
+func readRedisWork(t *testing.T, rdb redis.UniversalClient) redisWork {
+	t.Helper()
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return readServerWork(t, rdb)
+	}
+	var mu sync.Mutex
+	sum := redisWork{commands: map[string]commandStat{}, masters: map[string]time.Duration{}}
+	require.NoError(t, cc.ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
+		w := readServerWork(t, c)
+		mu.Lock()
+		defer mu.Unlock()
+		sum.cpu += w.cpu
+		sum.sys += w.sys
+		sum.masters[c.Options().Addr] = w.cpu
+		for k, v := range w.commands {
+			x := sum.commands[k]
+			sum.commands[k] = commandStat{calls: x.calls + v.calls, usec: x.usec + v.usec}
+		}
+		return nil
+	}))
+	return sum
+}
+
+// readServerWork is readRedisWork for one server.
+func readServerWork(t *testing.T, rdb redis.UniversalClient) redisWork {
 	t.Helper()
 	info, err := rdb.Info(context.Background(), "cpu", "commandstats").Result()
 	require.NoError(t, err)
@@ -305,6 +348,12 @@ func readRedisWork(t *testing.T, rdb *redis.Client) redisWork {
 // minus is the work done between b and a.
 func (a redisWork) minus(b redisWork) redisWork {
 	d := redisWork{cpu: a.cpu - b.cpu, sys: a.sys - b.sys, commands: map[string]commandStat{}}
+	for addr, c := range a.masters {
+		if d.masters == nil {
+			d.masters = map[string]time.Duration{}
+		}
+		d.masters[addr] = c - b.masters[addr]
+	}
 	for k, v := range a.commands {
 		if x := (commandStat{calls: v.calls - b.commands[k].calls, usec: v.usec - b.commands[k].usec}); x.calls > 0 {
 			d.commands[k] = x
@@ -535,6 +584,17 @@ func (r benchRun) figures(sum *stressSummary, d redisWork) {
 	if d.cpu > 0 {
 		sum.add("redis_cpu_sys_share", float64(d.sys)/float64(d.cpu))
 	}
+	if len(d.masters) > 0 && d.cpu > 0 {
+		// How evenly the work spread: the busiest master's share bounds
+		// what more masters can give (1/share times one Redis's rate).
+		var shares []float64
+		for _, c := range d.masters {
+			shares = append(shares, float64(c)/float64(d.cpu))
+		}
+		slices.Sort(shares)
+		sum.add("redis_cpu_master_shares", shares)
+		sum.add("redis_cpu_busiest_master_us_per_send", float64(slices.Max(slices.Collect(maps.Values(d.masters))).Microseconds())/float64(max(r.delivered, 1)))
+	}
 	if r.delivered > 0 {
 		enq := float64(r.enqueueCPU.Microseconds()) / float64(r.delivered)
 		sum.add("redis_cpu_enqueue_us_per_send", enq)
@@ -664,7 +724,7 @@ func anyExited(workers []*worker) func() error {
 func TestBenchScale(t *testing.T) {
 	sz := benchScaleSetup(t)
 	favored := favorEmulator(t)
-	size := fmt.Sprintf("%dx%d,%d workers,batch_sends %t", sz.numbers, sz.sends, sz.workers, sz.batch)
+	size := fmt.Sprintf("%dx%d,%d workers,batch_sends %t,cluster %t,spread %t", sz.numbers, sz.sends, sz.workers, sz.batch, sz.cluster, sz.spread)
 	// At the cap each number takes sends/80 s; the bound is for a hang.
 	bound := hangBound(time.Duration(float64(sz.sends) / waCap * float64(time.Second)))
 	bin := sluiceBinary(t)
@@ -739,18 +799,29 @@ func benchScaleRound(t *testing.T, sz benchScaleSize, size, bin string, bound ti
 	t.Run(name("sluice"), func(t *testing.T) {
 		forkAtNormalPriority(t)
 		sum := newStressSummary(t, stressScale{name: size}, 0)
-		rs := redistest.Start(t)
-		rdb := rs.Client(t)
+		var rdb redis.UniversalClient
+		var env []string
+		redisYAML, spread := "", ""
+		if sz.cluster {
+			c := redistest.StartCluster(t, 3, 0)
+			rdb, env = c.Client(t), workerEnvURL("")
+			redisYAML = fmt.Sprintf("redis:\n  mode: cluster\n  addrs: [%s]\n", strings.Join(c.Addrs(), ", "))
+		} else {
+			rs := redistest.Start(t)
+			rdb, env = rs.Client(t), workerEnv(rs)
+		}
+		if sz.spread {
+			spread = "\n    spread_by: phone_number_id"
+		}
 		emu, err := emulator.Start(emulator.Options{}) // strict
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, emu.Close()) })
-		env := workerEnv(rs)
 		dir := t.TempDir()
 		addrs := freeAddrs(t, sz.workers)
 		cfgs := make([]string, sz.workers)
 		for i, addr := range addrs {
-			cfg := fmt.Sprintf("http:\n  listen: %q\nworker:\n  shutdown_timeout: 5s\nchannels:\n  whatsapp:\n    base_url: %q\n    batch_sends: %t\n  sms:\n    enabled: false\n  webhook:\n    enabled: false\n  http:\n    enabled: false\n",
-				addr, emu.WhatsAppURL(), sz.batch)
+			cfg := redisYAML + fmt.Sprintf("http:\n  listen: %q\nworker:\n  shutdown_timeout: 5s\nchannels:\n  whatsapp:\n    base_url: %q\n    batch_sends: %t%s\n  sms:\n    enabled: false\n  webhook:\n    enabled: false\n  http:\n    enabled: false\n",
+				addr, emu.WhatsAppURL(), sz.batch, spread)
 			cfgs[i] = filepath.Join(dir, fmt.Sprintf("sluice-%d.yaml", i))
 			require.NoError(t, os.WriteFile(cfgs[i], []byte(cfg), 0o600))
 		}
@@ -828,11 +899,11 @@ type delivery struct {
 // sz.workers workers with start, waits until every send is done (bound:
 // a hang), and reads the workers' CPU, Redis' counters and the emulator's
 // WhatsApp figures.
-func measureDelivery(t *testing.T, sz benchScaleSize, rdb *redis.Client, emu *emulator.Server, bound time.Duration, enqueue func(), start func(i int) *worker) delivery {
+func measureDelivery(t *testing.T, sz benchScaleSize, rdb redis.UniversalClient, emu *emulator.Server, bound time.Duration, enqueue func(), start func(i int) *worker) delivery {
 	t.Helper()
 	var slow *slowlogReader
-	if sz.slowlog {
-		slow = startSlowlog(t, rdb)
+	if c, ok := rdb.(*redis.Client); ok && sz.slowlog {
+		slow = startSlowlog(t, c) // one server's
 	}
 	var d delivery
 	before := readRedisWork(t, rdb)
