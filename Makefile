@@ -107,8 +107,11 @@ e2e-stress: redis-server
 # (one pair of runs moves by a fifth on this host); SLUICE_BENCH_SLOWLOG=1 adds Redis' work
 # per send script by script (which costs Redis CPU itself), see
 # internal/e2e/scale_test.go. Sluice runs with channels.whatsapp.batch_sends
-# (batch tasks); SLUICE_BENCH_BATCH=0 runs it without, to compare. Run it
-# on an idle host.
+# (batch tasks); SLUICE_BENCH_BATCH=0 runs it without, to compare.
+# SLUICE_BENCH_REDIS=cluster runs Sluice's side on a 3-master Redis Cluster
+# with spread_by (SLUICE_BENCH_SPREAD=0 without; =1 adds it on one Redis)
+# and logs each master's share of the Redis CPU (docs/redis-cluster.md).
+# Run it on an idle host.
 bench-scale: redis-server
 	SLUICE_BENCH_SCALE=1 $(GO) test -count=1 -v -timeout 20m -run '^TestBenchScale$$' ./internal/e2e/
 

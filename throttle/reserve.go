@@ -586,45 +586,57 @@ func checkOneScope(reqs []Request) error {
 }
 
 // reserveAcross is Reserve on a Redis Cluster for a send whose requests
-// span scopes: the paced scope's (indexes in) reserved in one script,
-// then, when that is firm, the others' (out): those of one scope, which
-// have no GCRA limit, reserved too (decided at once, as Consume does, in a
-// call coalesced with other sends' on that scope), those of several
-// consumed scope by scope (Consume's refunds undo a partial take). The
-// decision holds one LimitDecision per request of reqs, in order; the
-// limits of the other scopes of a send that is not firm are reported as
-// not decided (Allowed, nothing taken).
+// span scopes: the paced scope's (indexes in) reserved in one script and,
+// at the same time, so that the send does not leave a round trip after its
+// slot, the others' (out): those of one scope, which have no GCRA limit,
+// taken in a reserve call coalesced with other sends' on that scope
+// (decided at once, as Consume does). The send goes when both took
+// everything. When the paced scope's slot is not firm, what the others
+// took is refunded; when the others block, the slot lapses. Requests of
+// several other scopes are consumed after a firm slot, scope by scope
+// (Consume's refunds undo a partial take). The decision holds one
+// LimitDecision per request of reqs, in order; the limits of the other
+// scopes of a send that is not firm are reported as not decided
+// (Allowed, nothing taken).
 func (l *Redis) reserveAcross(ctx context.Context, opts ReserveOptions, reqs []Request, in, out []int) (Reservation, error) {
-	r, err := l.Reserve(ctx, opts, pick(reqs, in)...)
+	hold, _, err := reserveParams(opts)
 	if err != nil {
+		return Reservation{}, err
+	}
+	rest := pick(reqs, out)
+	var taken chan restTake
+	if checkOneScope(rest) == nil {
+		taken = make(chan restTake, 1)
+		go func() { taken <- l.takeRest(ctx, hold, rest) }()
+	}
+	r, err := l.Reserve(ctx, opts, pick(reqs, in)...)
+	var rt restTake
+	if taken != nil {
+		rt = <-taken
+	}
+	if err != nil {
+		l.refundRest(ctx, rt)
 		return Reservation{}, err
 	}
 	limits := make([]LimitDecision, len(reqs))
 	for k, i := range in {
 		limits[i] = r.Limits[k]
 	}
-	rest := pick(reqs, out)
 	if !r.Firm {
+		l.refundRest(ctx, rt)
 		for _, i := range out {
 			limits[i] = LimitDecision{Name: reqs[i].Limit.Name, Key: reqs[i].Key, Allowed: true, Limit: reqs[i].Limit.Capacity(), Window: reqs[i].Limit.Window()}
 		}
 		r.Limits = limits
 		return r, nil
 	}
-	var d Decision
-	if checkOneScope(rest) == nil {
-		var rr Reservation
-		rr, err = l.Reserve(ctx, ReserveOptions{Hold: opts.Hold}, rest...)
-		d = rr.Decision
-		if err == nil && !rr.Firm {
-			d.Wait = max(d.Wait, rr.At.Sub(rr.Now))
-		}
-	} else {
-		d, err = l.run(ctx, modeConsume, rest)
+	d := rt.d
+	if taken == nil {
+		d, rt.err = l.run(ctx, modeConsume, rest)
 	}
-	if err != nil {
+	if rt.err != nil {
 		l.releaseLeases(ctx, r.Leases) // the send will not go: its slot lapses
-		return Reservation{}, err
+		return Reservation{}, rt.err
 	}
 	for k, i := range out {
 		limits[i] = d.Limits[k]
@@ -642,6 +654,75 @@ func (l *Redis) reserveAcross(ctx context.Context, opts ReserveOptions, reqs []R
 	r.Now = d.Now
 	r.At = d.Now.Add(d.Wait)
 	return r, nil
+}
+
+// restTake is what reserveAcross took from a send's requests outside its
+// paced scope: the requests as decided (overrides applied), their call's
+// ID, and the decision (Allowed: every limit took its cost).
+type restTake struct {
+	reqs   []Request
+	fields []string
+	callID string
+	d      Decision
+	err    error
+}
+
+// takeRest decides rest (one scope, no GCRA limit) in a reserve call
+// coalesced with other sends' on its scope; a blocked decision's Wait is
+// when it may come back.
+func (l *Redis) takeRest(ctx context.Context, hold time.Duration, rest []Request) restTake {
+	fields, err := validate(rest)
+	if err != nil {
+		return restTake{err: err}
+	}
+	if l.overrides != nil {
+		rest = l.adaptive.apply(ctx, l.overrides.apply(ctx, rest))
+	}
+	rt := restTake{reqs: rest, fields: fields}
+	if needsCallID(rest) {
+		rt.callID = newCallID()
+	}
+	c := &reserveCall{opts: ReserveOptions{Hold: hold}, hold: hold, reqs: rest, fields: fields, callID: rt.callID, done: make(chan reserveResult, 1)}
+	res, err := l.batcher().do(ctx, c)
+	if err != nil {
+		rt.err = err
+		return rt
+	}
+	rt.d = res.r.Decision
+	if res.r.Firm {
+		l.events.observe(ctx, rest, rt.d)
+	} else {
+		rt.d.Allowed = false
+		rt.d.Wait = max(rt.d.Wait, res.r.At.Sub(res.r.Now))
+		l.events.observeBlocked(ctx, rest, res.r, hold)
+	}
+	return rt
+}
+
+// refundRest gives back what takeRest took for a send that will not go
+// now; nothing when it took nothing. A failed refund is logged: the units
+// stay taken until their state expires (a window's day at most), never
+// more than the limit.
+func (l *Redis) refundRest(ctx context.Context, rt restTake) {
+	if rt.err != nil || !rt.d.Allowed {
+		return
+	}
+	var idx []int
+	for k, ld := range rt.d.Limits {
+		if ld.Taken > 0 {
+			idx = append(idx, k)
+		}
+	}
+	if len(idx) == 0 {
+		return
+	}
+	sub := pick(rt.reqs, idx)
+	for k, i := range idx {
+		sub[k].Cost = rt.d.Limits[i].Taken
+	}
+	if _, err := l.script(context.WithoutCancel(ctx), modeRefund, rt.callID, sub, pickStrings(rt.fields, idx), rt.d.Now); err != nil {
+		l.warn.refund.warn(ctx, l.logger(), "throttle: refund failed: units taken stay taken until their state expires", "key", sub[0].Key, "err", err)
+	}
 }
 
 // releaseLeases gives back leases of a send that will not go; a failure

@@ -58,6 +58,25 @@ func TestReserveDecidesOtherScopesAfterAFirmSlot(t *testing.T) {
 		require.NoError(t, l.Release(ctx, r3.Leases))
 		require.False(t, r3.At.Before(r.At.Add(mps80.Rate.Interval())), "the number's slots stay paced: %v then %v", r.At, r3.At)
 
+		// A send whose pair is not free for 6 s is planned, not sent: its
+		// recipient's window is not charged for it (on a cluster it was
+		// taken beside the slot and is refunded).
+		pairSend := []throttle.Request{number, {Key: "wa/1:pair:1:+15550122", Limit: pair6}, {Key: "wa:daily:+15550122", Limit: daily}}
+		p1, err := l.Reserve(ctx, throttle.ReserveOptions{TaskID: "p1"}, pairSend...)
+		require.NoError(t, err)
+		require.True(t, p1.Firm)
+		require.Equal(t, int64(1), p1.Limits[2].Remaining)
+		p2, err := l.Reserve(ctx, throttle.ReserveOptions{TaskID: "p2"}, pairSend...)
+		require.NoError(t, err)
+		require.False(t, p2.Firm, "the pair's next slot is 6 s on")
+		require.Zero(t, p2.Limits[2].Taken)
+		st, err := l.Status(ctx, pairSend[2])
+		require.NoError(t, err)
+		require.Equal(t, int64(1), st.Remaining, "the window counts only the send that went")
+		released, err := l.ReleasePlanned(ctx, throttle.Send{TaskID: "p2", Requests: pairSend})
+		require.NoError(t, err)
+		require.True(t, released, "p2 held a place")
+
 		// The window is full: blocked by it until the day ends.
 		r4, err := l.Reserve(ctx, throttle.ReserveOptions{TaskID: "c"}, send...)
 		require.NoError(t, err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -86,6 +85,7 @@ func newAdaptBinding(ch Channel, lim throttle.Limiter, set *rules.Set, fields []
 		if err != nil {
 			return nil, fmt.Errorf("channel %s: limit %q: %w", ch.Name, r.Limit.Name, err)
 		}
+		t = t.SpreadBy(ch.SpreadBy) // the keys the send's requests hold
 		i := len(b.rules)
 		b.rules = append(b.rules, adaptRule{r.Limit.Name, t})
 		f := fieldSet(t)
@@ -243,7 +243,7 @@ func (c *adaptiveCollector) Collect(ch chan<- prometheus.Metric) {
 	type series struct{ channel, limit string }
 	agg := map[series]*adaptedLimit{}
 	for _, a := range (*src)(ctx) {
-		channel, _, _ := strings.Cut(a.Key, ":") // a key's first segment is its channel (rules.ParseKey)
+		channel := rules.ChannelOf(a.Key) // a key's scope is its channel, or a spread scope of it
 		s := series{channel, a.Limit}
 		eff := a.Effective(a.Configured)
 		g := agg[s]

@@ -73,6 +73,12 @@ func TestAdaptDownPicksTheLimitsTheScopeConcerns(t *testing.T) {
 		{"twilio 30023 is a cap", Channel{Name: "sms", TaskType: tasks.TypeSMSSend, Rules: sms, PauseScopes: SMSPauseScopes},
 			map[string]string{"sender": "+12025550100", "from": "+12025550100", "to": "+12025550123", "account_sid": "AC1"},
 			&channels.Error{Class: channels.Throttled, Provider: channels.ProviderTwilio, Code: 30023, Scope: channels.ScopeSender}, nil},
+		{"whatsapp 130429, spread by number", Channel{Name: "whatsapp", TaskType: tasks.TypeWhatsAppSend, Rules: wa, PauseScopes: WhatsAppPauseScopes, SpreadBy: "phone_number_id"},
+			map[string]string{"phone_number_id": "1065", "to": "+12025550123"},
+			&channels.Error{Class: channels.Throttled, Provider: channels.ProviderWhatsApp, Code: 130429, Scope: channels.ScopeSender}, []string{"throughput"}},
+		{"twilio 20429, spread by sender", Channel{Name: "sms", TaskType: tasks.TypeSMSSend, Rules: sms, PauseScopes: SMSPauseScopes, SpreadBy: "sender"},
+			map[string]string{"sender": "+12025550100", "from": "+12025550100", "to": "+12025550123", "account_sid": "AC1"},
+			&channels.Error{Class: channels.Throttled, Provider: channels.ProviderTwilio, Code: 20429, Scope: channels.ScopeAccount}, []string{"sender"}},
 		{"adaptive off", Channel{Name: "sms", TaskType: tasks.TypeSMSSend, Rules: sms, PauseScopes: SMSPauseScopes, Adaptive: throttle.AdaptOptions{Disabled: true}},
 			map[string]string{"sender": "+12025550100", "from": "+12025550100", "to": "+12025550123", "account_sid": "AC1"},
 			&channels.Error{Class: channels.Throttled, Provider: channels.ProviderTwilio, Code: 20429, Scope: channels.ScopeAccount}, nil},
@@ -91,7 +97,7 @@ func TestAdaptDownPicksTheLimitsTheScopeConcerns(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				h.pauses = append(h.pauses, pauseScope{s, tm})
+				h.pauses = append(h.pauses, pauseScope{s, tm.SpreadBy(c.ch.SpreadBy)})
 			}
 			if h.adapt, err = newAdaptBinding(c.ch, f, set, fields, h.pauses); err != nil {
 				t.Fatal(err)

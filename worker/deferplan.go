@@ -50,6 +50,7 @@ func newDeferBinding(ch Channel, lim throttle.Limiter, set *rules.Set, fields []
 		if err != nil {
 			return nil, fmt.Errorf("channel %s: limit %q: %w", ch.Name, r.Limit.Name, err)
 		}
+		t = t.SpreadBy(ch.SpreadBy)
 		f := fieldSet(t)
 		for _, p := range pauses {
 			if slices.Equal(f, fieldSet(p.key)) {

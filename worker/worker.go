@@ -985,7 +985,8 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 			// A slot an earlier call prefetched: firm now, no round trip,
 			// unless a pause this worker knows of came since.
 			*slot, a.base, a.taken = time.Time{}, time.Time{}, time.Time{}
-			return nil, h.pausedMeanwhile(reqs, time.Time{})
+			// (Leases: a spread send's other scope's, taken beside.)
+			return r.Leases, h.pausedMeanwhile(reqs, time.Time{})
 		}
 		m.call(name, "reserve")
 		h.clock.observe(sent, h.now(), r.Now)

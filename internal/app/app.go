@@ -26,6 +26,7 @@ import (
 	"github.com/sluice-dev/sluice/config"
 	"github.com/sluice-dev/sluice/producer"
 	"github.com/sluice-dev/sluice/redact"
+	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
 	"github.com/sluice-dev/sluice/worker"
@@ -535,7 +536,8 @@ const backlogGrace = 2 * time.Minute
 func taskGone(cfg *config.Config, lim *throttle.Redis) func(scope, id string) (bool, error) {
 	insp := asynq.NewInspectorFromRedisClient(lim.Client())
 	return func(scope, id string) (bool, error) {
-		cc := cfg.Channels[scope]
+		channel := rules.ChannelOf(scope) // "whatsapp/1065" (spread_by) is whatsapp's
+		cc := cfg.Channels[channel]
 		if cc == nil {
 			return false, nil // not a channel's key: leave it
 		}
@@ -544,7 +546,7 @@ func taskGone(cfg *config.Config, lim *throttle.Redis) func(scope, id string) (b
 		case tasks.NoSuchTask(err):
 			// A send a batch task carries has no task of its own: its
 			// claim, kept as batched, says so.
-			typ, _ := tasks.ChannelTaskType(scope)
+			typ, _ := tasks.ChannelTaskType(channel)
 			held, cerr := producer.Batched(context.Background(), lim, typ, id)
 			return !held, cerr
 		case err != nil:

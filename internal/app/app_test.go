@@ -88,12 +88,24 @@ func TestNewLimiterWritesConfiguredEvents(t *testing.T) {
 // A campaign's tasks hold places in the number's backlog; an operator deletes
 // some and archives others; the cleanup job's sweep releases exactly those
 // places once they are overdue, and leaves the tasks that still exist.
+// With spread_by the number's backlog is in its own scope, which the sweep
+// maps back to the channel's queue.
 func TestSweepReleasesDeletedAndArchivedTasks(t *testing.T) {
 	t.Parallel()
+	for spread, key := range map[string]string{"": "whatsapp:number:1065", "phone_number_id": "whatsapp/1065:number:1065"} {
+		t.Run("spread_by "+spread, func(t *testing.T) {
+			t.Parallel()
+			sweepDeletedAndArchived(t, spread, key)
+		})
+	}
+}
+
+func sweepDeletedAndArchived(t *testing.T, spread, key string) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
 	cfg := config.Default()
+	cfg.Channels["whatsapp"].SpreadBy = spread
 	now := time.Now()
 	clock := func() time.Time { return now }
 	lim := NewLimiter(cfg, rdb, clock)
@@ -124,7 +136,7 @@ func TestSweepReleasesDeletedAndArchivedTasks(t *testing.T) {
 	n, err = lim.SweepBacklogs(ctx, backlogGrace, gone)
 	require.NoError(t, err)
 	require.Equal(t, 3, n, "the places of the 3 deleted and archived tasks on their number (a pair keeps no backlog beside it)")
-	b, err := lim.Backlog(ctx, "whatsapp:number:1065")
+	b, err := lim.Backlog(ctx, key)
 	require.NoError(t, err)
 	require.EqualValues(t, 197, b.Planned)
 }

@@ -6,9 +6,9 @@ import (
 	"html/template"
 	"math"
 	"slices"
-	"strings"
 	"time"
 
+	"github.com/sluice-dev/sluice/rules"
 	"github.com/sluice-dev/sluice/throttle"
 )
 
@@ -60,7 +60,7 @@ func groupKeys(rows []KeyRow) []keyGroup {
 	var out []keyGroup
 	at := map[string]int{}
 	for _, r := range rows {
-		ch, _, _ := strings.Cut(r.Key, ":")
+		ch := rules.ChannelOf(r.Key) // a spread key's number folds with its channel's
 		id := ch + "/" + r.Limit
 		i, ok := at[id]
 		if !ok {

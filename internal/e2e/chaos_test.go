@@ -32,7 +32,7 @@ const (
 )
 
 // chaosScenarios are TestChaos's faults, by name.
-var chaosScenarios = []string{"worker-kill", "redis-restart", "redis-kill", "sentinel-failover", "cluster-master-loss", "provider-storm"}
+var chaosScenarios = []string{"worker-kill", "redis-restart", "redis-kill", "sentinel-failover", "cluster-master-loss", "cluster-spread-master-loss", "provider-storm"}
 
 // TestChaos runs the campaign of issue 19 (1,000 WhatsApp sends to one
 // number, 500 SMS over 20 senders, through `sluice send`, two `sluice
@@ -47,6 +47,9 @@ var chaosScenarios = []string{"worker-kill", "redis-restart", "redis-kill", "sen
 //     promoted, the workers following through the Sentinel;
 //   - cluster-master-loss: the master of a 3-master cluster (a replica each)
 //     that holds the campaign's limiter keys killed, its replica promoted;
+//   - cluster-spread-master-loss: the same with spread_by (whatsapp by
+//     phone_number_id, sms by sender), the master of the WhatsApp number's
+//     own scope killed;
 //   - provider-storm: WhatsApp answers every request for 30 s with 503s,
 //     then 429s (Retry-After 5 s), then requests held past the client's
 //     timeout, 10 s each, then recovers.
@@ -89,6 +92,9 @@ type chaosRedis struct {
 	// fault breaks Redis and, when the scenario brings it back, returns
 	// once it is back; it says what it did.
 	fault func(t *testing.T) string
+	// spread adds channels.<name>.spread_by to the workers' whatsapp and
+	// sms sections.
+	spread bool
 }
 
 func chaosRedisFor(t *testing.T, name string) chaosRedis {
@@ -101,20 +107,28 @@ func chaosRedisFor(t *testing.T, name string) chaosRedis {
 				require.NoError(t, st.Master.Kill())
 				return fmt.Sprintf("master %s killed (SIGKILL); the Sentinel promotes %s after %v", st.Master.Addr, st.Replica.Addr, redistest.DownAfter)
 			}}
-	case "cluster-master-loss":
+	case "cluster-master-loss", "cluster-spread-master-loss":
+		// Without spread_by the channel's limiter keys share {whatsapp};
+		// with it the number's are on {whatsapp/<number>}: the master
+		// killed is the one that paces the number.
+		spread := name == "cluster-spread-master-loss"
+		tag := "{whatsapp}"
+		if spread {
+			tag = "{whatsapp/" + numberA + "}"
+		}
 		cl := redistest.StartCluster(t, 3, 1)
 		cc := cl.Client(t)
-		return chaosRedis{rdb: cc,
+		return chaosRedis{rdb: cc, spread: spread,
 			yaml: fmt.Sprintf("redis:\n  mode: cluster\n  addrs: [%s]\n", strings.Join(cl.Addrs(), ", ")),
 			fault: func(t *testing.T) string {
-				m, err := cc.MasterForKey(context.Background(), "sluice:{whatsapp}")
+				m, err := cc.MasterForKey(context.Background(), "sluice:"+tag)
 				require.NoError(t, err)
 				addr := m.Options().Addr
 				i := slices.IndexFunc(cl.Masters, func(s *redistest.Server) bool { return s.Addr == addr })
-				require.GreaterOrEqual(t, i, 0, "the master of {whatsapp}, %s, is one of the cluster's", addr)
+				require.GreaterOrEqual(t, i, 0, "the master of %s, %s, is one of the cluster's", tag, addr)
 				require.NoError(t, cl.Masters[i].Kill())
-				return fmt.Sprintf("master %s (the {whatsapp} limiter keys' slot) killed (SIGKILL); its replica %s takes over after about %v",
-					addr, cl.Replicas[i][0].Addr, 2*redistest.NodeTimeout)
+				return fmt.Sprintf("master %s (the %s limiter keys' slot) killed (SIGKILL); its replica %s takes over after about %v",
+					addr, tag, cl.Replicas[i][0].Addr, 2*redistest.NodeTimeout)
 			}}
 	}
 	rs := redistest.StartWith(t, redistest.Options{AppendOnly: true})
@@ -143,9 +157,13 @@ func runChaos(t *testing.T, name string) {
 	bin, env, dir := sluiceBinary(t), workerEnvURL(r.url), t.TempDir()
 	var workers []*worker
 	var cfgPath string
+	waSpread, smsSpread := "", ""
+	if r.spread {
+		waSpread, smsSpread = "\n    spread_by: phone_number_id", "\n    spread_by: sender"
+	}
 	for i, addr := range freeAddrs(t, 2) {
-		cfg := r.yaml + fmt.Sprintf("http:\n  listen: %q\nworker:\n  shutdown_timeout: 5s\nchannels:\n  whatsapp:\n    base_url: %q\n    timeout: 2s\n  sms:\n    base_url: %q\n  webhook:\n    enabled: false\n  http:\n    enabled: false\n",
-			addr, emu.WhatsAppURL(), emu.TwilioURL())
+		cfg := r.yaml + fmt.Sprintf("http:\n  listen: %q\nworker:\n  shutdown_timeout: 5s\nchannels:\n  whatsapp:\n    base_url: %q\n    timeout: 2s%s\n  sms:\n    base_url: %q%s\n  webhook:\n    enabled: false\n  http:\n    enabled: false\n",
+			addr, emu.WhatsAppURL(), waSpread, emu.TwilioURL(), smsSpread)
 		cfgPath = filepath.Join(dir, fmt.Sprintf("sluice-%d.yaml", i))
 		require.NoError(t, os.WriteFile(cfgPath, []byte(cfg), 0o600))
 		workers = append(workers, startWorker(t, bin, fmt.Sprintf("worker %d", i), cfgPath, addr, env))
