@@ -19,7 +19,8 @@ func newDemoCmd(g *globals) *cobra.Command {
 Redis unless --redis, REDIS_URL or the redis section of --config names a real
 one, a Redis Cluster or a Sentinel (a private redis-server on a free loopback
 port when one is installed, else an embedded miniredis; of --config only the
-redis section is used: the demo runs the built-in limits), local
+redis section is used: the demo runs the built-in limits, on a cluster with
+spread_by set for every channel), local
 emulators of the WhatsApp Cloud API, Twilio and webhook receivers that enforce
 the providers' real limits, and the worker with the default channel limits.
 It enqueues the bundled campaign (examples/recipients.csv) on the WhatsApp,

@@ -234,6 +234,13 @@ func Run(parent context.Context, o Options) error {
 	runID := time.Now().UTC().Format("20060102T150405.000")
 	cfg := config.Default()
 	cfg.Redis.KeyPrefix = "sluice-demo"
+	if _, cluster := rdb.(*redis.ClusterClient); cluster {
+		// What a cluster wants (docs/redis-cluster.md): each sender's
+		// limits on a master of their own hash tag.
+		for ch, field := range map[string]string{"whatsapp": "phone_number_id", "sms": "sender", "webhook": "host", "http": "host"} {
+			cfg.Channels[ch].SpreadBy = field
+		}
+	}
 	// The emulated webhook receivers listen on loopback, which egress
 	// refuses unless the configuration admits it.
 	cfg.Egress.AllowCIDRs = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
