@@ -57,6 +57,15 @@ type RedisConfig struct {
 	// unset in the file means none; named in the file, the variable must be
 	// set. The values never go in the file or in logs.
 	UsernameEnv, PasswordEnv, SentinelUsernameEnv, SentinelPasswordEnv string
+	// TLS connects to the cluster's nodes, or to the Sentinels and their
+	// master and replicas, over TLS 1.2 or later, verifying each server's
+	// certificate (RedisCluster, RedisSentinel; a single server takes TLS
+	// with a rediss:// URL). TLSCAFile is a PEM file of the certificate
+	// authorities to trust instead of the system's; TLSServerName the
+	// name the certificates must carry, where it is not the host of the
+	// address dialled (nodes announced by IP with a certificate for a name).
+	TLS                      bool
+	TLSCAFile, TLSServerName string
 	// URLEnv names the environment variable holding a redis://, rediss:// or
 	// unix:// URL. The URL (it may carry a password) never goes in the file.
 	// Empty means never read the environment. Default "REDIS_URL". Read in

@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"cmp"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,8 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -356,7 +359,7 @@ const maxRedisAddrs = 64
 
 func (d *decoder) redis(n *yaml.Node, path string, r *RedisConfig) {
 	given := map[string]*yaml.Node{} // the fields the file gives, by name
-	d.mapping(n, path, "field", []string{"mode", "addrs", "master_name", "username_env", "password_env", "sentinel_username_env", "sentinel_password_env", "url_env", "addr", "db", "key_prefix"}, func(key string, _, v *yaml.Node) {
+	d.mapping(n, path, "field", []string{"mode", "addrs", "master_name", "username_env", "password_env", "sentinel_username_env", "sentinel_password_env", "tls", "tls_ca_file", "tls_server_name", "url_env", "addr", "db", "key_prefix"}, func(key string, _, v *yaml.Node) {
 		p := join(path, key)
 		given[key] = resolve(v)
 		switch key {
@@ -394,6 +397,24 @@ func (d *decoder) redis(n *yaml.Node, path string, r *RedisConfig) {
 			d.envName(v, p, true, &r.SentinelUsernameEnv)
 		case "sentinel_password_env":
 			d.envName(v, p, true, &r.SentinelPasswordEnv)
+		case "tls":
+			d.boolean(v, p, &r.TLS)
+		case "tls_ca_file":
+			if s, ok := d.scalar(v, p); ok {
+				if err := checkCAFile(d.file, s); err != nil {
+					d.errorf(resolve(v), p, "%v", err)
+					return
+				}
+				r.TLSCAFile = resolvePath(d.file, s)
+			}
+		case "tls_server_name":
+			if s, ok := d.scalar(v, p); ok {
+				if s == "" || strings.ContainsAny(s, " \t\r\n/:") {
+					d.errorf(resolve(v), p, "want the host name the servers' certificates carry, got %q", s)
+					return
+				}
+				r.TLSServerName = s
+			}
 		case "url_env":
 			d.envName(v, p, true, &r.URLEnv)
 		case "addr":
@@ -426,11 +447,21 @@ func (d *decoder) redis(n *yaml.Node, path string, r *RedisConfig) {
 		}
 		return resolve(n)
 	}
+	for _, key := range []string{"tls_ca_file", "tls_server_name"} {
+		if given[key] != nil && !r.TLS && r.Mode != RedisSingle {
+			d.errorf(given[key], join(path, key), "only with tls: true")
+		}
+	}
 	switch r.Mode {
 	case RedisSingle:
 		for _, key := range []string{"addrs", "master_name", "username_env", "password_env", "sentinel_username_env", "sentinel_password_env"} {
 			if given[key] != nil {
 				d.errorf(given[key], join(path, key), "only with mode cluster or sentinel (a single server's address is addr, its credentials are in its URL)")
+			}
+		}
+		for _, key := range []string{"tls", "tls_ca_file", "tls_server_name"} {
+			if given[key] != nil {
+				d.errorf(given[key], join(path, key), "only with mode cluster or sentinel (a single server takes TLS with a rediss:// URL)")
 			}
 		}
 	case RedisCluster, RedisSentinel:
@@ -458,6 +489,33 @@ func (d *decoder) redis(n *yaml.Node, path string, r *RedisConfig) {
 			d.errorf(at("mode"), join(path, "master_name"), "required with mode sentinel: the name the Sentinels monitor the master under")
 		}
 	}
+}
+
+// checkCAFile checks that name (relative to the directory of the
+// configuration file, when it is not absolute) holds at least one PEM
+// certificate: a CA file that is missing or empty would fail every
+// connection, found only when a command first dials.
+func checkCAFile(file, name string) error {
+	if name == "" {
+		return errors.New("want the path of a PEM file of CA certificates")
+	}
+	b, err := os.ReadFile(resolvePath(file, name))
+	if err != nil {
+		return fmt.Errorf("read %s: %w", name, errors.Unwrap(err))
+	}
+	if !x509.NewCertPool().AppendCertsFromPEM(b) {
+		return fmt.Errorf("%s holds no PEM certificate", name)
+	}
+	return nil
+}
+
+// resolvePath is name, relative to the directory of the configuration
+// file file when name is not absolute (and file is a path).
+func resolvePath(file, name string) string {
+	if filepath.IsAbs(name) || file == "" {
+		return name
+	}
+	return filepath.Join(filepath.Dir(file), name)
 }
 
 // stringList reads a list of 1 to max strings, want describing it for an

@@ -118,11 +118,51 @@ func TestParseErrors(t *testing.T) {
 			},
 		},
 		{
+			name: "redis tls",
+			yaml: doc(
+				"redis:",
+				"  mode: cluster",
+				"  addrs: [10.0.0.1:7000]",
+				"  tls: true",
+				"  tls_ca_file: testdata/no-such-ca.pem",
+				"  tls_server_name: redis.example.com:6379",
+			),
+			want: []string{
+				`sluice.yaml:5:16: redis.tls_ca_file: read testdata/no-such-ca.pem: no such file or directory`,
+				`sluice.yaml:6:20: redis.tls_server_name: want the host name the servers' certificates carry, got "redis.example.com:6379"`,
+			},
+		},
+		{
+			name: "redis tls needs a cluster or a sentinel, and tls: true",
+			yaml: doc(
+				"redis:",
+				"  tls: true",
+				"  tls_server_name: redis.example.com",
+			),
+			want: []string{
+				`sluice.yaml:2:8: redis.tls: only with mode cluster or sentinel (a single server takes TLS with a rediss:// URL)`,
+				`sluice.yaml:3:20: redis.tls_server_name: only with mode cluster or sentinel (a single server takes TLS with a rediss:// URL)`,
+			},
+		},
+		{
+			name: "redis tls files only with tls",
+			yaml: doc(
+				"redis:",
+				"  mode: sentinel",
+				"  addrs: [10.0.0.1:26379]",
+				"  master_name: m",
+				"  tls_server_name: redis.example.com",
+			),
+			want: []string{
+				`sluice.yaml:5:20: redis.tls_server_name: only with tls: true`,
+			},
+		},
+		{
 			name: "redis single takes no addrs",
 			yaml: doc("redis:", "  mode: single", "  addrs: [10.0.0.1:6379]", "  mode2: x"),
 			want: []string{
 				`sluice.yaml:3:10: redis.addrs: only with mode cluster or sentinel (a single server's address is addr, its credentials are in its URL)`,
-				`sluice.yaml:4:3: redis.mode2: unknown field (want mode, addrs, master_name, username_env, password_env, sentinel_username_env, sentinel_password_env, url_env, addr, db or key_prefix)`,
+				`sluice.yaml:4:3: redis.mode2: unknown field (want mode, addrs, master_name, username_env, password_env, sentinel_username_env, sentinel_password_env, tls, tls_ca_file, tls_server_name, url_env, addr, db or key_prefix)`,
 			},
 		},
 		{

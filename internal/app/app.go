@@ -6,11 +6,15 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -91,17 +95,25 @@ func Connect(ctx context.Context, cfg *config.Config, secrets Secrets) (redis.Un
 		}
 		*c.dst = v
 	}
+	tlsConfig, err := redisTLS(r)
+	if err != nil {
+		return nil, err
+	}
+	var dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+	if tlsConfig != nil {
+		dialer = tlsDialer(tlsConfig, time.Second)
+	}
 	var c redis.UniversalClient
 	switch r.Mode {
 	case config.RedisCluster:
 		// go-redis finds a failover's new master on a MOVED reply, or when
 		// it reloads the slots, every minute by default: a master that died
 		// answers nothing, so the reload is what moves its slots' traffic.
-		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: r.Addrs, Username: user, Password: pass,
+		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: r.Addrs, Username: user, Password: pass, Dialer: dialer,
 			DialTimeout: time.Second, ClusterStateReloadInterval: 2 * time.Second})
 	case config.RedisSentinel:
 		c = redis.NewFailoverClient(&redis.FailoverOptions{MasterName: r.MasterName, SentinelAddrs: r.Addrs,
-			SentinelUsername: suser, SentinelPassword: spass, Username: user, Password: pass, DB: r.DB})
+			SentinelUsername: suser, SentinelPassword: spass, Username: user, Password: pass, DB: r.DB, Dialer: dialer})
 	default:
 		return nil, fmt.Errorf("redis.mode: %q: want single, cluster or sentinel", r.Mode)
 	}
@@ -110,6 +122,49 @@ func Connect(ctx context.Context, cfg *config.Config, secrets Secrets) (redis.Un
 		return nil, fmt.Errorf("redis %s at %s: %w", r.Mode, strings.Join(r.Addrs, ","), err)
 	}
 	return c, nil
+}
+
+// redisTLS is the TLS configuration of r's connections (nil without
+// redis.tls): TLS 1.2 or later, each server's certificate verified against
+// r.TLSCAFile's authorities (else the system's) for r.TLSServerName (else
+// the host dialled).
+func redisTLS(r config.RedisConfig) (*tls.Config, error) {
+	if !r.TLS {
+		return nil, nil
+	}
+	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: r.TLSServerName}
+	if r.TLSCAFile != "" {
+		b, err := os.ReadFile(r.TLSCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("redis.tls_ca_file: %w", err)
+		}
+		c.RootCAs = x509.NewCertPool()
+		if !c.RootCAs.AppendCertsFromPEM(b) {
+			return nil, fmt.Errorf("redis.tls_ca_file: %s holds no PEM certificate", r.TLSCAFile)
+		}
+	}
+	return c, nil
+}
+
+// tlsDialer dials addr over TCP within timeout and runs the TLS handshake
+// with c, verifying the certificate for c.ServerName or, when that is
+// empty, the host of addr: a cluster's nodes and a Sentinel's master are
+// found at addresses the configuration does not name, so one ServerName
+// could not fit them all (go-redis' TLSConfig needs one).
+func tlsDialer(c *tls.Config, timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		cfg := c
+		if cfg.ServerName == "" {
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			cfg = c.Clone()
+			cfg.ServerName = host
+		}
+		d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: timeout, KeepAlive: 5 * time.Minute}, Config: cfg}
+		return d.DialContext(ctx, network, addr)
+	}
 }
 
 // MinRedisVersion is the oldest Redis Sluice runs on: its scripts use

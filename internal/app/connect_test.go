@@ -93,3 +93,36 @@ func TestHealthzOnACluster(t *testing.T) {
 	require.Regexp(t, `^redis: (a cluster master is unavailable|cluster state is not ok|unavailable)\n$`, w.Body.String())
 	require.NotContains(t, w.Body.String(), "127.0.0.1")
 }
+
+// redis.tls: a cluster reached over TLS only, its node's certificate
+// verified against redis.tls_ca_file; without the authority, or for another
+// name, Connect refuses with the certificate's error.
+func TestConnectClusterOverTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a redis-server")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	cl := redistest.StartTLSCluster(t)
+	cfg := config.Default()
+	cfg.Redis = config.RedisConfig{Mode: config.RedisCluster, Addrs: []string{cl.TLSAddr}, TLS: true, TLSCAFile: cl.CAFile, KeyPrefix: "sluice"}
+	c, err := Connect(ctx, cfg, nil)
+	require.NoError(t, err)
+	require.NoError(t, c.Set(ctx, "{a}k", 1, 0).Err())
+	addrs, err := c.(*redis.ClusterClient).ClusterSlots(ctx).Result()
+	require.NoError(t, err)
+	require.Equal(t, cl.TLSAddr, addrs[0].Nodes[0].Addr, "the slot map names the TLS port, the only one a client dials")
+	require.NoError(t, c.Close())
+
+	cfg.Redis.TLSCAFile = "" // the system's authorities do not know the test's
+	_, err = Connect(ctx, cfg, nil)
+	require.ErrorContains(t, err, "certificate signed by unknown authority")
+
+	cfg.Redis.TLSCAFile, cfg.Redis.TLSServerName = cl.CAFile, "redis.example.com"
+	_, err = Connect(ctx, cfg, nil)
+	require.ErrorContains(t, err, "redis.example.com")
+
+	cfg.Redis.TLS, cfg.Redis.TLSServerName = false, ""
+	_, err = Connect(ctx, cfg, nil)
+	require.Error(t, err, "plain Redis to a TLS port")
+}
