@@ -499,12 +499,13 @@ func checkCAFile(file, name string) error {
 	if name == "" {
 		return errors.New("want the path of a PEM file of CA certificates")
 	}
-	b, err := os.ReadFile(resolvePath(file, name))
+	p := resolvePath(file, name)
+	b, err := os.ReadFile(p)
 	if err != nil {
-		return fmt.Errorf("read %s: %w", name, errors.Unwrap(err))
+		return fmt.Errorf("read %s: %w", p, errors.Unwrap(err))
 	}
 	if !x509.NewCertPool().AppendCertsFromPEM(b) {
-		return fmt.Errorf("%s holds no PEM certificate", name)
+		return fmt.Errorf("%s holds no PEM certificate", p)
 	}
 	return nil
 }

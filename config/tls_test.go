@@ -40,5 +40,5 @@ func TestRedisTLSCAFileIsBesideTheConfig(t *testing.T) {
 
 	require.NoError(t, os.WriteFile(path, []byte("redis:\n  mode: cluster\n  addrs: [10.0.0.1:7000]\n  tls: true\n  tls_ca_file: certs/empty.pem\n"), 0o600))
 	_, err = Load(path)
-	require.ErrorContains(t, err, "sluice.yaml:5:16: redis.tls_ca_file: certs/empty.pem holds no PEM certificate")
+	require.ErrorContains(t, err, "sluice.yaml:5:16: redis.tls_ca_file: "+filepath.Join(dir, "certs", "empty.pem")+" holds no PEM certificate")
 }

@@ -194,14 +194,12 @@ func (r Reservation) Delay() time.Duration { return max(0, r.At.Sub(r.Now)) }
 // Sentinel's master) every request of the send is decided in one atomic
 // script, whatever its scope. On a Redis Cluster a script's keys must
 // share a hash slot, so the paced scope's requests are decided in one
-// script, and those of other scopes (a recipient's daily window beside a
-// number's pace, a channel's pause: other masters) after it, only when
-// the paced scope gave a firm slot, in one call per scope coalesced with
-// other sends' as reservations are: if one of them blocks, the send is
-// not sent (Firm false, Planned false, At that limit's wait, BlockedBy its
-// name), nothing is taken from them, and the firm slot lapses unused, as
-// an unused firm slot does (it is at most Hold ahead). Errors are those of
-// Consume.
+// script, and those of another scope (a recipient's daily window beside a
+// number's pace, a channel's pause: another master) in a call before it,
+// coalesced with other sends' on that scope: if one of them blocks, the
+// send is not sent (Firm false, Planned false, At that limit's wait,
+// BlockedBy its name) and takes no slot; if the paced scope's slot is not
+// firm, what they took is given back. Errors are those of Consume.
 func (l *Redis) Reserve(ctx context.Context, opts ReserveOptions, reqs ...Request) (Reservation, error) {
 	fields, err := validate(reqs)
 	if err != nil {
@@ -586,57 +584,72 @@ func checkOneScope(reqs []Request) error {
 }
 
 // reserveAcross is Reserve on a Redis Cluster for a send whose requests
-// span scopes: the paced scope's (indexes in) reserved in one script and,
-// at the same time, so that the send does not leave a round trip after its
-// slot, the others' (out): those of one scope, which have no GCRA limit,
-// taken in a reserve call coalesced with other sends' on that scope
-// (decided at once, as Consume does). The send goes when both took
-// everything. When the paced scope's slot is not firm, what the others
-// took is refunded; when the others block, the slot lapses. Requests of
-// several other scopes are consumed after a firm slot, scope by scope
-// (Consume's refunds undo a partial take). The decision holds one
-// LimitDecision per request of reqs, in order; the limits of the other
-// scopes of a send that is not firm are reported as not decided
-// (Allowed, nothing taken).
+// span scopes: the paced scope's (indexes in) and the others' (out). Those
+// of one other scope, which have no GCRA limit, are taken first, in a
+// reserve call coalesced with other sends' on that scope (decided at once,
+// as Consume does): a send they block comes back after their wait and
+// takes no slot. Then the paced scope is reserved, so that its slot's reply
+// is the last thing before the send's hold (a call after it would make the
+// send leave late); when that slot is not firm, what the others took is
+// refunded. Requests of several other scopes are consumed after a firm
+// slot, scope by scope (Consume's refunds undo a partial take), and a
+// send they block lets its slot lapse. The decision holds one
+// LimitDecision per request of reqs, in order; limits not decided are
+// reported so (Allowed, nothing taken).
 func (l *Redis) reserveAcross(ctx context.Context, opts ReserveOptions, reqs []Request, in, out []int) (Reservation, error) {
 	hold, _, err := reserveParams(opts)
 	if err != nil {
 		return Reservation{}, err
 	}
 	rest := pick(reqs, out)
-	var taken chan restTake
-	if checkOneScope(rest) == nil {
-		taken = make(chan restTake, 1)
-		go func() { taken <- l.takeRest(ctx, hold, rest) }()
+	limits := make([]LimitDecision, len(reqs))
+	undecided := func(idx []int) {
+		for _, i := range idx {
+			limits[i] = LimitDecision{Name: reqs[i].Limit.Name, Key: reqs[i].Key, Allowed: true, Limit: reqs[i].Limit.Capacity(), Window: reqs[i].Limit.Window()}
+		}
+	}
+	oneScope := checkOneScope(rest) == nil
+	var rt restTake
+	if oneScope {
+		rt = l.takeRest(ctx, hold, rest)
+		if rt.err == nil && ctx.Err() != nil {
+			l.refundRest(ctx, rt) // taken for a caller gone meanwhile
+			rt.err = ctx.Err()
+		}
+		if rt.err != nil {
+			return Reservation{}, rt.err
+		}
+		if !rt.d.Allowed {
+			// Blocked outside the paced scope: no slot is taken.
+			undecided(in)
+			for k, i := range out {
+				limits[i] = rt.d.Limits[k]
+			}
+			d := Decision{Limits: limits, Now: rt.d.Now}
+			d.summarize()
+			return Reservation{Decision: d, At: rt.d.Now.Add(rt.d.Wait)}, nil
+		}
 	}
 	r, err := l.Reserve(ctx, opts, pick(reqs, in)...)
-	var rt restTake
-	if taken != nil {
-		rt = <-taken
-	}
 	if err != nil {
 		l.refundRest(ctx, rt)
 		return Reservation{}, err
 	}
-	limits := make([]LimitDecision, len(reqs))
 	for k, i := range in {
 		limits[i] = r.Limits[k]
 	}
 	if !r.Firm {
 		l.refundRest(ctx, rt)
-		for _, i := range out {
-			limits[i] = LimitDecision{Name: reqs[i].Limit.Name, Key: reqs[i].Key, Allowed: true, Limit: reqs[i].Limit.Capacity(), Window: reqs[i].Limit.Window()}
-		}
+		undecided(out)
 		r.Limits = limits
 		return r, nil
 	}
 	d := rt.d
-	if taken == nil {
-		d, rt.err = l.run(ctx, modeConsume, rest)
-	}
-	if rt.err != nil {
-		l.releaseLeases(ctx, r.Leases) // the send will not go: its slot lapses
-		return Reservation{}, rt.err
+	if !oneScope {
+		if d, err = l.run(ctx, modeConsume, rest); err != nil {
+			l.releaseLeases(ctx, r.Leases) // the send will not go: its slot lapses
+			return Reservation{}, err
+		}
 	}
 	for k, i := range out {
 		limits[i] = d.Limits[k]
@@ -669,7 +682,11 @@ type restTake struct {
 
 // takeRest decides rest (one scope, no GCRA limit) in a reserve call
 // coalesced with other sends' on its scope; a blocked decision's Wait is
-// when it may come back.
+// when it may come back. The call is made as a high-priority send's, which
+// prefetches nothing: units taken beyond the send's would be lost (only
+// Reserve keeps prefetched slots). It is not cut short by ctx, so that
+// what it took is known and can be refunded (it takes at most
+// reserveTimeout).
 func (l *Redis) takeRest(ctx context.Context, hold time.Duration, rest []Request) restTake {
 	fields, err := validate(rest)
 	if err != nil {
@@ -682,8 +699,9 @@ func (l *Redis) takeRest(ctx context.Context, hold time.Duration, rest []Request
 	if needsCallID(rest) {
 		rt.callID = newCallID()
 	}
-	c := &reserveCall{opts: ReserveOptions{Hold: hold}, hold: hold, reqs: rest, fields: fields, callID: rt.callID, done: make(chan reserveResult, 1)}
-	res, err := l.batcher().do(ctx, c)
+	opts := ReserveOptions{Hold: hold, Priority: High}
+	c := &reserveCall{opts: opts, hold: hold, reqs: rest, fields: fields, callID: rt.callID, done: make(chan reserveResult, 1)}
+	res, err := l.batcher().do(context.WithoutCancel(ctx), c)
 	if err != nil {
 		rt.err = err
 		return rt

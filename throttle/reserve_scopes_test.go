@@ -2,6 +2,7 @@ package throttle_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -107,8 +108,8 @@ func TestReserveDecidesOtherScopesAfterAFirmSlot(t *testing.T) {
 		// The planned send comes back for its slot; the pause holds it.
 		// On one Redis the send's requests are decided in one script,
 		// which plans it from the pause's end; on a cluster the pause is
-		// another master's, decided after the slot was taken: the send
-		// comes back when the pause ends, without a place.
+		// another master's, decided before the slot: the send comes back
+		// when the pause ends, and keeps its place, taking no slot.
 		clock.Set(ps[0].At)
 		r6, err := l.Reserve(ctx, throttle.ReserveOptions{TaskID: "e"}, other...)
 		require.NoError(t, err)
@@ -119,11 +120,32 @@ func TestReserveDecidesOtherScopesAfterAFirmSlot(t *testing.T) {
 		require.NoError(t, err)
 		if _, cluster := rdb.(*redis.ClusterClient); cluster {
 			require.False(t, r6.Planned)
-			require.Zero(t, b.Planned, "its place was taken with its slot")
+			require.Equal(t, int64(1), b.Planned, "e keeps its place")
 		} else {
 			require.True(t, r6.Planned)
 			require.Equal(t, int64(2), b.Planned, "d and e planned from the pause's end")
 		}
+	})
+}
+
+// A window fast enough to prefetch, in the channel's scope beside a
+// spread number: each send takes one unit of it, however the calls are
+// made (a prefetch there would take units no one hands out).
+func TestReserveTakesOneUnitOfAFastWindowInAnotherScope(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		clock := testutil.NewClock(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+		l := throttle.NewRedis(rdb, throttle.Options{Clock: clock.Now, OverrideRefresh: -1, PrefetchSpan: 50 * time.Millisecond})
+		window := throttle.Request{Key: "wa:minute:A", Limit: throttle.Limit{Name: "minute", Algorithm: throttle.FixedWindow, Rate: throttle.Rate{Limit: 1_000_000, Period: time.Minute}}}
+		for i := range 3 {
+			number := throttle.Request{Key: fmt.Sprintf("wa/%d:number:%d", i, i), Limit: mps80}
+			r, err := l.Reserve(ctx, throttle.ReserveOptions{TaskID: fmt.Sprint("s", i)}, number, window)
+			require.NoError(t, err)
+			require.True(t, r.Firm)
+		}
+		st, err := l.Status(ctx, window)
+		require.NoError(t, err)
+		require.Equal(t, int64(1_000_000-3), st.Remaining, "three sends, three units")
 	})
 }
 

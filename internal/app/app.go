@@ -101,7 +101,13 @@ func Connect(ctx context.Context, cfg *config.Config, secrets Secrets) (redis.Un
 	}
 	var dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 	if tlsConfig != nil {
-		dialer = tlsDialer(tlsConfig, time.Second)
+		// The handshake within the dial timeout: the cluster's 1 s (a dead
+		// master must be noticed), go-redis' 5 s to a Sentinel's servers.
+		timeout := 5 * time.Second
+		if r.Mode == config.RedisCluster {
+			timeout = time.Second
+		}
+		dialer = tlsDialer(tlsConfig, timeout)
 	}
 	var c redis.UniversalClient
 	switch r.Mode {
