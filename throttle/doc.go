@@ -52,9 +52,13 @@
 // A key is "{scope}:{resource}:{identifier}", e.g. "whatsapp:pair:+12025550123".
 // In Redis it is stored under the prefix with the scope as the hash tag,
 // "sluice:{whatsapp}:pair:+12025550123", so all keys of a scope live in one
-// Redis Cluster slot. Every key has a TTL, refreshed on write, and
-// disappears once its state equals "unused". Scopes starting with '_' are
-// Sluice's own (events, overrides).
+// Redis Cluster slot. A scope may be finer than a channel
+// ("whatsapp/106540352242922", one WhatsApp number's, rules.Template.SpreadBy)
+// so that a channel's senders spread over a cluster's masters; Reserve then
+// paces a send's GCRA limits in their scope's one script and decides its
+// requests of another scope in a call before it. Every key has a TTL,
+// refreshed on write, and disappears once its state equals "unused".
+// Scopes starting with '_' are Sluice's own (events, overrides).
 //
 // # Time
 //
