@@ -170,7 +170,7 @@ var channelSettings = []channelSetting{
 	},
 	fieldSetting{
 		key:    "spread_by",
-		doc:    "a task field (phone_number_id for whatsapp, sender for sms, host for webhook and http) whose value becomes the scope, and so the Redis Cluster hash tag, of every limit key and pause that names it: \"whatsapp:number:{phone_number_id}\" is kept as \"whatsapp/<id>:number:<id>\", so that a channel's numbers spread over a cluster's masters while each number's pace, pairs and pauses are still decided together in one script. Keys that do not name it (a recipient's daily window, the channel's pause) stay in the channel's scope and are decided after the number's slot (docs/redis-cluster.md). Every gcra limit's key must name the field. Changing it renames the keys: limits start over.",
+		doc:    "a task field (phone_number_id for whatsapp, sender for sms, host for webhook and http) whose value becomes the scope, and so the Redis Cluster hash tag, of every limit key and pause that names it: \"whatsapp:number:{phone_number_id}\" is kept as \"whatsapp/<id>:number:<id>\", so that a channel's numbers spread over a cluster's masters while each number's pace, pairs and pauses are still decided together in one script. Keys that do not name it (a recipient's daily window, the channel's pause) stay in the channel's scope; on a cluster they are decided just before the number's slot, in a call of their own (docs/redis-cluster.md). Every gcra limit's key must name the field. Changing it renames the keys: pause the channel while the workers restart with it, and the limits start over.",
 		at:     func(s *ChannelSettings) *string { return &s.SpreadBy },
 		worker: func(ch *worker.Channel) *string { return &ch.SpreadBy },
 	},

@@ -61,7 +61,7 @@ func TestReserveDecidesOtherScopesAfterAFirmSlot(t *testing.T) {
 
 		// A send whose pair is not free for 6 s is planned, not sent: its
 		// recipient's window is not charged for it (on a cluster it was
-		// taken beside the slot and is refunded).
+		// taken before the slot and is refunded).
 		pairSend := []throttle.Request{number, {Key: "wa/1:pair:1:+15550122", Limit: pair6}, {Key: "wa:daily:+15550122", Limit: daily}}
 		p1, err := l.Reserve(ctx, throttle.ReserveOptions{TaskID: "p1"}, pairSend...)
 		require.NoError(t, err)

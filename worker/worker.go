@@ -142,7 +142,8 @@ type Channel struct {
 	// own hash tag, decided together in one script, and a channel's numbers
 	// spread over the masters. Keys that do not name it (a recipient's
 	// daily window, the channel's pause) stay in the channel's scope and are
-	// decided after the paced scope's firm slot (throttle.Redis.Reserve).
+	// decided, on a Redis Cluster, just before the paced scope's slot
+	// (throttle.Redis.Reserve).
 	// The keys change with it: limits start over, as after `sluice limits
 	// reset`. "" keeps one scope per channel.
 	SpreadBy string
