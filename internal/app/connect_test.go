@@ -126,3 +126,28 @@ func TestConnectClusterOverTLS(t *testing.T) {
 	_, err = Connect(ctx, cfg, nil)
 	require.Error(t, err, "plain Redis to a TLS port")
 }
+
+// redis.tls through a Sentinel: the Sentinel and the master it names are
+// both reached over TLS, each certificate verified.
+func TestConnectSentinelOverTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two redis-servers")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	st := redistest.StartTLSSentinel(t)
+	cfg := config.Default()
+	cfg.Redis = config.RedisConfig{Mode: config.RedisSentinel, Addrs: []string{st.SentinelTLS}, MasterName: st.MasterName,
+		TLS: true, TLSCAFile: st.CAFile, KeyPrefix: "sluice"}
+	c, err := Connect(ctx, cfg, nil)
+	require.NoError(t, err)
+	require.NoError(t, c.Set(ctx, "k", "over tls", 0).Err())
+	require.NoError(t, c.Close())
+	v, err := st.Master.Client(t).Get(ctx, "k").Result()
+	require.NoError(t, err)
+	require.Equal(t, "over tls", v, "the write reached the master")
+
+	cfg.Redis.TLSCAFile = ""
+	_, err = Connect(ctx, cfg, nil)
+	require.ErrorContains(t, err, "certificate signed by unknown authority")
+}

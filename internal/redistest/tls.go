@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -15,6 +16,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // TLSCluster is a one-master Redis Cluster that clients reach over TLS
@@ -50,6 +53,55 @@ func StartTLSCluster(tb testing.TB) *TLSCluster {
 		tb.Fatalf("redistest: TLS cluster: %v", err)
 	}
 	return &TLSCluster{Cluster: c, TLSAddr: tlsAddr, CAFile: ca}
+}
+
+// TLSSentinel is a master and a Sentinel monitoring it, both reached by
+// clients over TLS (the Sentinel monitors the master at its TLS port and
+// names that port), their certificates signed by CAFile's authority. The
+// servers' plain ports stay open for the test's own setup.
+type TLSSentinel struct {
+	Master, Sentinel       *Server
+	MasterTLS, SentinelTLS string // host:port of their TLS ports
+	MasterName, CAFile     string
+}
+
+// StartTLSSentinel starts a TLSSentinel (certificates as StartTLSCluster's)
+// and waits until the Sentinel names the master's TLS port.
+func StartTLSSentinel(tb testing.TB) *TLSSentinel {
+	tb.Helper()
+	ca, cert, key := writeTestCerts(tb, tb.TempDir())
+	tlsArgs := func(port int) []string {
+		return []string{"--tls-port", strconv.Itoa(port), "--tls-cert-file", cert, "--tls-key-file", key,
+			"--tls-ca-cert-file", ca, "--tls-auth-clients", "no", "--tls-replication", "yes"}
+	}
+	mport, err := freePort()
+	if err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	st := &TLSSentinel{MasterName: "sluice-tls", CAFile: ca, MasterTLS: net.JoinHostPort("127.0.0.1", strconv.Itoa(mport))}
+	st.Master = StartWith(tb, Options{Args: tlsArgs(mport)})
+	sport, err := freePort()
+	if err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	st.SentinelTLS = net.JoinHostPort("127.0.0.1", strconv.Itoa(sport))
+	conf := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 1\nsentinel down-after-milliseconds %s %d\n",
+		st.MasterName, mport, st.MasterName, DownAfter.Milliseconds())
+	st.Sentinel = StartWith(tb, Options{ConfigFile: conf, Args: append([]string{"--sentinel"}, tlsArgs(sport)...)})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sc := redis.NewSentinelClient(&redis.Options{Addr: st.Sentinel.Addr})
+	defer sc.Close()
+	if err := waitFor(ctx, func() error {
+		addr, err := sc.GetMasterAddrByName(ctx, st.MasterName).Result()
+		if err == nil && net.JoinHostPort(addr[0], addr[1]) != st.MasterTLS {
+			err = fmt.Errorf("the Sentinel names %v, not %s", addr, st.MasterTLS)
+		}
+		return err
+	}); err != nil {
+		tb.Fatalf("redistest: TLS sentinel: %v", err)
+	}
+	return st
 }
 
 // writeTestCerts writes a test authority and a server certificate and key
