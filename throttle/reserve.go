@@ -722,34 +722,28 @@ func (l *Redis) takeRest(ctx context.Context, hold time.Duration, rest []Request
 // stay taken until their state expires (a window's day at most), never
 // more than the limit.
 func (l *Redis) refundRest(ctx context.Context, rt restTake) {
-	if rt.err != nil || !rt.d.Allowed {
+	if rt.err != nil || !rt.d.Allowed || !slices.ContainsFunc(rt.d.Limits, func(ld LimitDecision) bool { return ld.Taken > 0 }) {
 		return
 	}
-	var idx []int
-	for k, ld := range rt.d.Limits {
-		if ld.Taken > 0 {
-			idx = append(idx, k)
-		}
+	all := make([]int, len(rt.reqs))
+	for i := range all {
+		all[i] = i
 	}
-	if len(idx) == 0 {
-		return
-	}
-	sub := pick(rt.reqs, idx)
-	for k, i := range idx {
-		sub[k].Cost = rt.d.Limits[i].Taken
-	}
-	if _, err := l.script(context.WithoutCancel(ctx), modeRefund, rt.callID, sub, pickStrings(rt.fields, idx), rt.d.Now); err != nil {
-		l.warn.refund.warn(ctx, l.logger(), "throttle: refund failed: units taken stay taken until their state expires", "key", sub[0].Key, "err", err)
+	if err := l.refund(ctx, rt.callID, rt.reqs, rt.fields, []Decision{rt.d}, [][]int{all}); err != nil {
+		l.warn.refund.warn(ctx, l.logger(), "throttle: refund failed: units taken stay taken until their state expires", "key", rt.reqs[0].Key, "err", err)
 	}
 }
 
-// releaseLeases gives back leases of a send that will not go; a failure
-// leaves them to expire by their lease time.
+// releaseLeases gives back, within 2 s, leases of a send that will not go,
+// whether or not ctx is done; a failure is logged and leaves them to
+// expire by their lease time.
 func (l *Redis) releaseLeases(ctx context.Context, leases []Lease) {
 	if len(leases) == 0 {
 		return
 	}
-	if err := l.Release(context.WithoutCancel(ctx), leases); err != nil {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := l.Release(rctx, leases); err != nil {
 		l.warn.refund.warn(ctx, l.logger(), "throttle: release failed: the leases expire by themselves", "key", leases[0].Key, "err", err)
 	}
 }

@@ -83,12 +83,7 @@ func (b *reserveBatcher) do(ctx context.Context, c *reserveCall) (reserveResult,
 }
 
 func (b *reserveBatcher) releaseLeases(res reserveResult) {
-	if len(res.r.Leases) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_ = b.l.Release(ctx, res.r.Leases) // unreleased leases expire by themselves
+	b.l.releaseLeases(context.Background(), res.r.Leases)
 }
 
 // serve runs one batch: one script per set of pacing settings, and on a
