@@ -153,24 +153,13 @@ func redisTLS(r config.RedisConfig) (*tls.Config, error) {
 }
 
 // tlsDialer dials addr over TCP within timeout and runs the TLS handshake
-// with c, verifying the certificate for c.ServerName or, when that is
-// empty, the host of addr: a cluster's nodes and a Sentinel's master are
-// found at addresses the configuration does not name, so one ServerName
-// could not fit them all (go-redis' TLSConfig needs one).
+// with c. tls.Dialer verifies the certificate for c.ServerName or, when
+// that is empty, the host of addr: a cluster's nodes and a Sentinel's
+// master are found at addresses the configuration does not name, so one
+// ServerName could not fit them all (go-redis' TLSConfig needs one).
 func tlsDialer(c *tls.Config, timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		cfg := c
-		if cfg.ServerName == "" {
-			host, _, err := net.SplitHostPort(addr)
-			if err != nil {
-				return nil, err
-			}
-			cfg = c.Clone()
-			cfg.ServerName = host
-		}
-		d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: timeout, KeepAlive: 5 * time.Minute}, Config: cfg}
-		return d.DialContext(ctx, network, addr)
-	}
+	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: timeout, KeepAlive: 5 * time.Minute}, Config: c}
+	return d.DialContext
 }
 
 // MinRedisVersion is the oldest Redis Sluice runs on: its scripts use
