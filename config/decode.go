@@ -499,15 +499,23 @@ func checkCAFile(file, name string) error {
 	if name == "" {
 		return errors.New("want the path of a PEM file of CA certificates")
 	}
-	p := resolvePath(file, name)
-	b, err := os.ReadFile(p)
+	_, err := CertPool(resolvePath(file, name))
+	return err
+}
+
+// CertPool reads the PEM file at path (RedisConfig.TLSCAFile) into a
+// certificate pool. Errors: "read <path>: <why>", or "<path> holds no PEM
+// certificate".
+func CertPool(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("read %s: %w", p, errors.Unwrap(err))
+		return nil, fmt.Errorf("read %s: %w", path, errors.Unwrap(err))
 	}
-	if !x509.NewCertPool().AppendCertsFromPEM(b) {
-		return fmt.Errorf("%s holds no PEM certificate", p)
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", path)
 	}
-	return nil
+	return pool, nil
 }
 
 // resolvePath is name, relative to the directory of the configuration

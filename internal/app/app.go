@@ -7,14 +7,12 @@ package app
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -140,14 +138,11 @@ func redisTLS(r config.RedisConfig) (*tls.Config, error) {
 	}
 	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: r.TLSServerName}
 	if r.TLSCAFile != "" {
-		b, err := os.ReadFile(r.TLSCAFile)
+		pool, err := config.CertPool(r.TLSCAFile)
 		if err != nil {
 			return nil, fmt.Errorf("redis.tls_ca_file: %w", err)
 		}
-		c.RootCAs = x509.NewCertPool()
-		if !c.RootCAs.AppendCertsFromPEM(b) {
-			return nil, fmt.Errorf("redis.tls_ca_file: %s holds no PEM certificate", r.TLSCAFile)
-		}
+		c.RootCAs = pool
 	}
 	return c, nil
 }
