@@ -37,7 +37,7 @@ type TLSCluster struct {
 func StartTLSCluster(tb testing.TB) *TLSCluster {
 	tb.Helper()
 	dir := tb.TempDir()
-	ca, cert, key := writeTestCerts(tb, dir)
+	ca, cert, key := WriteTestCerts(tb, dir)
 	port, err := freePort()
 	if err != nil {
 		tb.Fatalf("redistest: %v", err)
@@ -69,7 +69,7 @@ type TLSSentinel struct {
 // and waits until the Sentinel names the master's TLS port.
 func StartTLSSentinel(tb testing.TB) *TLSSentinel {
 	tb.Helper()
-	ca, cert, key := writeTestCerts(tb, tb.TempDir())
+	ca, cert, key := WriteTestCerts(tb, tb.TempDir())
 	tlsArgs := func(port int) []string {
 		return []string{"--tls-port", strconv.Itoa(port), "--tls-cert-file", cert, "--tls-key-file", key,
 			"--tls-ca-cert-file", ca, "--tls-auth-clients", "no", "--tls-replication", "yes"}
@@ -104,9 +104,10 @@ func StartTLSSentinel(tb testing.TB) *TLSSentinel {
 	return st
 }
 
-// writeTestCerts writes a test authority and a server certificate and key
-// for 127.0.0.1 into dir and returns their paths.
-func writeTestCerts(tb testing.TB, dir string) (ca, cert, key string) {
+// WriteTestCerts writes into dir a test authority (ECDSA P-256, valid an
+// hour) and a server certificate and key for 127.0.0.1 signed by it, and
+// returns their paths.
+func WriteTestCerts(tb testing.TB, dir string) (ca, cert, key string) {
 	tb.Helper()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
