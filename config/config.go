@@ -317,6 +317,26 @@ func (c *Config) MatchPattern(prefix string) []rules.Rule {
 	return rules.MatchPrefix(cc.Rules(), cc.spreadBy(), prefix)
 }
 
+// Queues returns the channel's asynq queues: its queue and, with spread_by
+// and queue_groups above 1, its groups (tasks.GroupQueues).
+func (c *ChannelConfig) Queues() []string {
+	return tasks.GroupQueues(c.Queue, c.groups())
+}
+
+// QueueFor returns the queue of a send with fields (its payload's
+// Fields()): its spread_by value's group (tasks.GroupQueue), else Queue.
+func (c *ChannelConfig) QueueFor(fields map[string]string) string {
+	return tasks.GroupQueue(c.Queue, c.groups(), fields[c.SpreadBy])
+}
+
+// groups is queue_groups where it applies: with spread_by.
+func (c *ChannelConfig) groups() int {
+	if c.SpreadBy == "" {
+		return 1
+	}
+	return c.QueueGroups
+}
+
 // spreadBy is the channel's spread_by, "" for none or no channel.
 func (c *ChannelConfig) spreadBy() string {
 	if c == nil {

@@ -347,11 +347,45 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 		case "egress":
 			d.egress(v, key, &c.Egress)
 		case "channels":
+			nodes := map[string]*yaml.Node{}
 			d.mapping(v, key, "channel", channelNames, func(name string, _, v *yaml.Node) {
+				nodes[name] = resolve(v)
 				d.channel(v, join(key, name), c.Channels[name])
 			})
+			d.queuesApart(key, c, nodes)
 		}
 	})
+}
+
+// queuesApart reports a channel given in the file (nodes, by name) one of
+// whose queue groups is also another channel's queue or group: a group
+// holds one channel's senders. (Channels may share a plain queue.)
+func (d *decoder) queuesApart(path string, c *Config, nodes map[string]*yaml.Node) {
+	owner := map[string]string{}
+	for _, name := range channelNames {
+		cc := c.Channels[name]
+		if cc == nil || !cc.Enabled {
+			continue
+		}
+		for i, q := range cc.Queues() {
+			other, taken := owner[q]
+			if !taken || other == name {
+				owner[q] = name
+				continue
+			}
+			if i == 0 && !slices.Contains(c.Channels[other].Queues()[1:], q) {
+				continue // two plain queues
+			}
+			n := nodes[name]
+			if n == nil {
+				n = nodes[other]
+			}
+			if n != nil {
+				d.errorf(n, join(path, name), "queue %q is also the %s channel's: each channel needs queues of its own (queue, queue_groups)", q, other)
+			}
+			break
+		}
+	}
 }
 
 // maxRedisAddrs bounds redis.addrs.
@@ -745,13 +779,16 @@ func (d *decoder) channel(n *yaml.Node, path string, c *ChannelConfig) {
 	fields = append(fields, settingNames(c.Name)...)
 	fields = append(fields, "adaptive", "limits", "retry")
 	var eps map[string]endpointNodes
-	var spreadNode *yaml.Node
+	var spreadNode, groupsNode *yaml.Node
 	d.mapping(n, path, "field", fields, func(key string, _, v *yaml.Node) {
 		p := join(path, key)
 		if r := settingNamed(key); r != nil {
 			r.decode(d, v, p, c.Name, &c.ChannelSettings)
-			if key == "spread_by" {
+			switch key {
+			case "spread_by":
 				spreadNode = resolve(v)
+			case "queue_groups":
+				groupsNode = resolve(v)
 			}
 			return
 		}
@@ -815,6 +852,9 @@ func (d *decoder) channel(n *yaml.Node, path string, c *ChannelConfig) {
 	})
 	if len(c.Endpoints) > 0 {
 		d.endpointsApart(join(path, "endpoints"), c, eps)
+	}
+	if groupsNode != nil && c.QueueGroups > 1 && c.SpreadBy == "" {
+		d.errorf(groupsNode, join(path, "queue_groups"), "%d queue groups need spread_by: a send's group is chosen by its spread_by value", c.QueueGroups)
 	}
 	if spreadNode != nil && c.SpreadBy != "" {
 		// A send's GCRA limits are decided in one script, in one scope:

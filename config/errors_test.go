@@ -89,6 +89,39 @@ func TestParseErrors(t *testing.T) {
 			},
 		},
 		{
+			name: "queue_groups",
+			yaml: doc(
+				"channels:",
+				"  whatsapp:",
+				"    queue_groups: 8",
+				"  sms:",
+				"    spread_by: sender",
+				"    queue_groups: 65",
+				"  webhook:",
+				"    queue: sms.g0",
+				"    queue_groups: 0",
+			),
+			want: []string{
+				`sluice.yaml:3:19: channels.whatsapp.queue_groups: 8 queue groups need spread_by: a send's group is chosen by its spread_by value`,
+				`sluice.yaml:6:19: channels.sms.queue_groups: want at most 64, got 65`,
+				`sluice.yaml:9:19: channels.webhook.queue_groups: want >= 1, got 0`,
+			},
+		},
+		{
+			name: "queue groups of two channels",
+			yaml: doc(
+				"channels:",
+				"  sms:",
+				"    spread_by: sender",
+				"    queue_groups: 4",
+				"  webhook:",
+				"    queue: sms.g3",
+			),
+			want: []string{
+				`sluice.yaml:6:5: channels.webhook: queue "sms.g3" is also the sms channel's: each channel needs queues of its own (queue, queue_groups)`,
+			},
+		},
+		{
 			name: "redis modes",
 			yaml: doc(
 				"redis:",

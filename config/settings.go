@@ -47,6 +47,8 @@ type ChannelSettings struct {
 	BatchSends bool
 	// SpreadBy: see channels.<name>.spread_by.
 	SpreadBy string
+	// QueueGroups: see channels.<name>.queue_groups.
+	QueueGroups int
 	// TenantWeights maps a tenant to its weight: see
 	// channels.<name>.tenant_weights. Weights are float64, the type the
 	// worker and the limiter (throttle.ReserveOptions) take; the file gives
@@ -173,6 +175,14 @@ var channelSettings = []channelSetting{
 		doc:    "a task field (phone_number_id for whatsapp, sender for sms, host for webhook and http) whose value becomes the scope, and so the Redis Cluster hash tag, of every limit key and pause that names it: \"whatsapp:number:{phone_number_id}\" is kept as \"whatsapp/<id>:number:<id>\", so that a channel's numbers spread over a cluster's masters while each number's pace, pairs and pauses are still decided together in one script. Keys that do not name it (a recipient's daily window, the channel's pause) stay in the channel's scope; on a cluster they are decided just before the number's slot, in a call of their own (docs/redis-cluster.md). Every gcra limit's key must name the field. Changing it renames the keys: pause the channel while the workers restart with it, and the limits start over.",
 		at:     func(s *ChannelSettings) *string { return &s.SpreadBy },
 		worker: func(ch *worker.Channel) *string { return &ch.SpreadBy },
+	},
+	countSetting{
+		key:    "queue_groups",
+		doc:    "with spread_by, the channel's queue is split into this many asynq queues, <queue>.g0 to <queue>.g<n-1>, and each send goes to the one its spread_by value falls in (FNV-1a modulo n), so that on a Redis Cluster the enqueue, dequeue and completion of the channel's sends spread over the masters as its limits do; a sender's sends keep one queue. Workers serve the groups and the queue itself (tasks that plain asynq clients enqueue), the channel's priority shared among them. 1 keeps one queue; take several per master (12 for 3 masters), since each group's hash tag falls on a master by chance. Raising it moves only new sends; the queued ones are served where they are. Lower it only once the groups above the new count are empty: workers no longer serve them (docs/redis-cluster.md).",
+		def:    1,
+		max:    tasks.MaxQueueGroups,
+		at:     func(s *ChannelSettings) *int { return &s.QueueGroups },
+		worker: func(ch *worker.Channel) *int { return &ch.QueueGroups },
 	},
 	weightsSetting{
 		key: "tenant_weights",
@@ -422,6 +432,38 @@ func (r bytesSetting) describe() string {
 		return out + "; at most, and by default, " + hi + "."
 	}
 	return out + ", at most " + hi + ". Default " + def + "."
+}
+
+// countSetting is a row whose value is a whole number from 1 to max.
+type countSetting struct {
+	key, doc string
+	def, max int
+	at       func(*ChannelSettings) *int
+	worker   func(*worker.Channel) *int
+}
+
+func (r countSetting) name() string                            { return r.key }
+func (r countSetting) appliesTo(string) bool                   { return true }
+func (r countSetting) setDefault(s *ChannelSettings, _ string) { *r.at(s) = r.def }
+
+func (r countSetting) decode(d *decoder, n *yaml.Node, path, _ string, s *ChannelSettings) {
+	v, ok := d.integer(n, path, 1)
+	if !ok {
+		return
+	}
+	if v > int64(r.max) {
+		d.errorf(resolve(n), path, "want at most %d, got %d", r.max, v)
+		return
+	}
+	*r.at(s) = int(v)
+}
+
+func (r countSetting) apply(s *ChannelSettings, ch *worker.Channel) {
+	*r.worker(ch) = *r.at(s)
+}
+
+func (r countSetting) describe() string {
+	return fmt.Sprintf("%s A whole number, 1 to %d. Default %d.", r.doc, r.max, r.def)
 }
 
 // percentSetting is a row whose value is a share written "N%" and held as

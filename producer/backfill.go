@@ -52,12 +52,13 @@ func Backfill(ctx context.Context, rdb redis.UniversalClient, prefix string, cha
 		if err != nil {
 			return 0, fmt.Errorf("producer: Backfill: channels[%d]: %w", i, err)
 		}
-		q := p.Queue()
-		if queues[q] == nil {
-			queues[q] = map[string]bool{}
-			order = append(order, q)
+		for _, q := range p.Queues() {
+			if queues[q] == nil {
+				queues[q] = map[string]bool{}
+				order = append(order, q)
+			}
+			queues[q][ch.TaskType] = true
 		}
-		queues[q][ch.TaskType] = true
 	}
 	return backfill(ctx, rdb, prefix, order, queues, retention)
 }
@@ -72,11 +73,13 @@ func (c *Client) Backfill(ctx context.Context) (int, error) {
 	queues := map[string]map[string]bool{}
 	var order []string
 	for typ, ch := range c.chans {
-		if queues[ch.queue] == nil {
-			queues[ch.queue] = map[string]bool{}
-			order = append(order, ch.queue)
+		for _, q := range ch.pacing.Queues() {
+			if queues[q] == nil {
+				queues[q] = map[string]bool{}
+				order = append(order, q)
+			}
+			queues[q][typ] = true
 		}
-		queues[ch.queue][typ] = true
 	}
 	return backfill(ctx, c.limiter.Client(), c.limiter.Prefix(), order, queues, c.retention)
 }

@@ -87,7 +87,6 @@ type Client struct {
 type channel struct {
 	name       string
 	pacing     *worker.Pacing
-	queue      string
 	maxPayload int  // 0: the task type's own cap, which the tasks package checks
 	batch      bool // worker.Channel.BatchSends: Send carries a second's sends in batch tasks
 }
@@ -124,7 +123,7 @@ func New(opts Options) (*Client, error) {
 		if _, dup := c.chans[ch.TaskType]; dup {
 			return nil, fmt.Errorf("producer: Options.Channels[%d]: a second channel for %s", i, ch.TaskType)
 		}
-		c.chans[ch.TaskType] = &channel{name: ch.Name, pacing: p, queue: p.Queue(), maxPayload: ch.MaxPayloadBytes, batch: ch.BatchSends}
+		c.chans[ch.TaskType] = &channel{name: ch.Name, pacing: p, maxPayload: ch.MaxPayloadBytes, batch: ch.BatchSends}
 	}
 	return c, nil
 }
@@ -171,7 +170,9 @@ type Enqueued struct {
 // run now; the worker reserves their slots when it dequeues them.
 //
 // Each task goes to its channel's queue, which the workers serve, whatever
-// queue its own options named, unless opts has an asynq.Queue.
+// queue its own options named, unless opts has an asynq.Queue: to the queue
+// group of its sender where the channel has queue groups
+// (worker.Channel.QueueGroups, tasks.GroupQueue).
 //
 // One ID is one send across channels, but asynq keeps task IDs unique only
 // within a queue. The claim (ClaimKey) is the one record of a chosen ID's
@@ -223,15 +224,15 @@ func (c *Client) enqueue(ctx context.Context, ts []*asynq.Task, ids []string, op
 	queues := make([]string, len(ts))
 	for i, t := range ts {
 		out[i].ETA = now
+		f, err := payloadFacts(t)
 		switch ch := c.chans[t.Type()]; {
 		case optQueue != "":
 			queues[i] = optQueue
 		case ch != nil:
-			queues[i] = ch.queue
+			queues[i] = ch.pacing.QueueFor(f.fields) // its sender's group, where the channel has groups
 		default:
 			queues[i] = tasks.DefaultQueue(t.Type())
 		}
-		f, err := payloadFacts(t)
 		if err != nil {
 			out[i].Err = err
 			continue

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-dev/sluice/control"
 	"github.com/sluice-dev/sluice/rules"
-	"github.com/sluice-dev/sluice/tasks"
 	"github.com/sluice-dev/sluice/throttle"
 )
 
@@ -102,12 +102,35 @@ func (h *handler) deferPlanned(ctx context.Context, scope string, fields map[str
 	for _, id := range d.TaskIDs {
 		moves = append(moves, taskMove{TaskID: id, By: d.Shift})
 	}
-	moved, err := moveTasks(ctx, h.w.opts.Redis, h.queue(), moves)
-	if err != nil {
-		h.w.logger.Warn("pause: could not move planned tasks past it; they come back and wait", "channel", h.ch.Name, "scope", scope, "err", err)
+	// The scope's sends wait in the channel's queue or, with queue groups,
+	// in the group of their sender (one group for a sender's scope, any for
+	// the channel's): a task is moved only where it is, so each queue is
+	// asked.
+	moved := 0
+	for _, q := range h.deferQueues(fields, picked) {
+		n, err := moveTasks(ctx, h.w.opts.Redis, q, moves)
+		moved += n
+		if err != nil {
+			h.w.logger.Warn("pause: could not move planned tasks past it; they come back and wait", "channel", h.ch.Name, "scope", scope, "queue", q, "err", err)
+		}
 	}
 	h.w.logger.Debug("pause: planned sends moved past it", "channel", h.ch.Name, "scope", scope,
 		"shift", d.Shift, "planned", 1+len(d.TaskIDs), "tasks_moved", moved)
+}
+
+// deferQueues are the queues whose tasks deferPlanned moves for picked: the
+// channel's queue and its sender's group when every picked key is in the
+// sender's scope (spread_by), else every queue of the channel.
+func (h *handler) deferQueues(fields map[string]string, picked []throttle.Request) []string {
+	if len(h.queues) == 1 || fields[h.ch.SpreadBy] == "" {
+		return h.queues
+	}
+	for _, r := range picked {
+		if scope, _, _ := strings.Cut(r.Key, ":"); !strings.Contains(scope, "/") {
+			return h.queues
+		}
+	}
+	return []string{h.ch.Queue, h.ch.QueueFor(fields)}
 }
 
 // taskMove is a queued task to move by whole seconds.
@@ -153,12 +176,4 @@ func moveTasks(ctx context.Context, rdb redis.UniversalClient, queue string, mov
 		}
 	}
 	return moved, nil
-}
-
-// queue is the asynq queue of the channel's tasks.
-func (h *handler) queue() string {
-	if h.ch.Queue != "" {
-		return h.ch.Queue
-	}
-	return tasks.DefaultQueue(h.ch.TaskType)
 }

@@ -50,6 +50,13 @@ func (p *Pacing) Channel() Channel { return p.ch }
 // task type's default queue.
 func (p *Pacing) Queue() string { return p.ch.queueName() }
 
+// Queues are every queue the channel's workers serve (Channel.Queues).
+func (p *Pacing) Queues() []string { return p.ch.Queues() }
+
+// QueueFor is the queue of a send with fields (Channel.QueueFor): its
+// sender's queue group where the channel has groups, else Queue.
+func (p *Pacing) QueueFor(fields map[string]string) string { return p.ch.QueueFor(fields) }
+
 // Rules returns the requests of the channel's rules for a send with fields
 // (the payload's Fields()), without its pauses.
 func (p *Pacing) Rules(fields map[string]string) []throttle.Request {

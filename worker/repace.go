@@ -31,7 +31,13 @@ func (h *handler) pullNext(ctx context.Context, reqs []throttle.Request, slot ti
 	if err != nil || id == "" {
 		return
 	}
-	if err := h.w.insp.RunTask(h.ch.Queue, id); err == nil {
+	// The next send is the same sender's, so in this send's queue (its
+	// queue group, where the channel has groups).
+	queue := h.meta(ctx).queue
+	if queue == "" {
+		queue = h.ch.Queue
+	}
+	if err := h.w.insp.RunTask(queue, id); err == nil {
 		h.w.logger.Debug("planned send run early: its limit's rate is back up since it was planned", "channel", h.ch.Name, "task_id", id)
 	}
 }

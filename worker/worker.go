@@ -147,6 +147,13 @@ type Channel struct {
 	// The keys change with it: limits start over, as after `sluice limits
 	// reset`. "" keeps one scope per channel.
 	SpreadBy string
+	// QueueGroups, with SpreadBy, splits the channel's queue into groups
+	// (tasks.GroupQueues: "whatsapp.g0" … "whatsapp.g<n-1>", served besides
+	// Queue): a producer puts each send in the group its SpreadBy value
+	// falls in (tasks.GroupQueue), so that on a Redis Cluster the asynq work
+	// of a channel's senders spreads over the masters as their limits do.
+	// 0 or 1 keeps one queue; at most tasks.MaxQueueGroups.
+	QueueGroups int
 	// Probe asks the provider, sending nothing, whether the channel's
 	// credentials work (channels.WhatsApp.Probe, channels.Twilio.Probe);
 	// fields are the Prepared.Fields of the send that was refused. After an
@@ -185,6 +192,31 @@ type Channel struct {
 	// raise it back. Zero fields mean the throttle.DefaultAdapt* values;
 	// Disabled turns it off.
 	Adaptive throttle.AdaptOptions
+}
+
+// Queues returns every queue the channel's workers serve: its queue and
+// its groups (tasks.GroupQueues).
+func (ch Channel) Queues() []string {
+	return tasks.GroupQueues(ch.queueName(), ch.groups())
+}
+
+// QueueFor returns the queue of a send with fields (the payload's
+// Fields()): its SpreadBy value's group (tasks.GroupQueue), else the
+// channel's queue.
+func (ch Channel) QueueFor(fields map[string]string) string {
+	n := ch.groups()
+	if n <= 1 {
+		return ch.queueName()
+	}
+	return tasks.GroupQueue(ch.queueName(), n, fields[ch.SpreadBy])
+}
+
+// groups is QueueGroups where it applies: with SpreadBy.
+func (ch Channel) groups() int {
+	if ch.SpreadBy == "" {
+		return 1
+	}
+	return ch.QueueGroups
 }
 
 // queueName is Queue with its default: tasks.DefaultQueue(TaskType), else
@@ -282,9 +314,10 @@ type Options struct {
 	// Limiter decides the channels' limits. Required.
 	Limiter  throttle.Limiter
 	Channels []Channel
-	// Queues maps queue names to priority weights. Zero means one queue per
-	// channel, named after it, weight 1, so one channel's backlog never
-	// delays another.
+	// Queues maps queue names to priority weights. Zero means each
+	// channel's queues (Channel.Queues: its queue, named after it, and its
+	// queue groups) at weight 1, so one channel's backlog never delays
+	// another.
 	Queues map[string]int
 	// Concurrency is the number of tasks processed at once, held paced
 	// sends included. Zero means DefaultConcurrency (2,000).
@@ -390,7 +423,9 @@ func New(opts Options) (*Worker, error) {
 	if len(opts.Queues) == 0 {
 		opts.Queues = map[string]int{}
 		for _, ch := range opts.Channels {
-			opts.Queues[ch.queueName()] = 1
+			for _, q := range ch.Queues() {
+				opts.Queues[q] = 1
+			}
 		}
 	}
 	w := &Worker{opts: opts, mux: asynq.NewServeMux(), logger: opts.Logger, handlers: map[string]*handler{},
@@ -577,6 +612,9 @@ func (w *Worker) handler(ch Channel) (*handler, error) {
 		ch.MaxPayloadBytes = tasks.MaxPayloadBytes(ch.TaskType)
 	}
 	ch.Queue = ch.queueName()
+	if ch.QueueGroups < 0 || ch.QueueGroups > tasks.MaxQueueGroups {
+		return nil, fmt.Errorf("channel %s: QueueGroups %d: want 0 to %d", ch.Name, ch.QueueGroups, tasks.MaxQueueGroups)
+	}
 	ch.Headroom = ch.headroom()
 	ch = ch.credentialTimes()
 	if err := ch.checkWeights(); err != nil {
@@ -601,7 +639,7 @@ func (w *Worker) handler(ch Channel) (*handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &handler{w: w, ch: ch, rules: set, now: time.Now, margin: newMarginBook(ch.Headroom, ch.maxMargin())}
+	h := &handler{w: w, ch: ch, queues: ch.Queues(), rules: set, now: time.Now, margin: newMarginBook(ch.Headroom, ch.maxMargin())}
 	if err := h.initBudget(fields); err != nil {
 		return nil, err
 	}
@@ -645,6 +683,7 @@ func (w *Worker) exactTypes(known map[string]string) asynq.MiddlewareFunc {
 type handler struct {
 	w      *Worker
 	ch     Channel
+	queues []string // ch.Queues()
 	rules  *rules.Set
 	clock  redisClock
 	now    func() time.Time // time.Now; tests stand in a clock that jumps
@@ -682,7 +721,7 @@ func (h *handler) pauseKey(scope string, fields map[string]string) string {
 // or "" when none is.
 func (w *Worker) channelOfQueue(q string) string {
 	for name, h := range w.handlers {
-		if h.ch.Queue == q {
+		if slices.Contains(h.queues, q) {
 			return name
 		}
 	}
@@ -693,7 +732,7 @@ func (w *Worker) channelOfQueue(q string) string {
 // error (the decoded payload, the provider's answer).
 func (h *handler) process(ctx context.Context, t *asynq.Task, a *attempt) error {
 	m, name := h.w.opts.Metrics, h.ch.Name
-	if q, ok := asynq.GetQueueName(ctx); ok && q != h.ch.Queue && h.w.channelOfQueue(q) != "" {
+	if q, ok := asynq.GetQueueName(ctx); ok && !slices.Contains(h.queues, q) && h.w.channelOfQueue(q) != "" {
 		// A producer put the task in another channel's queue: it would run
 		// under that queue's weight and pauses, and whoever reads the
 		// queue expects that channel's sends. Not sent, not retried. A

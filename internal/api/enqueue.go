@@ -316,11 +316,11 @@ func (h *handler) enqueue(ctx context.Context, items []prepared) ([]outcome, err
 // again (its retention ended between the two looks: retry). stamped says
 // the server chose t's webhook timestamp; the earlier one's is then taken.
 func (h *handler) duplicate(t *asynq.Task, id string, stamped bool) outcome {
-	queue := tasks.DefaultQueue(t.Type())
-	if cc := h.cfg.Channels[queue]; cc != nil {
-		queue = cc.Queue
+	queues := []string{tasks.DefaultQueue(t.Type())}
+	if cc := h.cfg.Channels[queues[0]]; cc != nil {
+		queues = cc.Queues() // its queue and queue groups
 	}
-	info, err := h.insp.GetTaskInfo(queue, id)
+	info, err := tasks.FindTask(h.insp, queues, id)
 	switch {
 	case tasks.NoSuchTask(err):
 		return outcome{status: http.StatusConflict, problem: &Problem{Type: typeConflict, Title: "Conflict", Status: http.StatusConflict,

@@ -78,7 +78,7 @@ func (h *handler) getTask(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveTask answers with the task id in the first enabled channel's queue
-// holding one that p may see, or with a 503 when Redis fails; false when
+// (or queue group) holding one that p may see, or with a 503 when Redis fails; false when
 // there is none.
 func (h *handler) serveTask(w http.ResponseWriter, r *http.Request, p Principal, id string) bool {
 	for _, name := range tasks.Channels() {
@@ -86,7 +86,7 @@ func (h *handler) serveTask(w http.ResponseWriter, r *http.Request, p Principal,
 		if cc == nil || !cc.Enabled {
 			continue
 		}
-		info, err := h.insp.GetTaskInfo(cc.Queue, id)
+		info, err := tasks.FindTask(h.insp, cc.Queues(), id)
 		switch {
 		case tasks.NoSuchTask(err):
 			continue

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"net"
 	"net/http"
 	"slices"
@@ -311,7 +312,6 @@ func NewWorker(cfg *config.Config, rdb redis.UniversalClient, lim *throttle.Redi
 		logger = slog.Default()
 	}
 	var chans []worker.Channel
-	queues := map[string]int{}
 	var errs []error
 	for _, name := range tasks.Channels() {
 		cc := cfg.Channels[name]
@@ -324,8 +324,8 @@ func NewWorker(cfg *config.Config, rdb redis.UniversalClient, lim *throttle.Redi
 			continue
 		}
 		chans = append(chans, ch)
-		queues[cc.Queue] += cc.Priority
 	}
+	queues := queueWeights(cfg)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -419,6 +419,36 @@ func buildChannel(cc *config.ChannelConfig, egress channels.Egress, secrets Secr
 	ch.Retry = cc.Retry
 	ch.Adaptive = cc.Adaptive
 	return ch, nil
+}
+
+// queueWeights returns asynq's Config.Queues for the enabled channels of
+// cfg: each channel's priority shared among its queues (its queue and its
+// queue groups), so that a channel's groups together weigh what its one
+// queue weighed beside the other channels'. asynq draws the queue to
+// dequeue from by weight, skipping empty ones, and builds a list of
+// sum(weights) names for each draw: the weights are scaled by the most
+// queues a channel has, not by their least common multiple, and rounded
+// (at least 1 a queue).
+func queueWeights(cfg *config.Config) map[string]int {
+	most := 1
+	for _, cc := range cfg.Channels {
+		if cc != nil && cc.Enabled {
+			most = max(most, len(cc.Queues()))
+		}
+	}
+	out := map[string]int{}
+	for _, name := range tasks.Channels() {
+		cc := cfg.Channels[name]
+		if cc == nil || !cc.Enabled {
+			continue
+		}
+		qs := cc.Queues()
+		w := max(1, int(math.Round(float64(cc.Priority*most)/float64(len(qs)))))
+		for _, q := range qs {
+			out[q] += w // channels may share a plain queue
+		}
+	}
+	return out
 }
 
 // webhookSecrets reads the webhook channel's signing secrets from the
@@ -586,7 +616,7 @@ func taskGone(cfg *config.Config, lim *throttle.Redis) func(scope, id string) (b
 		if cc == nil {
 			return false, nil // not a channel's key: leave it
 		}
-		info, err := insp.GetTaskInfo(cc.Queue, id)
+		info, err := tasks.FindTask(insp, cc.Queues(), id)
 		switch {
 		case tasks.NoSuchTask(err):
 			// A send a batch task carries has no task of its own: its

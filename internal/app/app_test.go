@@ -194,3 +194,23 @@ func TestProducerPlansPastAPausedNumber(t *testing.T) {
 	require.False(t, out[0].ETA.Before(p.Until.Truncate(time.Second)), "ETA %v: want at the pause's end %v or later", out[0].ETA, p.Until)
 	require.True(t, out[1].ETA.Before(p.Since.Add(2*time.Second)), "another number is not paused: ETA %v", out[1].ETA)
 }
+
+// A channel's priority is shared among its queue and its queue groups, so
+// that the groups together weigh against the other channels what one
+// queue did: whatsapp at priority 6 with 3 groups (4 queues) against sms at
+// priority 3 keeps 2:1.
+func TestQueueWeightsShareAChannelsPriorityAmongItsGroups(t *testing.T) {
+	cfg := config.Default()
+	for _, name := range []string{"webhook", "http"} {
+		cfg.Channels[name].Enabled = false
+	}
+	cfg.Channels["whatsapp"].Priority, cfg.Channels["sms"].Priority = 6, 3
+	require.Equal(t, map[string]int{"whatsapp": 6, "sms": 3}, queueWeights(cfg))
+
+	cfg.Channels["whatsapp"].SpreadBy, cfg.Channels["whatsapp"].QueueGroups = "phone_number_id", 3
+	w := queueWeights(cfg)
+	require.Equal(t, map[string]int{"whatsapp": 6, "whatsapp.g0": 6, "whatsapp.g1": 6, "whatsapp.g2": 6, "sms": 12}, w)
+
+	cfg.Channels["whatsapp"].SpreadBy = "" // queue_groups without spread_by: one queue
+	require.Equal(t, map[string]int{"whatsapp": 6, "sms": 3}, queueWeights(cfg))
+}

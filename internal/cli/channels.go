@@ -53,8 +53,10 @@ a host) are listed by status and ended early by resume --key.`,
 			// an end leaves the queue running: its tasks are dequeued once
 			// and come back at the end (asynq cannot unpause by itself).
 			if forDur <= 0 {
-				if err := c.insp.PauseQueue(cc.Queue); err != nil && !strings.Contains(err.Error(), "already paused") {
-					return fmt.Errorf("pause queue %q: %w", cc.Queue, err)
+				for _, q := range cc.Queues() { // its queue groups too
+					if err := c.insp.PauseQueue(q); err != nil && !strings.Contains(err.Error(), "already paused") {
+						return fmt.Errorf("pause queue %q: %w", q, err)
+					}
 				}
 			}
 			fields := []any{"reason", p.Reason}
@@ -93,8 +95,10 @@ ended pause run now.`,
 					ended = append(ended, p.Key)
 				}
 				ended = append(ended, throttle.PauseKey(cc.Name, worker.ScopeChannel, ""))
-				if err := c.insp.UnpauseQueue(cc.Queue); err != nil && !strings.Contains(err.Error(), "not paused") {
-					return fmt.Errorf("resume queue %q: %w", cc.Queue, err)
+				for _, q := range cc.Queues() {
+					if err := c.insp.UnpauseQueue(q); err != nil && !strings.Contains(err.Error(), "not paused") {
+						return fmt.Errorf("resume queue %q: %w", q, err)
+					}
 				}
 			}
 			resumed := 0
@@ -111,7 +115,7 @@ ended pause run now.`,
 					c.lim.Emit(ctx, throttle.EventProviderResumed, k, time.Millisecond)
 				}
 			}
-			ran, err := worker.RunWaiting(c.insp, []string{cc.Queue}, ended)
+			ran, err := worker.RunWaiting(c.insp, cc.Queues(), ended)
 			if err != nil {
 				return err
 			}
@@ -211,8 +215,11 @@ func (c *channelsEnv) channel(name string) (*config.ChannelConfig, error) {
 }
 
 type channelStatus struct {
-	Channel     string            `json:"channel"`
-	Queue       string            `json:"queue"`
+	Channel string `json:"channel"`
+	Queue   string `json:"queue"`
+	// QueueGroups is the number of queue groups (queue_groups) the counts
+	// below include besides Queue; 0 for none.
+	QueueGroups int               `json:"queue_groups,omitempty"`
 	QueuePaused bool              `json:"queue_paused"`
 	Pending     int               `json:"pending"`
 	Scheduled   int               `json:"scheduled"`
@@ -223,16 +230,26 @@ type channelStatus struct {
 
 func (c *channelsEnv) status(ctx context.Context, cc *config.ChannelConfig) (channelStatus, error) {
 	st := channelStatus{Channel: cc.Name, Queue: cc.Queue, Pauses: []limitview.Pause{}}
+	if n := len(cc.Queues()); n > 1 {
+		st.QueueGroups = n - 1
+	}
 	qs, err := c.insp.Queues()
 	if err != nil {
 		return st, fmt.Errorf("queues: %w", err)
 	}
-	if slices.Contains(qs, cc.Queue) { // (a queue that never held a task does not exist)
-		qi, err := c.insp.GetQueueInfo(cc.Queue)
-		if err != nil {
-			return st, fmt.Errorf("queue %q: %w", cc.Queue, err)
+	for _, q := range cc.Queues() { // the queue, then its groups: counted together
+		if !slices.Contains(qs, q) { // (a queue that never held a task does not exist)
+			continue
 		}
-		st.QueuePaused, st.Pending, st.Scheduled, st.Retry, st.Archived = qi.Paused, qi.Pending, qi.Scheduled, qi.Retry, qi.Archived
+		qi, err := c.insp.GetQueueInfo(q)
+		if err != nil {
+			return st, fmt.Errorf("queue %q: %w", q, err)
+		}
+		st.QueuePaused = st.QueuePaused || qi.Paused
+		st.Pending += qi.Pending
+		st.Scheduled += qi.Scheduled
+		st.Retry += qi.Retry
+		st.Archived += qi.Archived
 	}
 	ps, err := channelPauses(ctx, c.lim, cc.Name)
 	if err != nil {
@@ -264,7 +281,11 @@ func printChannels(w io.Writer, sts []channelStatus) {
 		if st.QueuePaused || st.channelPaused() {
 			state = "paused"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", st.Channel, st.Queue, state, st.Pending, st.Scheduled, st.Retry, st.Archived, len(st.Pauses))
+		queue := st.Queue
+		if st.QueueGroups > 0 {
+			queue = fmt.Sprintf("%s (+%d groups)", st.Queue, st.QueueGroups)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", st.Channel, queue, state, st.Pending, st.Scheduled, st.Retry, st.Archived, len(st.Pauses))
 	}
 	_ = tw.Flush()
 	for _, st := range sts {

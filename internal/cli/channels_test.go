@@ -136,3 +136,46 @@ func TestChannelsPauseForIsShownAsAnOperatorsPause(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Contains(t, r.stdout, `"type":"operator.paused"`)
 }
+
+// With queue groups, `enqueue` puts a send in its sender's group, `channels
+// pause` (until resumed) stops the channel's queue and every group,
+// `status` counts the groups' tasks with the queue's, and `resume` starts
+// them all again.
+func TestChannelsCoverTheQueueGroups(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	cfg := writeFile(t, "sluice.yaml", "channels:\n  sms:\n    spread_by: sender\n    queue_groups: 4\n")
+	group := tasks.GroupQueue("sms", 4, "+12025550100")
+	r := run(t, "--config", cfg, "enqueue", "sms", "--from", "+12025550100", "--to", "+12025550123", "--body", "hi", "--key", "g-1", "--redis", srv.URL())
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "queue="+group)
+	insp := asynq.NewInspectorFromRedisClient(srv.Client(t))
+	_, err := insp.GetTaskInfo(group, "g-1")
+	require.NoError(t, err)
+
+	r = run(t, "--config", cfg, "--redis", srv.URL(), "channels", "pause", "sms")
+	require.Equal(t, 0, r.code, r.stderr)
+	for _, q := range tasks.GroupQueues("sms", 4) {
+		paused, err := srv.Client(t).Exists(context.Background(), "asynq:{"+q+"}:paused").Result()
+		require.NoError(t, err)
+		require.EqualValues(t, 1, paused, "%s is paused", q)
+	}
+	r = run(t, "--config", cfg, "--redis", srv.URL(), "channels", "status", "sms", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var st []channelStatus
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st))
+	require.Len(t, st, 1)
+	require.Equal(t, 4, st[0].QueueGroups)
+	require.True(t, st[0].QueuePaused)
+	require.Equal(t, 1, st[0].Pending+st[0].Scheduled, "the group's task is counted")
+	r = run(t, "--config", cfg, "--redis", srv.URL(), "channels", "status", "sms")
+	require.Regexp(t, `(?m)^sms\s+sms \(\+4 groups\)\s+paused\s`, r.stdout)
+
+	r = run(t, "--config", cfg, "--redis", srv.URL(), "channels", "resume", "sms")
+	require.Equal(t, 0, r.code, r.stderr)
+	for _, q := range tasks.GroupQueues("sms", 4) {
+		paused, err := srv.Client(t).Exists(context.Background(), "asynq:{"+q+"}:paused").Result()
+		require.NoError(t, err)
+		require.Zero(t, paused, "%s is resumed", q)
+	}
+}

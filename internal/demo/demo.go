@@ -236,9 +236,11 @@ func Run(parent context.Context, o Options) error {
 	cfg.Redis.KeyPrefix = "sluice-demo"
 	if _, cluster := rdb.(*redis.ClusterClient); cluster {
 		// What a cluster wants (docs/redis-cluster.md): each sender's
-		// limits on a master of their own hash tag.
+		// limits on a master of their own hash tag, and its sends in a
+		// queue group, so that the asynq work spreads as well.
 		for ch, field := range map[string]string{"whatsapp": "phone_number_id", "sms": "sender", "webhook": "host", "http": "host"} {
 			cfg.Channels[ch].SpreadBy = field
+			cfg.Channels[ch].QueueGroups = 4
 		}
 	}
 	// The emulated webhook receivers listen on loopback, which egress
@@ -435,7 +437,7 @@ func wait(ctx context.Context, progress io.Writer, em *emulator.Server, insp *as
 		stats := em.Stats()
 		done = true
 		for _, ch := range []string{"whatsapp", "sms", "webhook"} {
-			n := stats[ch].Unique + archivedCount(insp, chans[ch].Queue)
+			n := stats[ch].Unique + archivedCount(insp, chans[ch].Queues())
 			if bar := bars[ch]; bar != nil {
 				bar.EwmaSetCurrent(int64(n), 100*time.Millisecond)
 			}
@@ -450,21 +452,26 @@ func wait(ctx context.Context, progress io.Writer, em *emulator.Server, insp *as
 	return true
 }
 
-func archivedCount(insp *asynq.Inspector, queue string) int {
-	qi, err := insp.GetQueueInfo(queue)
-	if err != nil {
-		return 0
+func archivedCount(insp *asynq.Inspector, queues []string) int {
+	n := 0
+	for _, q := range queues {
+		if qi, err := insp.GetQueueInfo(q); err == nil {
+			n += qi.Archived
+		}
 	}
-	return qi.Archived
+	return n
 }
 
-// waitingCount is how many of queue's tasks asynq still holds to run.
-func waitingCount(insp *asynq.Inspector, queue string) int {
-	qi, err := insp.GetQueueInfo(queue)
-	if err != nil {
-		return 0
+// waitingCount is how many tasks asynq still holds to run in queues (a
+// channel's queue and queue groups).
+func waitingCount(insp *asynq.Inspector, queues []string) int {
+	n := 0
+	for _, q := range queues {
+		if qi, err := insp.GetQueueInfo(q); err == nil {
+			n += qi.Pending + qi.Active + qi.Scheduled + qi.Retry
+		}
 	}
-	return qi.Pending + qi.Active + qi.Scheduled + qi.Retry
+	return n
 }
 
 // summarize computes each channel's line from the emulators' records: they
@@ -481,14 +488,14 @@ func summarize(chans map[string]*config.ChannelConfig, em *emulator.Server, insp
 		st := stats[ch]
 		s := ChannelSummary{
 			Channel: ch, Valid: valid, Enqueued: enqueued[ch], Delivered: st.Unique, Duplicates: st.Duplicates,
-			Archived: archivedCount(insp, chans[ch].Queue), ProviderThrottled: st.Throttled,
+			Archived: archivedCount(insp, chans[ch].Queues()), ProviderThrottled: st.Throttled,
 			Bottleneck: bottleneck[ch],
 		}
 		if st.Unique > 0 {
 			s.DequeuesPerSend = float64(dequeues[ch]) / float64(st.Unique)
 			s.LimiterCallsPerSend = float64(calls[ch]) / float64(st.Unique)
 		}
-		s.Waiting = waitingCount(insp, chans[ch].Queue)
+		s.Waiting = waitingCount(insp, chans[ch].Queues())
 		s.Lost = max(0, s.Enqueued-s.Delivered-s.Archived-s.Waiting)
 		if r, ok := chans[ch].Rule(s.Bottleneck); ok {
 			s.CapPerKey = float64(r.Limit.Rate.Limit) / r.Limit.Rate.Period.Seconds()

@@ -48,8 +48,8 @@ var chaosScenarios = []string{"worker-kill", "redis-restart", "redis-kill", "sen
 //   - cluster-master-loss: the master of a 3-master cluster (a replica each)
 //     that holds the campaign's limiter keys killed, its replica promoted;
 //   - cluster-spread-master-loss: the same with spread_by (whatsapp by
-//     phone_number_id, sms by sender), the master of the WhatsApp number's
-//     own scope killed;
+//     phone_number_id, sms by sender) and 12 queue groups a channel, the
+//     master of the WhatsApp number's own scope killed;
 //   - provider-storm: WhatsApp answers every request for 30 s with 503s,
 //     then 429s (Retry-After 5 s), then requests held past the client's
 //     timeout, 10 s each, then recovers.
@@ -92,8 +92,8 @@ type chaosRedis struct {
 	// fault breaks Redis and, when the scenario brings it back, returns
 	// once it is back; it says what it did.
 	fault func(t *testing.T) string
-	// spread adds channels.<name>.spread_by to the workers' whatsapp and
-	// sms sections.
+	// spread adds channels.<name>.spread_by and queue_groups to the
+	// workers' whatsapp and sms sections.
 	spread bool
 }
 
@@ -159,7 +159,9 @@ func runChaos(t *testing.T, name string) {
 	var cfgPath string
 	waSpread, smsSpread := "", ""
 	if r.spread {
-		waSpread, smsSpread = "\n    spread_by: phone_number_id", "\n    spread_by: sender"
+		// and queue groups, so that asynq's work spreads too (12: four a
+		// master of the three)
+		waSpread, smsSpread = "\n    spread_by: phone_number_id\n    queue_groups: 12", "\n    spread_by: sender\n    queue_groups: 12"
 	}
 	for i, addr := range freeAddrs(t, 2) {
 		cfg := r.yaml + fmt.Sprintf("http:\n  listen: %q\nworker:\n  shutdown_timeout: 5s\nchannels:\n  whatsapp:\n    base_url: %q\n    timeout: 2s%s\n  sms:\n    base_url: %q%s\n  webhook:\n    enabled: false\n  http:\n    enabled: false\n",
@@ -299,7 +301,12 @@ func tasksLeftOn(ctx context.Context, insp *asynq.Inspector) (int, string, error
 func archivedReasons(t *testing.T, insp *asynq.Inspector) []string {
 	t.Helper()
 	counts := map[string]int{}
-	for _, q := range []string{"whatsapp", "sms"} {
+	qs, err := campaignQueues(insp)
+	if err != nil {
+		t.Logf("queues: %v", err)
+		qs = []string{"whatsapp", "sms"}
+	}
+	for _, q := range qs {
 		tis, err := insp.ListArchivedTasks(q, asynq.PageSize(1000))
 		if err != nil {
 			t.Logf("archived tasks of %s: %v", q, err)

@@ -302,7 +302,10 @@ func threeWorkers(t *testing.T, kind string) {
 	// the channels'.
 	spread := map[string]string{}
 	if kind != config.RedisSingle {
-		spread = map[string]string{"whatsapp": "\n    spread_by: phone_number_id", "sms": "\n    spread_by: sender", "webhook": "\n  webhook:\n    spread_by: host"}
+		// With queue groups too: these sends come from a plain asynq client,
+		// so they are in the channels' own queues, which the workers serve
+		// beside the groups.
+		spread = map[string]string{"whatsapp": "\n    spread_by: phone_number_id\n    queue_groups: 6", "sms": "\n    spread_by: sender\n    queue_groups: 6", "webhook": "\n  webhook:\n    spread_by: host\n    queue_groups: 6"}
 	}
 	for i := range workers {
 		addr := addrs[i]

@@ -109,6 +109,9 @@ const (
 	// benchSpreadEnv "1" or "0" runs Sluice with or without spread_by
 	// phone_number_id; default with on a cluster, without on one Redis.
 	benchSpreadEnv = "SLUICE_BENCH_SPREAD"
+	// benchGroupsEnv is channels.whatsapp.queue_groups with spread_by:
+	// default 12 on a cluster (4 a master), 1 on one Redis.
+	benchGroupsEnv = "SLUICE_BENCH_GROUPS"
 	// plainWorkerEnv makes this test binary a plain asynq worker (see
 	// init): its value is a plainWorkerConfig in JSON.
 	plainWorkerEnv = "SLUICE_BENCH_PLAIN_WORKER"
@@ -200,6 +203,7 @@ type benchScaleSize struct {
 	batch                   bool // channels.whatsapp.batch_sends
 	cluster                 bool // Sluice on a 3-master cluster (benchRedisEnv)
 	spread                  bool // channels.whatsapp.spread_by phone_number_id (benchSpreadEnv)
+	groups                  int  // channels.whatsapp.queue_groups, with spread (benchGroupsEnv)
 }
 
 func benchScaleSetup(t *testing.T) benchScaleSize {
@@ -211,7 +215,14 @@ func benchScaleSetup(t *testing.T) benchScaleSize {
 	if v := os.Getenv(benchSpreadEnv); v != "" {
 		sz.spread = v == "1"
 	}
-	envInts(t, map[string]*int{benchNumbersEnv: &sz.numbers, benchSendsEnv: &sz.sends, benchWorkersEnv: &sz.workers, benchRoundsEnv: &sz.rounds})
+	sz.groups = 1
+	if sz.cluster {
+		sz.groups = 12
+	}
+	envInts(t, map[string]*int{benchNumbersEnv: &sz.numbers, benchSendsEnv: &sz.sends, benchWorkersEnv: &sz.workers, benchRoundsEnv: &sz.rounds, benchGroupsEnv: &sz.groups})
+	if !sz.spread {
+		sz.groups = 1
+	}
 	require.LessOrEqual(t, sz.sends, 10000, "%s: recipientN has 10,000 distinct recipients", benchSendsEnv)
 	require.LessOrEqual(t, sz.numbers, 99999, benchNumbersEnv)
 	return sz
@@ -651,10 +662,11 @@ func numberRates(records []emulator.Record, numbers int) ([]float64, float64) {
 // waitAllDone waits until the emulator has accepted want distinct sends,
 // reading only the emulator's counters (no Redis command: the harness's
 // own polling would count as the workers' Redis work), then until the
-// whatsapp queue holds nothing but completed tasks (asynq's Inspector, a
-// few calls: the last completions follow the last send by milliseconds).
-// It fails at timeout (a hang bound) or when a process exits.
-func waitAllDone(t *testing.T, emu *emulator.Server, insp *asynq.Inspector, want int, timeout time.Duration, exited func() error) {
+// queues (whatsapp's queue and groups) hold nothing but completed tasks
+// (asynq's Inspector, a few calls: the last completions follow the last
+// send by milliseconds). It fails at timeout (a hang bound) or when a
+// process exits.
+func waitAllDone(t *testing.T, emu *emulator.Server, insp *asynq.Inspector, queues []string, want int, timeout time.Duration, exited func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	tick := time.NewTicker(20 * time.Millisecond)
@@ -674,10 +686,21 @@ func waitAllDone(t *testing.T, emu *emulator.Server, insp *asynq.Inspector, want
 		<-tick.C
 	}
 	for {
-		qi, err := insp.GetQueueInfo("whatsapp")
+		have, err := insp.Queues()
 		left := -1
 		if err == nil {
-			left = qi.Pending + qi.Active + qi.Scheduled + qi.Retry + qi.Archived
+			left = 0
+		}
+		for _, q := range queues {
+			if err != nil || !slices.Contains(have, q) {
+				continue // a group no number fell in does not exist
+			}
+			var qi *asynq.QueueInfo
+			if qi, err = insp.GetQueueInfo(q); err != nil {
+				left = -1
+				break
+			}
+			left += qi.Pending + qi.Active + qi.Scheduled + qi.Retry + qi.Archived
 		}
 		if left == 0 {
 			return
@@ -724,7 +747,7 @@ func anyExited(workers []*worker) func() error {
 func TestBenchScale(t *testing.T) {
 	sz := benchScaleSetup(t)
 	favored := favorEmulator(t)
-	size := fmt.Sprintf("%dx%d,%d workers,batch_sends %t,cluster %t,spread %t", sz.numbers, sz.sends, sz.workers, sz.batch, sz.cluster, sz.spread)
+	size := fmt.Sprintf("%dx%d,%d workers,batch_sends %t,cluster %t,spread %t,queue_groups %d", sz.numbers, sz.sends, sz.workers, sz.batch, sz.cluster, sz.spread, sz.groups)
 	// At the cap each number takes sends/80 s; the bound is for a hang.
 	bound := hangBound(time.Duration(float64(sz.sends) / waCap * float64(time.Second)))
 	bin := sluiceBinary(t)
@@ -811,7 +834,7 @@ func benchScaleRound(t *testing.T, sz benchScaleSize, size, bin string, bound ti
 			rdb, env = rs.Client(t), workerEnv(rs)
 		}
 		if sz.spread {
-			spread = "\n    spread_by: phone_number_id"
+			spread = fmt.Sprintf("\n    spread_by: phone_number_id\n    queue_groups: %d", sz.groups)
 		}
 		emu, err := emulator.Start(emulator.Options{}) // strict
 		require.NoError(t, err)
@@ -916,7 +939,9 @@ func measureDelivery(t *testing.T, sz benchScaleSize, rdb redis.UniversalClient,
 	for i := range d.workers {
 		d.workers[i] = start(i)
 	}
-	waitAllDone(t, emu, asynq.NewInspectorFromRedisClient(rdb), sz.numbers*sz.sends, bound, anyExited(d.workers))
+	// Sluice's queue groups, if any (plain asynq's side has none of them).
+	queues := tasks.GroupQueues(tasks.DefaultQueue(tasks.TypeWhatsAppSend), sz.groups)
+	waitAllDone(t, emu, asynq.NewInspectorFromRedisClient(rdb), queues, sz.numbers*sz.sends, bound, anyExited(d.workers))
 	d.run.deliverWall = time.Since(started)
 	d.run.workerCPU = processCPU(d.workers)
 	d.run.workerNice = processNice(d.workers[0].cmd.Process.Pid)
