@@ -915,6 +915,52 @@ type delivery struct {
 	workers []*worker
 	scripts map[string]commandStat // SLOWLOG sums; nil without SLUICE_BENCH_SLOWLOG
 	missed  int64
+	holds   []string // on a cluster, each master's share and the hash tags it holds (masterHolds)
+}
+
+// masterHolds says, for each master of cc, its share of work's CPU and
+// which of the campaign's hash tags it holds: the channel's scope
+// {whatsapp}, the delivery records' {_delivery}, the plain queue
+// asynq:{whatsapp}, and how many of the queue groups and numbers' scopes.
+func masterHolds(t *testing.T, cc *redis.ClusterClient, work redisWork, numbers, groups int) []string {
+	t.Helper()
+	ctx := context.Background()
+	type holding struct {
+		tags            []string
+		groups, numbers int
+	}
+	by := map[string]*holding{}
+	master := func(key string) *holding {
+		m, err := cc.MasterForKey(ctx, key)
+		require.NoError(t, err)
+		a := m.Options().Addr
+		if by[a] == nil {
+			by[a] = &holding{}
+		}
+		return by[a]
+	}
+	for _, tag := range []string{"{whatsapp}", "{_delivery}", "asynq:{whatsapp}"} {
+		h := master(tag)
+		h.tags = append(h.tags, tag)
+	}
+	if groups > 1 {
+		for _, q := range tasks.GroupQueues("whatsapp", groups)[1:] {
+			master("asynq:{"+q+"}").groups++
+		}
+	}
+	for i := range numbers {
+		master("{whatsapp/"+benchNumber(i)+"}").numbers++
+	}
+	var out []string
+	for a, c := range work.masters {
+		h := by[a]
+		if h == nil {
+			h = &holding{}
+		}
+		out = append(out, fmt.Sprintf("%.2f:%s+%dgroups+%dnumbers", float64(c)/float64(max(work.cpu, 1)), strings.Join(h.tags, "+"), h.groups, h.numbers))
+	}
+	slices.Sort(out)
+	return out
 }
 
 // measureDelivery measures one side of TestBenchScale on rdb and emu: it
@@ -946,6 +992,9 @@ func measureDelivery(t *testing.T, sz benchScaleSize, rdb redis.UniversalClient,
 	d.run.workerCPU = processCPU(d.workers)
 	d.run.workerNice = processNice(d.workers[0].cmd.Process.Pid)
 	d.work = readRedisWork(t, rdb).minus(before)
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		d.holds = masterHolds(t, cc, d.work, sz.numbers, sz.groups)
+	}
 	if slow != nil {
 		d.scripts, d.missed = slow.finish(t)
 	}
@@ -965,6 +1014,9 @@ func measureDelivery(t *testing.T, sz benchScaleSize, rdb redis.UniversalClient,
 func (d delivery) report(t *testing.T, sum *stressSummary, slowlog bool) {
 	t.Helper()
 	d.run.figures(sum, d.work)
+	if d.holds != nil {
+		sum.add("redis_master_holds", d.holds)
+	}
 	sum.add("slowlog", slowlog)
 	sum.report(t)
 	if slowlog {
