@@ -224,7 +224,8 @@ type ChannelConfig struct {
 	Enabled bool
 	// Queue is the asynq queue of the channel's tasks. Default the channel name.
 	Queue string
-	// Priority is the queue's weight among all queues (asynq Config.Queues);
+	// Priority is the queue's weight among all queues (asynq Config.Queues),
+	// shared among its queue groups (queue_groups);
 	// >= 1. Default 1.
 	Priority int
 	// BaseURL is the provider API's base URL (whatsapp, sms). Defaults
