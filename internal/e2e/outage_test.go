@@ -5,10 +5,12 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -238,20 +240,24 @@ func tasksLeft(insp *asynq.Inspector) (int, string, error) {
 }
 
 // campaignQueues are the whatsapp and sms queues and their queue groups
-// ("whatsapp.g3", channels.<name>.queue_groups) that exist in asynq; the
-// two plain queues always, a queue that never held a task failing
-// GetQueueInfo.
+// ("whatsapp.g3", channels.<name>.queue_groups) that exist in asynq (a
+// queue that never held a task fails GetQueueInfo; with queue groups the
+// plain queues may hold none), sorted.
 func campaignQueues(insp *asynq.Inspector) ([]string, error) {
 	have, err := insp.Queues()
 	if err != nil {
 		return nil, err
 	}
-	out := []string{"whatsapp", "sms"}
+	var out []string
 	for _, q := range have {
-		if strings.HasPrefix(q, "whatsapp.g") || strings.HasPrefix(q, "sms.g") {
+		if q == "whatsapp" || q == "sms" || strings.HasPrefix(q, "whatsapp.g") || strings.HasPrefix(q, "sms.g") {
 			out = append(out, q)
 		}
 	}
+	if len(out) == 0 {
+		return nil, errors.New("no whatsapp or sms queue exists yet")
+	}
+	slices.Sort(out)
 	return out, nil
 }
 
