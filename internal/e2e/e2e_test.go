@@ -43,10 +43,10 @@ func TestMain(m *testing.M) {
 		_ = os.RemoveAll(buildDir)
 	}
 	if code == 0 {
-		// go-redis redials a node that refused a dial once a second until
-		// it answers or its pool is closed; a cluster client may drop a
-		// killed master's pool from its node table without closing it
-		// (the chaos scenarios kill masters for good), leaving that loop.
+		// go-redis redials a node that refused a dial once a second, until
+		// it answers or its pool is seen closed after a second's sleep; the
+		// chaos scenarios kill masters for good, and a cluster client's
+		// pool for one may outlive the test by that second or more.
 		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial")); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
