@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -256,6 +257,9 @@ func (c *Client) enqueue(ctx context.Context, ts []*asynq.Task, ids []string, op
 	if err != nil {
 		return nil, err
 	}
+	if optQueue == "" {
+		c.repeatQueues(ts, claimed.repeats, queues, out)
+	}
 	// The claims set here are given back for every task not enqueued; the
 	// enqueued tasks' claims are kept first (keep), so those stay.
 	defer c.unclaim(ctx, out, claimed)
@@ -402,7 +406,9 @@ func (c *Client) claim(ctx context.Context, ts []*asynq.Task, idx []int, out []E
 	}
 	for k, i := range idx {
 		switch holder := holders[k]; holder {
-		case "", "=":
+		case "":
+		case "=":
+			cl.repeats = append(cl.repeats, i)
 		case batchedHolder:
 			// A batch carried a send with this ID: asynq has no task of its
 			// ID to answer the repeat, the claim does.
@@ -484,6 +490,43 @@ func (c *Client) keepClaims(ctx context.Context, ts []*asynq.Task, idx []int, ou
 type claims struct {
 	token string
 	held  map[int]string
+	// repeats are the tasks whose ID a task of their own type was enqueued
+	// with (claimScript's "="): asynq answers such a repeat, but only in
+	// the queue that holds the task.
+	repeats []int
+}
+
+// repeatQueues points each repeat (claims.repeats) of a channel with queue
+// groups at the queue that holds its ID's task, so that asynq refuses it
+// there (tasks.ErrDuplicate): a repeat from another sender, or one sent
+// after queue_groups was raised, falls in another queue than its first
+// send, where asynq would take it. A task no queue of the channel holds
+// any longer (its retention ended) leaves the repeat where it falls, as
+// with one queue; a failed lookup fails the repeat (Redis's error).
+func (c *Client) repeatQueues(ts []*asynq.Task, repeats []int, queues []string, out []Enqueued) {
+	var insp *asynq.Inspector
+	for _, i := range repeats {
+		ch := c.chans[ts[i].Type()]
+		if ch == nil || out[i].Err != nil {
+			continue
+		}
+		qs := ch.pacing.Queues()
+		if len(qs) == 1 {
+			continue
+		}
+		if insp == nil {
+			insp = asynq.NewInspectorFromRedisClient(c.limiter.Client())
+		}
+		// The queue it falls in first: most repeats are from the same sender.
+		qs = append([]string{queues[i]}, slices.DeleteFunc(qs, func(q string) bool { return q == queues[i] })...)
+		info, err := tasks.FindTask(insp, qs, out[i].ID)
+		switch {
+		case err == nil:
+			queues[i] = info.Queue
+		case !tasks.NoSuchTask(err):
+			out[i].Err = fmt.Errorf("enqueue %s (id %q): find the task its ID was sent with: %w", ts[i].Type(), out[i].ID, err)
+		}
+	}
 }
 
 // unclaim gives back the claims of cl whose tasks were not enqueued (no

@@ -71,6 +71,23 @@ func TestQueueGroupsHoldEachSendersSendsAndWorkersServeThemAll(t *testing.T) {
 				require.Equal(t, tasks.GroupQueue("sms", groups, p.From), r.Info.Queue, "send %d is in its sender's group", i)
 			}
 
+			// A repeat of a key from a sender of another group is refused,
+			// as it is with one queue: the first's queue is looked up, so
+			// that asynq refuses it there (its own task), or the claim does
+			// (a batch carried it).
+			first := "+12025550100"
+			other := ""
+			for s := range senders {
+				if f := fmt.Sprintf("+1202555%04d", 100+s); tasks.GroupQueue("sms", groups, f) != tasks.GroupQueue("sms", groups, first) {
+					other = f
+					break
+				}
+			}
+			require.NotEmpty(t, other)
+			again, err := prod.Send(context.Background(), []producer.Item{{Task: smsTask(t, tasks.SMSSend{From: other, To: "+12025559999", IdempotencyKey: "s0-1"})}})
+			require.NoError(t, err)
+			require.ErrorIs(t, again[0].Err, tasks.ErrDuplicate, "a repeat from another group's sender")
+
 			reg := prometheus.NewRegistry()
 			w, err := worker.New(worker.Options{Redis: rdb, Limiter: lim, Channels: []worker.Channel{ch}, Metrics: worker.NewMetrics(reg),
 				Concurrency: 50, ShutdownTimeout: time.Second, Logger: slog.New(slog.DiscardHandler)})
