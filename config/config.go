@@ -225,8 +225,7 @@ type ChannelConfig struct {
 	// Queue is the asynq queue of the channel's tasks. Default the channel name.
 	Queue string
 	// Priority is the queue's weight among all queues (asynq Config.Queues),
-	// shared among its queue groups (queue_groups);
-	// >= 1. Default 1.
+	// and each of its queue groups' (queue_groups); >= 1. Default 1.
 	Priority int
 	// BaseURL is the provider API's base URL (whatsapp, sms). Defaults
 	// "https://graph.facebook.com" and "https://api.twilio.com".

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"math"
 	"net"
 	"net/http"
 	"slices"
@@ -422,30 +421,23 @@ func buildChannel(cc *config.ChannelConfig, egress channels.Egress, secrets Secr
 }
 
 // queueWeights returns asynq's Config.Queues for the enabled channels of
-// cfg: each channel's priority shared among its queues (its queue and its
-// queue groups), so that a channel's groups together weigh what its one
-// queue weighed beside the other channels'. asynq draws the queue to
-// dequeue from by weight, skipping empty ones, and builds a list of
-// sum(weights) names for each draw: the weights are scaled by the most
-// queues a channel has, not by their least common multiple, and rounded
-// (at least 1 a queue).
+// cfg: every queue of a channel (its queue and its queue groups) at the
+// channel's priority. asynq draws among the non-empty queues by weight, so
+// a channel's share of dequeues grows with its busy groups, up to its
+// number of queues times its priority. Sharing the priority among the
+// groups instead starved a channel with few busy senders (one busy group
+// of 13 drew 1/13 of its weight), and Sluice holds dequeued sends for their
+// slots, so a channel drawn more often does not send faster than its
+// limits. Channels may share a plain queue: their priorities add up.
 func queueWeights(cfg *config.Config) map[string]int {
-	most := 1
-	for _, cc := range cfg.Channels {
-		if cc != nil && cc.Enabled {
-			most = max(most, len(cc.Queues()))
-		}
-	}
 	out := map[string]int{}
 	for _, name := range tasks.Channels() {
 		cc := cfg.Channels[name]
 		if cc == nil || !cc.Enabled {
 			continue
 		}
-		qs := cc.Queues()
-		w := max(1, int(math.Round(float64(cc.Priority*most)/float64(len(qs)))))
-		for _, q := range qs {
-			out[q] += w // channels may share a plain queue
+		for _, q := range cc.Queues() {
+			out[q] += cc.Priority
 		}
 	}
 	return out

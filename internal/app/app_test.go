@@ -195,11 +195,10 @@ func TestProducerPlansPastAPausedNumber(t *testing.T) {
 	require.True(t, out[1].ETA.Before(p.Since.Add(2*time.Second)), "another number is not paused: ETA %v", out[1].ETA)
 }
 
-// A channel's priority is shared among its queue and its queue groups, so
-// that the groups together weigh against the other channels what one
-// queue did: whatsapp at priority 6 with 3 groups (4 queues) against sms at
-// priority 3 keeps 2:1.
-func TestQueueWeightsShareAChannelsPriorityAmongItsGroups(t *testing.T) {
+// Every queue of a channel, its queue and its groups, takes the channel's
+// priority (asynq skips empty queues, so a share of the priority among the
+// groups would starve a channel with one busy sender).
+func TestQueueWeightsGiveEveryGroupTheChannelsPriority(t *testing.T) {
 	cfg := config.Default()
 	for _, name := range []string{"webhook", "http"} {
 		cfg.Channels[name].Enabled = false
@@ -208,9 +207,11 @@ func TestQueueWeightsShareAChannelsPriorityAmongItsGroups(t *testing.T) {
 	require.Equal(t, map[string]int{"whatsapp": 6, "sms": 3}, queueWeights(cfg))
 
 	cfg.Channels["whatsapp"].SpreadBy, cfg.Channels["whatsapp"].QueueGroups = "phone_number_id", 3
-	w := queueWeights(cfg)
-	require.Equal(t, map[string]int{"whatsapp": 6, "whatsapp.g0": 6, "whatsapp.g1": 6, "whatsapp.g2": 6, "sms": 12}, w)
+	require.Equal(t, map[string]int{"whatsapp": 6, "whatsapp.g0": 6, "whatsapp.g1": 6, "whatsapp.g2": 6, "sms": 3}, queueWeights(cfg))
 
 	cfg.Channels["whatsapp"].SpreadBy = "" // queue_groups without spread_by: one queue
 	require.Equal(t, map[string]int{"whatsapp": 6, "sms": 3}, queueWeights(cfg))
+
+	cfg.Channels["sms"].Queue = "whatsapp" // a shared plain queue: the priorities add up
+	require.Equal(t, map[string]int{"whatsapp": 9}, queueWeights(cfg))
 }
