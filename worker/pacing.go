@@ -33,6 +33,9 @@ func NewPacing(ch Channel) (*Pacing, error) {
 	if err == nil {
 		err = ch.checkWeights()
 	}
+	if err == nil {
+		err = ch.checkGroups()
+	}
 	var pauses []pauseScope
 	if err == nil {
 		pauses, err = pauseScopes(ch, fields)

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/sluice-dev/sluice/throttle"
@@ -22,7 +23,7 @@ type repacer interface {
 // the planned sends close up at the rate of now instead of going at the
 // spacing of a throttled minute (docs/adaptive.md). Failures only leave
 // the send at its place: another worker ran it, or Redis did not answer.
-func (h *handler) pullNext(ctx context.Context, reqs []throttle.Request, slot time.Time) {
+func (h *handler) pullNext(ctx context.Context, reqs []throttle.Request, fields map[string]string, slot time.Time) {
 	rp, ok := h.w.opts.Limiter.(repacer)
 	if !ok || h.w.insp == nil || slot.IsZero() {
 		return
@@ -31,13 +32,26 @@ func (h *handler) pullNext(ctx context.Context, reqs []throttle.Request, slot ti
 	if err != nil || id == "" {
 		return
 	}
-	// The next send is the same sender's, so in this send's queue (its
-	// queue group, where the channel has groups).
-	queue := h.meta(ctx).queue
-	if queue == "" {
-		queue = h.ch.Queue
+	// The next send is the same sender's: in this send's queue, its
+	// sender's queue group, or the channel's own queue (a send a plain
+	// asynq client enqueued, or one queued before the groups were raised).
+	for _, queue := range h.nextQueues(h.meta(ctx).queue, fields) {
+		if err := h.w.insp.RunTask(queue, id); err == nil {
+			h.w.logger.Debug("planned send run early: its limit's rate is back up since it was planned", "channel", h.ch.Name, "task_id", id)
+			return
+		}
 	}
-	if err := h.w.insp.RunTask(queue, id); err == nil {
-		h.w.logger.Debug("planned send run early: its limit's rate is back up since it was planned", "channel", h.ch.Name, "task_id", id)
+}
+
+// nextQueues are the queues pullNext asks, in order, without repeats:
+// this send's queue (current, "" when unknown), its sender's group and the
+// channel's queue.
+func (h *handler) nextQueues(current string, fields map[string]string) []string {
+	out := make([]string, 0, 3)
+	for _, q := range []string{current, h.ch.QueueFor(fields), h.ch.Queue} {
+		if q != "" && !slices.Contains(out, q) {
+			out = append(out, q)
+		}
 	}
+	return out
 }

@@ -211,6 +211,14 @@ func (ch Channel) QueueFor(fields map[string]string) string {
 	return tasks.GroupQueue(ch.queueName(), n, fields[ch.SpreadBy])
 }
 
+// checkGroups checks QueueGroups' range.
+func (ch Channel) checkGroups() error {
+	if ch.QueueGroups < 0 || ch.QueueGroups > tasks.MaxQueueGroups {
+		return fmt.Errorf("channel %s: QueueGroups %d: want 0 to %d", ch.Name, ch.QueueGroups, tasks.MaxQueueGroups)
+	}
+	return nil
+}
+
 // groups is QueueGroups where it applies: with SpreadBy.
 func (ch Channel) groups() int {
 	if ch.SpreadBy == "" {
@@ -428,6 +436,18 @@ func New(opts Options) (*Worker, error) {
 			}
 		}
 	}
+	for _, ch := range opts.Channels {
+		// A group the server does not serve would hold its senders' sends
+		// for ever (the channel's own queue may be left out: the caller
+		// routes its tasks).
+		if qs := ch.Queues(); len(qs) > 1 {
+			for _, q := range qs[1:] {
+				if _, ok := opts.Queues[q]; !ok {
+					return nil, fmt.Errorf("worker: Options.Queues: no weight for queue %q, a queue group of channel %s (QueueGroups %d)", q, ch.Name, ch.QueueGroups)
+				}
+			}
+		}
+	}
 	w := &Worker{opts: opts, mux: asynq.NewServeMux(), logger: opts.Logger, handlers: map[string]*handler{},
 		members: make(chan struct{}, opts.Concurrency)}
 	if _, ok := opts.Limiter.(pushWatcher); ok {
@@ -612,8 +632,8 @@ func (w *Worker) handler(ch Channel) (*handler, error) {
 		ch.MaxPayloadBytes = tasks.MaxPayloadBytes(ch.TaskType)
 	}
 	ch.Queue = ch.queueName()
-	if ch.QueueGroups < 0 || ch.QueueGroups > tasks.MaxQueueGroups {
-		return nil, fmt.Errorf("channel %s: QueueGroups %d: want 0 to %d", ch.Name, ch.QueueGroups, tasks.MaxQueueGroups)
+	if err := ch.checkGroups(); err != nil {
+		return nil, err
 	}
 	ch.Headroom = ch.headroom()
 	ch = ch.credentialTimes()
@@ -791,7 +811,7 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, a *attempt) error 
 		h.adaptUp(ctx, reqs)
 		h.margin.accepted(h.now(), h.pauseKey(channels.ScopeSender, p.Fields), h.pauseKey(channels.ScopePair, p.Fields))
 		h.endPauseRuns(ctx, reqs, start)
-		h.pullNext(ctx, reqs, a.slot)
+		h.pullNext(ctx, reqs, p.Fields, a.slot)
 		if resp.Incomplete {
 			m.outcome(name, OutcomeUnconfirmed)
 			id := taskID(ctx)

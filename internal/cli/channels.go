@@ -219,13 +219,16 @@ type channelStatus struct {
 	Queue   string `json:"queue"`
 	// QueueGroups is the number of queue groups (queue_groups) the counts
 	// below include besides Queue; 0 for none.
-	QueueGroups int               `json:"queue_groups,omitempty"`
-	QueuePaused bool              `json:"queue_paused"`
-	Pending     int               `json:"pending"`
-	Scheduled   int               `json:"scheduled"`
-	Retry       int               `json:"retry"`
-	Archived    int               `json:"archived"`
-	Pauses      []limitview.Pause `json:"pauses"`
+	QueueGroups int  `json:"queue_groups,omitempty"`
+	QueuePaused bool `json:"queue_paused"`
+	// QueuesPaused counts the paused queues when only some of the channel's
+	// queues are paused (queue_paused is then false); 0 otherwise.
+	QueuesPaused int               `json:"queues_paused,omitempty"`
+	Pending      int               `json:"pending"`
+	Scheduled    int               `json:"scheduled"`
+	Retry        int               `json:"retry"`
+	Archived     int               `json:"archived"`
+	Pauses       []limitview.Pause `json:"pauses"`
 }
 
 func (c *channelsEnv) status(ctx context.Context, cc *config.ChannelConfig) (channelStatus, error) {
@@ -237,6 +240,7 @@ func (c *channelsEnv) status(ctx context.Context, cc *config.ChannelConfig) (cha
 	if err != nil {
 		return st, fmt.Errorf("queues: %w", err)
 	}
+	seen, paused := 0, 0
 	for _, q := range cc.Queues() { // the queue, then its groups: counted together
 		if !slices.Contains(qs, q) { // (a queue that never held a task does not exist)
 			continue
@@ -245,11 +249,21 @@ func (c *channelsEnv) status(ctx context.Context, cc *config.ChannelConfig) (cha
 		if err != nil {
 			return st, fmt.Errorf("queue %q: %w", q, err)
 		}
-		st.QueuePaused = st.QueuePaused || qi.Paused
+		seen++
+		if qi.Paused {
+			paused++
+		}
 		st.Pending += qi.Pending
 		st.Scheduled += qi.Scheduled
 		st.Retry += qi.Retry
 		st.Archived += qi.Archived
+	}
+	// Paused only when every queue is: a group that still runs (a pause cut
+	// short, groups raised since) still sends. `channels pause` again stops
+	// the rest.
+	st.QueuePaused = seen > 0 && paused == seen
+	if paused > 0 && paused < seen {
+		st.QueuesPaused = paused
 	}
 	ps, err := channelPauses(ctx, c.lim, cc.Name)
 	if err != nil {
@@ -278,8 +292,11 @@ func printChannels(w io.Writer, sts []channelStatus) {
 	fmt.Fprintln(tw, "channel\tqueue\tstate\tpending\tscheduled\tretry\tarchived\tpaused scopes")
 	for _, st := range sts {
 		state := "running"
-		if st.QueuePaused || st.channelPaused() {
+		switch {
+		case st.QueuePaused || st.channelPaused():
 			state = "paused"
+		case st.QueuesPaused > 0:
+			state = fmt.Sprintf("partly paused (%d queues)", st.QueuesPaused)
 		}
 		queue := st.Queue
 		if st.QueueGroups > 0 {

@@ -152,6 +152,11 @@ func TestChannelsCoverTheQueueGroups(t *testing.T) {
 	insp := asynq.NewInspectorFromRedisClient(srv.Client(t))
 	_, err := insp.GetTaskInfo(group, "g-1")
 	require.NoError(t, err)
+	// and one a plain asynq client put in the channel's own queue
+	plain, err := tasks.NewSMSSendTask(tasks.SMSSend{From: "+12025550100", To: "+12025550124", Body: "hi"}, asynq.Queue("sms"))
+	require.NoError(t, err)
+	_, err = asynq.NewClientFromRedisClient(srv.Client(t)).Enqueue(plain)
+	require.NoError(t, err)
 
 	r = run(t, "--config", cfg, "--redis", srv.URL(), "channels", "pause", "sms")
 	require.Equal(t, 0, r.code, r.stderr)
@@ -167,9 +172,19 @@ func TestChannelsCoverTheQueueGroups(t *testing.T) {
 	require.Len(t, st, 1)
 	require.Equal(t, 4, st[0].QueueGroups)
 	require.True(t, st[0].QueuePaused)
-	require.Equal(t, 1, st[0].Pending+st[0].Scheduled, "the group's task is counted")
+	require.Equal(t, 2, st[0].Pending+st[0].Scheduled, "the group's task is counted with the queue's")
 	r = run(t, "--config", cfg, "--redis", srv.URL(), "channels", "status", "sms")
+	require.Equal(t, 0, r.code, r.stderr)
 	require.Regexp(t, `(?m)^sms\s+sms \(\+4 groups\)\s+paused\s`, r.stdout)
+
+	// One group running again (a pause cut short): not shown as paused.
+	require.NoError(t, insp.UnpauseQueue(group))
+	r = run(t, "--config", cfg, "--redis", srv.URL(), "channels", "status", "sms", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	st = nil
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st))
+	require.False(t, st[0].QueuePaused)
+	require.Equal(t, 1, st[0].QueuesPaused, "of the two queues that exist (the plain one, paused, and the group)")
 
 	r = run(t, "--config", cfg, "--redis", srv.URL(), "channels", "resume", "sms")
 	require.Equal(t, 0, r.code, r.stderr)
