@@ -323,12 +323,6 @@ func (c *ChannelConfig) Queues() []string {
 	return tasks.GroupQueues(c.Queue, c.groups())
 }
 
-// QueueFor returns the queue of a send with fields (its payload's
-// Fields()): its spread_by value's group (tasks.GroupQueue), else Queue.
-func (c *ChannelConfig) QueueFor(fields map[string]string) string {
-	return tasks.GroupQueue(c.Queue, c.groups(), fields[c.SpreadBy])
-}
-
 // groups is queue_groups where it applies: with spread_by.
 func (c *ChannelConfig) groups() int {
 	if c.SpreadBy == "" {
