@@ -662,11 +662,11 @@ func numberRates(records []emulator.Record, numbers int) ([]float64, float64) {
 // waitAllDone waits until the emulator has accepted want distinct sends,
 // reading only the emulator's counters (no Redis command: the harness's
 // own polling would count as the workers' Redis work), then until the
-// queues (whatsapp's queue and groups) hold nothing but completed tasks
-// (asynq's Inspector, a few calls: the last completions follow the last
-// send by milliseconds). It fails at timeout (a hang bound) or when a
-// process exits.
-func waitAllDone(t *testing.T, emu *emulator.Server, insp *asynq.Inspector, queues []string, want int, timeout time.Duration, exited func() error) {
+// campaign's queues (tasksLeft: whatsapp's queue and groups) hold nothing
+// but completed tasks (asynq's Inspector, a few calls: the last
+// completions follow the last send by milliseconds). It fails at timeout
+// (a hang bound) or when a process exits.
+func waitAllDone(t *testing.T, emu *emulator.Server, insp *asynq.Inspector, want int, timeout time.Duration, exited func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	tick := time.NewTicker(20 * time.Millisecond)
@@ -686,21 +686,9 @@ func waitAllDone(t *testing.T, emu *emulator.Server, insp *asynq.Inspector, queu
 		<-tick.C
 	}
 	for {
-		have, err := insp.Queues()
-		left := -1
-		if err == nil {
-			left = 0
-		}
-		for _, q := range queues {
-			if err != nil || !slices.Contains(have, q) {
-				continue // a group no number fell in does not exist
-			}
-			var qi *asynq.QueueInfo
-			if qi, err = insp.GetQueueInfo(q); err != nil {
-				left = -1
-				break
-			}
-			left += qi.Pending + qi.Active + qi.Scheduled + qi.Retry + qi.Archived
+		left, _, err := tasksLeft(insp)
+		if err != nil {
+			left = -1
 		}
 		if left == 0 {
 			return
@@ -985,9 +973,7 @@ func measureDelivery(t *testing.T, sz benchScaleSize, rdb redis.UniversalClient,
 	for i := range d.workers {
 		d.workers[i] = start(i)
 	}
-	// Sluice's queue groups, if any (plain asynq's side has none of them).
-	queues := tasks.GroupQueues(tasks.DefaultQueue(tasks.TypeWhatsAppSend), sz.groups)
-	waitAllDone(t, emu, asynq.NewInspectorFromRedisClient(rdb), queues, sz.numbers*sz.sends, bound, anyExited(d.workers))
+	waitAllDone(t, emu, asynq.NewInspectorFromRedisClient(rdb), sz.numbers*sz.sends, bound, anyExited(d.workers))
 	d.run.deliverWall = time.Since(started)
 	d.run.workerCPU = processCPU(d.workers)
 	d.run.workerNice = processNice(d.workers[0].cmd.Process.Pid)
