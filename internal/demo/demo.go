@@ -437,7 +437,8 @@ func wait(ctx context.Context, progress io.Writer, em *emulator.Server, insp *as
 		stats := em.Stats()
 		done = true
 		for _, ch := range []string{"whatsapp", "sms", "webhook"} {
-			n := stats[ch].Unique + archivedCount(insp, chans[ch].Queues())
+			archived, _ := queueCounts(insp, chans[ch].Queues())
+			n := stats[ch].Unique + archived
 			if bar := bars[ch]; bar != nil {
 				bar.EwmaSetCurrent(int64(n), 100*time.Millisecond)
 			}
@@ -452,26 +453,17 @@ func wait(ctx context.Context, progress io.Writer, em *emulator.Server, insp *as
 	return true
 }
 
-func archivedCount(insp *asynq.Inspector, queues []string) int {
-	n := 0
+// queueCounts is how many tasks asynq has archived in queues (a channel's
+// queue and queue groups), and how many it still holds to run; a queue it
+// cannot read (one that never held a task) counts none.
+func queueCounts(insp *asynq.Inspector, queues []string) (archived, waiting int) {
 	for _, q := range queues {
 		if qi, err := insp.GetQueueInfo(q); err == nil {
-			n += qi.Archived
+			archived += qi.Archived
+			waiting += qi.Pending + qi.Active + qi.Scheduled + qi.Retry
 		}
 	}
-	return n
-}
-
-// waitingCount is how many tasks asynq still holds to run in queues (a
-// channel's queue and queue groups).
-func waitingCount(insp *asynq.Inspector, queues []string) int {
-	n := 0
-	for _, q := range queues {
-		if qi, err := insp.GetQueueInfo(q); err == nil {
-			n += qi.Pending + qi.Active + qi.Scheduled + qi.Retry
-		}
-	}
-	return n
+	return archived, waiting
 }
 
 // summarize computes each channel's line from the emulators' records: they
@@ -486,16 +478,16 @@ func summarize(chans map[string]*config.ChannelConfig, em *emulator.Server, insp
 	var out []ChannelSummary
 	for _, ch := range []string{"whatsapp", "sms", "webhook"} {
 		st := stats[ch]
+		archived, waiting := queueCounts(insp, chans[ch].Queues())
 		s := ChannelSummary{
 			Channel: ch, Valid: valid, Enqueued: enqueued[ch], Delivered: st.Unique, Duplicates: st.Duplicates,
-			Archived: archivedCount(insp, chans[ch].Queues()), ProviderThrottled: st.Throttled,
+			Archived: archived, Waiting: waiting, ProviderThrottled: st.Throttled,
 			Bottleneck: bottleneck[ch],
 		}
 		if st.Unique > 0 {
 			s.DequeuesPerSend = float64(dequeues[ch]) / float64(st.Unique)
 			s.LimiterCallsPerSend = float64(calls[ch]) / float64(st.Unique)
 		}
-		s.Waiting = waitingCount(insp, chans[ch].Queues())
 		s.Lost = max(0, s.Enqueued-s.Delivered-s.Archived-s.Waiting)
 		if r, ok := chans[ch].Rule(s.Bottleneck); ok {
 			s.CapPerKey = float64(r.Limit.Rate.Limit) / r.Limit.Rate.Period.Seconds()
