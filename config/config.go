@@ -318,17 +318,10 @@ func (c *Config) MatchPattern(prefix string) []rules.Rule {
 }
 
 // Queues returns the channel's asynq queues: its queue and, with spread_by
-// and queue_groups above 1, its groups (tasks.GroupQueues).
+// and queue_groups above 1, its groups, as the channel's workers serve them
+// (worker.Channel.Queues).
 func (c *ChannelConfig) Queues() []string {
-	return tasks.GroupQueues(c.Queue, c.groups())
-}
-
-// groups is queue_groups where it applies: with spread_by.
-func (c *ChannelConfig) groups() int {
-	if c.SpreadBy == "" {
-		return 1
-	}
-	return c.QueueGroups
+	return worker.Channel{Name: c.Name, Queue: c.Queue, SpreadBy: c.SpreadBy, QueueGroups: c.QueueGroups}.Queues()
 }
 
 // spreadBy is the channel's spread_by, "" for none or no channel.
