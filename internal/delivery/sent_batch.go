@@ -27,14 +27,31 @@ const sentTimeout = 5 * time.Second
 // sentCall is one RecordSent call waiting for its batch.
 type sentCall struct {
 	keys []string
-	args []any      // the 11 values record_sent.lua reads per send
+	args []any      // a send's values in record_sent.lua, task id to campaign (exec adds the rest)
 	done chan error // buffered: the batcher never blocks on it
 }
+
+// countersEvery is how often a batcher extends a campaign's counters' TTL
+// (the TTL's thousandth, at most a minute): between two extensions a
+// record script leaves the counters' TTL alone, unless the call may have
+// made them (record_sent.lua). A PEXPIRE a send was about a tenth of the
+// record's work; the counters then live at least TTL less countersEvery
+// after their last send (7 days less a minute by default).
+func countersEvery(ttl time.Duration) time.Duration { return min(time.Minute, ttl/1000) }
+
+// maxExtended bounds the batcher's memory of extended counters: past it,
+// the entries older than countersEvery go (a few thousand campaigns a
+// minute at most).
+const maxExtended = 4096
 
 // sentBatcher runs the queued calls of one Store.
 type sentBatcher struct {
 	s *Store
 	q *coalesce.Batcher[*sentCall]
+	// extended: when each counters key was last extended by a call that
+	// succeeded (only exec, one batch at a time, reads and writes it).
+	extended map[string]time.Time
+	now      func() time.Time // time.Now; tests move it
 }
 
 // sentBatcherIdle is how long the batcher's goroutine waits for calls
@@ -43,7 +60,7 @@ type sentBatcher struct {
 const sentBatcherIdle = time.Second
 
 func newSentBatcher(s *Store) *sentBatcher {
-	b := &sentBatcher{s: s}
+	b := &sentBatcher{s: s, extended: make(map[string]time.Time), now: time.Now}
 	b.q = coalesce.New(maxSentBatch, sentBatcherIdle, b.exec)
 	return b
 }
@@ -63,20 +80,49 @@ func (b *sentBatcher) do(ctx context.Context, c *sentCall) error {
 // exec runs one record script for calls and hands each its result.
 func (b *sentBatcher) exec(calls []*sentCall) {
 	var keys []string
-	args := make([]any, 1, 1+11*len(calls))
+	args := make([]any, 1, 1+12*len(calls))
 	args[0] = len(calls)
+	now := b.now()
+	every := countersEvery(b.s.ttl)
+	var extend []string // the counters keys this call extends
 	for _, c := range calls {
 		keys = append(keys, c.keys...)
 		args = append(args, len(c.keys))
 		args = append(args, c.args...)
+		counters := c.keys[1]
+		if at, ok := b.extended[counters]; ok && now.Sub(at) < every && !now.Before(at) {
+			args = append(args, 0)
+		} else {
+			args = append(args, 1)
+			extend = append(extend, counters)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), sentTimeout)
 	err := recordSentScript.Run(ctx, b.s.rdb, keys, args...).Err()
 	cancel()
+	if err == nil {
+		b.remember(now, every, extend)
+	}
 	if err != nil && len(calls) > 1 {
 		err = fmt.Errorf("with %d other sends: %w", len(calls)-1, err)
 	}
 	for _, c := range calls {
 		c.done <- err
+	}
+}
+
+// remember notes that keys were extended at now, forgetting, past
+// maxExtended entries, those older than every.
+func (b *sentBatcher) remember(now time.Time, every time.Duration, keys []string) {
+	for _, k := range keys {
+		b.extended[k] = now
+	}
+	if len(b.extended) <= maxExtended {
+		return
+	}
+	for k, at := range b.extended {
+		if now.Sub(at) >= every || now.Before(at) {
+			delete(b.extended, k)
+		}
 	}
 }

@@ -65,3 +65,79 @@ func TestOneCallCarriesSeveralSends(t *testing.T) {
 		require.Greater(t, ttl, time.Duration(0), "%s expires", k)
 	}
 }
+
+// A campaign's counters are extended by the first record of a batcher, then
+// left alone for countersEvery, then extended again; within that time a
+// record that makes them anew (they expired, or were deleted) extends them
+// all the same, and so does a waiting status applied to them.
+func TestCountersAreExtendedOnceInAWhile(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	s, err := New(Options{Redis: rdb, Prefix: "ext", TTL: time.Hour})
+	require.NoError(t, err)
+	ctx := context.Background()
+	now := time.Date(2026, 11, 28, 19, 0, 0, 0, time.UTC)
+	s.sent.now = func() time.Time { return now }
+	every := countersEvery(time.Hour)
+	require.Equal(t, 3600*time.Millisecond, every)
+	counters := CountersKey("ext", Group("acme", "c"))
+	record := func(task, provider string) {
+		t.Helper()
+		c, err := s.sentCallOf(Sent{TaskID: task, Queue: "whatsapp", Channel: "whatsapp", Tenant: "acme", Campaign: "c",
+			ProviderID: provider, Status: "sent", At: now})
+		require.NoError(t, err)
+		s.sent.exec([]*sentCall{c})
+		require.NoError(t, <-c.done)
+	}
+	ttl := func() time.Duration {
+		t.Helper()
+		d, err := rdb.PTTL(ctx, counters).Result()
+		require.NoError(t, err)
+		return d
+	}
+	lower := func() { // as if the TTL had run down
+		t.Helper()
+		require.NoError(t, rdb.PExpire(ctx, counters, time.Minute).Err())
+	}
+
+	record("t1", "wamid.1")
+	require.Greater(t, ttl(), 59*time.Minute, "the first record extends the counters")
+	lower()
+	now = now.Add(every / 2)
+	record("t2", "wamid.2")
+	require.LessOrEqual(t, ttl(), time.Minute, "within countersEvery the TTL is left alone")
+	now = now.Add(every)
+	record("t3", "wamid.3")
+	require.Greater(t, ttl(), 59*time.Minute, "after countersEvery the record extends them again")
+
+	// Made anew within countersEvery: extended.
+	require.NoError(t, rdb.Del(ctx, counters).Err())
+	now = now.Add(every / 2)
+	record("t4", "wamid.4")
+	require.Greater(t, ttl(), 59*time.Minute, "counters the record made are extended")
+
+	// A status that waited for its record: applied, and the counters
+	// extended, within countersEvery.
+	lower()
+	applied, err := s.Update(ctx, "whatsapp", "wamid.5", Status{State: StateDelivered, At: now})
+	require.NoError(t, err)
+	require.False(t, applied.Found)
+	record("t5", "wamid.5")
+	require.Greater(t, ttl(), 59*time.Minute, "a waiting status applied extends the counters")
+	p, err := s.Progress(ctx, "acme", "c")
+	require.NoError(t, err)
+	require.Equal(t, Progress{Sent: 2, Delivered: 1}, p, "t4 and t5 since the counters were made anew")
+
+	// A failed call leaves them to be extended by the next.
+	require.NoError(t, rdb.Del(ctx, counters).Err())
+	require.NoError(t, rdb.RPush(ctx, RecordKey("ext", "t6"), "x").Err())
+	now = now.Add(every)
+	c6, err := s.sentCallOf(Sent{TaskID: "t6", Queue: "whatsapp", Channel: "whatsapp", Tenant: "acme", Campaign: "c", Status: "sent", At: now})
+	require.NoError(t, err)
+	s.sent.exec([]*sentCall{c6})
+	require.ErrorContains(t, <-c6.done, "WRONGTYPE")
+	require.NoError(t, rdb.HSet(ctx, counters, "sent", 3).Err())
+	lower()
+	record("t7", "wamid.7")
+	require.Greater(t, ttl(), 59*time.Minute, "the failed call's extension did not count")
+}

@@ -402,10 +402,19 @@ func (s *Store) Get(ctx context.Context, taskID string) (*Status, error) {
 	if len(m) == 0 || m["state"] == "" {
 		return nil, ErrNotFound
 	}
+	// A record RecordSent made holds no task_id, code, reason or at
+	// (record_sent.lua): its key's task, 0, none and sent_at.
 	code, _ := strconv.Atoi(m["code"])
-	return &Status{TaskID: m["task_id"], Queue: m["queue"], Channel: m["channel"], Tenant: m["tenant"], Campaign: m["campaign"],
+	st := &Status{TaskID: m["task_id"], Queue: m["queue"], Channel: m["channel"], Tenant: m["tenant"], Campaign: m["campaign"],
 		ProviderID: m["provider_id"], State: State(m["state"]), Code: code, Reason: m["reason"],
-		At: fromMilli(m["at"]), SentAt: fromMilli(m["sent_at"])}, nil
+		At: fromMilli(m["at"]), SentAt: fromMilli(m["sent_at"])}
+	if st.TaskID == "" {
+		st.TaskID = taskID
+	}
+	if _, ok := m["at"]; !ok {
+		st.At = st.SentAt
+	}
+	return st, nil
 }
 
 // Progress returns the counters of the tenant's campaign ("" counts tasks

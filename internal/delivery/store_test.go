@@ -358,3 +358,32 @@ func TestApplySaysWhetherTheRecordMovedAndWhenItWasSent(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, delivery.Applied{}, u)
 }
+
+// A record RecordSent just made reads back whole: the fields the script
+// leaves out of a new record (task id, code, reason, at) come from its key
+// and its sent_at. A re-run of an archived task, recorded sent, clears the
+// archive's code and reason.
+func TestGetOfANewRecordIsWhole(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newStore(t)
+	ctx := context.Background()
+	require.NoError(t, s.RecordSent(ctx, sent("task-n", "SMn", 2*time.Second)))
+	got, err := s.Get(ctx, "task-n")
+	require.NoError(t, err)
+	want := &delivery.Status{TaskID: "task-n", Queue: "sms", Channel: "sms", Tenant: "acme", Campaign: "spring-sale", ProviderID: "SMn",
+		State: delivery.StateSent, At: t0.Add(2 * time.Second), SentAt: t0.Add(2 * time.Second)}
+	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b time.Time) bool { return a.Equal(b) })); diff != "" {
+		t.Fatalf("Get (-want +got):\n%s", diff)
+	}
+
+	require.NoError(t, s.RecordFailed(ctx, delivery.Failed{TaskID: "task-r", Queue: "sms", Channel: "sms", Tenant: "acme",
+		Campaign: "spring-sale", Code: 21211, Reason: "invalid To number", At: t0}))
+	require.NoError(t, s.RecordSent(ctx, sent("task-r", "SMr", 3*time.Second)))
+	got, err = s.Get(ctx, "task-r")
+	require.NoError(t, err)
+	want = &delivery.Status{TaskID: "task-r", Queue: "sms", Channel: "sms", Tenant: "acme", Campaign: "spring-sale", ProviderID: "SMr",
+		State: delivery.StateSent, At: t0.Add(3 * time.Second), SentAt: t0.Add(3 * time.Second)}
+	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b time.Time) bool { return a.Equal(b) })); diff != "" {
+		t.Fatalf("Get after a re-run (-want +got):\n%s", diff)
+	}
+}

@@ -5,11 +5,14 @@
 -- a callback brought before this record existed, and counts the send once
 -- for its campaign. Joined after states.lua.
 --
--- ARGV[1]: the number of sends n; then per send, 11 values: the number of
+-- ARGV[1]: the number of sends n; then per send, 12 values: the number of
 -- its keys (2, or 3 with a provider id), task id, queue, channel, tenant,
 -- provider id (may be ""), state (sent or sent_unconfirmed), when (Unix
 -- ms), TTL of every key (ms), the counters' group (tenant and campaign),
--- campaign.
+-- campaign, and whether to extend the counters' TTL ("1"; "0": the
+-- caller extended them within a small part of the TTL, sent_batch.go's
+-- countersEvery, and they are extended only if this call may have made
+-- them).
 -- KEYS, per send in order: the task's record (hash); its campaign's
 -- counters (hash); only with a provider id, the message's index (hash:
 -- task, group, and a pending state, code, reason, at).
@@ -24,16 +27,28 @@ local function extend_counters(counters, ttl)
 end
 
 -- record_one records one send: keys record, counters and index (nil
--- without a provider id), its values at ARGV[a..a+9].
+-- without a provider id), its values at ARGV[a..a+10]. Its counters are
+-- extended when the caller asks, and whenever a write of this call may
+-- have made the hash: a first "sent" (HINCRBY answers 1: the campaign's
+-- first send counted, or its counters had expired), or a waiting status
+-- applied (rare).
 local function record_one(record, counters, index, a)
   local task, queue, channel, tenant, provider, state, at, ttl, group, campaign =
     ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9]
+  local extend = ARGV[a + 10] == '1'
   local old = redis.call('HGET', record, 'state')
   local fresh = rank(old) < 2
-  if fresh then
+  if not old then
+    -- A new record leaves out what its reader (Store.Get) knows without
+    -- it: the task id (its key's), code 0, no reason, and at (sent_at).
+    redis.call('HSET', record, 'queue', queue, 'channel', channel, 'tenant', tenant,
+      'campaign', campaign, 'provider_id', provider, 'sent_at', at, 'state', state)
+  elseif fresh then
     redis.call('HSET', record, 'task_id', task, 'queue', queue, 'channel', channel, 'tenant', tenant,
       'campaign', campaign, 'provider_id', provider, 'sent_at', at, 'state', state, 'code', '0', 'reason', '', 'at', at)
-    redis.call('HINCRBY', counters, 'sent', 1)
+  end
+  if fresh then
+    if redis.call('HINCRBY', counters, 'sent', 1) == 1 then extend = true end
     -- A re-run of an archived task: it no longer counts as failed.
     if old == 'archived' then redis.call('HINCRBY', counters, 'failed', -1) end
   else
@@ -44,16 +59,19 @@ local function record_one(record, counters, index, a)
   -- Each key gets its TTL right after its first write, so that a command
   -- failing later in the call (a key of another type) leaves none without.
   redis.call('PEXPIRE', record, ttl)
-  extend_counters(counters, ttl)
+  if extend then extend_counters(counters, ttl) end
   if index then
-    local p = redis.call('HMGET', index, 'state', 'code', 'reason', 'at')
-    if p[1] then
-      apply(record, counters, p[1], p[2], p[3], p[4])
+    -- (a waiting status always has a state: its other fields are read
+    -- only then, the common case being an index the call makes)
+    local pending = redis.call('HGET', index, 'state')
+    if pending then
+      local p = redis.call('HMGET', index, 'code', 'reason', 'at')
+      apply(record, counters, pending, p[1], p[2], p[3])
       redis.call('HDEL', index, 'state', 'code', 'reason', 'at')
+      extend_counters(counters, ttl) -- (the status applied may have made them)
     end
     redis.call('HSET', index, 'task', task, 'group', group)
     redis.call('PEXPIRE', index, ttl)
-    extend_counters(counters, ttl) -- (a status applied may have made them)
   end
   if fresh then return 1 end
   return 0
@@ -65,6 +83,6 @@ for i = 1, tonumber(ARGV[1]) do
   local index = nil
   if nkeys == 3 then index = KEYS[k + 2] end
   out[i] = record_one(KEYS[k], KEYS[k + 1], index, a + 1)
-  k, a = k + nkeys, a + 11
+  k, a = k + nkeys, a + 12
 end
 return out
