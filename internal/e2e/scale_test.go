@@ -58,7 +58,9 @@ import (
 // delivered send and µs per call by command (a command a script calls is
 // counted under its own name too), delivered sends per second
 // (first acceptance to last, summed over numbers), each number's rate as a
-// fraction of its 80/s cap (worst, median), provider throttles, duplicates
+// fraction of its 80/s cap (worst, median; and the worst number's longest
+// gap between two acceptances with how many of its sends came after it,
+// which tells a slow number from one late straggler), provider throttles, duplicates
 // and, for Sluice, asynq dequeues per send. Both run SLUICE_BENCH_ROUNDS
 // times, alternating. Then the ratio line: redis_cpu_per_send_ratio and
 // delivered_rate_ratio, Sluice over plain, the median of the rounds' (each
@@ -567,17 +569,22 @@ func slowlogName(args []string) string {
 
 // benchRun is one side's figures.
 type benchRun struct {
-	delivered   int
-	cpuPerSend  float64 // µs of Redis CPU per delivered send
-	ratePerSec  float64 // delivered sends per second, first acceptance to last
-	worst, med  float64 // numbers' rates as a fraction of waCap
-	throttles   int
-	duplicates  int
-	enqueue     time.Duration
-	enqueueCPU  time.Duration // Redis CPU from before the enqueue to its end (the workers start after it)
-	deliverWall time.Duration // from the workers' start to the last completion
-	workerCPU   time.Duration // the worker processes' CPU (user + system), start to last completion
-	workerNice  int           // the first worker process's nice value (favorEmulator leaves it at 0)
+	delivered  int
+	cpuPerSend float64 // µs of Redis CPU per delivered send
+	ratePerSec float64 // delivered sends per second, first acceptance to last
+	worst, med float64 // numbers' rates as a fraction of waCap
+	// worstGap is the longest time between two acceptances of the worst
+	// number, and worstAfterGap how many of its sends came after it: one
+	// send far behind the rest (a straggler) reads as a slow number.
+	worstGap      time.Duration
+	worstAfterGap int
+	throttles     int
+	duplicates    int
+	enqueue       time.Duration
+	enqueueCPU    time.Duration // Redis CPU from before the enqueue to its end (the workers start after it)
+	deliverWall   time.Duration // from the workers' start to the last completion
+	workerCPU     time.Duration // the worker processes' CPU (user + system), start to last completion
+	workerNice    int           // the first worker process's nice value (favorEmulator leaves it at 0)
 }
 
 // figures adds r's figures to sum and the commandstats of d.
@@ -588,6 +595,8 @@ func (r benchRun) figures(sum *stressSummary, d redisWork) {
 	sum.add("delivered_per_s", r.ratePerSec)
 	sum.add("number_rate_of_cap_worst", r.worst)
 	sum.add("number_rate_of_cap_median", r.med)
+	sum.add("worst_number_gap_ms", float64(r.worstGap.Microseconds())/1000)
+	sum.add("worst_number_sends_after_gap", r.worstAfterGap)
 	sum.add("throttles", r.throttles)
 	sum.add("duplicates", r.duplicates)
 	sum.add("redis_cpu_ms", float64(d.cpu.Microseconds())/1000)
@@ -657,6 +666,33 @@ func numberRates(records []emulator.Record, numbers int) ([]float64, float64) {
 		all = float64(n-1) / last.Sub(first).Seconds()
 	}
 	return rates, all
+}
+
+// worstNumberGap returns, for the number with the lowest rate, the longest
+// time between two of its consecutive acceptances and how many of its
+// sends were accepted after that gap.
+func worstNumberGap(records []emulator.Record, numbers int) (time.Duration, int) {
+	worst, worstRate := "", 0.0
+	for i := range numbers {
+		if r := rate(records, emulator.ChannelWhatsApp, benchNumber(i)); worst == "" || r < worstRate {
+			worst, worstRate = benchNumber(i), r
+		}
+	}
+	var at []time.Time
+	for _, r := range records {
+		if r.Channel == emulator.ChannelWhatsApp && r.Sender == worst {
+			at = append(at, r.At)
+		}
+	}
+	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	var gap time.Duration
+	after := 0
+	for i := 1; i < len(at); i++ {
+		if d := at[i].Sub(at[i-1]); d > gap {
+			gap, after = d, len(at)-i
+		}
+	}
+	return gap, after
 }
 
 // waitAllDone waits until the emulator has accepted want distinct sends,
@@ -991,6 +1027,7 @@ func measureDelivery(t *testing.T, sz benchScaleSize, rdb redis.UniversalClient,
 	d.run.cpuPerSend = float64(d.work.cpu.Microseconds()) / float64(d.stats.Unique)
 	d.run.ratePerSec = all
 	d.run.worst, d.run.med = rates[0], rates[len(rates)/2]
+	d.run.worstGap, d.run.worstAfterGap = worstNumberGap(d.records, sz.numbers)
 	d.run.throttles, d.run.duplicates = d.stats.Throttled, d.stats.Duplicates
 	return d
 }
