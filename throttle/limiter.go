@@ -89,6 +89,12 @@ type LimitDecision struct {
 	Taken int64
 	// Window is the limit's window (Limit.Window), for headers and events.
 	Window time.Duration
+	// Retook reports, for a firm Reserve with ReserveOptions.Retake, that
+	// the call gave this limit a new slot: a GCRA limit paced faster than
+	// one send a second at the call's headroom (its rate as decided, an
+	// override or adaptation applied). False on the slower ones, whose slot
+	// the retake kept, and for every other call.
+	Retook bool
 }
 
 // Decision is the outcome of a Consume, Check or Status call.

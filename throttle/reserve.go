@@ -131,6 +131,17 @@ type ReserveOptions struct {
 	Retake bool
 }
 
+// retakesSlot reports whether a Retake reservation takes r a new slot:
+// reserve.lua's fast limits, a GCRA limit whose interval at headroom,
+// period / limit / (1 - headroom), is under a second, computed as the
+// script computes it (µs, in float64).
+func retakesSlot(r Request, headroom float64) bool {
+	if r.Limit.Algorithm != GCRA || r.Limit.Rate.Limit <= 0 {
+		return false
+	}
+	return float64(r.Limit.Rate.Period.Microseconds())/float64(r.Limit.Rate.Limit)/(1-headroom) < float64(time.Second.Microseconds())
+}
+
 // Bounds of ReserveOptions.Tenant and Weight.
 const (
 	MaxTenantBytes  = 128
@@ -236,6 +247,11 @@ func (l *Redis) Reserve(ctx context.Context, opts ReserveOptions, reqs ...Reques
 		return Reservation{}, err
 	}
 	r := res.r
+	if opts.Retake && r.Firm && len(r.Limits) == len(reqs) {
+		for i := range r.Limits {
+			r.Limits[i].Retook = retakesSlot(reqs[i], headroom)
+		}
+	}
 	if !r.Firm && pk != "" {
 		l.prefetch.drop(pk) // the set is blocked or planned now: ask Redis
 	}

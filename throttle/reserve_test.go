@@ -996,3 +996,50 @@ func TestReserveCountsDistinctMembersBySpec(t *testing.T) {
 		}
 	}
 }
+
+// TestRetookNamesTheLimitsARetakeGaveNewSlots: a firm retake reports, limit
+// by limit, whether it took a new slot (paced faster than one send a
+// second) or kept the send's (slower), as the script decides it: after a
+// send on each, a retake is held back by the 2/s limit's next slot and not
+// by the 1/s one's, at the boundary itself (headroom 0: exactly 1s, slow)
+// and just over it (1.5%: 1.015s). A reservation that is not a retake
+// reports none.
+func TestRetookNamesTheLimitsARetakeGaveNewSlots(t *testing.T) {
+	for _, headroom := range []float64{0, 0.015} {
+		t.Run(fmt.Sprint(headroom), func(t *testing.T) {
+			clock := testutil.NewClock(time.Date(2026, 11, 28, 19, 0, 0, 0, time.UTC))
+			rdb := redistest.Start(t).Client(t)
+			l := throttle.NewRedis(rdb, throttle.Options{Clock: clock.Now, OverrideRefresh: -1})
+			ctx := context.Background()
+			one := func(key string, rate throttle.Rate) throttle.Request {
+				return throttle.Request{Key: key, Limit: throttle.Limit{Name: key, Algorithm: throttle.GCRA, Rate: rate, Burst: 1}}
+			}
+			fast, slow := one("t:fast", throttle.Rate{Limit: 2, Period: time.Second}), one("t:slow", throttle.PerSecond(1))
+			pause := throttle.PauseRequest("t:paused")
+			for _, req := range [][]throttle.Request{{fast, pause}, {slow, pause}} {
+				r, err := l.Reserve(ctx, throttle.ReserveOptions{Priority: throttle.High, Headroom: headroom}, req...)
+				if err != nil || !r.Firm {
+					t.Fatalf("first send on %s: %+v %v, want firm", req[0].Key, r, err)
+				}
+				for _, d := range r.Limits {
+					if d.Retook {
+						t.Fatalf("a reservation that is not a retake reports Retook on %s", d.Key)
+					}
+				}
+				r, err = l.Reserve(ctx, throttle.ReserveOptions{Priority: throttle.High, Retake: true, Headroom: headroom}, req...)
+				if err != nil || !r.Firm {
+					t.Fatalf("retake on %s: %+v %v, want firm", req[0].Key, r, err)
+				}
+				isFast := req[0].Key == fast.Key
+				if r.Limits[0].Retook != isFast || r.Limits[1].Retook {
+					t.Fatalf("retake on %s: Retook %v, %v; want %v, false", req[0].Key, r.Limits[0].Retook, r.Limits[1].Retook, isFast)
+				}
+				// The script agrees: a new slot is behind the first send's;
+				// a kept one goes now.
+				if held := r.At.After(r.Now); held != isFast {
+					t.Fatalf("retake on %s: at now+%v; want held back %v", req[0].Key, r.At.Sub(r.Now), isFast)
+				}
+			}
+		})
+	}
+}

@@ -97,11 +97,11 @@ type attempt struct {
 	// when it was not paced), from which its departure's lateness is measured.
 	slot time.Time
 	// base is slot before the send was held for pushes after late sends
-	// (heldForPushes), taken when its reservation was made (the limiter's
-	// clock) and headroom the reservation's: what a push after this send
-	// left late counts from (departure.pushIfLate).
+	// (heldForPushes), taken when its limits' slots were taken and
+	// headroom the reservation's: what a push after this send left late
+	// counts from (departure.pushIfLate).
 	base     time.Time
-	taken    time.Time
+	taken    takenAt
 	headroom float64
 }
 

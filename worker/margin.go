@@ -470,8 +470,9 @@ type departure struct {
 	paced  []throttle.Request // the send's GCRA limits
 	// base, taken and headroom are the attempt's: what a push counts from
 	// (pushIfLate).
-	base, taken time.Time
-	headroom    float64
+	base     time.Time
+	taken    takenAt
+	headroom float64
 	// wrote is 1 + the time from start to the last written request, in
 	// ns (kept from start, so on the monotonic clock); 0: none written.
 	wrote atomic.Int64
@@ -559,13 +560,40 @@ func (d *departure) pushIfLate(late time.Duration) {
 	w.pushing.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), latePushTimeout)
 		defer cancel()
-		moved, err := lp.PushAfterLate(ctx, slot, d.taken, late, h, d.paced...)
-		if err != nil {
-			w.logger.Warn("a late send's limits could not be moved on; the spacing after it is as it was", "channel", ch, "late", late.Round(time.Millisecond/10), "err", err)
-			return
+		// One call per time the limits' slots were taken (two after a
+		// retake: the pushes made since count for each from its own).
+		for _, g := range d.pacedByTaken() {
+			moved, err := lp.PushAfterLate(ctx, slot, g.taken, late, h, g.reqs...)
+			if err != nil {
+				w.logger.Warn("a late send's limits could not be moved on; the spacing after it is as it was", "channel", ch, "late", late.Round(time.Millisecond/10), "err", err)
+				continue
+			}
+			w.logger.Debug("a send left later than its margin: the slots after it moved on", "channel", ch, "late", late.Round(time.Millisecond/10), "moved", moved)
 		}
-		w.logger.Debug("a send left later than its margin: the slots after it moved on", "channel", ch, "late", late.Round(time.Millisecond/10), "moved", moved)
 	})
+}
+
+// takenGroup is a send's GCRA limits whose slots were taken at one time.
+type takenGroup struct {
+	taken time.Time
+	reqs  []throttle.Request
+}
+
+// pacedByTaken groups the send's GCRA limits by when their slots were
+// taken (d.taken), in the order of their first limit, each group's in
+// its order.
+func (d *departure) pacedByTaken() []takenGroup {
+	var out []takenGroup
+	for _, r := range d.paced {
+		at := d.taken.of(r)
+		i := slices.IndexFunc(out, func(g takenGroup) bool { return g.taken.Equal(at) })
+		if i < 0 {
+			out = append(out, takenGroup{taken: at})
+			i = len(out) - 1
+		}
+		out[i].reqs = append(out[i].reqs, r)
+	}
+	return out
 }
 
 // done records the departure after the send returned and returns when the

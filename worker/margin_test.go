@@ -319,7 +319,7 @@ func TestLateWriteMovesTheSlotsAfterIt(t *testing.T) {
 	send := func(late, held time.Duration, headroom float64, reqs []throttle.Request) {
 		t.Helper()
 		slot := time.Now().Add(-late)
-		a := &attempt{slot: slot, base: slot.Add(-held), taken: taken, headroom: headroom}
+		a := &attempt{slot: slot, base: slot.Add(-held), taken: takenAt{first: taken}, headroom: headroom}
 		dep, ctx := h.departing(context.Background(), slot, a, nil, reqs)
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, nil)
 		if err != nil {

@@ -26,6 +26,32 @@ type pushBook struct {
 	m  map[string][]throttle.Push // limiter key → its pushes, oldest first
 }
 
+// takenAt is when a send's slots were taken (the limiter's clock): by its
+// reservation (first), and, after a retake (handler.retake), by the
+// retake (retaken) on the limits it gave new slots (retook: its limits
+// paced faster than one send a second; throttle.LimitDecision.Retook). A
+// push made before a slot was taken has moved that slot in Redis
+// already: counting it again, for a retaken slot counted from the first
+// reservation, held the send a second time, onto the slots taken after
+// the push, and a strict provider counted 81 in a second (make
+// bench-scale, 2026-11-28).
+type takenAt struct {
+	first, retaken time.Time
+	retook         map[limitID]bool
+}
+
+// limitID names one limit of one key (two limits may share a key as hash
+// fields).
+type limitID struct{ key, name string }
+
+// of is when r's slot was taken; zero when unknown (a prefetched slot).
+func (t takenAt) of(r throttle.Request) time.Time {
+	if t.retook[limitID{r.Key, r.Limit.Name}] {
+		return t.retaken
+	}
+	return t.first
+}
+
 // pushMemory is how long a push is kept: a held send's slot was taken at
 // most the hold (seconds) before it goes.
 const pushMemory = 30 * time.Second
@@ -52,11 +78,11 @@ func (b *pushBook) add(p throttle.Push) {
 	}
 }
 
-// moved is how much later a send on reqs, whose slot (the limiter's
-// clock) was taken at taken, goes because of the pushes since: on each of
-// its GCRA limits, the sum of the pushes made after taken for a late send
-// before slot; the most of its limits'.
-func (b *pushBook) moved(reqs []throttle.Request, taken, slot time.Time) time.Duration {
+// moved is how much later a send on reqs, whose slots (the limiter's
+// clock) were taken as taken says, goes because of the pushes since: on
+// each of its GCRA limits, the sum of the pushes made after its slot was
+// taken for a late send before slot; the most of its limits'.
+func (b *pushBook) moved(reqs []throttle.Request, taken takenAt, slot time.Time) time.Duration {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var most time.Duration
@@ -65,8 +91,9 @@ func (b *pushBook) moved(reqs []throttle.Request, taken, slot time.Time) time.Du
 			continue
 		}
 		var sum time.Duration
+		since := taken.of(r)
 		for _, p := range b.m[r.Key] {
-			if p.At.After(taken) && p.Slot.Before(slot) {
+			if p.At.After(since) && p.Slot.Before(slot) {
 				sum += p.By
 			}
 		}
@@ -80,10 +107,10 @@ func (b *pushBook) moved(reqs []throttle.Request, taken, slot time.Time) time.Du
 const maxPushRounds = 3
 
 // heldForPushes holds a send on reqs, firm at *slot (this host's clock)
-// by a reservation made at taken (the limiter's clock), for the pushes
+// by slots taken as taken says (the limiter's clock), for the pushes
 // announced since that moved its slot (pushBook.moved), and moves *slot
 // with it. The error is ctx's, when it ends during the wait.
-func (h *handler) heldForPushes(ctx context.Context, reqs []throttle.Request, taken time.Time, slot *time.Time) error {
+func (h *handler) heldForPushes(ctx context.Context, reqs []throttle.Request, taken takenAt, slot *time.Time) error {
 	if h.w.pushes == nil {
 		return nil
 	}

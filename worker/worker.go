@@ -981,9 +981,16 @@ func (h *handler) retake(ctx context.Context, res Reserver, reqs []throttle.Requ
 	if err != nil || !r.Firm {
 		return nil
 	}
-	// a.taken stays the first reservation's: the retake's new slots are on
-	// the fast limits only, and a push made between the two still moves
-	// the slow limits' (holding a fast one for it too only costs a gap).
+	// The limits the retake gave new slots (its fast ones) count pushes
+	// from the retake on: a push made before it has moved those slots in
+	// Redis already. The slow ones keep their slots and count them from
+	// the first reservation: a push made between the two still moves them.
+	a.taken.retaken, a.taken.retook = r.Now, map[limitID]bool{}
+	for i, d := range r.Limits {
+		if d.Retook && i < len(paced) {
+			a.taken.retook[limitID{paced[i].Key, paced[i].Limit.Name}] = true
+		}
+	}
 	a.slot = asked
 	if at := h.clock.local(r.At); at.After(asked) {
 		a.slot = at
@@ -1044,7 +1051,7 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 		if r.Local {
 			// A slot an earlier call prefetched: firm now, no round trip,
 			// unless a pause this worker knows of came since.
-			*slot, a.base, a.taken = time.Time{}, time.Time{}, time.Time{}
+			*slot, a.base, a.taken = time.Time{}, time.Time{}, takenAt{}
 			// (Leases: a spread send's other scope's, taken beside.)
 			return r.Leases, h.pausedMeanwhile(reqs, time.Time{})
 		}
@@ -1055,7 +1062,7 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 		// nor the reply's latency moves the send.
 		delay := r.Delay()
 		if r.Firm || (delay <= h.ch.Hold && round < maxHoldRounds && r.Planned) {
-			*slot, a.taken, a.headroom = h.clock.local(r.At), r.Now, opts.Headroom
+			*slot, a.taken, a.headroom = h.clock.local(r.At), takenAt{first: r.Now}, opts.Headroom
 			if wait := slot.Sub(h.now()); wait > 0 && delay > 0 {
 				if wait > delay+h.ch.Hold {
 					wait = delay // the clock mapping jumped: trust the reply
