@@ -7,7 +7,9 @@
 // Store is the Redis store. It implements worker.DeliveryRecorder, which
 // the worker calls after each accepted send and each archive;
 // internal/callbacks calls Store.Update with each status a provider posts.
-// Every key has a TTL (Options.TTL, 7 days by default) refreshed on write.
+// Every key has a TTL (Options.TTL, 7 days by default) refreshed on write;
+// a campaign's counters a little longer, refreshed at most once a minute
+// by a worker, so that they outlive their records.
 // Statuses never go back: a late "sent" after "delivered" is ignored, and
 // failed and undelivered are final (the order is State's).
 package delivery

@@ -35,8 +35,10 @@ type sentCall struct {
 // (the TTL's thousandth, at most a minute): between two extensions a
 // record script leaves the counters' TTL alone, unless the call may have
 // made them (record_sent.lua). A PEXPIRE a send was about a tenth of the
-// record's work; the counters then live at least TTL less countersEvery
-// after their last send (7 days less a minute by default).
+// record's work. The counters live countersEvery longer than the TTL
+// (Store.countersTTL), so that they outlive every record written before
+// their next extension: a callback for a record whose counters had gone
+// would count into new ones.
 func countersEvery(ttl time.Duration) time.Duration { return min(time.Minute, ttl/1000) }
 
 // maxExtended bounds the batcher's memory of extended counters: past it,
@@ -89,11 +91,11 @@ func (b *sentBatcher) exec(calls []*sentCall) {
 		keys = append(keys, c.keys...)
 		args = append(args, len(c.keys))
 		args = append(args, c.args...)
-		counters := c.keys[1]
+		counters, cttl := c.keys[1], b.s.countersTTL().Milliseconds()
 		if at, ok := b.extended[counters]; ok && now.Sub(at) < every && !now.Before(at) {
-			args = append(args, 0)
+			args = append(args, -cttl)
 		} else {
-			args = append(args, 1)
+			args = append(args, cttl)
 			extend = append(extend, counters)
 		}
 	}

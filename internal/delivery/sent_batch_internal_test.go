@@ -141,3 +141,49 @@ func TestCountersAreExtendedOnceInAWhile(t *testing.T) {
 	record("t7", "wamid.7")
 	require.Greater(t, ttl(), 59*time.Minute, "the failed call's extension did not count")
 }
+
+// A campaign's counters outlive every record written between two of their
+// extensions, so a callback for such a record never counts into counters
+// that expired before it; and a callback that counts into counters with no
+// TTL (a store of another TTL, an older version) gives them one.
+func TestCountersOutliveTheirRecords(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	s, err := New(Options{Redis: rdb, Prefix: "out", TTL: time.Minute})
+	require.NoError(t, err)
+	ctx := context.Background()
+	now := time.Date(2026, 11, 28, 19, 0, 0, 0, time.UTC)
+	s.sent.now = func() time.Time { return now }
+	counters := CountersKey("out", Group("acme", "c"))
+	record := func(task, provider string) {
+		t.Helper()
+		c, err := s.sentCallOf(Sent{TaskID: task, Queue: "whatsapp", Channel: "whatsapp", Tenant: "acme", Campaign: "c",
+			ProviderID: provider, Status: "sent", At: now})
+		require.NoError(t, err)
+		s.sent.exec([]*sentCall{c})
+		require.NoError(t, <-c.done)
+	}
+	record("t1", "wamid.1")
+	// The extension gives them the TTL and countersEvery (60ms here): a
+	// record written up to countersEvery later, without extending them,
+	// gets the TTL from then, and they still outlive it.
+	c, err := rdb.PTTL(ctx, counters).Result()
+	require.NoError(t, err)
+	require.Greater(t, c, time.Minute+countersEvery(time.Minute)-20*time.Millisecond, "counters' TTL %v, want the TTL and countersEvery", c)
+	now = now.Add(countersEvery(time.Minute) / 2)
+	record("t2", "wamid.2")
+	c2, err := rdb.PTTL(ctx, counters).Result()
+	require.NoError(t, err)
+	require.LessOrEqual(t, c2, c, "t2, within countersEvery, left the counters' TTL alone")
+	r, err := rdb.PTTL(ctx, RecordKey("out", "t2")).Result()
+	require.NoError(t, err)
+	require.Greater(t, c2, r, "the counters (%v) outlive the record written after their extension (%v)", c2, r)
+
+	require.NoError(t, rdb.Persist(ctx, counters).Err())
+	a, err := s.Update(ctx, "whatsapp", "wamid.2", Status{State: StateDelivered, At: now})
+	require.NoError(t, err)
+	require.True(t, a.Moved)
+	c, err = rdb.PTTL(ctx, counters).Result()
+	require.NoError(t, err)
+	require.Greater(t, c, time.Duration(0), "a callback that counted into counters with no TTL gives them one")
+}

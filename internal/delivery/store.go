@@ -143,8 +143,10 @@ type Options struct {
 	// Prefix starts every key (redis.key_prefix). Zero means
 	// DefaultPrefix ("sluice").
 	Prefix string
-	// TTL is how long a record, index or counter lives after its last
-	// write. Zero means DefaultTTL (7 days).
+	// TTL is how long a record or index lives after its last write; a
+	// campaign's counters live up to a minute longer (a thousandth of the
+	// TTL), refreshed at most once a minute by a worker. Zero means
+	// DefaultTTL (7 days).
 	TTL time.Duration
 	// PendingTTL is how long a status reported before its send was
 	// recorded waits. Zero means DefaultPendingTTL (1h).
@@ -287,6 +289,11 @@ func (s *Store) SentAt(ctx context.Context, taskID, queue string) (time.Time, er
 	return fromMilli(at), nil
 }
 
+// countersTTL is how long a campaign's counters live after their last
+// extension: the TTL and countersEvery, so that they outlive every record
+// of theirs (see countersEvery).
+func (s *Store) countersTTL() time.Duration { return s.ttl + countersEvery(s.ttl) }
+
 // RecordFailed records a task the worker gave up on (state archived, with
 // f.Code and f.Reason) and counts it in the campaign's Failed counter once.
 // A record of a send the provider accepted is left as it is.
@@ -297,7 +304,7 @@ func (s *Store) RecordFailed(ctx context.Context, f Failed) error {
 	group := Group(f.Tenant, f.Campaign)
 	keys := []string{RecordKey(s.prefix, f.TaskID), CountersKey(s.prefix, group)}
 	err := recordFailedScript.Run(ctx, s.rdb, keys, f.TaskID, f.Queue, f.Channel, f.Tenant, f.Code, CleanReason(f.Reason),
-		unixMilli(f.At), s.ttl.Milliseconds(), group, f.Campaign).Err()
+		unixMilli(f.At), s.ttl.Milliseconds(), group, f.Campaign, s.countersTTL().Milliseconds()).Err()
 	if err != nil {
 		return fmt.Errorf("delivery: record failed %s: %w", f.TaskID, err)
 	}
@@ -359,7 +366,7 @@ func (s *Store) Update(ctx context.Context, channel, providerID string, st Statu
 			keys = append(keys, RecordKey(s.prefix, task), CountersKey(s.prefix, group))
 		}
 		res, err := updateScript.Run(ctx, s.rdb, keys, task, string(st.State), st.Code, CleanReason(st.Reason),
-			unixMilli(st.At), s.wait.Milliseconds(), group).Slice()
+			unixMilli(st.At), s.wait.Milliseconds(), group, s.countersTTL().Milliseconds()).Slice()
 		if err != nil {
 			return Applied{}, fmt.Errorf("delivery: update %s: %w", providerID, err)
 		}
@@ -402,19 +409,11 @@ func (s *Store) Get(ctx context.Context, taskID string) (*Status, error) {
 	if len(m) == 0 || m["state"] == "" {
 		return nil, ErrNotFound
 	}
-	// A record RecordSent made holds no task_id, code, reason or at
-	// (record_sent.lua): its key's task, 0, none and sent_at.
+	// (A record RecordSent made holds no code or reason: 0 and none.)
 	code, _ := strconv.Atoi(m["code"])
-	st := &Status{TaskID: m["task_id"], Queue: m["queue"], Channel: m["channel"], Tenant: m["tenant"], Campaign: m["campaign"],
+	return &Status{TaskID: m["task_id"], Queue: m["queue"], Channel: m["channel"], Tenant: m["tenant"], Campaign: m["campaign"],
 		ProviderID: m["provider_id"], State: State(m["state"]), Code: code, Reason: m["reason"],
-		At: fromMilli(m["at"]), SentAt: fromMilli(m["sent_at"])}
-	if st.TaskID == "" {
-		st.TaskID = taskID
-	}
-	if _, ok := m["at"]; !ok {
-		st.At = st.SentAt
-	}
-	return st, nil
+		At: fromMilli(m["at"]), SentAt: fromMilli(m["sent_at"])}, nil
 }
 
 // Progress returns the counters of the tenant's campaign ("" counts tasks
@@ -445,7 +444,7 @@ func (s *Store) AddEnqueued(ctx context.Context, tenant, campaign string, n int)
 	key := CountersKey(s.prefix, Group(tenant, campaign))
 	pipe := s.rdb.TxPipeline()
 	pipe.HIncrBy(ctx, key, "enqueued", int64(n))
-	pipe.PExpire(ctx, key, s.ttl)
+	pipe.PExpire(ctx, key, s.countersTTL())
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("delivery: add enqueued %.40q: %w", campaign, err)
 	}

@@ -9,10 +9,11 @@
 -- its keys (2, or 3 with a provider id), task id, queue, channel, tenant,
 -- provider id (may be ""), state (sent or sent_unconfirmed), when (Unix
 -- ms), TTL of every key (ms), the counters' group (tenant and campaign),
--- campaign, and whether to extend the counters' TTL ("1"; "0": the
--- caller extended them within a small part of the TTL, sent_batch.go's
--- countersEvery, and they are extended only if this call may have made
--- them).
+-- campaign, and the counters' TTL (ms; the record's plus sent_batch.go's
+-- countersEvery, so that they outlive every record written before their
+-- next extension): positive to extend them, negative when the caller
+-- extended them within countersEvery (they are then extended only if
+-- this call may have made them).
 -- KEYS, per send in order: the task's record (hash); its campaign's
 -- counters (hash); only with a provider id, the message's index (hash:
 -- task, group, and a pending state, code, reason, at).
@@ -35,22 +36,19 @@ end
 local function record_one(record, counters, index, a)
   local task, queue, channel, tenant, provider, state, at, ttl, group, campaign =
     ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9]
-  local extend = ARGV[a + 10] == '1'
+  local cttl = tonumber(ARGV[a + 10])
+  local extend = cttl > 0
+  if cttl < 0 then cttl = -cttl end
   local old = redis.call('HGET', record, 'state')
   local fresh = rank(old) < 2
   if not old then
-    -- A new record leaves out what its reader (Store.Get) knows without
-    -- it: the task id (its key's), code 0, no reason, and at (sent_at).
-    redis.call('HSET', record, 'queue', queue, 'channel', channel, 'tenant', tenant,
-      'campaign', campaign, 'provider_id', provider, 'sent_at', at, 'state', state)
+    -- A new record leaves out code 0 and an empty reason: its readers
+    -- (Store.Get, of this version and the ones before) read them so.
+    redis.call('HSET', record, 'task_id', task, 'queue', queue, 'channel', channel, 'tenant', tenant,
+      'campaign', campaign, 'provider_id', provider, 'sent_at', at, 'state', state, 'at', at)
   elseif fresh then
     redis.call('HSET', record, 'task_id', task, 'queue', queue, 'channel', channel, 'tenant', tenant,
       'campaign', campaign, 'provider_id', provider, 'sent_at', at, 'state', state, 'code', '0', 'reason', '', 'at', at)
-  end
-  if fresh then
-    if redis.call('HINCRBY', counters, 'sent', 1) == 1 then extend = true end
-    -- A re-run of an archived task: it no longer counts as failed.
-    if old == 'archived' then redis.call('HINCRBY', counters, 'failed', -1) end
   else
     redis.call('HSET', record, 'task_id', task, 'queue', queue, 'channel', channel, 'tenant', tenant,
       'campaign', campaign, 'provider_id', provider, 'sent_at', at)
@@ -59,7 +57,12 @@ local function record_one(record, counters, index, a)
   -- Each key gets its TTL right after its first write, so that a command
   -- failing later in the call (a key of another type) leaves none without.
   redis.call('PEXPIRE', record, ttl)
-  if extend then extend_counters(counters, ttl) end
+  if fresh then
+    if redis.call('HINCRBY', counters, 'sent', 1) == 1 then extend = true end
+    -- A re-run of an archived task: it no longer counts as failed.
+    if old == 'archived' then redis.call('HINCRBY', counters, 'failed', -1) end
+  end
+  if extend then extend_counters(counters, cttl) end
   if index then
     -- (a waiting status always has a state: its other fields are read
     -- only then, the common case being an index the call makes)
@@ -68,7 +71,7 @@ local function record_one(record, counters, index, a)
       local p = redis.call('HMGET', index, 'code', 'reason', 'at')
       apply(record, counters, pending, p[1], p[2], p[3])
       redis.call('HDEL', index, 'state', 'code', 'reason', 'at')
-      extend_counters(counters, ttl) -- (the status applied may have made them)
+      extend_counters(counters, cttl) -- (the status applied may have made them)
     end
     redis.call('HSET', index, 'task', task, 'group', group)
     redis.call('PEXPIRE', index, ttl)

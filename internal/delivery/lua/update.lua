@@ -9,7 +9,9 @@
 -- ARGV[1]: the task id the caller read from the index ("" for none);
 -- ARGV[7]: the counters' group it read
 -- ARGV[2..5]: state, code, reason, at (Unix ms)
--- ARGV[6]: TTL of a pending state, ms
+-- ARGV[6]: TTL of a pending state, ms; ARGV[8]: the counters' TTL, ms,
+-- set when a move counted into counters that had none (they had expired
+-- before the record: a store of another TTL wrote it)
 -- Returns: {result, task id, sent at}: result 1 moved, 0 stale (the record
 -- was already as far), 3 kept pending and moved it (no task yet), 2 no task
 -- yet and the pending state was already as far, -1 the index changed
@@ -30,4 +32,5 @@ if task == '' then
 end
 if redis.call('EXISTS', KEYS[2]) == 0 then return {0, task} end
 local moved = apply(KEYS[2], KEYS[3], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+if moved == 1 and redis.call('PTTL', KEYS[3]) == -1 then redis.call('PEXPIRE', KEYS[3], ARGV[8]) end
 return {moved, task, redis.call('HGET', KEYS[2], 'sent_at') or ''}
