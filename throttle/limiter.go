@@ -89,7 +89,8 @@ type LimitDecision struct {
 	Taken int64
 	// Window is the limit's window (Limit.Window), for headers and events.
 	Window time.Duration
-	// Retook reports, for a firm Reserve with ReserveOptions.Retake, that
+	// Retook reports, for a firm Reserve with ReserveOptions.Retake (and
+	// Priority High: a Bulk send's Retake is not one), that
 	// the call gave this limit a new slot: a GCRA limit paced faster than
 	// one send a second at the call's headroom (its rate as decided, an
 	// override or adaptation applied). False on the slower ones, whose slot

@@ -247,7 +247,7 @@ func (l *Redis) Reserve(ctx context.Context, opts ReserveOptions, reqs ...Reques
 		return Reservation{}, err
 	}
 	r := res.r
-	if opts.Retake && r.Firm && len(r.Limits) == len(reqs) {
+	if opts.Retake && opts.Priority == High && r.Firm && len(r.Limits) == len(reqs) {
 		for i := range r.Limits {
 			r.Limits[i].Retook = retakesSlot(reqs[i], headroom)
 		}

@@ -543,9 +543,10 @@ func (d *departure) pushIfLate(late time.Duration) {
 	}
 	late += d.slot.Sub(d.base) + pushAllowance // from the slot first given, to the provider
 	perSecond := headroomMargin(h)             // a limit's margin is this much a second of its period
-	if !slices.ContainsFunc(d.paced, func(r throttle.Request) bool {
+	over := func(r throttle.Request) bool {
 		return late > time.Duration(float64(perSecond)*r.Limit.Rate.Period.Seconds())
-	}) {
+	}
+	if !slices.ContainsFunc(d.paced, over) {
 		return
 	}
 	if prev := d.pushed.Load(); prev != 0 && late <= time.Duration(prev)+time.Millisecond || !d.pushed.CompareAndSwap(prev, int64(late)) {
@@ -563,6 +564,9 @@ func (d *departure) pushIfLate(late time.Duration) {
 		// One call per time the limits' slots were taken (two after a
 		// retake: the pushes made since count for each from its own).
 		for _, g := range d.pacedByTaken() {
+			if !slices.ContainsFunc(g.reqs, over) {
+				continue // no limit of this group is late past its margin
+			}
 			moved, err := lp.PushAfterLate(ctx, slot, g.taken, late, h, g.reqs...)
 			if err != nil {
 				w.logger.Warn("a late send's limits could not be moved on; the spacing after it is as it was", "channel", ch, "late", late.Round(time.Millisecond/10), "err", err)

@@ -969,7 +969,9 @@ const maxLate = 5 * time.Millisecond
 // there for that. The error is ctx's, when it ends during the wait.
 //
 // It sets a.slot to the instant the send now goes at (this host's
-// clock): the new slot, or the retake's own instant on slow limits.
+// clock): the new slot, or the retake's own instant on slow limits; and
+// a.taken's retake time and the limits it gave new slots, from which
+// those count the pushes after it (takenAt).
 func (h *handler) retake(ctx context.Context, res Reserver, reqs []throttle.Request, a *attempt) error {
 	paced := gcraLimits(reqs)
 	if len(paced) == 0 {
