@@ -313,7 +313,7 @@ func TestLateWriteMovesTheSlotsAfterIt(t *testing.T) {
 	defer srv.Close()
 	rec := pushRecorder{calls: make(chan pushCall, 8)}
 	h := &handler{w: &Worker{opts: Options{Limiter: rec}, logger: slog.New(slog.DiscardHandler)}, ch: Channel{Name: "t", Headroom: 0.015}, margin: newMarginBook(0.015, time.Hour)}
-	number := throttle.Request{Key: "t:number:1", Limit: throttle.Limit{Name: "n", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(80), Burst: 1}}
+	number := testNumber
 	reqs := []throttle.Request{number, throttle.PauseRequest("t:paused:sender:1")}
 	taken := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
 	send := func(late, held time.Duration, headroom float64, reqs []throttle.Request) {
@@ -361,7 +361,7 @@ func TestLateWriteMovesTheSlotsAfterIt(t *testing.T) {
 func TestPushCountsTheWayToTheProvider(t *testing.T) {
 	rec := pushRecorder{calls: make(chan pushCall, 8)}
 	h := &handler{w: &Worker{opts: Options{Limiter: rec}, logger: slog.New(slog.DiscardHandler)}, ch: Channel{Name: "t", Headroom: 0.015}}
-	number := throttle.Request{Key: "t:number:1", Limit: throttle.Limit{Name: "n", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(80), Burst: 1}}
+	number := testNumber
 	slot := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
 	dep := func() *departure {
 		return &departure{h: h, slot: slot, base: slot, headroom: 0.015, paced: []throttle.Request{number}}

@@ -9,6 +9,13 @@ import (
 	"github.com/sluice-dev/sluice/throttle"
 )
 
+// testNumber and testPair are a WhatsApp send's two GCRA limits, a
+// number's 80/s and a pair's 1 per 6s, for the push and margin tests.
+var (
+	testNumber = throttle.Request{Key: "t:number:1", Limit: throttle.Limit{Name: "n", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(80), Burst: 1}}
+	testPair   = throttle.Request{Key: "t:pair:1:2", Limit: throttle.Limit{Name: "p", Algorithm: throttle.GCRA, Rate: throttle.Rate{Limit: 1, Period: 6 * time.Second}, Burst: 1}}
+)
+
 // A held send goes later by the pushes made after its slot was taken for
 // a send late before its slot, summed on each of its limits, the most of
 // its limits'; pushes made before its reservation (its slot moved in
@@ -17,8 +24,7 @@ import (
 func TestPushesMoveTheSendsHeldAfterTheLateOne(t *testing.T) {
 	t0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	number := throttle.Request{Key: "t:number:1", Limit: throttle.Limit{Name: "n", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(80), Burst: 1}}
-	pair := throttle.Request{Key: "t:pair:1:2", Limit: throttle.Limit{Name: "p", Algorithm: throttle.GCRA, Rate: throttle.Rate{Limit: 1, Period: 6 * time.Second}, Burst: 1}}
+	number, pair := testNumber, testPair
 	reqs := []throttle.Request{number, pair, throttle.PauseRequest("t:paused:sender:1")}
 	var b pushBook
 	for _, p := range []throttle.Push{
@@ -57,7 +63,7 @@ func TestReserveHoldsAFirmSendForAPush(t *testing.T) {
 	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	f := &fakeReserver{now: clock}
-	number := throttle.Request{Key: "t:number:1", Limit: throttle.Limit{Name: "n", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(80), Burst: 1}}
+	number := testNumber
 	var b pushBook
 	b.add(throttle.Push{Key: number.Key, By: 7 * time.Millisecond, At: now.Add(time.Microsecond), Slot: now.Add(-time.Second)})
 	h := &handler{w: &Worker{pushes: &b}, ch: Channel{Name: "t", Hold: 2 * time.Second, Headroom: 0.015}, rules: nil, now: clock}
@@ -98,8 +104,7 @@ func (f retookReserver) Reserve(_ context.Context, o throttle.ReserveOptions, re
 func TestARetakenSlotIsNotHeldAgainForAPushItIncludes(t *testing.T) {
 	t0 := time.Date(2026, 11, 28, 19, 0, 0, 0, time.UTC)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	number := throttle.Request{Key: "t:number:1", Limit: throttle.Limit{Name: "n", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(80), Burst: 1}}
-	pair := throttle.Request{Key: "t:pair:1:2", Limit: throttle.Limit{Name: "p", Algorithm: throttle.GCRA, Rate: throttle.Rate{Limit: 1, Period: 6 * time.Second}, Burst: 1}}
+	number, pair := testNumber, testPair
 	reqs := []throttle.Request{number, pair, throttle.PauseRequest("t:paused:sender:1")}
 
 	// The retake (at 100ms) records its time and the limits it retook.

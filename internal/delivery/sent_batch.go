@@ -85,13 +85,13 @@ func (b *sentBatcher) exec(calls []*sentCall) {
 	args := make([]any, 1, 1+12*len(calls))
 	args[0] = len(calls)
 	now := b.now()
-	every := countersEvery(b.s.ttl)
+	every, cttl := countersEvery(b.s.ttl), b.s.countersTTL().Milliseconds()
 	var extend []string // the counters keys this call extends
 	for _, c := range calls {
 		keys = append(keys, c.keys...)
 		args = append(args, len(c.keys))
 		args = append(args, c.args...)
-		counters, cttl := c.keys[1], b.s.countersTTL().Milliseconds()
+		counters := c.keys[1]
 		if at, ok := b.extended[counters]; ok && now.Sub(at) < every && !now.Before(at) {
 			args = append(args, -cttl)
 		} else {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-dev/sluice/internal/redistest"
@@ -72,23 +73,11 @@ func TestOneCallCarriesSeveralSends(t *testing.T) {
 // all the same, and so does a waiting status applied to them.
 func TestCountersAreExtendedOnceInAWhile(t *testing.T) {
 	t.Parallel()
-	rdb := redistest.Start(t).Client(t)
-	s, err := New(Options{Redis: rdb, Prefix: "ext", TTL: time.Hour})
-	require.NoError(t, err)
+	s, rdb, now, record := clockedStore(t, "ext", time.Hour)
 	ctx := context.Background()
-	now := time.Date(2026, 11, 28, 19, 0, 0, 0, time.UTC)
-	s.sent.now = func() time.Time { return now }
 	every := countersEvery(time.Hour)
 	require.Equal(t, 3600*time.Millisecond, every)
 	counters := CountersKey("ext", Group("acme", "c"))
-	record := func(task, provider string) {
-		t.Helper()
-		c, err := s.sentCallOf(Sent{TaskID: task, Queue: "whatsapp", Channel: "whatsapp", Tenant: "acme", Campaign: "c",
-			ProviderID: provider, Status: "sent", At: now})
-		require.NoError(t, err)
-		s.sent.exec([]*sentCall{c})
-		require.NoError(t, <-c.done)
-	}
 	ttl := func() time.Duration {
 		t.Helper()
 		d, err := rdb.PTTL(ctx, counters).Result()
@@ -103,23 +92,23 @@ func TestCountersAreExtendedOnceInAWhile(t *testing.T) {
 	record("t1", "wamid.1")
 	require.Greater(t, ttl(), 59*time.Minute, "the first record extends the counters")
 	lower()
-	now = now.Add(every / 2)
+	*now = (*now).Add(every / 2)
 	record("t2", "wamid.2")
 	require.LessOrEqual(t, ttl(), time.Minute, "within countersEvery the TTL is left alone")
-	now = now.Add(every)
+	*now = (*now).Add(every)
 	record("t3", "wamid.3")
 	require.Greater(t, ttl(), 59*time.Minute, "after countersEvery the record extends them again")
 
 	// Made anew within countersEvery: extended.
 	require.NoError(t, rdb.Del(ctx, counters).Err())
-	now = now.Add(every / 2)
+	*now = (*now).Add(every / 2)
 	record("t4", "wamid.4")
 	require.Greater(t, ttl(), 59*time.Minute, "counters the record made are extended")
 
 	// A status that waited for its record: applied, and the counters
 	// extended, within countersEvery.
 	lower()
-	applied, err := s.Update(ctx, "whatsapp", "wamid.5", Status{State: StateDelivered, At: now})
+	applied, err := s.Update(ctx, "whatsapp", "wamid.5", Status{State: StateDelivered, At: *now})
 	require.NoError(t, err)
 	require.False(t, applied.Found)
 	record("t5", "wamid.5")
@@ -131,8 +120,8 @@ func TestCountersAreExtendedOnceInAWhile(t *testing.T) {
 	// A failed call leaves them to be extended by the next.
 	require.NoError(t, rdb.Del(ctx, counters).Err())
 	require.NoError(t, rdb.RPush(ctx, RecordKey("ext", "t6"), "x").Err())
-	now = now.Add(every)
-	c6, err := s.sentCallOf(Sent{TaskID: "t6", Queue: "whatsapp", Channel: "whatsapp", Tenant: "acme", Campaign: "c", Status: "sent", At: now})
+	*now = (*now).Add(every)
+	c6, err := s.sentCallOf(Sent{TaskID: "t6", Queue: "whatsapp", Channel: "whatsapp", Tenant: "acme", Campaign: "c", Status: "sent", At: *now})
 	require.NoError(t, err)
 	s.sent.exec([]*sentCall{c6})
 	require.ErrorContains(t, <-c6.done, "WRONGTYPE")
@@ -148,21 +137,9 @@ func TestCountersAreExtendedOnceInAWhile(t *testing.T) {
 // TTL (a store of another TTL, an older version) gives them one.
 func TestCountersOutliveTheirRecords(t *testing.T) {
 	t.Parallel()
-	rdb := redistest.Start(t).Client(t)
-	s, err := New(Options{Redis: rdb, Prefix: "out", TTL: time.Minute})
-	require.NoError(t, err)
+	s, rdb, now, record := clockedStore(t, "out", time.Minute)
 	ctx := context.Background()
-	now := time.Date(2026, 11, 28, 19, 0, 0, 0, time.UTC)
-	s.sent.now = func() time.Time { return now }
 	counters := CountersKey("out", Group("acme", "c"))
-	record := func(task, provider string) {
-		t.Helper()
-		c, err := s.sentCallOf(Sent{TaskID: task, Queue: "whatsapp", Channel: "whatsapp", Tenant: "acme", Campaign: "c",
-			ProviderID: provider, Status: "sent", At: now})
-		require.NoError(t, err)
-		s.sent.exec([]*sentCall{c})
-		require.NoError(t, <-c.done)
-	}
 	record("t1", "wamid.1")
 	// The extension gives them the TTL and countersEvery (60ms here): a
 	// record written up to countersEvery later, without extending them,
@@ -170,7 +147,7 @@ func TestCountersOutliveTheirRecords(t *testing.T) {
 	c, err := rdb.PTTL(ctx, counters).Result()
 	require.NoError(t, err)
 	require.Greater(t, c, time.Minute+countersEvery(time.Minute)-20*time.Millisecond, "counters' TTL %v, want the TTL and countersEvery", c)
-	now = now.Add(countersEvery(time.Minute) / 2)
+	*now = (*now).Add(countersEvery(time.Minute) / 2)
 	record("t2", "wamid.2")
 	c2, err := rdb.PTTL(ctx, counters).Result()
 	require.NoError(t, err)
@@ -180,10 +157,33 @@ func TestCountersOutliveTheirRecords(t *testing.T) {
 	require.Greater(t, c2, r, "the counters (%v) outlive the record written after their extension (%v)", c2, r)
 
 	require.NoError(t, rdb.Persist(ctx, counters).Err())
-	a, err := s.Update(ctx, "whatsapp", "wamid.2", Status{State: StateDelivered, At: now})
+	a, err := s.Update(ctx, "whatsapp", "wamid.2", Status{State: StateDelivered, At: *now})
 	require.NoError(t, err)
 	require.True(t, a.Moved)
 	c, err = rdb.PTTL(ctx, counters).Result()
 	require.NoError(t, err)
 	require.Greater(t, c, time.Duration(0), "a callback that counted into counters with no TTL gives them one")
+}
+
+// clockedStore returns a store of its own (prefix, TTL) on a redis-server
+// of the test's own, whose batcher reads the time from *now, and record,
+// which records one WhatsApp send of tenant acme's campaign c at *now
+// through the batcher, alone in its script call, and fails the test on an
+// error.
+func clockedStore(t *testing.T, prefix string, ttl time.Duration) (*Store, *redis.Client, *time.Time, func(task, provider string)) {
+	t.Helper()
+	rdb := redistest.Start(t).Client(t)
+	s, err := New(Options{Redis: rdb, Prefix: prefix, TTL: ttl})
+	require.NoError(t, err)
+	now := time.Date(2026, 11, 28, 19, 0, 0, 0, time.UTC)
+	s.sent.now = func() time.Time { return now }
+	record := func(task, provider string) {
+		t.Helper()
+		c, err := s.sentCallOf(Sent{TaskID: task, Queue: "whatsapp", Channel: "whatsapp", Tenant: "acme", Campaign: "c",
+			ProviderID: provider, Status: "sent", At: now})
+		require.NoError(t, err)
+		s.sent.exec([]*sentCall{c})
+		require.NoError(t, <-c.done)
+	}
+	return s, rdb, &now, record
 }
