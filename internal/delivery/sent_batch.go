@@ -10,9 +10,10 @@ import (
 
 // RecordSent calls are coalesced: while one record script is in flight,
 // the calls that arrive queue up and go together in the next one, one
-// EVALSHA for up to maxSentBatch sends. A lone call goes at once, so its
-// latency is unchanged; under load the round trip and the script's setup
-// are shared. A record was the one script call every paced send made on
+// EVALSHA for up to maxSentBatch sends; a busy store's scripts are at
+// least sentLinger apart. A lone call goes at once, so its latency is
+// unchanged; under load the round trip and the script's setup are
+// shared. A record was the one script call every paced send made on
 // its own. On this project's 2-core host, one caller at a time cost Redis
 // 47 µs of CPU a record, 64 callers at once 12 to 14
 // (`go test -run '^$' -bench RecordSent ./internal/delivery/`).
@@ -23,6 +24,21 @@ const maxSentBatch = 64
 // returns its error; its record may still be written, as RecordSent is
 // idempotent.
 const sentTimeout = 5 * time.Second
+
+// sentLinger is the least time between two record scripts of a busy
+// store (coalesce.Batcher.SetLinger): while records come faster than a
+// script's round trip, a call waits for the rest of it, so that a worker
+// recording a thousand sends a second writes them about ten a script, not
+// one or two. A record comes after its send went: the wait delays nothing
+// the provider sees, only the task's completion. A store whose last
+// script carried one call (a quiet worker, the kept records' flush, one
+// call at a time) is never held. In make bench-scale (docs/pacing.md,
+// "A record waits for company") a 5 ms linger took the EVALSHA calls
+// from 1.0 to 0.43 a delivered send and Redis' CPU a send from 145-153 to
+// 126-131 µs; 15 ms took 4 µs more. A script call costs Redis about
+// 30 µs beyond its sends' work: the round trip's system calls, the
+// command's parsing, the script's setup.
+const sentLinger = 10 * time.Millisecond
 
 // sentCall is one RecordSent call waiting for its batch.
 type sentCall struct {
@@ -64,6 +80,7 @@ const sentBatcherIdle = time.Second
 func newSentBatcher(s *Store) *sentBatcher {
 	b := &sentBatcher{s: s, extended: make(map[string]time.Time), now: time.Now}
 	b.q = coalesce.New(maxSentBatch, sentBatcherIdle, b.exec)
+	b.q.SetLinger(sentLinger)
 	return b
 }
 

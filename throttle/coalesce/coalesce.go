@@ -2,7 +2,8 @@
 // served, the calls that arrive queue up and are served together in the
 // next, up to a most per batch. A lone call is served at once, so its
 // latency is unchanged; under load the round trip and setup of each
-// batch are shared. The limiter's reserve calls (throttle) and the
+// batch are shared, and a linger (SetLinger) spaces a busy Batcher's
+// batches so that more calls share each. The limiter's reserve calls (throttle) and the
 // worker's delivery records (internal/delivery) go to Redis this way, one
 // script call per batch.
 package coalesce
@@ -19,9 +20,16 @@ import (
 // starts with the first call and ends after Idle with none, so a Batcher
 // nobody uses holds no goroutine. Safe for concurrent use.
 type Batcher[C any] struct {
-	in    chan C
-	idle  time.Duration
-	serve func([]C)
+	in     chan C
+	idle   time.Duration
+	serve  func([]C)
+	linger time.Duration // see SetLinger
+
+	// Written by the run goroutine only (a new one starts after the last
+	// ended, through mu): when the last batch began, and whether it was
+	// busy (SetLinger).
+	last time.Time
+	busy bool
 
 	mu      sync.Mutex
 	running bool // a run goroutine is serving in
@@ -36,6 +44,16 @@ func New[C any](most int, idle time.Duration, serve func([]C)) *Batcher[C] {
 	}
 	return &Batcher[C]{in: make(chan C, most), idle: idle, serve: serve}
 }
+
+// SetLinger has a busy Batcher serve at most one batch per d: a call that
+// arrives less than d after the last batch began waits for the rest of d,
+// or until the batch is full, for others to join it. Busy means that the
+// last batch had company: it held more than one call, or calls were
+// waiting when it was served. A call after a quiet spell, and each call of
+// a caller that waits for its answer before the next (one call at a time),
+// is served at once. Zero (the default) serves each batch as soon as the
+// one before is done. Call it before the first Add.
+func (b *Batcher[C]) SetLinger(d time.Duration) { b.linger = d }
 
 // Add queues c, waiting while most calls are queued already. It returns
 // ctx's error, and c is not queued, when ctx ends first.
@@ -76,6 +94,11 @@ func (b *Batcher[C]) run() {
 		}
 		idle.Reset(b.idle)
 		batch := []C{c}
+		if b.linger > 0 && b.busy {
+			if wait := b.linger - time.Since(b.last); wait > 0 {
+				batch = b.gather(batch, wait)
+			}
+		}
 	drain:
 		for len(batch) < cap(b.in) {
 			select {
@@ -85,6 +108,24 @@ func (b *Batcher[C]) run() {
 				break drain
 			}
 		}
+		b.last = time.Now()
 		b.serve(batch)
+		b.busy = len(batch) > 1 || len(b.in) > 0
 	}
+}
+
+// gather adds the calls that arrive within wait to batch, until it is
+// full.
+func (b *Batcher[C]) gather(batch []C, wait time.Duration) []C {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for len(batch) < cap(b.in) {
+		select {
+		case c := <-b.in:
+			batch = append(batch, c)
+		case <-t.C:
+			return batch
+		}
+	}
+	return batch
 }

@@ -57,3 +57,69 @@ func TestCallsThatArriveMeanwhileGoTogether(t *testing.T) {
 	defer mu.Unlock()
 	require.Equal(t, [][]int{{0}, {1, 2, 3, 4}, {5}}, batches)
 }
+
+// With a linger, a busy Batcher (its last batch held more than one call)
+// serves at most one batch per linger: the calls that arrive soon after a
+// batch began wait and go together. A batch that fills up goes without
+// waiting out the linger, and a caller that makes one call at a time,
+// waiting for each answer, never waits.
+func TestLingerGathersTheCallsOfABusyBatcher(t *testing.T) {
+	// (a failure guard, not a timing assertion: the batch is served within
+	// it, or the Batcher held it for the hour's linger)
+	const guard = 15 * time.Second
+	next := func(t *testing.T, batches chan []int) []int {
+		t.Helper()
+		select {
+		case got := <-batches:
+			return got
+		case <-time.After(guard):
+			t.Fatal("no batch served")
+			return nil
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		most   int
+		linger time.Duration
+	}{
+		// (long enough that the Adds below land within it on a busy host)
+		{"gathers", 8, 2 * time.Second},
+		// (a full batch must not wait the hour)
+		{"full goes at once", 3, time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			batches := make(chan []int, 10)
+			first, release := make(chan struct{}), make(chan struct{})
+			b := New(tc.most, 10*time.Millisecond, func(batch []int) {
+				if batch[0] == 0 {
+					close(first)
+					<-release // calls 1 to 3 queue meanwhile: the next batch is busy
+				}
+				batches <- append([]int(nil), batch...)
+			})
+			b.SetLinger(tc.linger)
+			ctx := context.Background()
+			require.NoError(t, b.Add(ctx, 0))
+			<-first
+			for i := 1; i <= 3; i++ {
+				require.NoError(t, b.Add(ctx, i))
+			}
+			close(release)
+			require.Equal(t, []int{0}, next(t, batches), "a call after a quiet spell goes at once, alone")
+			require.Equal(t, []int{1, 2, 3}, next(t, batches), "the calls that queued meanwhile go together")
+			for i := 4; i <= 6; i++ {
+				require.NoError(t, b.Add(ctx, i))
+			}
+			require.Equal(t, []int{4, 5, 6}, next(t, batches), "after a busy batch, the calls within the linger go together")
+		})
+	}
+	t.Run("one call at a time", func(t *testing.T) {
+		batches := make(chan []int, 10)
+		b := New(8, 10*time.Millisecond, func(batch []int) { batches <- append([]int(nil), batch...) })
+		b.SetLinger(time.Hour)
+		for i := range 3 {
+			require.NoError(t, b.Add(context.Background(), i))
+			require.Equal(t, []int{i}, next(t, batches), "a lone caller's call goes at once")
+		}
+	})
+}
