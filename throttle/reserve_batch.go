@@ -18,6 +18,53 @@ import (
 // if they had come one by one.
 const maxReserveBatch = 64
 
+// reserveLinger is the least time between two reserve scripts of a busy
+// limiter, for the calls that may wait that long (reserveDue): a worker
+// reserving a thousand sends a second then decides more of them a script.
+// A script call costs Redis about 30 µs beyond its sends' work (the round
+// trip's system calls, parsing, the script's setup; docs/pacing.md,
+// "Calls that wait for company").
+const reserveLinger = 10 * time.Millisecond
+
+// reserveSlack is how near its planned instant a send's reservation is
+// decided without waiting longer than reserveDue's share of its interval.
+// A worker's batch asks for a send's slot batchLead (300 ms) ahead of its
+// planned instant, so a send due later than that may wait the linger.
+const reserveSlack = 150 * time.Millisecond
+
+// reserveDue is when a call must be decided (coalesce.Batcher.SetDue).
+// A worker's batch reserves its sends one after another, each once the
+// one before has its slot, so every wait is a step of that chain: a call
+// may wait half the emission interval of its fastest rated limit (6.25 ms
+// for 80/s), at most the linger, so that a chain keeps ahead of its
+// number's pace; a send planned more than reserveSlack ahead may wait the
+// linger. A retake (a send already late) and a call without a rated limit
+// are decided at once.
+func reserveDue(opts ReserveOptions, reqs []Request, now time.Time) time.Time {
+	if opts.Retake {
+		return time.Time{}
+	}
+	wait := time.Duration(0)
+	for _, r := range reqs {
+		if r.Limit.Rate.Limit <= 0 {
+			continue
+		}
+		if half := r.Limit.Rate.Period / time.Duration(r.Limit.Rate.Limit) / 2; wait == 0 || half < wait {
+			wait = half
+		}
+	}
+	if wait <= 0 {
+		return time.Time{}
+	}
+	due := now.Add(min(wait, reserveLinger))
+	if !opts.PlannedAt.IsZero() {
+		if d := opts.PlannedAt.Add(-reserveSlack); d.After(due) {
+			due = d
+		}
+	}
+	return due
+}
+
 // reserveTimeout bounds a batch's script: it serves several callers, so no
 // caller's context may cut it short.
 const reserveTimeout = 10 * time.Second
@@ -29,6 +76,7 @@ type reserveCall struct {
 	reqs     []Request
 	fields   []string
 	callID   string
+	due      time.Time          // reserveDue; zero: decided at once
 	done     chan reserveResult // buffered: the batcher never blocks on it
 
 	mu        sync.Mutex
@@ -55,6 +103,8 @@ func (l *Redis) batcher() *reserveBatcher {
 	l.batchOnce.Do(func() {
 		b := &reserveBatcher{l: l}
 		b.q = coalesce.New(maxReserveBatch, batcherIdle, b.serve)
+		b.q.SetLinger(reserveLinger)
+		b.q.SetDue(func(c *reserveCall) time.Time { return c.due })
 		l.batch = b
 	})
 	return l.batch

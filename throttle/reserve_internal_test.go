@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // A key that one send of a batch uses for a GCRA limit and another for a
@@ -48,5 +50,37 @@ func TestReserveArgsSendEachSpecOnce(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("ARGV =\n%v\nwant\n%v", got, want)
+	}
+}
+
+// A reserve call waits for company at most half the emission interval of
+// its fastest rated limit (capped by the linger), so that a batch's chain
+// of reservations keeps ahead of its number's pace; a send planned well
+// ahead may wait the linger; a retake, or a call with no rated limit,
+// waits for nothing.
+func TestReserveDueKeepsABatchsChainAheadOfItsPace(t *testing.T) {
+	now := time.Date(2026, 11, 28, 21, 0, 0, 0, time.UTC)
+	number := Request{Key: "number", Limit: Limit{Algorithm: GCRA, Rate: PerSecond(80)}}
+	pair := Request{Key: "pair", Limit: Limit{Algorithm: GCRA, Rate: Rate{Limit: 1, Period: 6 * time.Second}}}
+	fast := Request{Key: "fast", Limit: Limit{Algorithm: GCRA, Rate: PerSecond(1000)}}
+	slow := Request{Key: "slow", Limit: Limit{Algorithm: FixedWindow, Rate: PerSecond(10)}}
+	pool := Request{Key: "pool", Limit: Limit{Algorithm: Concurrency, Burst: 5}}
+	for _, tc := range []struct {
+		name string
+		opts ReserveOptions
+		reqs []Request
+		want time.Time
+	}{
+		{"80/s and its pair: half of 12.5 ms", ReserveOptions{}, []Request{number, pair}, now.Add(6250 * time.Microsecond)},
+		{"1,000/s: half a millisecond", ReserveOptions{}, []Request{fast}, now.Add(500 * time.Microsecond)},
+		{"10/s: the linger, not 50 ms", ReserveOptions{}, []Request{slow}, now.Add(reserveLinger)},
+		{"planned 1 s ahead: the linger is under the slack", ReserveOptions{PlannedAt: now.Add(time.Second)}, []Request{number}, now.Add(time.Second - reserveSlack)},
+		{"planned 100 ms ahead: within the slack", ReserveOptions{PlannedAt: now.Add(100 * time.Millisecond)}, []Request{number}, now.Add(6250 * time.Microsecond)},
+		{"a retake", ReserveOptions{Retake: true, PlannedAt: now.Add(time.Second)}, []Request{number}, time.Time{}},
+		{"no rated limit", ReserveOptions{}, []Request{pool}, time.Time{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, reserveDue(tc.opts, tc.reqs, now))
+		})
 	}
 }

@@ -1036,9 +1036,10 @@ func gcraLimits(reqs []throttle.Request) []throttle.Request {
 func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []throttle.Request, a *attempt) ([]throttle.Lease, error) {
 	slot := &a.slot
 	m, name := h.w.opts.Metrics, h.ch.Name
-	id := taskID(ctx)
+	meta := asynqMeta(ctx)
+	id := meta.id
 	opts := throttle.ReserveOptions{TaskID: id, Priority: p.Priority, Hold: h.ch.Hold, Headroom: h.headroom(h.now()),
-		Tenant: p.Tenant, Weight: h.ch.weight(p.Tenant)}
+		Tenant: p.Tenant, Weight: h.ch.weight(p.Tenant), PlannedAt: meta.at}
 	for round := 1; ; round++ {
 		sent := h.now()
 		r, err := res.Reserve(ctx, opts, reqs...)

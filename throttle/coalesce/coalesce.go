@@ -23,7 +23,8 @@ type Batcher[C any] struct {
 	in     chan C
 	idle   time.Duration
 	serve  func([]C)
-	linger time.Duration // see SetLinger
+	linger time.Duration     // see SetLinger
+	due    func(C) time.Time // see SetDue; nil: every call may wait the linger
 
 	// Written by the run goroutine only (a new one starts after the last
 	// ended, through mu): when the last batch began, and whether it was
@@ -54,6 +55,14 @@ func New[C any](most int, idle time.Duration, serve func([]C)) *Batcher[C] {
 // is served at once. Zero (the default) serves each batch as soon as the
 // one before is done. Call it before the first Add.
 func (b *Batcher[C]) SetLinger(d time.Duration) { b.linger = d }
+
+// SetDue bounds the linger by each call's due: a batch waits for company
+// no later than the earliest due of its calls, and a call whose due is
+// the zero time, or has passed, is served at once, with the calls queued
+// beside it. The limiter's reserve calls (throttle) set it from a send's
+// planned instant, so that a send is never late for waiting. Call it
+// before the first Add.
+func (b *Batcher[C]) SetDue(due func(C) time.Time) { b.due = due }
 
 // Add queues c, waiting while most calls are queued already. It returns
 // ctx's error, and c is not queued, when ctx ends first.
@@ -95,9 +104,7 @@ func (b *Batcher[C]) run() {
 		idle.Reset(b.idle)
 		batch := []C{c}
 		if b.linger > 0 && b.busy {
-			if wait := b.linger - time.Since(b.last); wait > 0 {
-				batch = b.gather(batch, wait)
-			}
+			batch = b.gather(batch, b.last.Add(b.linger))
 		}
 	drain:
 		for len(batch) < cap(b.in) {
@@ -114,18 +121,50 @@ func (b *Batcher[C]) run() {
 	}
 }
 
-// gather adds the calls that arrive within wait to batch, until it is
-// full.
-func (b *Batcher[C]) gather(batch []C, wait time.Duration) []C {
+// gather adds to batch the calls that arrive until end, or until the
+// earliest due of the batch's calls (SetDue), or until it is full.
+func (b *Batcher[C]) gather(batch []C, end time.Time) []C {
+	end = b.earlier(end, batch[0])
+	wait := time.Until(end)
+	if wait <= 0 {
+		return batch
+	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	for len(batch) < cap(b.in) {
 		select {
 		case c := <-b.in:
 			batch = append(batch, c)
+			if e := b.earlier(end, c); e.Before(end) {
+				end = e
+				if !t.Stop() {
+					return batch // (it fired meanwhile)
+				}
+				wait = time.Until(end)
+				if wait <= 0 {
+					return batch
+				}
+				t.Reset(wait)
+			}
 		case <-t.C:
 			return batch
 		}
 	}
 	return batch
+}
+
+// earlier returns end, or c's due where that is earlier; a zero due is
+// now.
+func (b *Batcher[C]) earlier(end time.Time, c C) time.Time {
+	if b.due == nil {
+		return end
+	}
+	d := b.due(c)
+	if d.IsZero() {
+		return time.Time{}
+	}
+	if d.Before(end) {
+		return d
+	}
+	return end
 }

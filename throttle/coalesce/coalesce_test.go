@@ -123,3 +123,62 @@ func TestLingerGathersTheCallsOfABusyBatcher(t *testing.T) {
 		}
 	})
 }
+
+// SetDue cuts a busy Batcher's linger short: a batch waits for company no
+// later than its calls' earliest due, and a call due now (the zero time)
+// goes at once with the calls queued beside it.
+func TestDueCutsTheLingerShort(t *testing.T) {
+	const guard = 15 * time.Second // (a failure guard: else the hour's linger held the batch)
+	far := time.Now().Add(2 * time.Hour)
+	var mu sync.Mutex
+	dues := map[int]time.Time{0: far, 1: far, 2: far, 3: {}, 4: far, 5: {}}
+	batches := make(chan []int, 10)
+	first, release := make(chan struct{}), make(chan struct{})
+	b := New(8, 10*time.Millisecond, func(batch []int) {
+		if batch[0] == 0 {
+			close(first)
+			<-release // calls 1 to 3 queue meanwhile: the next batch is busy
+		}
+		batches <- append([]int(nil), batch...)
+	})
+	b.SetLinger(time.Hour)
+	b.SetDue(func(i int) time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return dues[i]
+	})
+	next := func() []int {
+		t.Helper()
+		select {
+		case got := <-batches:
+			return got
+		case <-time.After(guard):
+			t.Fatal("no batch served: the linger held it past its due")
+			return nil
+		}
+	}
+	ctx := context.Background()
+	require.NoError(t, b.Add(ctx, 0))
+	<-first
+	for i := 1; i <= 3; i++ {
+		require.NoError(t, b.Add(ctx, i))
+	}
+	close(release)
+	require.Equal(t, []int{0}, next())
+	require.Equal(t, []int{1, 2, 3}, next(), "the calls that queued meanwhile go together, at once: 3 is due")
+	// Busy now: 4 would wait the hour, but 5 is due at once and takes it along.
+	require.NoError(t, b.Add(ctx, 4))
+	require.NoError(t, b.Add(ctx, 5))
+	got := next()
+	if len(got) == 1 { // (4 alone: 5 came after the batch was taken, and goes next)
+		require.Equal(t, []int{4}, got)
+		got = append(got, next()...)
+	}
+	require.Equal(t, []int{4, 5}, got)
+	// A call due in 20 ms goes by its due, not after the hour.
+	mu.Lock()
+	dues[6] = time.Now().Add(20 * time.Millisecond)
+	mu.Unlock()
+	require.NoError(t, b.Add(ctx, 6))
+	require.Equal(t, []int{6}, next())
+}
