@@ -291,8 +291,14 @@ func benchNumber(i int) string { return fmt.Sprintf("1065403%08d", 10000+i) }
 // redisWork is a redis-server's counters at one moment: CPU time and
 // INFO commandstats; on a cluster, summed over its masters.
 type redisWork struct {
-	cpu      time.Duration
-	sys      time.Duration // of cpu, in the kernel (used_cpu_sys: mostly the clients' reads and writes)
+	cpu time.Duration
+	sys time.Duration // of cpu, in the kernel (used_cpu_sys: mostly the clients' reads and writes)
+	// reads is INFO stats total_reads_processed: the read events Redis
+	// served, about one per round trip of each client. On a Redis that is
+	// not saturated, each wakes its event loop: a system call or three
+	// besides the commands, which on this project's 2-core host is about
+	// as much as a short script.
+	reads    int64
 	commands map[string]commandStat
 	masters  map[string]time.Duration // on a cluster, each master's CPU, by address
 }
@@ -321,6 +327,7 @@ func readRedisWork(t *testing.T, rdb redis.UniversalClient) redisWork {
 		defer mu.Unlock()
 		sum.cpu += w.cpu
 		sum.sys += w.sys
+		sum.reads += w.reads
 		sum.masters[c.Options().Addr] = w.cpu
 		for k, v := range w.commands {
 			x := sum.commands[k]
@@ -334,7 +341,7 @@ func readRedisWork(t *testing.T, rdb redis.UniversalClient) redisWork {
 // readServerWork is readRedisWork for one server.
 func readServerWork(t *testing.T, rdb redis.UniversalClient) redisWork {
 	t.Helper()
-	info, err := rdb.Info(context.Background(), "cpu", "commandstats").Result()
+	info, err := rdb.Info(context.Background(), "cpu", "commandstats", "stats").Result()
 	require.NoError(t, err)
 	w := redisWork{commands: map[string]commandStat{}}
 	for _, line := range strings.Split(info, "\n") {
@@ -346,6 +353,10 @@ func readServerWork(t *testing.T, rdb redis.UniversalClient) redisWork {
 			continue
 		}
 		k, v, ok := strings.Cut(line, ":")
+		if ok && k == "total_reads_processed" {
+			w.reads, err = strconv.ParseInt(v, 10, 64)
+			require.NoError(t, err)
+		}
 		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
 			f, err := strconv.ParseFloat(v, 64)
 			require.NoError(t, err)
@@ -360,7 +371,7 @@ func readServerWork(t *testing.T, rdb redis.UniversalClient) redisWork {
 
 // minus is the work done between b and a.
 func (a redisWork) minus(b redisWork) redisWork {
-	d := redisWork{cpu: a.cpu - b.cpu, sys: a.sys - b.sys, commands: map[string]commandStat{}}
+	d := redisWork{cpu: a.cpu - b.cpu, sys: a.sys - b.sys, reads: a.reads - b.reads, commands: map[string]commandStat{}}
 	for addr, c := range a.masters {
 		if d.masters == nil {
 			d.masters = map[string]time.Duration{}
@@ -616,6 +627,7 @@ func (r benchRun) figures(sum *stressSummary, d redisWork) {
 		sum.add("redis_cpu_busiest_master_us_per_send", float64(slices.Max(slices.Collect(maps.Values(d.masters))).Microseconds())/float64(max(r.delivered, 1)))
 	}
 	if r.delivered > 0 {
+		sum.add("redis_reads_per_send", float64(d.reads)/float64(r.delivered))
 		enq := float64(r.enqueueCPU.Microseconds()) / float64(r.delivered)
 		sum.add("redis_cpu_enqueue_us_per_send", enq)
 		sum.add("redis_cpu_deliver_us_per_send", r.cpuPerSend-enq)
