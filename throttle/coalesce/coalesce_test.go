@@ -64,19 +64,6 @@ func TestCallsThatArriveMeanwhileGoTogether(t *testing.T) {
 // waiting out the linger, and a caller that makes one call at a time,
 // waiting for each answer, never waits.
 func TestLingerGathersTheCallsOfABusyBatcher(t *testing.T) {
-	// (a failure guard, not a timing assertion: the batch is served within
-	// it, or the Batcher held it for the hour's linger)
-	const guard = 15 * time.Second
-	next := func(t *testing.T, batches chan []int) []int {
-		t.Helper()
-		select {
-		case got := <-batches:
-			return got
-		case <-time.After(guard):
-			t.Fatal("no batch served")
-			return nil
-		}
-	}
 	for _, tc := range []struct {
 		name   string
 		most   int
@@ -88,29 +75,12 @@ func TestLingerGathersTheCallsOfABusyBatcher(t *testing.T) {
 		{"full goes at once", 3, time.Hour},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			batches := make(chan []int, 10)
-			first, release := make(chan struct{}), make(chan struct{})
-			b := New(tc.most, 10*time.Millisecond, func(batch []int) {
-				if batch[0] == 0 {
-					close(first)
-					<-release // calls 1 to 3 queue meanwhile: the next batch is busy
-				}
-				batches <- append([]int(nil), batch...)
-			})
-			b.SetLinger(tc.linger)
+			b, batches := busyBatcher(t, tc.most, tc.linger, nil)
 			ctx := context.Background()
-			require.NoError(t, b.Add(ctx, 0))
-			<-first
-			for i := 1; i <= 3; i++ {
-				require.NoError(t, b.Add(ctx, i))
-			}
-			close(release)
-			require.Equal(t, []int{0}, next(t, batches), "a call after a quiet spell goes at once, alone")
-			require.Equal(t, []int{1, 2, 3}, next(t, batches), "the calls that queued meanwhile go together")
 			for i := 4; i <= 6; i++ {
 				require.NoError(t, b.Add(ctx, i))
 			}
-			require.Equal(t, []int{4, 5, 6}, next(t, batches), "after a busy batch, the calls within the linger go together")
+			require.Equal(t, []int{4, 5, 6}, nextBatch(t, batches), "after a busy batch, the calls within the linger go together")
 		})
 	}
 	t.Run("one call at a time", func(t *testing.T) {
@@ -119,7 +89,7 @@ func TestLingerGathersTheCallsOfABusyBatcher(t *testing.T) {
 		b.SetLinger(time.Hour)
 		for i := range 3 {
 			require.NoError(t, b.Add(context.Background(), i))
-			require.Equal(t, []int{i}, next(t, batches), "a lone caller's call goes at once")
+			require.Equal(t, []int{i}, nextBatch(t, batches), "a lone caller's call goes at once")
 		}
 	})
 }
@@ -128,44 +98,16 @@ func TestLingerGathersTheCallsOfABusyBatcher(t *testing.T) {
 // later than its calls' earliest due, and a call due now (the zero time)
 // goes at once with the calls queued beside it.
 func TestDueCutsTheLingerShort(t *testing.T) {
-	const guard = 15 * time.Second // (a failure guard: else the hour's linger held the batch)
 	far := time.Now().Add(2 * time.Hour)
 	var mu sync.Mutex
 	dues := map[int]time.Time{0: far, 1: far, 2: far, 3: {}, 4: far, 5: {}}
-	batches := make(chan []int, 10)
-	first, release := make(chan struct{}), make(chan struct{})
-	b := New(8, 10*time.Millisecond, func(batch []int) {
-		if batch[0] == 0 {
-			close(first)
-			<-release // calls 1 to 3 queue meanwhile: the next batch is busy
-		}
-		batches <- append([]int(nil), batch...)
-	})
-	b.SetLinger(time.Hour)
-	b.SetDue(func(i int) time.Time {
+	b, batches := busyBatcher(t, 8, time.Hour, func(i int) time.Time {
 		mu.Lock()
 		defer mu.Unlock()
 		return dues[i]
 	})
-	next := func() []int {
-		t.Helper()
-		select {
-		case got := <-batches:
-			return got
-		case <-time.After(guard):
-			t.Fatal("no batch served: the linger held it past its due")
-			return nil
-		}
-	}
+	next := func() []int { t.Helper(); return nextBatch(t, batches) }
 	ctx := context.Background()
-	require.NoError(t, b.Add(ctx, 0))
-	<-first
-	for i := 1; i <= 3; i++ {
-		require.NoError(t, b.Add(ctx, i))
-	}
-	close(release)
-	require.Equal(t, []int{0}, next())
-	require.Equal(t, []int{1, 2, 3}, next(), "the calls that queued meanwhile go together, at once: 3 is due")
 	// Busy now: 4 would wait the hour, but 5 is due at once and takes it along.
 	require.NoError(t, b.Add(ctx, 4))
 	require.NoError(t, b.Add(ctx, 5))
@@ -181,4 +123,51 @@ func TestDueCutsTheLingerShort(t *testing.T) {
 	mu.Unlock()
 	require.NoError(t, b.Add(ctx, 6))
 	require.Equal(t, []int{6}, next())
+}
+
+// nextBatch is the next batch served. Its guard is a failure guard, not a
+// timing assertion: the batch is served within it, or the Batcher held it
+// for an hour's linger.
+func nextBatch(t *testing.T, batches chan []int) []int {
+	t.Helper()
+	const guard = 15 * time.Second
+	select {
+	case got := <-batches:
+		return got
+	case <-time.After(guard):
+		t.Fatal("no batch served: a linger held it")
+		return nil
+	}
+}
+
+// busyBatcher returns a Batcher of at most most calls a batch, with the
+// linger and, unless nil, the due, and the channel it serves batches to,
+// made busy: its first batch, {0}, was in flight while 1 to 3 queued, and
+// both have been served, {1, 2, 3} together (at once if full or due, else
+// after the linger).
+func busyBatcher(t *testing.T, most int, linger time.Duration, due func(int) time.Time) (*Batcher[int], chan []int) {
+	t.Helper()
+	batches := make(chan []int, 10)
+	first, release := make(chan struct{}), make(chan struct{})
+	b := New(most, 10*time.Millisecond, func(batch []int) {
+		if batch[0] == 0 {
+			close(first)
+			<-release // calls 1 to 3 queue meanwhile: the next batch is busy
+		}
+		batches <- append([]int(nil), batch...)
+	})
+	b.SetLinger(linger)
+	if due != nil {
+		b.SetDue(due)
+	}
+	ctx := context.Background()
+	require.NoError(t, b.Add(ctx, 0))
+	<-first
+	for i := 1; i <= 3; i++ {
+		require.NoError(t, b.Add(ctx, i))
+	}
+	close(release)
+	require.Equal(t, []int{0}, nextBatch(t, batches), "a call after a quiet spell goes at once, alone")
+	require.Equal(t, []int{1, 2, 3}, nextBatch(t, batches), "the calls that queued meanwhile go together")
+	return b, batches
 }
