@@ -27,6 +27,19 @@ type DeliveryRecorder interface {
 	RecordFailed(ctx context.Context, f Failed) error
 }
 
+// keptKey is the context key KeptRecord reads.
+type keptKey struct{}
+
+// KeptRecord reports whether a RecordSent call writes a send the worker
+// kept while the recorder could not take it (a Redis outage): the kept
+// sends are written one at a time, and a recorder that holds calls for
+// company (internal/delivery's busy store) writes these at once, so that
+// a worker's memory of them empties within seconds of Redis' return.
+func KeptRecord(ctx context.Context) bool {
+	kept, _ := ctx.Value(keptKey{}).(bool)
+	return kept
+}
+
 // SentLookup is implemented by DeliveryRecorders that can say whether a
 // task's send was recorded (internal/delivery.Store). With one, a task that
 // runs again after the provider accepted its send, because asynq could not

@@ -27,6 +27,9 @@ type flakyRecorder struct {
 	sentAt  map[string]time.Time
 	lookErr error
 	lookups int
+	// unmarked counts the calls whose context KeptRecord does not mark:
+	// every write of a kept send is marked.
+	unmarked int
 }
 
 func newFlaky() *flakyRecorder {
@@ -39,9 +42,12 @@ func (r *flakyRecorder) setFail(f func(Sent) error) {
 	r.fail = f
 }
 
-func (r *flakyRecorder) RecordSent(_ context.Context, s Sent) error {
+func (r *flakyRecorder) RecordSent(ctx context.Context, s Sent) error {
 	r.mu.Lock()
 	fail := r.fail
+	if !KeptRecord(ctx) {
+		r.unmarked++
+	}
 	r.mu.Unlock()
 	r.calls <- s
 	if fail != nil {
@@ -134,6 +140,10 @@ func TestUnrecordedFlushRound(t *testing.T) {
 	require.Equal(t, []string{"c", "b"}, callIDs(rec, 2))
 	require.Zero(t, u.len())
 	require.False(t, u.has("sms", "b"))
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	require.Zero(t, rec.unmarked, "a kept send is written as one (KeptRecord), so that a busy recorder does not hold it")
+	require.False(t, KeptRecord(ctx), "the mark is the flush's own")
 }
 
 func TestUnrecordedDropsSendsPastTheWindow(t *testing.T) {

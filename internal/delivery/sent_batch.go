@@ -33,17 +33,25 @@ const sentTimeout = 5 * time.Second
 // the provider sees, only the task's completion. A store whose last
 // script carried one call (a quiet worker, the kept records' flush, one
 // call at a time) is never held. In make bench-scale (docs/pacing.md,
-// "A record waits for company") a 5 ms linger took the EVALSHA calls
+// "Calls that wait for company") a 5 ms linger took the EVALSHA calls
 // from 1.0 to 0.43 a delivered send and Redis' CPU a send from 145-153 to
 // 126-131 µs; 15 ms took 4 µs more. A script call costs Redis about
 // 30 µs beyond its sends' work: the round trip's system calls, the
 // command's parsing, the script's setup.
 const sentLinger = 10 * time.Millisecond
 
+// lingerFreely is a record's due (coalesce.Batcher.SetDue) when nothing
+// hurries it: it waits the linger. A worker's kept records
+// (worker.KeptRecord), written one at a time after a Redis outage, are due
+// at once, and take the calls queued beside them along: held 10 ms each
+// by a store busy with new sends, ten thousand would take 100 s.
+var lingerFreely = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+
 // sentCall is one RecordSent call waiting for its batch.
 type sentCall struct {
 	keys []string
 	args []any      // a send's values in record_sent.lua, task id to campaign (exec adds the rest)
+	due  time.Time  // lingerFreely, or zero: written at once
 	done chan error // buffered: the batcher never blocks on it
 }
 
@@ -81,6 +89,7 @@ func newSentBatcher(s *Store) *sentBatcher {
 	b := &sentBatcher{s: s, extended: make(map[string]time.Time), now: time.Now}
 	b.q = coalesce.New(maxSentBatch, sentBatcherIdle, b.exec)
 	b.q.SetLinger(sentLinger)
+	b.q.SetDue(func(c *sentCall) time.Time { return c.due })
 	return b
 }
 

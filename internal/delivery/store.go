@@ -236,6 +236,9 @@ func (s *Store) RecordSent(ctx context.Context, r Sent) error {
 	if err != nil {
 		return err
 	}
+	if worker.KeptRecord(ctx) {
+		c.due = time.Time{} // (written at once: sent_batch.go, sentLinger)
+	}
 	if err := s.sent.do(ctx, c); err != nil {
 		return fmt.Errorf("delivery: record sent %s: %w", r.TaskID, err)
 	}
@@ -261,7 +264,7 @@ func (s *Store) sentCallOf(r Sent) (*sentCall, error) {
 	if r.ProviderID != "" {
 		keys = append(keys, IndexKey(s.prefix, r.Channel, r.ProviderID))
 	}
-	return &sentCall{keys: keys, done: make(chan error, 1),
+	return &sentCall{keys: keys, done: make(chan error, 1), due: lingerFreely,
 		args: []any{r.TaskID, r.Queue, r.Channel, r.Tenant, r.ProviderID, r.Status, unixMilli(r.At), s.ttl.Milliseconds(), group, r.Campaign}}, nil
 }
 
