@@ -129,13 +129,6 @@ type ReserveOptions struct {
 	// at least one interval from now, so its lateness cannot bring the two
 	// closer than the limit.
 	Retake bool
-	// PlannedAt is the instant the send was planned for, where the caller
-	// knows it (a worker's batch carries each send's). A busy limiter
-	// holds a call a little so that more calls share one script: half the
-	// emission interval of its fastest rated limit, at most 10 ms, or, for
-	// a send planned more than 150 ms ahead, 10 ms (reserve_batch.go,
-	// reserveDue). The zero time: the interval's share only.
-	PlannedAt time.Time
 }
 
 // retakesSlot reports whether a Retake reservation takes r a new slot:

@@ -26,43 +26,32 @@ const maxReserveBatch = 64
 // "Calls that wait for company").
 const reserveLinger = 10 * time.Millisecond
 
-// reserveSlack is how near its planned instant a send's reservation is
-// decided without waiting longer than reserveDue's share of its interval.
-// A worker's batch asks for a send's slot batchLead (300 ms) ahead of its
-// planned instant, so a send due later than that may wait the linger.
-const reserveSlack = 150 * time.Millisecond
-
 // reserveDue is when a call must be decided (coalesce.Batcher.SetDue).
 // A worker's batch reserves its sends one after another, each once the
 // one before has its slot, so every wait is a step of that chain: a call
 // may wait half the emission interval of its fastest rated limit (6.25 ms
 // for 80/s), at most the linger, so that a chain keeps ahead of its
-// number's pace; a send planned more than reserveSlack ahead may wait the
-// linger. A retake (a send already late) and a call without a rated limit
-// are decided at once.
+// number's pace. (Letting a send planned well ahead wait the whole linger
+// would not: each of a chain's steps would take the linger, and a number
+// faster than one send a linger would spend its batch's lead.) A retake
+// (a send already late) and a call without a rated limit are decided at
+// once.
 func reserveDue(opts ReserveOptions, reqs []Request, now time.Time) time.Time {
 	if opts.Retake {
 		return time.Time{}
 	}
-	wait := time.Duration(0)
+	wait, rated := reserveLinger, false
 	for _, r := range reqs {
 		if r.Limit.Rate.Limit <= 0 {
 			continue
 		}
-		if half := r.Limit.Rate.Period / time.Duration(r.Limit.Rate.Limit) / 2; wait == 0 || half < wait {
-			wait = half
-		}
+		rated = true
+		wait = min(wait, r.Limit.Rate.Period/time.Duration(r.Limit.Rate.Limit)/2)
 	}
-	if wait <= 0 {
+	if !rated || wait <= 0 {
 		return time.Time{}
 	}
-	due := now.Add(min(wait, reserveLinger))
-	if !opts.PlannedAt.IsZero() {
-		if d := opts.PlannedAt.Add(-reserveSlack); d.After(due) {
-			due = d
-		}
-	}
-	return due
+	return now.Add(wait)
 }
 
 // reserveTimeout bounds a batch's script: it serves several callers, so no

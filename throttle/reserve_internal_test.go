@@ -55,9 +55,8 @@ func TestReserveArgsSendEachSpecOnce(t *testing.T) {
 
 // A reserve call waits for company at most half the emission interval of
 // its fastest rated limit (capped by the linger), so that a batch's chain
-// of reservations keeps ahead of its number's pace; a send planned well
-// ahead may wait the linger; a retake, or a call with no rated limit,
-// waits for nothing.
+// of reservations keeps ahead of its number's pace; a retake, or a call
+// with no rated limit, waits for nothing.
 func TestReserveDueKeepsABatchsChainAheadOfItsPace(t *testing.T) {
 	now := time.Date(2026, 11, 28, 21, 0, 0, 0, time.UTC)
 	number := Request{Key: "number", Limit: Limit{Algorithm: GCRA, Rate: PerSecond(80)}}
@@ -74,9 +73,7 @@ func TestReserveDueKeepsABatchsChainAheadOfItsPace(t *testing.T) {
 		{"80/s and its pair: half of 12.5 ms", ReserveOptions{}, []Request{number, pair}, now.Add(6250 * time.Microsecond)},
 		{"1,000/s: half a millisecond", ReserveOptions{}, []Request{fast}, now.Add(500 * time.Microsecond)},
 		{"10/s: the linger, not 50 ms", ReserveOptions{}, []Request{slow}, now.Add(reserveLinger)},
-		{"planned 1 s ahead: the linger is under the slack", ReserveOptions{PlannedAt: now.Add(time.Second)}, []Request{number}, now.Add(time.Second - reserveSlack)},
-		{"planned 100 ms ahead: within the slack", ReserveOptions{PlannedAt: now.Add(100 * time.Millisecond)}, []Request{number}, now.Add(6250 * time.Microsecond)},
-		{"a retake", ReserveOptions{Retake: true, PlannedAt: now.Add(time.Second)}, []Request{number}, time.Time{}},
+		{"a retake", ReserveOptions{Retake: true}, []Request{number}, time.Time{}},
 		{"no rated limit", ReserveOptions{}, []Request{pool}, time.Time{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

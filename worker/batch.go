@@ -146,9 +146,6 @@ func (w *Worker) serveBatch(ctx context.Context, t *asynq.Task) error {
 			continue
 		}
 		m := taskMeta{id: s.ID, queue: bm.queue, retried: bm.retried, maxRetry: s.MaxRetry, rerun: bm.rerun}
-		if s.At > 0 {
-			m.at = time.UnixMilli(s.At)
-		}
 		h := w.handlerOfType(s.Type)
 		if h == nil {
 			// Its own task: the mux archives it with the reason.

@@ -206,10 +206,6 @@ type taskMeta struct {
 	retried   int  // failed attempts before this one
 	maxRetry  int  // -1 when unknown
 	rerun     bool // a batch's send whose batch ran before (batch.go)
-	// at is a batch's send's planned instant (this host's clock; zero for
-	// a task's own send): its reservation may wait a little for company
-	// while it is far enough ahead (throttle.ReserveOptions.PlannedAt).
-	at time.Time
 }
 
 func asynqMeta(ctx context.Context) taskMeta {

@@ -97,24 +97,3 @@ func TestPlannedSendComesBackAtItsSlotsSecond(t *testing.T) {
 		t.Fatalf("retry delay %v, want until %v", d, due)
 	}
 }
-
-// A batch's send names its planned instant to the limiter
-// (ReserveOptions.PlannedAt), which may then decide it with others in one
-// script; its task ID is the send's own. A task's own send names none.
-func TestABatchsSendNamesItsPlannedInstant(t *testing.T) {
-	now := time.Date(2026, 11, 28, 21, 0, 0, 0, time.UTC)
-	planned := now.Add(300 * time.Millisecond)
-	f := &fakeReserver{now: func() time.Time { return now }}
-	h := &handler{w: &Worker{}, ch: Channel{Name: "t", Hold: 2 * time.Second}, rules: &rules.Set{}, now: func() time.Time { return now }}
-	reqs := []throttle.Request{{Key: "t:k:1", Limit: throttle.Limit{Name: "k", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(80), Burst: 1}}}
-	ctx := withMember(context.Background(), taskMeta{id: "send-1", queue: "q", at: planned})
-	if _, err := h.reserve(ctx, f, Prepared{}, reqs, &attempt{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.reserve(context.Background(), f, Prepared{}, reqs, &attempt{}); err != nil {
-		t.Fatal(err)
-	}
-	if len(f.calls) != 2 || f.calls[0].TaskID != "send-1" || !f.calls[0].PlannedAt.Equal(planned) || !f.calls[1].PlannedAt.IsZero() {
-		t.Fatalf("reservations %+v: want the batch's send with its planned instant, then a task's own without one", f.calls)
-	}
-}

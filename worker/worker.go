@@ -1036,10 +1036,9 @@ func gcraLimits(reqs []throttle.Request) []throttle.Request {
 func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []throttle.Request, a *attempt) ([]throttle.Lease, error) {
 	slot := &a.slot
 	m, name := h.w.opts.Metrics, h.ch.Name
-	meta := asynqMeta(ctx)
-	id := meta.id
+	id := taskID(ctx)
 	opts := throttle.ReserveOptions{TaskID: id, Priority: p.Priority, Hold: h.ch.Hold, Headroom: h.headroom(h.now()),
-		Tenant: p.Tenant, Weight: h.ch.weight(p.Tenant), PlannedAt: meta.at}
+		Tenant: p.Tenant, Weight: h.ch.weight(p.Tenant)}
 	for round := 1; ; round++ {
 		sent := h.now()
 		r, err := res.Reserve(ctx, opts, reqs...)

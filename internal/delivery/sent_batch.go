@@ -31,8 +31,9 @@ const sentTimeout = 5 * time.Second
 // recording a thousand sends a second writes them about ten a script, not
 // one or two. A record comes after its send went: the wait delays nothing
 // the provider sees, only the task's completion. A store whose last
-// script carried one call (a quiet worker, the kept records' flush, one
-// call at a time) is never held. In make bench-scale (docs/pacing.md,
+// script carried one call (a quiet worker) is never held; the kept
+// records, written one at a time, are not held either (lingerFreely). In
+// make bench-scale (docs/pacing.md,
 // "Calls that wait for company") a 5 ms linger took the EVALSHA calls
 // from 1.0 to 0.43 a delivered send and Redis' CPU a send from 145-153 to
 // 126-131 µs; 15 ms took 4 µs more. A script call costs Redis about

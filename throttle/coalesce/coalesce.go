@@ -50,18 +50,20 @@ func New[C any](most int, idle time.Duration, serve func([]C)) *Batcher[C] {
 // arrives less than d after the last batch began waits for the rest of d,
 // or until the batch is full, for others to join it. Busy means that the
 // last batch had company: it held more than one call, or calls were
-// waiting when it was served. A call after a quiet spell, and each call of
-// a caller that waits for its answer before the next (one call at a time),
-// is served at once. Zero (the default) serves each batch as soon as the
-// one before is done. Call it before the first Add.
+// waiting once it was served. A call after a quiet spell, and each call of
+// a caller that waits for its answer before the next (one call at a time)
+// while nobody else keeps the Batcher busy, is served at once; such a
+// caller that must not wait beside busy others needs a due (SetDue). Zero
+// (the default) serves each batch as soon as the one before is done. Call
+// it before the first Add.
 func (b *Batcher[C]) SetLinger(d time.Duration) { b.linger = d }
 
 // SetDue bounds the linger by each call's due: a batch waits for company
 // no later than the earliest due of its calls, and a call whose due is
 // the zero time, or has passed, is served at once, with the calls queued
-// beside it. The limiter's reserve calls (throttle) set it from a send's
-// planned instant, so that a send is never late for waiting. Call it
-// before the first Add.
+// beside it. The limiter's reserve calls (throttle) are due within half
+// their fastest limit's interval, and a worker's kept delivery records at
+// once (internal/delivery). Call it before the first Add.
 func (b *Batcher[C]) SetDue(due func(C) time.Time) { b.due = due }
 
 // Add queues c, waiting while most calls are queued already. It returns
