@@ -11,6 +11,8 @@
 --   plan_book.lua     a send's place: find, take and give up; "plan" and
 --                     "release" of one send
 --   firm_book.lua     "reserve" of one send: firm now, or planned
+--   firm_fast.lua     "reserve" of the common send (planned, back at its
+--                     place, nothing holding it), lean
 -- The books, places, holds, yields and turns are defined in throttle's
 -- package documentation (doc.go, "Reservation books").
 --
@@ -154,6 +156,7 @@ end
 --- @include "tenant_turns.lua"
 --- @include "plan_book.lua"
 --- @include "firm_book.lua"
+--- @include "firm_fast.lua"
 
 -- The mode dispatch. "release" gives up one send's place; "plan" and
 -- "reserve" decide each send in order, and a later send sees what the
@@ -165,11 +168,17 @@ local function body()
   if mode == 'release' then return {now, release_one(parse(first_send))} end
   local one = reserve_one
   if mode == 'plan' then one = plan_one end
+  local fast = FAST_PATH and mode == 'reserve'
   local out, a = {now}, first_send
   for _ = 1, nsends do
-    local s
-    s, a = parse(a)
-    one(s, out)
+    local nxt = fast and fast_one(a, out)
+    if nxt then
+      a = nxt
+    else
+      local s
+      s, a = parse(a)
+      one(s, out)
+    end
   end
   return out
 end

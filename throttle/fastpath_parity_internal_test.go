@@ -1,0 +1,375 @@
+package throttle
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/internal/testutil"
+)
+
+// TestFastPathDecidesAsTheGeneralOne runs the same campaigns against two
+// Redis servers, reserving with fast_one (firm_fast.lua) on one and off on
+// the other, and requires the same reply to every call and the same keys,
+// values and lifetimes at the end: fast_one decides what reserve_one
+// would, or leaves the send to it. The campaigns mix what sends it to
+// reserve_one: tenants that take each other's places (yields), recipients
+// with several sends (a pair holds the next back), a daily window that
+// runs out, pauses set and ended mid-campaign, high-priority sends, sends
+// that come back before their second and long after it, and a number with
+// two GCRA limits on one key (hash fields), and pairs whose key holds
+// another algorithm's state. It also requires that fast_one
+// decided most firm sends, and reserve_one some: else it proves nothing.
+func TestFastPathDecidesAsTheGeneralOne(t *testing.T) {
+	ctx := context.Background()
+	clock := testutil.NewClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
+	type side struct {
+		rdb    *redis.Client
+		l      *Redis
+		fast   bool
+		script map[int]*redis.Script
+	}
+	const hits = "test:fast-hits"
+	mk := func(fast bool) *side {
+		rdb := redistest.Start(t).Client(t)
+		return &side{rdb: rdb, l: NewRedis(rdb, Options{Clock: clock.Now, OverrideRefresh: -1}), fast: fast, script: map[int]*redis.Script{}}
+	}
+	sides := []*side{mk(true), mk(false)}
+	// scriptOf is reserveScriptFor's script for reqs, with fast_one on
+	// (counting its sends in key hits) or off, and PLAN_CHECK on.
+	scriptOf := func(s *side, reqs []Request) *redis.Script {
+		set := 0
+		for _, r := range reqs {
+			for i, a := range nonGCRA {
+				if r.Limit.Algorithm == a.algo {
+					set |= 1 << i
+				}
+			}
+		}
+		if sc := s.script[set]; sc != nil {
+			return sc
+		}
+		files := []string{"prelude.lua", "gcra.lua"}
+		for i, a := range nonGCRA {
+			if set&(1<<i) != 0 {
+				files = append(files, a.file)
+			}
+		}
+		src := joinLua(append(files, "dispatch.lua", "reserve.lua")...)
+		for _, e := range [][2]string{
+			{"local PLAN_CHECK = false\n", "local PLAN_CHECK = true\n"},
+			{"local FAST_PATH = true\n", fmt.Sprintf("local FAST_PATH = %v\n", s.fast)},
+			{"local FAST_COUNT = false\n", fmt.Sprintf("local FAST_COUNT = %q\n", hits)},
+		} {
+			if !strings.Contains(src, e[0]) {
+				t.Fatalf("reserve script: line %q is gone", e[0])
+			}
+			src = strings.Replace(src, e[0], e[1], 1)
+		}
+		sc := redis.NewScript(src)
+		s.script[set] = sc
+		return sc
+	}
+
+	rng := rand.New(rand.NewPCG(22, 29))
+	number := func(n int) string { return fmt.Sprintf("1065403%08d", 10000+n) }
+	reqsOf := func(n, to int) []Request {
+		num, rcpt := number(n), fmt.Sprintf("+1202555%04d", to)
+		reqs := []Request{
+			{Key: "whatsapp:number:" + num, Limit: Limit{Name: "throughput", Algorithm: GCRA, Rate: PerSecond(20), Burst: 1}},
+			{Key: "whatsapp:pair:" + num + ":" + rcpt, Limit: Limit{Name: "pair", Algorithm: GCRA, Rate: Rate{Limit: 1, Period: 6 * time.Second}, Burst: 1}},
+			{Key: "whatsapp:daily:" + rcpt, Limit: Limit{Name: "daily", Algorithm: FixedWindow, Rate: PerDay(4)}},
+			PauseRequest("whatsapp:paused:account"),
+			PauseRequest("whatsapp:paused:pair:" + num + ":" + rcpt), PauseRequest("whatsapp:paused:sender:" + num),
+		}
+		if n == 2 {
+			// two GCRA limits on one key: hash fields
+			reqs = append(reqs, Request{Key: "whatsapp:number:" + num, Limit: Limit{Name: "minute", Algorithm: GCRA, Rate: PerMinute(900), Burst: 3}})
+		}
+		return reqs
+	}
+	type item = parityItem
+	var due dueHeap
+	// Three numbers, 120 sends each over 40 recipients a number; number 0
+	// has two tenants (weights 1 and 3), the second planned after the
+	// first so that it takes places from it.
+	recipients := []int{400, 40, 40}
+	for n := range 3 {
+		var first, second []Send
+		for i := range 120 {
+			s := Send{TaskID: fmt.Sprintf("t-%d-%d", n, i), Tenant: fmt.Sprintf("c%d", n), Requests: reqsOf(n, 1000*n+rng.IntN(recipients[n]))}
+			if n == 0 && i%2 == 1 {
+				s.Tenant, s.Weight = "c0b", 3
+				second = append(second, s)
+				continue
+			}
+			first = append(first, s)
+		}
+		for _, batch := range [][]Send{first, second} {
+			if len(batch) == 0 {
+				continue
+			}
+			var planned [][]Planned
+			for _, sd := range sides {
+				p, err := sd.l.Plan(ctx, ReserveOptions{Headroom: 0.02}, batch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				planned = append(planned, p)
+			}
+			if !slices.Equal(planned[0], planned[1]) {
+				t.Fatalf("the plans differ: %v\n%v", planned[0], planned[1])
+			}
+			for i, p := range planned[0] {
+				heap.Push(&due, &item{s: batch[i], at: p.At})
+			}
+		}
+	}
+	// Some pairs' keys hold another algorithm's state (a fixed window's
+	// hash: the limit was reconfigured since).
+	for to := 1000; to < 1040; to += 4 {
+		for _, sd := range sides {
+			key := sd.l.Key("whatsapp:pair:" + number(1) + ":" + fmt.Sprintf("+1202555%04d", to))
+			if err := sd.rdb.HSet(ctx, key, "w", 1, "c", 1).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// High-priority sends, never planned, due from the start.
+	for i := range 20 {
+		heap.Push(&due, &item{s: Send{TaskID: fmt.Sprintf("h-%d", i), Requests: reqsOf(i%3, 1000*(i%3)+500+i)}, high: true, at: clock.Now()})
+	}
+	hold, headroom, err := reserveParams(ReserveOptions{Headroom: 0.02})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := clock.Now()
+	firm, again, calls, still := 0, 0, 0, 0
+	for due.Len() > 0 && calls < 5000 {
+		calls++
+		var part []*item
+		for k := 1 + rng.IntN(14); k > 0 && due.Len() > 0; k-- {
+			part = append(part, heap.Pop(&due).(*item))
+		}
+		// The clock: usually the part's middle send's instant (some of
+		// the part come back early, some late); now and then far past it
+		// (beyond the hold: planned again), or still for a few calls, so
+		// that sends come back seconds early and a number's firm book
+		// runs past the hold.
+		at := part[len(part)/2].at
+		switch r := rng.IntN(40); {
+		case r == 0:
+			at = at.Add(4 * time.Second)
+		case r == 1:
+			still = 8
+		}
+		if still > 0 {
+			still--
+		} else if at.After(clock.Now()) {
+			clock.Set(at)
+		}
+		switch calls {
+		case 40, 160:
+			// a provider pauses a pair and, later, a number; both sides alike
+			for _, sd := range sides {
+				key := "whatsapp:paused:pair:" + number(1) + ":" + fmt.Sprintf("+1202555%04d", 1000+calls%40)
+				if calls == 160 {
+					key = "whatsapp:paused:sender:" + number(0)
+				}
+				if _, err := sd.l.Pause(ctx, key, PauseOptions{Wait: 3 * time.Second, Code: 131056}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		ra := sides[0].l.newReserveArgs("reserve", hold, headroom, len(part))
+		var reqs []Request
+		rcs := make([]*reserveCall, len(part))
+		for k, it := range part {
+			fields, err := validate(it.s.Requests)
+			if err != nil {
+				t.Fatal(err)
+			}
+			prio := Bulk
+			if it.high {
+				prio = High
+			}
+			ra.send(it.s.TaskID, prio, false, "c"+it.s.TaskID, it.s.Tenant, it.s.Weight, it.s.Requests, fields)
+			reqs = append(reqs, it.s.Requests...)
+			rcs[k] = &reserveCall{opts: ReserveOptions{TaskID: it.s.TaskID}, reqs: it.s.Requests}
+		}
+		var raws [][]int64
+		for _, sd := range sides {
+			raw, err := runInts(ctx, sd.rdb, scriptOf(sd, reqs), ra.keys, ra.argv())
+			if err != nil {
+				t.Fatalf("call %d (fast %v): %v", calls, sd.fast, err)
+			}
+			raws = append(raws, raw)
+		}
+		if !slices.Equal(raws[0], raws[1]) {
+			t.Fatalf("call %d at %v: the replies differ\nfast:    %v\ngeneral: %v", calls, clock.Now(), raws[0], raws[1])
+		}
+		{
+			// (after every call: the counts of a second that has passed
+			// are swept, so a count one side got wrong could be gone by
+			// the end)
+			a := keyspace(t, sides[0].rdb)
+			delete(a, hits)
+			sameKeyspace(t, fmt.Sprintf("after call %d", calls), a, keyspace(t, sides[1].rdb))
+		}
+		pos := 1
+		for k, c := range rcs {
+			res := sides[0].l.batcher().decodeOne(raws[0], &pos, c)
+			if res.err != nil {
+				t.Fatal(res.err)
+			}
+			if res.r.Firm {
+				firm++
+				continue
+			}
+			again++
+			next := res.r.At
+			if !next.After(clock.Now()) {
+				next = clock.Now().Add(time.Millisecond)
+			}
+			part[k].at = next
+			heap.Push(&due, part[k])
+		}
+	}
+	if due.Len() > 0 {
+		t.Fatalf("%d sends still not firm after %d calls", due.Len(), calls)
+	}
+	fastHits, err := sides[0].rdb.Get(ctx, hits).Int()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d calls over %v, %d sends firm, %d of them by fast_one, %d told to come back", calls, clock.Now().Sub(start), firm, fastHits, again)
+	if fastHits < firm/2 || fastHits >= firm {
+		t.Fatalf("fast_one decided %d of %d firm sends: want at least half and not all, or the comparison proves little", fastHits, firm)
+	}
+	if n, _ := sides[1].rdb.Exists(ctx, hits).Result(); n != 0 {
+		t.Fatal("fast_one ran with FAST_PATH off")
+	}
+	sides[0].rdb.Del(ctx, hits)
+	if a := keyspace(t, sides[0].rdb); len(a) == 0 {
+		t.Fatal("no keys")
+	} else {
+		sameKeyspace(t, "at the end", a, keyspace(t, sides[1].rdb))
+	}
+}
+
+// keyed is a key's value, rendered, and its TTL (-1: none).
+type keyed struct {
+	value string
+	ttl   time.Duration
+}
+
+// keyspace reads every key of rdb but the streams (the events Pause adds,
+// stamped by Redis' clock): strings, hashes and sorted sets.
+func keyspace(t *testing.T, rdb *redis.Client) map[string]keyed {
+	t.Helper()
+	ctx := context.Background()
+	keys, err := rdb.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	types := make([]*redis.StatusCmd, len(keys))
+	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			types[i] = p.Type(ctx, k)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	values := make([]redis.Cmder, len(keys))
+	ttls := make([]*redis.DurationCmd, len(keys))
+	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			switch typ := types[i].Val(); typ {
+			case "string":
+				values[i] = p.Get(ctx, k)
+			case "hash":
+				values[i] = p.HGetAll(ctx, k)
+			case "zset":
+				values[i] = p.ZRangeWithScores(ctx, k, 0, -1)
+			case "stream":
+				continue
+			default:
+				return fmt.Errorf("key %s: type %s", k, typ)
+			}
+			ttls[i] = p.PTTL(ctx, k)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]keyed{}
+	for i, k := range keys {
+		var v string
+		switch c := values[i].(type) {
+		case nil:
+			continue
+		case *redis.StringCmd:
+			v = c.Val()
+		case *redis.MapStringStringCmd:
+			v = fmt.Sprint(c.Val()) // (fmt sorts a map's keys)
+		case *redis.ZSliceCmd:
+			v = fmt.Sprint(c.Val())
+		}
+		out[k] = keyed{v, ttls[i].Val()}
+	}
+	return out
+}
+
+// sameKeyspace fails t where a and b differ: a key only in one, another
+// value, or a lifetime more than a minute apart (each set by Redis' own
+// clock when the key was written).
+func sameKeyspace(t *testing.T, what string, a, b map[string]keyed) {
+	t.Helper()
+	for k, va := range a {
+		vb, ok := b[k]
+		switch {
+		case !ok:
+			t.Fatalf("%s: key %s: only with fast_one", what, k)
+		case va.value != vb.value:
+			t.Fatalf("%s: key %s:\nfast:    %s\ngeneral: %s", what, k, va.value, vb.value)
+		case (va.ttl < 0) != (vb.ttl < 0) || (va.ttl-vb.ttl).Abs() > time.Minute:
+			t.Fatalf("%s: key %s: TTL %v with fast_one, %v without", what, k, va.ttl, vb.ttl)
+		}
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			t.Fatalf("%s: key %s: only without fast_one", what, k)
+		}
+	}
+}
+
+// parityItem is a send of TestFastPathDecidesAsTheGeneralOne and the
+// instant it comes back.
+type parityItem struct {
+	s    Send
+	high bool
+	at   time.Time
+}
+
+// dueHeap orders sends by the instant they come back (container/heap).
+type dueHeap []*parityItem
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *dueHeap) Push(x any)        { *h = append(*h, x.(*parityItem)) }
+func (h *dueHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}

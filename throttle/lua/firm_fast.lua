@@ -1,0 +1,144 @@
+-- firm_fast.lua: "reserve" of the common send, lean. Part of reserve.lua
+-- (joined after firm_book.lua; see there).
+--
+-- Most sends a worker reserves are bulk sends planned earlier that come
+-- back to their places and go: every pause open, every other limit has
+-- room, the firm books take them within the hold, no slower limit (a
+-- pair) holds them back, and their tenant owes no yield in their second.
+-- reserve_one decides such a send through the general parts (parse, pace,
+-- unplan, firm_at, decide_now, take_firm, reply): some 500 lines of Lua
+-- and a dozen tables a send, which cost Redis more than the send's
+-- commands (docs/pacing.md, "The common send, lean"). fast_one decides it
+-- with the same reads and writes in a few tables reused from send to
+-- send, and reserve_one decides every other send: fast_one looks at the
+-- send, and where any of the above does not hold it returns nil before it
+-- writes anything (the reads it made leave the script's copies as
+-- reserve_one's would), so reserve_one then decides the send from the
+-- start. The outcome is reserve_one's in every case, reply included;
+-- TestFastPathDecidesAsTheGeneralOne runs campaigns both ways (FAST_PATH)
+-- and compares every reply and every key.
+
+-- FAST_PATH turns fast_one on; the package's parity test turns it off,
+-- and names in FAST_COUNT a key that counts the sends fast_one decides.
+local FAST_PATH = true
+local FAST_COUNT = false
+
+-- fg holds, per GCRA limit of the send (in its order among them), a table
+-- reused by the next send: key index i, spec p, firm book a, firm, place;
+-- a fast limit's table doubles as pace's l for sweep and trec. fo holds,
+-- per limit in the request's order, its GCRA table or its decision.
+local fg, fo = {}, {}
+
+-- fast_one decides the send at ARGV index a if it is the common case above
+-- and appends its values to out (as reply, firm): it returns the next
+-- send's index; nil when reserve_one must decide it (nothing written).
+local function fast_one(a, out)
+  if ARGV[a + 1] ~= 'bulk' then return nil end
+  local id = ARGV[a]
+  if id == '' then return nil end
+  local m = ARGV[a + 5] + 0
+  local b = a + 6
+  -- The send's limits: GCRA ones into fg, the others decided now.
+  local ng, fast = 0, false
+  for j = 1, m do
+    local ref, p = ARGV[b], specs[ARGV[b + 1]]
+    if p.algo == 'gcra' then
+      ng = ng + 1
+      local g = fg[ng]
+      if not g then
+        g = {}
+        fg[ng] = g
+      end
+      local i = ref + 0
+      g.key, g.plan, g.backlog, g.p, g.extra, g.cost = KEYS[i], KEYS[i + 1], KEYS[i + 2], p, p.extra, p.cost
+      if p.fast then fast = true end
+      fo[j] = g
+    else
+      local d = decide(p.algo, KEYS[ref + 0], now, p.limit, p.period, p.burst, p.cost, p.extra)
+      if not d or d.ok == 0 then return nil end
+      fo[j] = d
+    end
+    b = b + 2
+  end
+  if not fast then return nil end
+  -- Its place (held_at): the latest of its entries; the listless limits
+  -- (parse) keep none.
+  local held
+  for k = 1, ng do
+    local g = fg[k]
+    g.listless = g.p.long
+    if not g.listless then
+      local at = tonumber(redis.call('ZSCORE', g.backlog, id))
+      if at and (not held or at > held) then held = at end
+    end
+  end
+  if not held then return nil end
+  -- The firm books (pace, firm_at); a fast limit's plan pointers and sweep.
+  local fastmax, slowmax, tmin = now, now, nil
+  local tenant, hsec = ARGV[a + 3], floor(held / SEC)
+  for k = 1, ng do
+    local g = fg[k]
+    local p = g.p
+    local T = (p.period / p.limit) / (1 - headroom)
+    local raw, wrong
+    if g.extra == '' then raw, wrong = read('GET', g.key) else raw, wrong = read('HGET', g.key, g.extra) end
+    if wrong then return nil end
+    local ga = (tonumber(raw) or now) - now
+    if ga < 0 then ga = 0 end
+    local firm = now + max(0, ga + T * g.cost - T * p.burst)
+    g.T, g.a, g.firm = T, ga, firm
+    if p.fast then
+      if firm > fastmax then fastmax = firm end
+      if not tmin or T < tmin then tmin = T end
+      local fv, sv = plan_get2(g.plan, 'f' .. g.extra, 's' .. g.extra)
+      local f = tonumber(fv)
+      g.active, g.fill, g.recs, g.fast = f ~= nil, f or 0, nil, true
+      g.swept = tonumber(sv) or g.fill
+      sweep(g)
+      -- (unplan, pay_only: its tenant owes no yield in its second)
+      if g.active then
+        local v = trec(g, hsec)[tenant]
+        if v and v[3] >= g.cost then return nil end
+      end
+    elseif firm > slowmax then
+      slowmax = firm
+    end
+  end
+  local at = max(fastmax, slowmax)
+  -- Held back (a pair: gap), beyond the hold, or come back early (its
+  -- second's count is given back: take_firm's unplan): reserve_one.
+  if slowmax > fastmax + tmin or at - now > hold or hsec > floor(at / SEC) then return nil end
+  -- Firm (take_firm, unlist, reply).
+  local cid = ARGV[a + 2]
+  for k = 1, ng do
+    local g = fg[k]
+    g.after = max(g.a, at - now) + g.T * g.cost
+    gcra_store(g.key, g.extra, now, false, g.after)
+  end
+  for j = 1, m do
+    local d = fo[j]
+    if d.algo then commit(d, cid) end
+  end
+  for k = 1, ng do
+    local g = fg[k]
+    if not g.listless then redis.call('ZREM', g.backlog, id) end
+  end
+  if FAST_COUNT then redis.call('INCR', FAST_COUNT) end
+  out[#out + 1] = 1
+  out[#out + 1] = ceil(at)
+  local wait = ceil(max(0, at - now))
+  for j = 1, m do
+    local d = fo[j]
+    if d.algo then
+      if d.open then out[#out + 1] = 1 else emit(out, d, true) end
+    else
+      out[#out + 1] = 1
+      out[#out + 1] = max(0, floor_units(d.T * d.p.burst - d.after, d.T))
+      out[#out + 1] = now + ceil(d.after)
+      out[#out + 1] = ceil(max(0, d.firm - now))
+      out[#out + 1] = wait
+      out[#out + 1] = d.cost
+    end
+  end
+  return b
+end
