@@ -66,7 +66,7 @@ local function fast_one(a, out)
   local held
   for k = 1, ng do
     local g = fg[k]
-    g.listless = g.p.long
+    g.listless = g.p.long and not g.p.fast
     if not g.listless then
       local at = tonumber(redis.call('ZSCORE', g.backlog, id))
       if at and (not held or at > held) then held = at end
