@@ -92,8 +92,11 @@ type marginBook struct {
 	feedAt   time.Time
 	feedSeq  uint64 // counts the widenings of feedback
 	// marks holds, by scope key (a sender's or a pair's pause key), what
-	// a throttle of the scope is judged by.
-	marks map[string]*scopeMark
+	// a throttle of the scope is judged by; sweptAt is when markLocked
+	// last looked for idle marks to drop, sweeps how often it has.
+	marks   map[string]*scopeMark
+	sweptAt time.Time
+	sweeps  int
 }
 
 // scopeMark is one scope's record: its last departure later than the
@@ -116,8 +119,14 @@ type scopeMark struct {
 }
 
 // maxScopeMarks bounds marginBook.marks; past it, the marks of scopes
-// idle for a minute are dropped.
-const maxScopeMarks = 4096
+// idle for a minute are dropped, looked for at most once a markSweepEvery:
+// a campaign to many recipients keeps the book full of pairs that sent
+// within the minute, and walking 4,096 marks for every new pair took a
+// busy worker more CPU than the send's own JSON (issue 22's bench).
+const (
+	maxScopeMarks  = 4096
+	markSweepEvery = time.Second
+)
 
 // heldFor is how long a scope's sends must have gone through, with no
 // throttle, for a throttle with no late send to be judged unseen jitter:
@@ -133,6 +142,11 @@ func (b *marginBook) markLocked(now time.Time, k string) *scopeMark {
 		b.marks = map[string]*scopeMark{}
 	}
 	if len(b.marks) >= maxScopeMarks {
+		if since := now.Sub(b.sweptAt); since < markSweepEvery && since >= 0 {
+			return nil
+		}
+		b.sweptAt = now
+		b.sweeps++
 		for key, m := range b.marks {
 			if now.Sub(m.lateAt) > time.Minute && now.Sub(m.lastOK) > time.Minute {
 				delete(b.marks, key)

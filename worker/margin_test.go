@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -390,5 +391,30 @@ func TestPushCountsTheWayToTheProvider(t *testing.T) {
 	slices.Sort(got) // pushed from goroutines of their own
 	if len(got) != 2 || got[0] != 11*time.Millisecond+pushAllowance || got[1] != 30*time.Millisecond+pushAllowance {
 		t.Fatalf("pushed %v, want [%v %v]", got, 11*time.Millisecond+pushAllowance, 30*time.Millisecond+pushAllowance)
+	}
+}
+
+// A full book of scopes that sent within the minute makes no mark for a
+// new scope, and looks for idle marks to drop at most once a
+// markSweepEvery, not at every send; a minute later the idle ones go and
+// a new scope gets its mark.
+func TestFullMarginBookSweepsOnceASecond(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	b := newMarginBook(0.015, DefaultMaxMargin)
+	for i := range maxScopeMarks {
+		b.accepted(t0, fmt.Sprintf("whatsapp:paused:pair:1:+1202555%05d", i))
+	}
+	for i := range 1000 {
+		at := t0.Add(time.Duration(i) * time.Millisecond)
+		b.accepted(at, fmt.Sprintf("whatsapp:paused:pair:1:+1303555%05d", i))
+	}
+	if len(b.marks) != maxScopeMarks || b.sweeps != 1 {
+		t.Fatalf("%d marks after %d sweeps, want %d after 1: a full book of busy scopes is swept once a second", len(b.marks), b.sweeps, maxScopeMarks)
+	}
+	const late = "whatsapp:paused:pair:1:+14155550000"
+	at := t0.Add(time.Minute + 2*time.Second)
+	b.accepted(at, late)
+	if b.marks[late] == nil || b.sweeps != 2 || len(b.marks) != 1 {
+		t.Fatalf("a minute on: %d marks after %d sweeps, the new scope marked %v; want the idle ones dropped and it marked", len(b.marks), b.sweeps, b.marks[late] != nil)
 	}
 }
