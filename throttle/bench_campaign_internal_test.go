@@ -72,18 +72,11 @@ func BenchmarkCampaignScripts(b *testing.B) {
 		if last := part[len(part)-1].at; last.After(clock.Now()) {
 			clock.Set(last)
 		}
-		ra := l.newReserveArgs("reserve", hold, headroom, len(part))
-		var reqs []Request
-		calls := make([]*reserveCall, len(part))
+		sends := make([]callSend, len(part))
 		for k, d := range part {
-			fields, err := validate(d.s.Requests)
-			if err != nil {
-				b.Fatal(err)
-			}
-			ra.send(d.s.TaskID, Bulk, false, "", d.s.Tenant, 1, d.s.Requests, fields)
-			reqs = append(reqs, d.s.Requests...)
-			calls[k] = &reserveCall{opts: ReserveOptions{TaskID: d.s.TaskID}, reqs: d.s.Requests}
+			sends[k] = callSend{Send: d.s}
 		}
+		ra, reqs, calls := reserveCallOf(b, l, hold, headroom, sends)
 		raw, err := runInts(ctx, l.rdb, reserveScriptFor(reqs), ra.keys, ra.argv())
 		if err != nil {
 			b.Fatal(err)
@@ -109,6 +102,38 @@ func BenchmarkCampaignScripts(b *testing.B) {
 		b.ReportMetric(float64(planIr)/sends, "plan-instr/send")
 		b.ReportMetric(float64(reserveIr)/sends, "reserve-instr/send")
 	}
+}
+
+// callSend is a send of one reserve script call (reserveCallOf): high
+// priority or bulk, and the call id that names its leases and log entries.
+type callSend struct {
+	Send
+	high   bool
+	callID string
+}
+
+// reserveCallOf builds one reserve script call for sends, in order, as the
+// worker's coalesced calls carry them: its arguments, every send's
+// requests, and each send's reserveCall for decodeOne.
+func reserveCallOf(tb testing.TB, l *Redis, hold time.Duration, headroom float64, sends []callSend) (*reserveArgs, []Request, []*reserveCall) {
+	tb.Helper()
+	ra := l.newReserveArgs("reserve", hold, headroom, len(sends))
+	var reqs []Request
+	calls := make([]*reserveCall, len(sends))
+	for k, s := range sends {
+		fields, err := validate(s.Requests)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		prio := Bulk
+		if s.high {
+			prio = High
+		}
+		ra.send(s.TaskID, prio, false, s.callID, s.Tenant, s.Weight, s.Requests, fields)
+		reqs = append(reqs, s.Requests...)
+		calls[k] = &reserveCall{opts: ReserveOptions{TaskID: s.TaskID}, reqs: s.Requests}
+	}
+	return ra, reqs, calls
 }
 
 // campaignRequests are a WhatsApp send's limits as the worker asks for

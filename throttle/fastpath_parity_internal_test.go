@@ -48,24 +48,11 @@ func TestFastPathDecidesAsTheGeneralOne(t *testing.T) {
 	// scriptOf is reserveScriptFor's script for reqs, with fast_one on
 	// (counting its sends in key hits) or off, and PLAN_CHECK on.
 	scriptOf := func(s *side, reqs []Request) *redis.Script {
-		set := 0
-		for _, r := range reqs {
-			for i, a := range nonGCRA {
-				if r.Limit.Algorithm == a.algo {
-					set |= 1 << i
-				}
-			}
-		}
+		set := reserveSet(reqs)
 		if sc := s.script[set]; sc != nil {
 			return sc
 		}
-		files := []string{"prelude.lua", "gcra.lua"}
-		for i, a := range nonGCRA {
-			if set&(1<<i) != 0 {
-				files = append(files, a.file)
-			}
-		}
-		src := joinLua(append(files, "dispatch.lua", "reserve.lua")...)
+		src := reserveSource(set)
 		for _, e := range [][2]string{
 			{"local PLAN_CHECK = false\n", "local PLAN_CHECK = true\n"},
 			{"local FAST_PATH = true\n", fmt.Sprintf("local FAST_PATH = %v\n", s.fast)},
@@ -204,22 +191,11 @@ func TestFastPathDecidesAsTheGeneralOne(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		ra := sides[0].l.newReserveArgs("reserve", hold, headroom, len(part))
-		var reqs []Request
-		rcs := make([]*reserveCall, len(part))
+		sends := make([]callSend, len(part))
 		for k, it := range part {
-			fields, err := validate(it.s.Requests)
-			if err != nil {
-				t.Fatal(err)
-			}
-			prio := Bulk
-			if it.high {
-				prio = High
-			}
-			ra.send(it.s.TaskID, prio, false, "c"+it.s.TaskID, it.s.Tenant, it.s.Weight, it.s.Requests, fields)
-			reqs = append(reqs, it.s.Requests...)
-			rcs[k] = &reserveCall{opts: ReserveOptions{TaskID: it.s.TaskID}, reqs: it.s.Requests}
+			sends[k] = callSend{Send: it.s, high: it.high, callID: "c" + it.s.TaskID}
 		}
+		ra, reqs, rcs := reserveCallOf(t, sides[0].l, hold, headroom, sends)
 		var raws [][]int64
 		for _, sd := range sides {
 			raw, err := runInts(ctx, sd.rdb, scriptOf(sd, reqs), ra.keys, ra.argv())

@@ -34,18 +34,28 @@ func init() { buildReserveScripts(func(src string) string { return src }) }
 // through edit (the package's tests turn pace.lua's PLAN_CHECK on).
 func buildReserveScripts(edit func(string) string) {
 	for set := range reserveScripts {
-		files := []string{"prelude.lua", "gcra.lua"}
-		for i, a := range nonGCRA {
-			if set&(1<<i) != 0 {
-				files = append(files, a.file)
-			}
-		}
-		reserveScripts[set] = redis.NewScript(edit(joinLua(append(files, "dispatch.lua", "reserve.lua")...)))
+		reserveScripts[set] = redis.NewScript(edit(reserveSource(set)))
 	}
+}
+
+// reserveSource is the source of reserveScripts[set].
+func reserveSource(set int) string {
+	files := []string{"prelude.lua", "gcra.lua"}
+	for i, a := range nonGCRA {
+		if set&(1<<i) != 0 {
+			files = append(files, a.file)
+		}
+	}
+	return joinLua(append(files, "dispatch.lua", "reserve.lua")...)
 }
 
 // reserveScriptFor returns the script with the algorithm files reqs need.
 func reserveScriptFor(reqs []Request) *redis.Script {
+	return reserveScripts[reserveSet(reqs)]
+}
+
+// reserveSet is the index in reserveScripts of the script for reqs.
+func reserveSet(reqs []Request) int {
 	set := 0
 	for _, r := range reqs {
 		for i, a := range nonGCRA {
@@ -54,7 +64,7 @@ func reserveScriptFor(reqs []Request) *redis.Script {
 			}
 		}
 	}
-	return reserveScripts[set]
+	return set
 }
 
 // Priority orders sends that share a limit.
