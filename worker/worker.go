@@ -1058,6 +1058,11 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 			return r.Leases, h.pausedMeanwhile(reqs, time.Time{})
 		}
 		m.call(name, "reserve")
+		// (a call that waited in the limiter's batcher for company, up to
+		// half its pace, reads as a longer round trip whose midpoint is
+		// off by up to half that wait; the clock keeps the shortest round
+		// trip of its window, one that did not wait: a lone call or the
+		// one that found the batcher due)
 		h.clock.observe(sent, h.now(), r.Now)
 		// The instant is on the limiter's clock (Redis TIME): hold until
 		// this host's clock reads it (redisClock), so neither clock skew
