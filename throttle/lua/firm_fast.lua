@@ -12,9 +12,9 @@
 -- with the same reads and writes in a few tables reused from send to
 -- send, and reserve_one decides every other send: fast_one looks at the
 -- send, and where any of the above does not hold it returns nil before it
--- writes anything (the reads it made leave the script's copies as
--- reserve_one's would), so reserve_one then decides the send from the
--- start. The outcome is reserve_one's in every case, reply included;
+-- writes anything to Redis (its reads, and the sweep of a fast limit's
+-- plan, leave the script's copies as reserve_one's own would), so
+-- reserve_one then decides the send from the start. The outcome is reserve_one's in every case, reply included;
 -- TestFastPathDecidesAsTheGeneralOne runs campaigns both ways (FAST_PATH)
 -- and compares every reply and every key.
 
@@ -24,9 +24,12 @@ local FAST_PATH = true
 local FAST_COUNT = false
 
 -- fg holds, per GCRA limit of the send (in its order among them), a table
--- reused by the next send: key index i, spec p, firm book a, firm, place;
--- a fast limit's table doubles as pace's l for sweep and trec. fo holds,
--- per limit in the request's order, its GCRA table or its decision.
+-- reused by the next send: its keys (key, plan, backlog), spec p, extra,
+-- cost, listless, and pace's T, a (firm book ahead of now), firm and
+-- after (ahead once taken); a fast limit's table doubles as pace's l for
+-- sweep and trec (active, fill, swept, recs, set afresh each send). fo
+-- holds, per limit in the request's order, its GCRA table or its decision
+-- (a decision has .algo, a GCRA table not).
 local fg, fo = {}, {}
 
 -- fast_one decides the send at ARGV index a if it is the common case above
