@@ -93,10 +93,9 @@ type marginBook struct {
 	feedSeq  uint64 // counts the widenings of feedback
 	// marks holds, by scope key (a sender's or a pair's pause key), what
 	// a throttle of the scope is judged by; sweptAt is when markLocked
-	// last looked for idle marks to drop, sweeps how often it has.
+	// last looked for idle marks to drop.
 	marks   map[string]*scopeMark
 	sweptAt time.Time
-	sweeps  int
 }
 
 // scopeMark is one scope's record: its last departure later than the
@@ -146,7 +145,6 @@ func (b *marginBook) markLocked(now time.Time, k string) *scopeMark {
 			return nil
 		}
 		b.sweptAt = now
-		b.sweeps++
 		for key, m := range b.marks {
 			if now.Sub(m.lateAt) > time.Minute && now.Sub(m.lastOK) > time.Minute {
 				delete(b.marks, key)
