@@ -24,10 +24,11 @@ local FAST_PATH = true
 local FAST_COUNT = false
 
 -- fg holds, per GCRA limit of the send (in its order among them), a table
--- reused by the next send: its keys (key, plan, backlog), spec p, extra,
--- cost, listless, and pace's T, a (firm book ahead of now), firm and
--- after (ahead once taken); a fast limit's table doubles as pace's l for
--- sweep and trec (active, fill, swept, recs, set afresh each send). fo
+-- reused by the next send: the fields parse gives a limit (key, plan,
+-- backlog, extra, limit, period, burst, cost), its spec p, listless, and
+-- after (ahead once taken). It is pace's l (pace.lua sets T, tol, a,
+-- firm, fast and a fast limit's plan pointers afresh each send), and a
+-- fast limit's is sweep's and trec's too (recs cleared each send). fo
 -- holds, per limit in the request's order, its GCRA table or its decision
 -- (a decision has .algo, a GCRA table not).
 local fg, fo = {}, {}
@@ -54,6 +55,7 @@ local function fast_one(a, out)
       end
       local i = ref + 0
       g.key, g.plan, g.backlog, g.p, g.extra, g.cost = KEYS[i], KEYS[i + 1], KEYS[i + 2], p, p.extra, p.cost
+      g.limit, g.period, g.burst = p.limit, p.period, p.burst
       if p.fast then fast = true end
       fo[j] = g
     else
@@ -76,35 +78,26 @@ local function fast_one(a, out)
     end
   end
   if not held then return nil end
-  -- The firm books (pace, firm_at); a fast limit's plan pointers and sweep.
+  -- The firm books (pace, firm_at); a fast limit's sweep. A key of
+  -- another algorithm (pace's replace) is reserve_one's.
   local fastmax, slowmax, tmin = now, now, nil
   local tenant, hsec = ARGV[a + 3], floor(held / SEC)
   for k = 1, ng do
     local g = fg[k]
-    local p = g.p
-    local T = (p.period / p.limit) / (1 - headroom)
-    local raw, wrong
-    if g.extra == '' then raw, wrong = read('GET', g.key) else raw, wrong = read('HGET', g.key, g.extra) end
-    if wrong then return nil end
-    local ga = (tonumber(raw) or now) - now
-    if ga < 0 then ga = 0 end
-    local firm = now + max(0, ga + T * g.cost - T * p.burst)
-    g.T, g.a, g.firm = T, ga, firm
-    if p.fast then
-      if firm > fastmax then fastmax = firm end
-      if not tmin or T < tmin then tmin = T end
-      local fv, sv = plan_get2(g.plan, 'f' .. g.extra, 's' .. g.extra)
-      local f = tonumber(fv)
-      g.active, g.fill, g.recs, g.fast = f ~= nil, f or 0, nil, true
-      g.swept = tonumber(sv) or g.fill
+    pace(g)
+    if g.replace then return nil end
+    if g.fast then
+      if g.firm > fastmax then fastmax = g.firm end
+      if not tmin or g.T < tmin then tmin = g.T end
+      g.recs = nil
       sweep(g)
       -- (unplan, pay_only: its tenant owes no yield in its second)
       if g.active then
         local v = trec(g, hsec)[tenant]
         if v and v[3] >= g.cost then return nil end
       end
-    elseif firm > slowmax then
-      slowmax = firm
+    elseif g.firm > slowmax then
+      slowmax = g.firm
     end
   end
   local at = max(fastmax, slowmax)
@@ -136,7 +129,7 @@ local function fast_one(a, out)
       if d.open then out[#out + 1] = 1 else emit(out, d, true) end
     else
       out[#out + 1] = 1
-      out[#out + 1] = max(0, floor_units(d.T * d.p.burst - d.after, d.T))
+      out[#out + 1] = max(0, floor_units(d.tol - d.after, d.T))
       out[#out + 1] = now + ceil(d.after)
       out[#out + 1] = ceil(max(0, d.firm - now))
       out[#out + 1] = wait
