@@ -19,7 +19,7 @@ import (
 // TestFastPathDecidesAsTheGeneralOne runs the same campaigns against two
 // Redis servers, reserving with fast_one (firm_fast.lua) on one and off on
 // the other, and requires the same reply to every call and the same keys,
-// values and lifetimes at the end: fast_one decides what reserve_one
+// values and lifetimes after every call: fast_one decides what reserve_one
 // would, or leaves the send to it. The campaigns mix what sends it to
 // reserve_one: tenants that take each other's places (yields), recipients
 // with several sends (a pair holds the next back), a daily window that
@@ -28,8 +28,12 @@ import (
 // number with two GCRA limits on one key (hash fields) and the algorithms
 // whose commits take the call's id, a fast limit a send takes past the
 // hold (it keeps a backlog entry), and pairs whose key holds another
-// algorithm's state. It also requires that fast_one
-// decided most firm sends, and reserve_one some: else it proves nothing.
+// algorithm's state. It plans the same way, with plan_fast on one side
+// and plan_one on the other, at the start and in the middle (sends with
+// no task id, repeats, a pair and a number paused, two numbers and two
+// tenants in one call, a sender slower than a send a second). It also
+// requires that fast_one decided most firm sends and plan_fast planned
+// most sends, and the general parts some: else it proves nothing.
 func TestFastPathDecidesAsTheGeneralOne(t *testing.T) {
 	ctx := context.Background()
 	clock := testutil.NewClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
@@ -39,7 +43,7 @@ func TestFastPathDecidesAsTheGeneralOne(t *testing.T) {
 		fast   bool
 		script map[int]*redis.Script
 	}
-	const hits = "test:fast-hits"
+	const hits, planHits = "test:fast-hits", "test:fast-hits:plan"
 	mk := func(fast bool) *side {
 		rdb := redistest.Start(t).Client(t)
 		return &side{rdb: rdb, l: NewRedis(rdb, Options{Clock: clock.Now, OverrideRefresh: -1}), fast: fast, script: map[int]*redis.Script{}}
@@ -95,8 +99,73 @@ func TestFastPathDecidesAsTheGeneralOne(t *testing.T) {
 		}
 		return reqs
 	}
+	hold, headroom, err := reserveParams(ReserveOptions{Headroom: 0.02})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// compare fails where the two sides' keys differ (after every call:
+	// the counts of a second that has passed are swept, so a count one
+	// side got wrong could be gone by the end).
+	compare := func(what string) {
+		t.Helper()
+		a := keyspace(t, sides[0].rdb)
+		delete(a, hits)
+		delete(a, planHits)
+		sameKeyspace(t, what, a, keyspace(t, sides[1].rdb))
+	}
+	// plan plans batch on both sides as Plan does (its GCRA limits and
+	// pauses, 256 sends a call), through plan_fast on one side and
+	// plan_one on the other, and requires the same replies and keys; it
+	// returns each send's planned instant.
+	plans, planned := 0, 0
+	plan := func(batch []Send) []time.Time {
+		t.Helper()
+		out := make([]time.Time, len(batch))
+		for lo := 0; lo < len(batch); lo += 256 {
+			part := batch[lo:min(lo+256, len(batch))]
+			ra := sides[0].l.newReserveArgs("plan", hold, headroom, len(part))
+			var all []Request
+			for _, s := range part {
+				paced, fields, err := sides[0].l.pacedRequests(ctx, s.Requests, true)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ra.send(s.TaskID, Bulk, false, "", s.Tenant, s.Weight, paced, fields)
+				all = append(all, paced...)
+			}
+			plans++
+			planned += len(part)
+			var raws [][]int64
+			for _, sd := range sides {
+				raw, err := runInts(ctx, sd.rdb, scriptOf(sd, all), ra.keys, ra.argv())
+				if err != nil {
+					t.Fatalf("plan %d (fast %v): %v", plans, sd.fast, err)
+				}
+				raws = append(raws, raw)
+			}
+			if !slices.Equal(raws[0], raws[1]) {
+				t.Fatalf("plan %d at %v: the replies differ\nfast:    %v\ngeneral: %v", plans, clock.Now(), raws[0], raws[1])
+			}
+			compare(fmt.Sprintf("after plan %d", plans))
+			for k := range part {
+				out[lo+k] = time.UnixMicro(raws[0][1+2*k])
+			}
+		}
+		return out
+	}
 	type item = parityItem
 	var due dueHeap
+	// planDue plans batch and puts its sends with a task id on the heap
+	// (a repeat holds its place and is on it already; one without an id
+	// takes room and never comes back).
+	planDue := func(batch []Send, repeats int) {
+		t.Helper()
+		for i, at := range plan(batch) {
+			if i >= repeats && batch[i].TaskID != "" {
+				heap.Push(&due, &item{s: batch[i], at: at})
+			}
+		}
+	}
 	// Three numbers, 120 sends each over 40 recipients a number; number 0
 	// has two tenants (weights 1 and 3), the second planned after the
 	// first so that it takes places from it.
@@ -113,25 +182,24 @@ func TestFastPathDecidesAsTheGeneralOne(t *testing.T) {
 			first = append(first, s)
 		}
 		for _, batch := range [][]Send{first, second} {
-			if len(batch) == 0 {
-				continue
-			}
-			var planned [][]Planned
-			for _, sd := range sides {
-				p, err := sd.l.Plan(ctx, ReserveOptions{Headroom: 0.02}, batch)
-				if err != nil {
-					t.Fatal(err)
-				}
-				planned = append(planned, p)
-			}
-			if !slices.Equal(planned[0], planned[1]) {
-				t.Fatalf("the plans differ: %v\n%v", planned[0], planned[1])
-			}
-			for i, p := range planned[0] {
-				heap.Push(&due, &item{s: batch[i], at: p.At})
+			if len(batch) > 0 {
+				planDue(batch, 0)
 			}
 		}
 	}
+	// A sender paced slower than a send a second and faster than the
+	// hold (an SMS long code's 1/s): no fast limit, a backlog entry.
+	sms := func(i int) Send {
+		return Send{TaskID: fmt.Sprintf("s-%d", i), Requests: []Request{
+			{Key: "sms:sender:+12025550100", Limit: Limit{Name: "sender", Algorithm: GCRA, Rate: PerSecond(1), Burst: 1}},
+			PauseRequest("sms:paused:sender:+12025550100"),
+		}}
+	}
+	var slow []Send
+	for i := range 12 {
+		slow = append(slow, sms(i))
+	}
+	planDue(slow, 0)
 	// Some pairs' keys hold another algorithm's state (a fixed window's
 	// hash: the limit was reconfigured since).
 	for to := 1000; to < 1040; to += 4 {
@@ -145,10 +213,6 @@ func TestFastPathDecidesAsTheGeneralOne(t *testing.T) {
 	// High-priority sends, never planned, due from the start.
 	for i := range 20 {
 		heap.Push(&due, &item{s: Send{TaskID: fmt.Sprintf("h-%d", i), Requests: reqsOf(i%3, 1000*(i%3)+500+i)}, high: true, at: clock.Now()})
-	}
-	hold, headroom, err := reserveParams(ReserveOptions{Headroom: 0.02})
-	if err != nil {
-		t.Fatal(err)
 	}
 	start := clock.Now()
 	firm, again, calls, still := 0, 0, 0, 0
@@ -191,6 +255,64 @@ func TestFastPathDecidesAsTheGeneralOne(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		// Plans in the middle of the campaign: sends with no task id,
+		// repeats of sends that hold places, a pair paused (call 10) and
+		// pairs whose keys hold another algorithm's state (number 1, call
+		// 12); a number paused (calls 20 to 24), both tenants (number 0,
+		// call 22); the slow sender again (call 30).
+		switch calls {
+		case 12:
+			var batch []Send // (two repeats: sends of number 1 that hold places)
+			for _, it := range due {
+				if len(batch) < 2 && !it.high && strings.HasPrefix(it.s.TaskID, "t-1-") {
+					batch = append(batch, it.s)
+				}
+			}
+			if len(batch) != 2 {
+				t.Fatalf("call %d: %d sends of number 1 hold places, want 2", calls, len(batch))
+			}
+			for i := range 30 {
+				s := Send{TaskID: fmt.Sprintf("m-1-%d", i), Tenant: "c1", Requests: reqsOf(1, 1000+(i*3)%40)}
+				if i%10 == 9 {
+					s.TaskID = ""
+				}
+				batch = append(batch, s)
+			}
+			planDue(batch, 2)
+		case 22:
+			var batch []Send
+			for i := range 20 {
+				s := Send{TaskID: fmt.Sprintf("m-0-%d", i), Tenant: "c0", Requests: reqsOf(0, rng.IntN(400))}
+				if i%2 == 1 {
+					s.Tenant, s.Weight = "c0b", 3
+				}
+				batch = append(batch, s)
+			}
+			planDue(batch, 0)
+		case 30:
+			var batch []Send
+			for i := range 6 {
+				batch = append(batch, sms(100+i))
+			}
+			planDue(batch, 0)
+		case 40:
+			// one call for two numbers and two tenants, in turns (an API
+			// batch: Plan groups sends by scope, not by number)
+			var batch []Send
+			for i := range 24 {
+				n, tenant, w := 0, "c0", 0.0
+				switch i % 4 {
+				case 1:
+					n = 2
+				case 2:
+					tenant, w = "c0b", 3
+				case 3:
+					n, tenant = 2, "c0b"
+				}
+				batch = append(batch, Send{TaskID: fmt.Sprintf("m-%d-%d", n, 100+i), Tenant: tenant, Weight: w, Requests: reqsOf(n, 1000*n+rng.IntN(recipients[n]))})
+			}
+			planDue(batch, 0)
+		}
 		sends := make([]callSend, len(part))
 		for k, it := range part {
 			sends[k] = callSend{Send: it.s, high: it.high, callID: "c" + it.s.TaskID}
@@ -207,14 +329,7 @@ func TestFastPathDecidesAsTheGeneralOne(t *testing.T) {
 		if !slices.Equal(raws[0], raws[1]) {
 			t.Fatalf("call %d at %v: the replies differ\nfast:    %v\ngeneral: %v", calls, clock.Now(), raws[0], raws[1])
 		}
-		{
-			// (after every call: the counts of a second that has passed
-			// are swept, so a count one side got wrong could be gone by
-			// the end)
-			a := keyspace(t, sides[0].rdb)
-			delete(a, hits)
-			sameKeyspace(t, fmt.Sprintf("after call %d", calls), a, keyspace(t, sides[1].rdb))
-		}
+		compare(fmt.Sprintf("after call %d", calls))
 		pos := 1
 		for k, c := range rcs {
 			res := sides[0].l.batcher().decodeOne(raws[0], &pos, c)
@@ -248,7 +363,18 @@ func TestFastPathDecidesAsTheGeneralOne(t *testing.T) {
 	if n, _ := sides[1].rdb.Exists(ctx, hits).Result(); n != 0 {
 		t.Fatal("fast_one ran with FAST_PATH off")
 	}
-	sides[0].rdb.Del(ctx, hits)
+	planFast, err := sides[0].rdb.Get(ctx, planHits).Int()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d plan calls, %d sends planned, %d of them by plan_fast", plans, planned, planFast)
+	if planFast < planned/2 || planFast >= planned {
+		t.Fatalf("plan_fast planned %d of %d sends: want at least half and not all", planFast, planned)
+	}
+	if n, _ := sides[1].rdb.Exists(ctx, planHits).Result(); n != 0 {
+		t.Fatal("plan_fast ran with FAST_PATH off")
+	}
+	sides[0].rdb.Del(ctx, hits, planHits)
 	if a := keyspace(t, sides[0].rdb); len(a) == 0 {
 		t.Fatal("no keys")
 	} else {

@@ -1,5 +1,5 @@
--- firm_fast.lua: "reserve" of the common send, lean. Part of reserve.lua
--- (joined after firm_book.lua; see there).
+-- firm_fast.lua: "reserve" and "plan" of the common send, lean. Part of
+-- reserve.lua (joined after firm_book.lua; see there).
 --
 -- Most sends a worker reserves are bulk sends planned earlier that come
 -- back to their places and go: every pause open, every other limit has
@@ -18,8 +18,9 @@
 -- TestFastPathDecidesAsTheGeneralOne runs campaigns both ways (FAST_PATH)
 -- and compares every reply and every key.
 
--- FAST_PATH turns fast_one on; the package's parity test turns it off,
--- and names in FAST_COUNT a key that counts the sends fast_one decides.
+-- FAST_PATH turns fast_one and plan_fast on; the package's parity test
+-- turns them off, and names in FAST_COUNT a key that counts the sends
+-- fast_one decides (and FAST_COUNT..':plan' those plan_fast plans).
 local FAST_PATH = true
 local FAST_COUNT = false
 
@@ -136,5 +137,66 @@ local function fast_one(a, out)
       out[#out + 1] = d.cost
     end
   end
+  return b
+end
+
+-- fp is the send plan_fast hands plan_search and plan_commit, reused from
+-- send to send: its GCRA limits (fp.gcra, fg's tables), id, tenant and
+-- weight.
+local fp = {gcra = {}}
+
+-- plan_fast plans the send at ARGV index a ("plan") as plan_one would, when
+-- it is the common case: it holds no place yet and no pause holds it. It
+-- appends its two values to out and returns the next send's index; nil
+-- when plan_one must plan it (nothing written: its reads, its pauses' and
+-- its backlogs' ZSCOREs, come before any write). It is plan_one without
+-- parse's tables, about a sixth of a planned send's instructions
+-- (docs/pacing.md, "The plan, lean"): a send's limits are fg's tables,
+-- reset, and pace, sweep, plan_search and plan_commit are plan_one's own.
+-- TestFastPathDecidesAsTheGeneralOne plans both ways too.
+local function plan_fast(a, out)
+  local id = ARGV[a]
+  local m = ARGV[a + 5] + 0
+  local b = a + 6
+  local gl, ng, fast = fp.gcra, 0, false
+  for _ = 1, m do
+    local ref, p = ARGV[b], specs[ARGV[b + 1]]
+    if p.algo == 'gcra' then
+      ng = ng + 1
+      local g = fg[ng]
+      if not g then
+        g = {}
+        fg[ng] = g
+      end
+      local i = ref + 0
+      g.key, g.plan, g.backlog, g.algo, g.p, g.extra = KEYS[i], KEYS[i + 1], KEYS[i + 2], 'gcra', p, p.extra
+      g.limit, g.period, g.burst, g.cost = p.limit, p.period, p.burst, p.cost
+      g.queued, g.tp, g.recs, g.victim, g.n = nil, nil, nil, nil, nil
+      gl[ng] = g
+      if p.fast then fast = true end
+    elseif p.algo == 'pause' then
+      -- (pause_from: a paused send is plan_one's)
+      if pause_decide(KEYS[ref + 0], now).ok == 0 then return nil end
+    end
+    b = b + 2
+  end
+  for k = #gl, ng + 1, -1 do gl[k] = nil end
+  -- Its place (held_at): a send that holds one is plan_one's.
+  for k = 1, ng do
+    local g = gl[k]
+    g.listless = fast and g.p.long and not g.p.fast
+    if id ~= '' and not g.listless and redis.call('ZSCORE', g.backlog, id) then return nil end
+  end
+  fp.id, fp.tenant, fp.weight = id, ARGV[a + 3], ARGV[a + 4] + 0
+  for k = 1, ng do
+    local g = gl[k]
+    pace(g)
+    if g.fast then sweep(g) end
+  end
+  local at, sec = plan_search(fp, now)
+  plan_commit(fp, at, sec, false)
+  if FAST_COUNT then redis.call('INCR', FAST_COUNT .. ':plan') end
+  out[#out + 1] = at
+  out[#out + 1] = 1
   return b
 end

@@ -203,12 +203,40 @@ local function set_queued(l, pt)
   l.queued = now + max(0, pa + l.T * l.cost - l.tol)
 end
 
+-- plan_firms keeps, in "plan", a fast limit's firm book as read (per key
+-- and field, {raw, wrong}): nothing in "plan" writes a firm book, and the
+-- sends of a plan call (up to 256 of one number) share their number's. A
+-- slow limit's (a pair's) is read again: a call's sends share few, and a
+-- copy per pair costs more than the read.
+local plan_firms, planning = {}, mode == 'plan'
+
+-- firm_read reads GCRA limit l's firm book: its TAT's text (nil when
+-- absent), and true when the key holds another algorithm's state.
+local function firm_read(l)
+  if l.extra == '' then return read('GET', l.key) end
+  return read('HGET', l.key, l.extra)
+end
+
 -- pace reads GCRA limit l's firm book and plan book into l (see above).
 local function pace(l)
   local T = (l.period / l.limit) / (1 - headroom)
   local tol = T * l.burst
   local raw, wrong
-  if l.extra == '' then raw, wrong = read('GET', l.key) else raw, wrong = read('HGET', l.key, l.extra) end
+  if not planning or T >= SEC then
+    if l.extra == '' then raw, wrong = read('GET', l.key) else raw, wrong = read('HGET', l.key, l.extra) end
+  else
+    local c = plan_firms[l.key]
+    if not c then
+      c = {}
+      plan_firms[l.key] = c
+    end
+    local v = c[l.extra]
+    if not v then
+      v = {firm_read(l)}
+      c[l.extra] = v
+    end
+    raw, wrong = v[1], v[2]
+  end
   local a = (tonumber(raw) or now) - now
   if a < 0 then a = 0 end
   l.T, l.tol, l.a, l.replace = T, tol, a, wrong

@@ -12,7 +12,8 @@
 --                     "release" of one send
 --   firm_book.lua     "reserve" of one send: firm now, or planned
 --   firm_fast.lua     "reserve" of the common send (planned, back at its
---                     place, nothing holding it), lean
+--                     place, nothing holding it) and its "plan" (no place
+--                     yet, no pause), lean
 -- The books, places, holds, yields and turns are defined in throttle's
 -- package documentation (doc.go, "Reservation books").
 --
@@ -168,10 +169,10 @@ local function body()
   if mode == 'release' then return {now, release_one(parse(first_send))} end
   local one = reserve_one
   if mode == 'plan' then one = plan_one end
-  local fast = FAST_PATH and mode == 'reserve'
+  local fast = FAST_PATH and (mode == 'plan' and plan_fast or fast_one)
   local out, a = {now}, first_send
   for _ = 1, nsends do
-    local nxt = fast and fast_one(a, out)
+    local nxt = fast and fast(a, out)
     if nxt then
       a = nxt
     else
