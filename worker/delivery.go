@@ -40,6 +40,12 @@ func KeptRecord(ctx context.Context) bool {
 	return kept
 }
 
+// WithKeptRecord returns ctx marked as KeptRecord's: the worker's own
+// writes of its kept sends carry it, and a recorder's tests can.
+func WithKeptRecord(ctx context.Context) context.Context {
+	return context.WithValue(ctx, keptKey{}, true)
+}
+
 // SentLookup is implemented by DeliveryRecorders that can say whether a
 // task's send was recorded (internal/delivery.Store). With one, a task that
 // runs again after the provider accepted its send, because asynq could not

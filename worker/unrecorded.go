@@ -182,7 +182,7 @@ func (u *unrecorded) flush(ctx context.Context) (written int, err error) {
 		s := us.s
 		u.mu.Unlock()
 
-		cctx, cancel := context.WithTimeout(context.WithValue(ctx, keptKey{}, true), recordTimeout)
+		cctx, cancel := context.WithTimeout(WithKeptRecord(ctx), recordTimeout)
 		err := u.rec.RecordSent(cctx, s)
 		cancel()
 

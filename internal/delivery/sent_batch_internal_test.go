@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-dev/sluice/internal/redistest"
+	"github.com/sluice-dev/sluice/worker"
 )
 
 // One script call may carry the same send twice (the worker wrote it again
@@ -186,4 +187,23 @@ func clockedStore(t *testing.T, prefix string, ttl time.Duration) (*Store, *redi
 		require.NoError(t, <-c.done)
 	}
 	return s, rdb, &now, record
+}
+
+// A send the worker kept through a Redis outage (worker.KeptRecord) is due
+// at once, so that a store busy with new sends does not hold each of them
+// its linger; any other send may wait for company.
+func TestKeptSendsAreDueAtOnce(t *testing.T) {
+	t.Parallel()
+	s, err := New(Options{Redis: redistest.Start(t).Client(t), Prefix: "kept"})
+	require.NoError(t, err)
+	r := Sent{TaskID: "t1", Queue: "whatsapp", Channel: "whatsapp", Tenant: "acme", Campaign: "c", Status: "sent",
+		At: time.Date(2026, 11, 29, 4, 0, 0, 0, time.UTC)}
+	c, err := s.sentCallFor(context.Background(), r)
+	require.NoError(t, err)
+	require.Equal(t, lingerFreely, c.due, "a new send may wait the linger")
+	c, err = s.sentCallFor(worker.WithKeptRecord(context.Background()), r)
+	require.NoError(t, err)
+	require.True(t, c.due.IsZero(), "a kept send is due at once")
+	_, err = s.sentCallFor(worker.WithKeptRecord(context.Background()), Sent{TaskID: "t2", Status: "delivered"})
+	require.ErrorIs(t, err, worker.ErrInvalidRecord, "a bad send is refused as before")
 }

@@ -232,17 +232,25 @@ func joinLua(names ...string) string {
 // (wrapping worker.ErrInvalidRecord), or is ctx's, or wraps Redis's (every
 // send that shared the script call gets it; calling again is safe).
 func (s *Store) RecordSent(ctx context.Context, r Sent) error {
-	c, err := s.sentCallOf(r)
+	c, err := s.sentCallFor(ctx, r)
 	if err != nil {
 		return err
-	}
-	if worker.KeptRecord(ctx) {
-		c.due = time.Time{} // (written at once: sent_batch.go, sentLinger)
 	}
 	if err := s.sent.do(ctx, c); err != nil {
 		return fmt.Errorf("delivery: record sent %s: %w", r.TaskID, err)
 	}
 	return nil
+}
+
+// sentCallFor is RecordSent's call of record_sent.lua for r: a kept send
+// (worker.KeptRecord) is due at once, any other waits the linger of a busy
+// store (sent_batch.go, sentLinger).
+func (s *Store) sentCallFor(ctx context.Context, r Sent) (*sentCall, error) {
+	c, err := s.sentCallOf(r)
+	if err == nil && worker.KeptRecord(ctx) {
+		c.due = time.Time{}
+	}
+	return c, err
 }
 
 // sentCallOf checks r and returns its call of record_sent.lua.
