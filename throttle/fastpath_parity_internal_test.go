@@ -113,14 +113,16 @@ func TestFastPathDecidesAsTheGeneralOne(t *testing.T) {
 		delete(a, planHits)
 		sameKeyspace(t, what, a, keyspace(t, sides[1].rdb))
 	}
-	// plan plans batch on both sides as Plan does (its GCRA limits and
-	// pauses, 256 sends a call), through plan_fast on one side and
-	// plan_one on the other, and requires the same replies and keys; it
-	// returns each send's planned instant.
+	// plan plans batch on both sides, through plan_fast on one side and
+	// plan_one on the other, with the arguments Plan gives a call (each
+	// send's GCRA limits and pauses; the test's batches are of one scope
+	// and under 256 sends, so one call each), and requires the same
+	// replies and keys; it returns each send's planned instant and
+	// whether it was new.
 	plans, planned := 0, 0
-	plan := func(batch []Send) []time.Time {
+	plan := func(batch []Send) ([]time.Time, []bool) {
 		t.Helper()
-		out := make([]time.Time, len(batch))
+		out, isNew := make([]time.Time, len(batch)), make([]bool, len(batch))
 		for lo := 0; lo < len(batch); lo += 256 {
 			part := batch[lo:min(lo+256, len(batch))]
 			ra := sides[0].l.newReserveArgs("plan", hold, headroom, len(part))
@@ -148,21 +150,28 @@ func TestFastPathDecidesAsTheGeneralOne(t *testing.T) {
 			}
 			compare(fmt.Sprintf("after plan %d", plans))
 			for k := range part {
-				out[lo+k] = time.UnixMicro(raws[0][1+2*k])
+				out[lo+k], isNew[lo+k] = time.UnixMicro(raws[0][1+2*k]), raws[0][2+2*k] == 1
 			}
 		}
-		return out
+		return out, isNew
 	}
 	type item = parityItem
 	var due dueHeap
 	// planDue plans batch and puts its sends with a task id on the heap
-	// (a repeat holds its place and is on it already; one without an id
-	// takes room and never comes back).
+	// (the first repeats sends hold places and are on it already: they
+	// must keep them; one without an id takes room and never comes back).
 	planDue := func(batch []Send, repeats int) {
 		t.Helper()
-		for i, at := range plan(batch) {
-			if i >= repeats && batch[i].TaskID != "" {
-				heap.Push(&due, &item{s: batch[i], at: at})
+		at, isNew := plan(batch)
+		for i := range batch {
+			if i < repeats {
+				if isNew[i] {
+					t.Fatalf("repeat %s was planned anew", batch[i].TaskID)
+				}
+				continue
+			}
+			if batch[i].TaskID != "" {
+				heap.Push(&due, &item{s: batch[i], at: at[i]})
 			}
 		}
 	}
@@ -297,7 +306,10 @@ func TestFastPathDecidesAsTheGeneralOne(t *testing.T) {
 			planDue(batch, 0)
 		case 40:
 			// one call for two numbers and two tenants, in turns (an API
-			// batch: Plan groups sends by scope, not by number)
+			// batch: Plan groups sends by scope, not by number), and
+			// sends with a pair's limit alone (slower than the hold with
+			// no fast limit: not listless, a backlog entry; a reused limit
+			// table that was a number's the send before)
 			var batch []Send
 			for i := range 24 {
 				n, tenant, w := 0, "c0", 0.0
@@ -310,6 +322,9 @@ func TestFastPathDecidesAsTheGeneralOne(t *testing.T) {
 					n, tenant = 2, "c0b"
 				}
 				batch = append(batch, Send{TaskID: fmt.Sprintf("m-%d-%d", n, 100+i), Tenant: tenant, Weight: w, Requests: reqsOf(n, 1000*n+rng.IntN(recipients[n]))})
+			}
+			for i := range 6 {
+				batch = append(batch, Send{TaskID: fmt.Sprintf("m-p-%d", i), Tenant: "c0", Requests: reqsOf(0, rng.IntN(recipients[0]))[1:2]})
 			}
 			planDue(batch, 0)
 		}

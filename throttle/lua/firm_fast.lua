@@ -29,7 +29,10 @@ local FAST_COUNT = false
 -- backlog, extra, limit, period, burst, cost), its spec p, listless, and
 -- after (ahead once taken). It is pace's l (pace.lua sets T, tol, a,
 -- firm, fast and a fast limit's plan pointers afresh each send), and a
--- fast limit's is sweep's and trec's too (recs cleared each send). fo
+-- fast limit's is sweep's and trec's too (recs cleared each send). In
+-- "plan" (plan_fast) it is also plan_search's and plan_count's, which
+-- set queued, tp, victim and n lazily: plan_fast clears them each send.
+-- fo
 -- holds, per limit in the request's order, its GCRA table or its decision
 -- (a decision has .algo, a GCRA table not).
 local fg, fo = {}, {}
@@ -148,8 +151,8 @@ local fp = {gcra = {}}
 -- plan_fast plans the send at ARGV index a ("plan") as plan_one would, when
 -- it is the common case: it holds no place yet and no pause holds it. It
 -- appends its two values to out and returns the next send's index; nil
--- when plan_one must plan it (nothing written: its reads, its pauses' and
--- its backlogs' ZSCOREs, come before any write). It is plan_one without
+-- when plan_one must plan it (nothing written: its reads, its pauses'
+-- HGETs and its backlogs' ZSCOREs, come before any write). It is plan_one without
 -- parse's tables, about a sixth of a planned send's instructions
 -- (docs/pacing.md, "The plan, lean"): a send's limits are fg's tables,
 -- reset, and pace, sweep, plan_search and plan_commit are plan_one's own.

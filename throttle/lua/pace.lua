@@ -205,9 +205,11 @@ end
 
 -- plan_firms keeps, in "plan", a fast limit's firm book as read (per key
 -- and field, {raw, wrong}): nothing in "plan" writes a firm book, and the
--- sends of a plan call (up to 256 of one number) share their number's. A
--- slow limit's (a pair's) is read again: a call's sends share few, and a
--- copy per pair costs more than the read.
+-- sends of a plan call (up to 256 of one channel, usually of one number)
+-- share their number's. A slow limit's (a pair's) is read again: a call's
+-- sends share few, and a copy per pair costs more than the read. With
+-- PLAN_CHECK (the package's tests) every read of the copy is checked
+-- against Redis.
 local plan_firms, planning = {}, mode == 'plan'
 
 -- firm_read reads GCRA limit l's firm book: its TAT's text (nil when
@@ -218,6 +220,8 @@ local function firm_read(l)
 end
 
 -- pace reads GCRA limit l's firm book and plan book into l (see above).
+-- (Outside the copy it reads the book itself rather than by firm_read:
+-- a function call a send, in every reserve, costs more than the line.)
 local function pace(l)
   local T = (l.period / l.limit) / (1 - headroom)
   local tol = T * l.burst
@@ -234,6 +238,9 @@ local function pace(l)
     if not v then
       v = {firm_read(l)}
       c[l.extra] = v
+    elseif PLAN_CHECK then
+      local r, w = firm_read(l)
+      if r ~= v[1] or w ~= v[2] then error('sluice: firm book copy stale: ' .. l.key .. ' ' .. l.extra) end
     end
     raw, wrong = v[1], v[2]
   end
