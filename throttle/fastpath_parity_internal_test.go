@@ -113,6 +113,24 @@ func TestFastPathDecidesAsTheGeneralOne(t *testing.T) {
 		delete(a, planHits)
 		sameKeyspace(t, what, a, keyspace(t, sides[1].rdb))
 	}
+	// both runs one script call on both sides and requires the same reply
+	// and the same keys after it; it returns the reply.
+	both := func(what string, reqs []Request, ra *reserveArgs) []int64 {
+		t.Helper()
+		var raws [][]int64
+		for _, sd := range sides {
+			raw, err := runInts(ctx, sd.rdb, scriptOf(sd, reqs), ra.keys, ra.argv())
+			if err != nil {
+				t.Fatalf("%s (fast %v): %v", what, sd.fast, err)
+			}
+			raws = append(raws, raw)
+		}
+		if !slices.Equal(raws[0], raws[1]) {
+			t.Fatalf("%s at %v: the replies differ\nfast:    %v\ngeneral: %v", what, clock.Now(), raws[0], raws[1])
+		}
+		compare("after " + what)
+		return raws[0]
+	}
 	// plan plans batch on both sides, through plan_fast on one side and
 	// plan_one on the other, with the arguments Plan gives a call (each
 	// send's GCRA limits and pauses; the test's batches are of one scope
@@ -137,20 +155,9 @@ func TestFastPathDecidesAsTheGeneralOne(t *testing.T) {
 			}
 			plans++
 			planned += len(part)
-			var raws [][]int64
-			for _, sd := range sides {
-				raw, err := runInts(ctx, sd.rdb, scriptOf(sd, all), ra.keys, ra.argv())
-				if err != nil {
-					t.Fatalf("plan %d (fast %v): %v", plans, sd.fast, err)
-				}
-				raws = append(raws, raw)
-			}
-			if !slices.Equal(raws[0], raws[1]) {
-				t.Fatalf("plan %d at %v: the replies differ\nfast:    %v\ngeneral: %v", plans, clock.Now(), raws[0], raws[1])
-			}
-			compare(fmt.Sprintf("after plan %d", plans))
+			raw := both(fmt.Sprintf("plan %d", plans), all, ra)
 			for k := range part {
-				out[lo+k], isNew[lo+k] = time.UnixMicro(raws[0][1+2*k]), raws[0][2+2*k] == 1
+				out[lo+k], isNew[lo+k] = time.UnixMicro(raw[1+2*k]), raw[2+2*k] == 1
 			}
 		}
 		return out, isNew
@@ -333,21 +340,10 @@ func TestFastPathDecidesAsTheGeneralOne(t *testing.T) {
 			sends[k] = callSend{Send: it.s, high: it.high, callID: "c" + it.s.TaskID}
 		}
 		ra, reqs, rcs := reserveCallOf(t, sides[0].l, hold, headroom, sends)
-		var raws [][]int64
-		for _, sd := range sides {
-			raw, err := runInts(ctx, sd.rdb, scriptOf(sd, reqs), ra.keys, ra.argv())
-			if err != nil {
-				t.Fatalf("call %d (fast %v): %v", calls, sd.fast, err)
-			}
-			raws = append(raws, raw)
-		}
-		if !slices.Equal(raws[0], raws[1]) {
-			t.Fatalf("call %d at %v: the replies differ\nfast:    %v\ngeneral: %v", calls, clock.Now(), raws[0], raws[1])
-		}
-		compare(fmt.Sprintf("after call %d", calls))
+		raw := both(fmt.Sprintf("call %d", calls), reqs, ra)
 		pos := 1
 		for k, c := range rcs {
-			res := sides[0].l.batcher().decodeOne(raws[0], &pos, c)
+			res := sides[0].l.batcher().decodeOne(raw, &pos, c)
 			if res.err != nil {
 				t.Fatal(res.err)
 			}

@@ -37,6 +37,21 @@ local FAST_COUNT = false
 -- (a decision has .algo, a GCRA table not).
 local fg, fo = {}, {}
 
+-- fg_limit returns fg's table ng, made the send's GCRA limit at key index
+-- i with spec p: the fields parse gives a limit but algo (a table in fo
+-- without one is a GCRA limit's; the parts plan_fast calls read it only on
+-- other limits).
+local function fg_limit(ng, i, p)
+  local g = fg[ng]
+  if not g then
+    g = {}
+    fg[ng] = g
+  end
+  g.key, g.plan, g.backlog, g.p, g.extra = KEYS[i], KEYS[i + 1], KEYS[i + 2], p, p.extra
+  g.limit, g.period, g.burst, g.cost = p.limit, p.period, p.burst, p.cost
+  return g
+end
+
 -- fast_one decides the send at ARGV index a if it is the common case above
 -- and appends its values to out (as reply, firm): it returns the next
 -- send's index; nil when reserve_one must decide it (nothing written).
@@ -52,14 +67,7 @@ local function fast_one(a, out)
     local ref, p = ARGV[b], specs[ARGV[b + 1]]
     if p.algo == 'gcra' then
       ng = ng + 1
-      local g = fg[ng]
-      if not g then
-        g = {}
-        fg[ng] = g
-      end
-      local i = ref + 0
-      g.key, g.plan, g.backlog, g.p, g.extra, g.cost = KEYS[i], KEYS[i + 1], KEYS[i + 2], p, p.extra, p.cost
-      g.limit, g.period, g.burst = p.limit, p.period, p.burst
+      local g = fg_limit(ng, ref + 0, p)
       if p.fast then fast = true end
       fo[j] = g
     else
@@ -166,14 +174,7 @@ local function plan_fast(a, out)
     local ref, p = ARGV[b], specs[ARGV[b + 1]]
     if p.algo == 'gcra' then
       ng = ng + 1
-      local g = fg[ng]
-      if not g then
-        g = {}
-        fg[ng] = g
-      end
-      local i = ref + 0
-      g.key, g.plan, g.backlog, g.algo, g.p, g.extra = KEYS[i], KEYS[i + 1], KEYS[i + 2], 'gcra', p, p.extra
-      g.limit, g.period, g.burst, g.cost = p.limit, p.period, p.burst, p.cost
+      local g = fg_limit(ng, ref + 0, p)
       g.queued, g.tp, g.recs, g.victim, g.n = nil, nil, nil, nil, nil
       gl[ng] = g
       if p.fast then fast = true end
