@@ -32,9 +32,8 @@ local FAST_COUNT = false
 -- fast limit's is sweep's and trec's too (recs cleared each send). In
 -- "plan" (plan_fast) it is also plan_search's and plan_count's, which
 -- set queued, tp, victim and n lazily: plan_fast clears them each send.
--- fo
--- holds, per limit in the request's order, its GCRA table or its decision
--- (a decision has .algo, a GCRA table not).
+-- fo holds, per limit in the request's order, its GCRA table or its
+-- decision (a decision has .algo, a GCRA table not).
 local fg, fo = {}, {}
 
 -- fg_limit returns fg's table ng, made the send's GCRA limit at key index
@@ -160,11 +159,12 @@ local fp = {gcra = {}}
 -- it is the common case: it holds no place yet and no pause holds it. It
 -- appends its two values to out and returns the next send's index; nil
 -- when plan_one must plan it (nothing written: its reads, its pauses'
--- HGETs and its backlogs' ZSCOREs, come before any write). It is plan_one without
--- parse's tables, about a sixth of a planned send's instructions
--- (docs/pacing.md, "The plan, lean"): a send's limits are fg's tables,
--- reset, and pace, sweep, plan_search and plan_commit are plan_one's own.
--- TestFastPathDecidesAsTheGeneralOne plans both ways too.
+-- HGETs and its backlogs' ZSCOREs, come before any write). It is plan_one
+-- without parse's tables, a sixth fewer instructions a planned send
+-- (docs/pacing.md, "The plan, lean, and what a script call costs"): a
+-- send's limits are fg's tables, reset, and pace, sweep, plan_search and
+-- plan_commit are plan_one's own. TestFastPathDecidesAsTheGeneralOne plans
+-- both ways too.
 local function plan_fast(a, out)
   local id = ARGV[a]
   local m = ARGV[a + 5] + 0
