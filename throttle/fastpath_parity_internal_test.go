@@ -226,9 +226,13 @@ func TestFastPathDecidesAsTheGeneralOne(t *testing.T) {
 			}
 		}
 	}
-	// High-priority sends, never planned, due from the start.
+	// High-priority sends, never planned, due from the start; and bulk
+	// sends never planned (enqueued by a plain asynq client), spread over
+	// the first seconds: they hold no place, so fast_one leaves them.
 	for i := range 20 {
 		heap.Push(&due, &item{s: Send{TaskID: fmt.Sprintf("h-%d", i), Requests: reqsOf(i%3, 1000*(i%3)+500+i)}, high: true, at: clock.Now()})
+		heap.Push(&due, &item{s: Send{TaskID: fmt.Sprintf("u-%d", i), Tenant: fmt.Sprintf("c%d", i%3), Requests: reqsOf(i%3, 1000*(i%3)+600+i)},
+			at: clock.Now().Add(time.Duration(i) * 150 * time.Millisecond)})
 	}
 	start := clock.Now()
 	firm, again, calls, still := 0, 0, 0, 0
@@ -311,7 +315,7 @@ func TestFastPathDecidesAsTheGeneralOne(t *testing.T) {
 				batch = append(batch, sms(100+i))
 			}
 			planDue(batch, 0)
-		case 40:
+		case 5, 40, 60:
 			// one call for two numbers and two tenants, in turns (an API
 			// batch: Plan groups sends by scope, not by number), and
 			// sends with a pair's limit alone (slower than the hold with
@@ -328,10 +332,10 @@ func TestFastPathDecidesAsTheGeneralOne(t *testing.T) {
 				case 3:
 					n, tenant = 2, "c0b"
 				}
-				batch = append(batch, Send{TaskID: fmt.Sprintf("m-%d-%d", n, 100+i), Tenant: tenant, Weight: w, Requests: reqsOf(n, 1000*n+rng.IntN(recipients[n]))})
+				batch = append(batch, Send{TaskID: fmt.Sprintf("m-%d-%d-%d", n, calls, i), Tenant: tenant, Weight: w, Requests: reqsOf(n, 1000*n+rng.IntN(recipients[n]))})
 			}
 			for i := range 6 {
-				batch = append(batch, Send{TaskID: fmt.Sprintf("m-p-%d", i), Tenant: "c0", Requests: reqsOf(0, rng.IntN(recipients[0]))[1:2]})
+				batch = append(batch, Send{TaskID: fmt.Sprintf("m-p-%d-%d", calls, i), Tenant: "c0", Requests: reqsOf(0, rng.IntN(recipients[0]))[1:2]})
 			}
 			planDue(batch, 0)
 		}

@@ -14,7 +14,8 @@
 -- send, and where any of the above does not hold it returns nil before it
 -- writes anything to Redis (its reads, and the sweep of a fast limit's
 -- plan, leave the script's copies as reserve_one's own would), so
--- reserve_one then decides the send from the start. The outcome is reserve_one's in every case, reply included;
+-- reserve_one then decides the send from the start. The outcome is
+-- reserve_one's in every case, reply included;
 -- TestFastPathDecidesAsTheGeneralOne runs campaigns both ways (FAST_PATH)
 -- and compares every reply and every key.
 
@@ -77,8 +78,9 @@ local function fast_one(a, out)
     b = b + 2
   end
   if not fast then return nil end
-  -- Its place (held_at): the latest of its entries; the listless limits
-  -- (parse) keep none.
+  -- Its place (held_at, inline: its call and ipairs cost a reserved send
+  -- about 1%; make bench-scripts): the latest of its entries; the
+  -- listless limits (parse) keep none.
   local held
   for k = 1, ng do
     local g = fg[k]
@@ -185,13 +187,15 @@ local function plan_fast(a, out)
     b = b + 2
   end
   for k = #gl, ng + 1, -1 do gl[k] = nil end
-  -- Its place (held_at): a send that holds one is plan_one's.
+  -- Its place (held_at, inline as in fast_one): a send that holds one is
+  -- plan_one's.
   for k = 1, ng do
     local g = gl[k]
     g.listless = fast and g.p.long and not g.p.fast
     if id ~= '' and not g.listless and redis.call('ZSCORE', g.backlog, id) then return nil end
   end
   fp.id, fp.tenant, fp.weight = id, ARGV[a + 3], ARGV[a + 4] + 0
+  -- (pace_all, inline: with held_at's, 2% of a planned send)
   for k = 1, ng do
     local g = gl[k]
     pace(g)
