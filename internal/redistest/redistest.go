@@ -11,6 +11,7 @@ package redistest
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -138,8 +139,10 @@ func (s *Server) start() error {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	if err := waitReady(s.Addr, exited); err != nil {
-		_ = cmd.Process.Kill()
-		<-exited
+		if !errors.Is(err, errExited) { // (an exit waitReady saw was read from exited already)
+			_ = cmd.Process.Kill()
+			<-exited
+		}
 		return fmt.Errorf("%w (log: %s)", err, readLog(filepath.Join(s.dir, "redis.log")))
 	}
 	s.cmd, s.exited = cmd, exited
@@ -195,6 +198,13 @@ func (s *Server) Restart() error {
 	return s.start()
 }
 
+// errExited is waitReady's error when redis-server exited before it
+// answered (a port taken between the probe and the bind): waitReady has
+// read the exit from exited, so the caller must not wait on it again.
+var errExited = errors.New("redis-server exited")
+
+// waitReady waits until the server on addr answers PING, for 10 s, or
+// until it exits (errExited, its exit read from exited).
 func waitReady(addr string, exited <-chan error) error {
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer c.Close()
@@ -202,7 +212,7 @@ func waitReady(addr string, exited <-chan error) error {
 	for {
 		select {
 		case err := <-exited:
-			return fmt.Errorf("redis-server exited: %v", err)
+			return fmt.Errorf("%w: %v", errExited, err)
 		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)

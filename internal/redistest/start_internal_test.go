@@ -1,0 +1,45 @@
+package redistest
+
+import (
+	"net"
+	"strings"
+	"testing"
+)
+
+// A redis-server that exits before it answers (here the port is taken,
+// as when another process binds it between the probe and the bind) makes
+// start return an error at once, for StartWith to try another port. It
+// used to wait forever: waitReady had read the exit from the channel that
+// start then waited on again.
+func TestStartReportsAServerThatExited(t *testing.T) {
+	bin, err := Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() { // (each PING fails at once, not after go-redis's timeouts)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	s := &Server{Addr: ln.Addr().String(), bin: bin, dir: t.TempDir()}
+	err = s.start()
+	if err == nil {
+		_ = s.Kill()
+		t.Fatal("redis-server started on a port another socket holds")
+	}
+	if !strings.Contains(err.Error(), "exited") {
+		t.Fatalf("start: %v, want the exit", err)
+	}
+	if s.exited != nil {
+		t.Fatal("a server that exited is kept as running")
+	}
+}
