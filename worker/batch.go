@@ -33,8 +33,9 @@ import (
 // every send is sent or has its own task.
 //
 // A batch starts its sends in order, each a little before its planned
-// instant (batchLead) and once the one before has its slot (or is done),
-// and a worker runs at most Options.Concurrency sends of batches at a time,
+// instant (batchLead) and once the one before has its slot (or is done);
+// two at a time while the batch is behind its pace (chain), and a worker
+// runs at most Options.Concurrency sends of batches at a time,
 // as it runs that many tasks. A worker that starts behind a backlog
 // dequeues many seconds' batches at once: starting all their sends at once
 // took the host's CPU from the sends already held for their slots, which
@@ -56,12 +57,79 @@ type memberKey struct{}
 // slot is firm: the batch then starts its next send.
 type reservedKey struct{}
 
-// reserved tells the batch that runs ctx's send that its slot is firm;
-// nothing for a task's own send.
-func reserved(ctx context.Context) {
-	if f, ok := ctx.Value(reservedKey{}).(func()); ok {
-		f()
+// reserved tells the batch that runs ctx's send that its slot is firm, at
+// slot (this host's clock; zero: none to tell, a prefetched slot or a send
+// that is not held); nothing for a task's own send.
+func reserved(ctx context.Context, slot time.Time) {
+	if f, ok := ctx.Value(reservedKey{}).(func(time.Time)); ok {
+		f(slot)
 	}
+}
+
+// member is a batch's send as serveBatch starts it: admitted is closed
+// once its slot is firm (slot, when it told one), it waits in the batch,
+// or it is done.
+type member struct {
+	once     sync.Once
+	admitted chan struct{}
+	slot     time.Time
+}
+
+// admit closes m.admitted, the first time, with the send's slot.
+func (m *member) admit(slot time.Time) {
+	m.once.Do(func() {
+		m.slot = slot
+		close(m.admitted)
+	})
+}
+
+// chain is the order in which a batch starts its sends: the next starts
+// once the one before has its slot, so that a batch behind a backlog does
+// not start all its sends at once (see serveBatch). That keeps a number at
+// its pace only while a reservation's round trip is shorter than the
+// pace's interval, and behind a backlog it is not: with every batch due at
+// once, round trips took 8 to 43 ms on the 2-core host (Redis busy with
+// the batches' dequeues and full reserve scripts), and a lone batch sent
+// one send a round trip, half of an 80/s number's pace, until the number's
+// next batch was dequeued (`make bench-scale`: the worst number lost up to
+// 300 ms of slots in its first second). So while a batch is behind its
+// pace, the last slot it was given already due when the reply came, two
+// of its sends ask at once (behindDepth): it keeps the pace up to round
+// trips of twice the interval. A batch ahead of its pace (its slots in
+// the future) asks one at a time, as before.
+type chain struct {
+	asking []*member // started, not yet admitted, oldest first
+	depth  int       // how many may be asking: 1, or behindDepth
+	now    func() time.Time
+}
+
+// behindDepth is how many of a batch's sends ask at once while it is
+// behind its pace (chain).
+const behindDepth = 2
+
+// started notes m as asking and returns once the batch may start its next
+// send: fewer than the depth asking, the depth set by the last send
+// admitted. It returns false when ctx ends first.
+func (c *chain) started(ctx context.Context, m *member) bool {
+	c.asking = append(c.asking, m)
+	for len(c.asking) >= max(c.depth, 1) {
+		first := c.asking[0]
+		select {
+		case <-first.admitted: // its slot is firm, it waits in the batch, or it is done
+		default:
+			select {
+			case <-first.admitted:
+			case <-ctx.Done():
+				return false
+			}
+		}
+		c.depth = 1
+		if !first.slot.IsZero() && !first.slot.After(c.now()) {
+			c.depth = behindDepth
+		}
+		c.asking = c.asking[1:]
+	}
+	return true
 }
 
 // withMember returns ctx carrying m as the task's meta (asynqMeta).
@@ -141,6 +209,7 @@ func (w *Worker) serveBatch(ctx context.Context, t *asynq.Task) error {
 			mu.Unlock()
 		}
 	}
+	c := chain{now: time.Now}
 	for i, s := range b.Sends {
 		if skip[i] {
 			continue
@@ -155,23 +224,18 @@ func (w *Worker) serveBatch(ctx context.Context, t *asynq.Task) error {
 		if s.At > 0 && !sleep(ctx, time.Until(time.UnixMilli(s.At).Add(-batchLead))) || ctx.Err() != nil {
 			break // shutting down: the batch comes back (below)
 		}
-		admitted := make(chan struct{})
-		var once sync.Once
-		admit := func() { once.Do(func() { close(admitted) }) }
+		mb := &member{admitted: make(chan struct{})}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer admit()
-			err := w.serveMember(context.WithValue(withMember(ctx, m), reservedKey{}, admit), h, asynq.NewTask(s.Type, s.Payload))
+			defer mb.admit(time.Time{})
+			err := w.serveMember(context.WithValue(withMember(ctx, m), reservedKey{}, mb.admit), h, asynq.NewTask(s.Type, s.Payload))
 			if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 				return // cut off by a shutdown or a deadline: the batch comes back
 			}
 			settle(s, m, err)
 		}()
-		select {
-		case <-admitted: // its slot is firm, it waits in the batch, or it is done: the next one starts
-		case <-ctx.Done():
-		}
+		c.started(ctx, mb) // (ctx ended: the loop ends above)
 	}
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
@@ -234,7 +298,7 @@ func (w *Worker) serveMember(ctx context.Context, h *handler, t *asynq.Task) err
 		if wait > maxBatchWait {
 			return err
 		}
-		reserved(ctx) // the batch's next send need not wait behind this one
+		reserved(ctx, time.Time{}) // the batch's next send need not wait behind this one
 		if !sleep(ctx, wait) {
 			return err
 		}

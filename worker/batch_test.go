@@ -269,3 +269,44 @@ func TestMalformedBatchIsArchived(t *testing.T) {
 	require.ErrorIs(t, err, asynq.SkipRetry)
 	require.True(t, strings.Contains(err.Error(), "sends[0]: id: required"), err.Error())
 }
+
+// A batch starts its next send once the one before has its slot; while it
+// is behind its pace (the slot it was given was due when the reply came),
+// two of its sends ask at once, never three; once a slot lies ahead, one
+// again.
+func TestBatchBehindItsPaceAsksTwoAtOnce(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	c := chain{now: func() time.Time { return now }}
+	newMember := func() *member { return &member{admitted: make(chan struct{})} }
+	// ctx ends at once: started returns true only when it did not have to
+	// wait for a send still asking.
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+
+	m1 := newMember()
+	require.False(t, c.started(ended, m1), "the first send asks alone: the next waits for its slot")
+	m1.admit(now.Add(-time.Millisecond)) // due already: the batch is behind
+	m2 := newMember()
+	require.True(t, c.started(ended, m2), "behind its pace: the next send starts while this one asks")
+	require.Equal(t, behindDepth, c.depth)
+	m3 := newMember()
+	require.False(t, c.started(ended, m3), "two asking: the third waits")
+	require.Len(t, c.asking, 2)
+
+	m2.admit(now.Add(40 * time.Millisecond)) // ahead: one at a time again
+	m3.admit(now.Add(52 * time.Millisecond))
+	m4 := newMember()
+	require.False(t, c.started(ended, m4), "ahead of its pace: the next waits for this one's slot")
+	require.Equal(t, 1, c.depth)
+	require.Equal(t, []*member{m4}, c.asking)
+
+	m4.admit(time.Time{}) // done, or waiting in the batch: no slot to judge by
+	m5 := newMember()
+	require.False(t, c.started(ended, m5))
+	require.Equal(t, 1, c.depth)
+	require.Equal(t, []*member{m5}, c.asking)
+	m5.admit(now)                                                         // due as the reply came: behind again
+	bound, stop := context.WithTimeout(context.Background(), time.Minute) // (a hang bound: it must not wait)
+	defer stop()
+	require.True(t, c.started(bound, newMember()), "m5 admitted behind its pace: the next starts beside it")
+}

@@ -89,6 +89,9 @@ import (
 //	SLUICE_BENCH_ROUNDS=R         runs of both sides, alternating (default 3;
 //	                              the ratio line is the rounds' median)
 //	SLUICE_E2E_STRESS_OUT=DIR     also write the figures as JSON (stressSummary)
+//	SLUICE_E2E_RECORDS=PATH       write each run's emulator records (every
+//	                              acceptance: sender, recipient, time) as
+//	                              JSON to PATH.<run>.json
 const (
 	benchScaleEnv   = "SLUICE_BENCH_SCALE"
 	benchNumbersEnv = "SLUICE_BENCH_NUMBERS"
@@ -902,6 +905,12 @@ func benchScaleRound(t *testing.T, sz benchScaleSize, size, bin string, bound ti
 		sum.add("dequeues_per_send", float64(metrics.dequeues["whatsapp"])/float64(st.Unique))
 		sum.add("limiter_calls_per_send", float64(metrics.calls["whatsapp"])/float64(st.Unique))
 		sum.add("limiter_calls_by_op", metrics.callsByOp["whatsapp"])
+		// Where a number's slots went unused: sends whose firm slot was
+		// already due when the reply came (their batch behind its pace),
+		// and held sends that woke up over 5 ms late and retook their slot
+		// (worker.maxLate; each leaves its slot unused).
+		sum.add("slots_due_at_reply", metrics.holdLE["0"])
+		sum.add("wakeups_over_5ms_late", metrics.lateLE["+Inf"]-metrics.lateLE["0.005"])
 		sum.add("outcomes", metrics.outcomes["whatsapp"])
 		sum.add("max_in_1s", maxOver(emulator.MaxInSpan(d.records, emulator.ChannelWhatsApp, time.Second)))
 		sum.add("arrivals_under_3ms_apart", bunchedArrivals(d.records, 3*time.Millisecond))
@@ -1034,6 +1043,12 @@ func measureDelivery(t *testing.T, sz benchScaleSize, rdb redis.UniversalClient,
 	}
 	d.stats = emu.Stats()[emulator.ChannelWhatsApp]
 	d.records = emu.Records()
+	if path := os.Getenv("SLUICE_E2E_RECORDS"); path != "" {
+		// (each run its own file: PATH.sluice_1.json, PATH.plain_asynq_1.json, ...)
+		b, err := json.Marshal(d.records)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(path+"."+t.Name()[strings.LastIndex(t.Name(), "/")+1:]+".json", b, 0o600))
+	}
 	rates, all := numberRates(d.records, sz.numbers)
 	d.run.delivered = d.stats.Unique
 	d.run.cpuPerSend = float64(d.work.cpu.Microseconds()) / float64(d.stats.Unique)
