@@ -57,28 +57,29 @@ type memberKey struct{}
 // slot is firm: the batch then starts its next send.
 type reservedKey struct{}
 
-// reserved tells the batch that runs ctx's send that its slot is firm, at
-// slot (this host's clock; zero: none to tell, a prefetched slot or a send
-// that is not held); nothing for a task's own send.
-func reserved(ctx context.Context, slot time.Time) {
-	if f, ok := ctx.Value(reservedKey{}).(func(time.Time)); ok {
-		f(slot)
+// reserved tells the batch that runs ctx's send that its slot is firm,
+// and whether the batch is behind its pace: the send's first ask was firm
+// at once, its slot due as the limiter decided (chain); nothing for a
+// task's own send.
+func reserved(ctx context.Context, behind bool) {
+	if f, ok := ctx.Value(reservedKey{}).(func(bool)); ok {
+		f(behind)
 	}
 }
 
 // member is a batch's send as serveBatch starts it: admitted is closed
-// once its slot is firm (slot, when it told one), it waits in the batch,
-// or it is done.
+// once its slot is firm (behind, as reserved tells), it waits in the
+// batch, or it is done.
 type member struct {
 	once     sync.Once
 	admitted chan struct{}
-	slot     time.Time
+	behind   bool
 }
 
-// admit closes m.admitted, the first time, with the send's slot.
-func (m *member) admit(slot time.Time) {
+// admit closes m.admitted, the first time, with what reserved tells.
+func (m *member) admit(behind bool) {
 	m.once.Do(func() {
-		m.slot = slot
+		m.behind = behind
 		close(m.admitted)
 	})
 }
@@ -93,14 +94,16 @@ func (m *member) admit(slot time.Time) {
 // one send a round trip, half of an 80/s number's pace, until the number's
 // next batch was dequeued (`make bench-scale`: the worst number lost up to
 // 300 ms of slots in its first second). So while a batch is behind its
-// pace, the last slot it was given already due when the reply came, two
-// of its sends ask at once (behindDepth): it keeps the pace up to round
-// trips of twice the interval. A batch ahead of its pace (its slots in
-// the future) asks one at a time, as before.
+// pace, the last send admitted given a slot due as the limiter decided
+// (Reservation.Delay 0: the firm book had no slot ahead of it), two of its
+// sends ask at once (behindDepth): it keeps the pace up to round trips of
+// twice the interval. A batch ahead of its pace (its slots in the future)
+// asks one at a time, as before. The two may reach the limiter in either
+// order, so while a batch is behind, two of its sends may take their slots
+// out of the batch's order; each is still one send, once.
 type chain struct {
 	asking []*member // started, not yet admitted, oldest first
 	depth  int       // how many may be asking: 1, or behindDepth
-	now    func() time.Time
 }
 
 // behindDepth is how many of a batch's sends ask at once while it is
@@ -124,7 +127,7 @@ func (c *chain) started(ctx context.Context, m *member) bool {
 			}
 		}
 		c.depth = 1
-		if !first.slot.IsZero() && !first.slot.After(c.now()) {
+		if first.behind {
 			c.depth = behindDepth
 		}
 		c.asking = c.asking[1:]
@@ -209,7 +212,7 @@ func (w *Worker) serveBatch(ctx context.Context, t *asynq.Task) error {
 			mu.Unlock()
 		}
 	}
-	c := chain{now: time.Now}
+	var c chain
 	for i, s := range b.Sends {
 		if skip[i] {
 			continue
@@ -228,7 +231,7 @@ func (w *Worker) serveBatch(ctx context.Context, t *asynq.Task) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer mb.admit(time.Time{})
+			defer mb.admit(false)
 			err := w.serveMember(context.WithValue(withMember(ctx, m), reservedKey{}, mb.admit), h, asynq.NewTask(s.Type, s.Payload))
 			if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 				return // cut off by a shutdown or a deadline: the batch comes back
@@ -298,7 +301,7 @@ func (w *Worker) serveMember(ctx context.Context, h *handler, t *asynq.Task) err
 		if wait > maxBatchWait {
 			return err
 		}
-		reserved(ctx, time.Time{}) // the batch's next send need not wait behind this one
+		reserved(ctx, false) // the batch's next send need not wait behind this one
 		if !sleep(ctx, wait) {
 			return err
 		}

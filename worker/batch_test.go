@@ -271,12 +271,10 @@ func TestMalformedBatchIsArchived(t *testing.T) {
 }
 
 // A batch starts its next send once the one before has its slot; while it
-// is behind its pace (the slot it was given was due when the reply came),
-// two of its sends ask at once, never three; once a slot lies ahead, one
-// again.
+// is behind its pace (the slot it was given was due at once), two of its
+// sends ask at once, never three; once a slot lies ahead, one again.
 func TestBatchBehindItsPaceAsksTwoAtOnce(t *testing.T) {
-	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	c := chain{now: func() time.Time { return now }}
+	var c chain
 	newMember := func() *member { return &member{admitted: make(chan struct{})} }
 	// ctx ends at once: started returns true only when it did not have to
 	// wait for a send still asking.
@@ -285,28 +283,72 @@ func TestBatchBehindItsPaceAsksTwoAtOnce(t *testing.T) {
 
 	m1 := newMember()
 	require.False(t, c.started(ended, m1), "the first send asks alone: the next waits for its slot")
-	m1.admit(now.Add(-time.Millisecond)) // due already: the batch is behind
+	m1.admit(true) // due at once: the batch is behind
 	m2 := newMember()
 	require.True(t, c.started(ended, m2), "behind its pace: the next send starts while this one asks")
 	require.Equal(t, behindDepth, c.depth)
 	m3 := newMember()
 	require.False(t, c.started(ended, m3), "two asking: the third waits")
-	require.Len(t, c.asking, 2)
+	require.Equal(t, []*member{m2, m3}, c.asking)
 
-	m2.admit(now.Add(40 * time.Millisecond)) // ahead: one at a time again
-	m3.admit(now.Add(52 * time.Millisecond))
+	m2.admit(false) // slots ahead: one at a time again
+	m3.admit(false)
 	m4 := newMember()
 	require.False(t, c.started(ended, m4), "ahead of its pace: the next waits for this one's slot")
 	require.Equal(t, 1, c.depth)
 	require.Equal(t, []*member{m4}, c.asking)
 
-	m4.admit(time.Time{}) // done, or waiting in the batch: no slot to judge by
-	m5 := newMember()
-	require.False(t, c.started(ended, m5))
-	require.Equal(t, 1, c.depth)
-	require.Equal(t, []*member{m5}, c.asking)
-	m5.admit(now)                                                         // due as the reply came: behind again
-	bound, stop := context.WithTimeout(context.Background(), time.Minute) // (a hang bound: it must not wait)
+	// A wait ends when the send asking is admitted.
+	go m4.admit(true)
+	bound, stop := context.WithTimeout(context.Background(), time.Minute) // (a hang bound)
 	defer stop()
-	require.True(t, c.started(bound, newMember()), "m5 admitted behind its pace: the next starts beside it")
+	m5 := newMember()
+	require.True(t, c.started(bound, m5), "m4 admitted behind its pace: m5 asks beside it")
+	require.Equal(t, behindDepth, c.depth)
+	require.Equal(t, []*member{m5}, c.asking)
+}
+
+// dueReserver grants each call a firm slot due at once (At == Now), or
+// one 40ms ahead with ahead, or a prefetched one with local.
+type dueReserver struct {
+	throttle.Limiter
+	ahead, local bool
+}
+
+func (d dueReserver) Reserve(context.Context, throttle.ReserveOptions, ...throttle.Request) (throttle.Reservation, error) {
+	now := time.Now()
+	r := throttle.Reservation{Decision: throttle.Decision{Allowed: true, Now: now}, Firm: true, At: now, Local: d.local}
+	if d.ahead {
+		r.At = now.Add(40 * time.Millisecond)
+	}
+	return r, nil
+}
+
+// A batch's send tells its batch whether it is behind its pace: a slot due
+// at once is; one ahead, or a prefetched one, is not.
+func TestReservedTellsTheBatchWhetherItIsBehind(t *testing.T) {
+	reqs := []throttle.Request{{Key: "t:k:1", Limit: throttle.Limit{Name: "k", Algorithm: throttle.GCRA, Rate: throttle.PerSecond(80), Burst: 1}}}
+	for _, tc := range []struct {
+		name   string
+		res    dueReserver
+		behind bool
+	}{
+		{"due at once", dueReserver{}, true},
+		{"ahead", dueReserver{ahead: true}, false},
+		{"prefetched", dueReserver{local: true}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &handler{w: &Worker{}, ch: Channel{Name: "t", Hold: 2 * time.Second}, rules: &rules.Set{}, now: time.Now}
+			mb := &member{admitted: make(chan struct{})}
+			ctx := context.WithValue(context.Background(), reservedKey{}, mb.admit)
+			_, err := h.reserve(ctx, tc.res, Prepared{}, reqs, &attempt{})
+			require.NoError(t, err)
+			select {
+			case <-mb.admitted:
+			default:
+				t.Fatal("the batch was not told the slot is firm")
+			}
+			require.Equal(t, tc.behind, mb.behind)
+		})
+	}
 }

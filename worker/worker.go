@@ -800,7 +800,7 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, a *attempt) error 
 			defer h.release(ctx, d.Leases)
 		}
 	}
-	reserved(ctx, time.Time{}) // a batch's next send may start: this one goes now
+	reserved(ctx, false) // a batch's next send may start: this one goes now
 	start := time.Now()
 	dep, sendCtx := h.departing(ctx, start, a, p.Fields, reqs)
 	resp, err := p.Send(sendCtx)
@@ -1042,10 +1042,10 @@ func (h *handler) reserve(ctx context.Context, res Reserver, p Prepared, reqs []
 	for round := 1; ; round++ {
 		sent := h.now()
 		r, err := res.Reserve(ctx, opts, reqs...)
-		if err == nil && r.Firm {
-			reserved(ctx, h.clock.local(r.At))
-		} else if err == nil && r.Local {
-			reserved(ctx, time.Time{})
+		if err == nil && (r.Firm || r.Local) {
+			// (behind: its first ask was firm at once, the firm book had no
+			// slot ahead of it; a prefetched slot says nothing of it)
+			reserved(ctx, round == 1 && !r.Local && r.Delay() == 0)
 		}
 		if err != nil {
 			m.call(name, "reserve")
