@@ -434,12 +434,14 @@ type workSnapshot struct {
 	callsByOp map[string]map[string]int // by channel and op
 	holdLE    map[string]float64        // sluice_hold_seconds cumulative buckets, all channels
 	lateLE    map[string]float64        // sluice_hold_late_seconds cumulative buckets
+	departLE  map[string]float64        // sluice_send_late_seconds cumulative buckets
+	margin    map[string]float64        // sluice_pacing_margin_seconds{channel="whatsapp"} by part, the widest process's
 	redisCPU  time.Duration
 	holds     string
 }
 
 func (a workSnapshot) minus(b workSnapshot) workSnapshot {
-	d := workSnapshot{dequeues: map[string]int{}, calls: map[string]int{}, callsByOp: map[string]map[string]int{}, holdLE: map[string]float64{}, lateLE: map[string]float64{}, redisCPU: a.redisCPU - b.redisCPU}
+	d := workSnapshot{dequeues: map[string]int{}, calls: map[string]int{}, callsByOp: map[string]map[string]int{}, holdLE: map[string]float64{}, lateLE: map[string]float64{}, departLE: map[string]float64{}, redisCPU: a.redisCPU - b.redisCPU}
 	for k, v := range a.dequeues {
 		d.dequeues[k] = v - b.dequeues[k]
 	}
@@ -458,6 +460,10 @@ func (a workSnapshot) minus(b workSnapshot) workSnapshot {
 	for le, v := range a.lateLE {
 		d.lateLE[le] = v - b.lateLE[le]
 	}
+	for le, v := range a.departLE {
+		d.departLE[le] = v - b.departLE[le]
+	}
+	d.margin = a.margin // a gauge: the later one
 	total := d.holdLE["+Inf"]
 	var parts []string
 	for _, le := range []string{"0.1", "0.5", "1", "1.5"} {
@@ -473,13 +479,13 @@ func (a workSnapshot) minus(b workSnapshot) workSnapshot {
 	return d
 }
 
-var metricLine = regexp.MustCompile(`^(sluice_tasks_total|sluice_limiter_calls_total|sluice_hold_seconds_bucket|sluice_hold_late_seconds_bucket)\{([^}]*)\} ([0-9.e+]+)$`)
+var metricLine = regexp.MustCompile(`^(sluice_tasks_total|sluice_limiter_calls_total|sluice_hold_seconds_bucket|sluice_hold_late_seconds_bucket|sluice_send_late_seconds_bucket|sluice_pacing_margin_seconds)\{([^}]*)\} ([0-9.e+-]+)$`)
 var labelPair = regexp.MustCompile(`([a-z_]+)="([^"]*)"`)
 
 // snapshot scrapes the workers' /metrics, summed over them, and Redis' CPU.
 func snapshot(t *testing.T, hc *http.Client, workers []*worker, rdb redis.UniversalClient) workSnapshot {
 	t.Helper()
-	s := workSnapshot{dequeues: map[string]int{}, sent: map[string]int{}, outcomes: map[string]map[string]int{}, calls: map[string]int{}, callsByOp: map[string]map[string]int{}, holdLE: map[string]float64{}, lateLE: map[string]float64{}}
+	s := workSnapshot{dequeues: map[string]int{}, sent: map[string]int{}, outcomes: map[string]map[string]int{}, calls: map[string]int{}, callsByOp: map[string]map[string]int{}, holdLE: map[string]float64{}, lateLE: map[string]float64{}, departLE: map[string]float64{}, margin: map[string]float64{}}
 	for _, w := range workers {
 		resp, err := hc.Get("http://" + w.httpAddr + "/metrics")
 		require.NoError(t, err, w.name)
@@ -516,6 +522,12 @@ func snapshot(t *testing.T, hc *http.Client, workers []*worker, rdb redis.Univer
 				s.holdLE[labels["le"]] += v
 			case "sluice_hold_late_seconds_bucket":
 				s.lateLE[labels["le"]] += v
+			case "sluice_send_late_seconds_bucket":
+				s.departLE[labels["le"]] += v
+			case "sluice_pacing_margin_seconds":
+				if labels["channel"] == "whatsapp" {
+					s.margin[labels["part"]] = max(s.margin[labels["part"]], v)
+				}
 			}
 		}
 		resp.Body.Close()

@@ -88,6 +88,8 @@ import (
 //	SLUICE_BENCH_SLOWLOG=1        the script-by-script breakdown (above)
 //	SLUICE_BENCH_ROUNDS=R         runs of both sides, alternating (default 3;
 //	                              the ratio line is the rounds' median)
+//	SLUICE_BENCH_MAX_MARGIN=D     channels.whatsapp.max_margin on Sluice's side
+//	                              (0: the configured margin, never widened)
 //	SLUICE_E2E_STRESS_OUT=DIR     also write the figures as JSON (stressSummary)
 //	SLUICE_E2E_RECORDS=PATH       write each run's emulator records (every
 //	                              acceptance: sender, recipient, time) as
@@ -117,6 +119,10 @@ const (
 	// benchGroupsEnv is channels.whatsapp.queue_groups with spread_by:
 	// default 12 on a cluster (4 a master), 1 on one Redis.
 	benchGroupsEnv = "SLUICE_BENCH_GROUPS"
+	// benchMaxMarginEnv sets channels.whatsapp.max_margin on Sluice's
+	// side: 0 keeps the configured margin however late the host's sends
+	// leave (worker/margin.go), to see what the widening costs.
+	benchMaxMarginEnv = "SLUICE_BENCH_MAX_MARGIN"
 	// plainWorkerEnv makes this test binary a plain asynq worker (see
 	// init): its value is a plainWorkerConfig in JSON.
 	plainWorkerEnv = "SLUICE_BENCH_PLAIN_WORKER"
@@ -205,17 +211,18 @@ type benchScaleSize struct {
 	numbers, sends, workers int
 	rounds                  int // runs of both sides, alternating
 	slowlog                 bool
-	batch                   bool // channels.whatsapp.batch_sends
-	cluster                 bool // Sluice on a 3-master cluster (benchRedisEnv)
-	spread                  bool // channels.whatsapp.spread_by phone_number_id (benchSpreadEnv)
-	groups                  int  // channels.whatsapp.queue_groups, with spread (benchGroupsEnv)
+	batch                   bool   // channels.whatsapp.batch_sends
+	cluster                 bool   // Sluice on a 3-master cluster (benchRedisEnv)
+	spread                  bool   // channels.whatsapp.spread_by phone_number_id (benchSpreadEnv)
+	groups                  int    // channels.whatsapp.queue_groups, with spread (benchGroupsEnv)
+	maxMargin               string // channels.whatsapp.max_margin (benchMaxMarginEnv); "": its default
 }
 
 func benchScaleSetup(t *testing.T) benchScaleSize {
 	t.Helper()
 	benchGate(t, benchScaleEnv, "scale measurement", "make bench-scale")
 	sz := benchScaleSize{numbers: 30, sends: 300, workers: 2, rounds: 3, slowlog: os.Getenv(benchSlowlogEnv) == "1", batch: os.Getenv(benchBatchEnv) != "0",
-		cluster: os.Getenv(benchRedisEnv) == "cluster"}
+		cluster: os.Getenv(benchRedisEnv) == "cluster", maxMargin: os.Getenv(benchMaxMarginEnv)}
 	sz.spread = sz.cluster
 	if v := os.Getenv(benchSpreadEnv); v != "" {
 		sz.spread = v == "1"
@@ -599,6 +606,22 @@ type benchRun struct {
 	deliverWall   time.Duration // from the workers' start to the last completion
 	workerCPU     time.Duration // the worker processes' CPU (user + system), start to last completion
 	workerNice    int           // the first worker process's nice value (favorEmulator leaves it at 0)
+	hostBusy      float64       // the host's CPUs' busy share (/proc/stat, all processes), start to last completion
+	// margin is the pacing margin at the end (Sluice's side; the widest
+	// worker's), by part: in_force, configured, measured (seconds).
+	margin map[string]float64
+}
+
+// hostKeptUp reports whether the host sent on time: the lateness the
+// workers measured (the 99.9th percentile of how late sends left after
+// their slots, worker/margin.go) within the configured margin. A send
+// later than that costs its number the time: the margin widens for it
+// (a number's rate is at most 1s/(1s + margin in force) of its cap), or,
+// where it may not, the send's late departure moves its number's later
+// slots on (pushIfLate). Either way the rate the host's lateness takes is
+// not the pacing's to give back without a throttle.
+func (r benchRun) hostKeptUp() bool {
+	return r.margin["configured"] > 0 && r.margin["measured"] <= r.margin["configured"]+1e-6
 }
 
 // figures adds r's figures to sum and the commandstats of d.
@@ -606,6 +629,7 @@ func (r benchRun) figures(sum *stressSummary, d redisWork) {
 	sum.add("delivered", r.delivered)
 	sum.add("enqueue_s", r.enqueue)
 	sum.add("deliver_wall_s", r.deliverWall)
+	sum.add("host_cpu_busy_share", r.hostBusy)
 	sum.add("delivered_per_s", r.ratePerSec)
 	sum.add("number_rate_of_cap_worst", r.worst)
 	sum.add("number_rate_of_cap_median", r.med)
@@ -825,11 +849,27 @@ func TestBenchScale(t *testing.T) {
 		return float64(r.sluice.workerCPU) / float64(r.sluice.delivered) / (float64(r.plain.workerCPU) / float64(r.plain.delivered))
 	})))
 	sum.add("number_rate_of_cap_worst", worst)
+	// The rounds' worst numbers where the host kept up (hostKeptUp: its
+	// sends left within the configured margin), and each round's ceiling
+	// of the margin in force, 1/(1 + margin).
+	var keptUp, ceilings []float64
+	for _, r := range rounds {
+		if r.sluice.hostKeptUp() {
+			keptUp = append(keptUp, r.sluice.worst)
+		}
+		ceilings = append(ceilings, 1/(1+r.sluice.margin["in_force"]))
+	}
+	sum.add("number_rate_ceiling_of_margin", ceilings)
+	sum.add("host_kept_up_rounds", fmt.Sprintf("%d/%d", len(keptUp), len(rounds)))
+	sum.add("number_rate_of_cap_worst_where_host_kept_up", keptUp)
 	sum.add("emulator_nice", map[bool]int{true: emulatorNice, false: 0}[favored])
 	sum.acceptance("cpu_ratio_le_1.5", testutil.Median(cpu) <= 1.5)
 	sum.acceptance("rate_ratio_of_reachable_ge_0.75", testutil.Median(reach) >= 0.75)
 	sum.acceptance("throttles_0", throttles == 0)
 	sum.acceptance("worst_number_ge_0.95", slices.Min(worst) >= 0.95)
+	if len(keptUp) > 0 { // (none: this host did not have the CPU for the size in any round)
+		sum.acceptance("worst_number_ge_0.95_where_host_kept_up", slices.Min(keptUp) >= 0.95)
+	}
 	sum.report(t)
 }
 
@@ -875,6 +915,9 @@ func benchScaleRound(t *testing.T, sz benchScaleSize, size, bin string, bound ti
 		if sz.spread {
 			spread = fmt.Sprintf("\n    spread_by: phone_number_id\n    queue_groups: %d", sz.groups)
 		}
+		if sz.maxMargin != "" {
+			spread += "\n    max_margin: " + sz.maxMargin
+		}
 		emu, err := emulator.Start(emulator.Options{}) // strict
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, emu.Close()) })
@@ -895,10 +938,11 @@ func benchScaleRound(t *testing.T, sz benchScaleSize, size, bin string, bound ti
 		d := measureDelivery(t, sz, rdb, emu, bound,
 			func() { sendCampaigns(t, bin, env, cfgs[0], csvs) },
 			func(i int) *worker { return startWorker(t, bin, fmt.Sprintf("worker %d", i), cfgs[i], addrs[i], env) })
-		sluice = d.run
 		hc := &http.Client{Transport: &http.Transport{}, Timeout: 5 * time.Second}
 		defer hc.CloseIdleConnections()
 		metrics := snapshot(t, hc, d.workers, rdb)
+		d.run.margin = metrics.margin
+		sluice = d.run
 
 		st := d.stats
 		sum.add("throttles_by_code", st.ThrottledByCode)
@@ -910,7 +954,21 @@ func benchScaleRound(t *testing.T, sz benchScaleSize, size, bin string, bound ti
 		// and held sends that woke up over 5 ms late and retook their slot
 		// (worker.maxLate; each leaves its slot unused).
 		sum.add("slots_due_at_reply", metrics.holdLE["0"])
+		// The pacing margin in force at the end (the widest worker's): how
+		// late this host's sends left, which the spacing makes room for; a
+		// number's rate is at most 1s/(1s + margin) of its cap.
+		sum.add("margin_ms", map[string]float64{"in_force": 1000 * metrics.margin["in_force"], "configured": 1000 * metrics.margin["configured"], "measured": 1000 * metrics.margin["measured"]})
 		sum.add("wakeups_over_5ms_late", metrics.lateLE["+Inf"]-metrics.lateLE["0.005"])
+		// How late sends left (their requests' writes): past the margin,
+		// a send moves its number's later slots on by its lateness.
+		sum.add("departures_late_by_ms", map[string]float64{
+			"10-15": metrics.departLE["0.015"] - metrics.departLE["0.01"], "15-20": metrics.departLE["0.02"] - metrics.departLE["0.015"],
+			"20-30": metrics.departLE["0.03"] - metrics.departLE["0.02"], "30-50": metrics.departLE["0.05"] - metrics.departLE["0.03"],
+			"50-100": metrics.departLE["0.1"] - metrics.departLE["0.05"], "over_100": metrics.departLE["+Inf"] - metrics.departLE["0.1"]})
+		sum.add("wakeups_late_by_ms", map[string]float64{
+			"5-10": metrics.lateLE["0.01"] - metrics.lateLE["0.005"], "10-15": metrics.lateLE["0.015"] - metrics.lateLE["0.01"],
+			"15-20": metrics.lateLE["0.02"] - metrics.lateLE["0.015"], "20-50": metrics.lateLE["0.05"] - metrics.lateLE["0.02"],
+			"50-100": metrics.lateLE["0.1"] - metrics.lateLE["0.05"], "over_100": metrics.lateLE["+Inf"] - metrics.lateLE["0.1"]})
 		sum.add("outcomes", metrics.outcomes["whatsapp"])
 		sum.add("max_in_1s", maxOver(emulator.MaxInSpan(d.records, emulator.ChannelWhatsApp, time.Second)))
 		sum.add("arrivals_under_3ms_apart", bunchedArrivals(d.records, 3*time.Millisecond))
@@ -1025,13 +1083,14 @@ func measureDelivery(t *testing.T, sz benchScaleSize, rdb redis.UniversalClient,
 	enqueue()
 	d.run.enqueue = time.Since(began)
 	d.run.enqueueCPU = readRedisWork(t, rdb).minus(before).cpu
-	started := time.Now()
+	started, cpuAt := time.Now(), readHostCPU(t)
 	d.workers = make([]*worker, sz.workers)
 	for i := range d.workers {
 		d.workers[i] = start(i)
 	}
 	waitAllDone(t, emu, asynq.NewInspectorFromRedisClient(rdb), sz.numbers*sz.sends, bound, anyExited(d.workers))
 	d.run.deliverWall = time.Since(started)
+	d.run.hostBusy = readHostCPU(t).busySince(cpuAt)
 	d.run.workerCPU = processCPU(d.workers)
 	d.run.workerNice = processNice(d.workers[0].cmd.Process.Pid)
 	d.work = readRedisWork(t, rdb).minus(before)
@@ -1057,6 +1116,45 @@ func measureDelivery(t *testing.T, sz benchScaleSize, rdb redis.UniversalClient,
 	d.run.worstGap, d.run.worstAfterGap = worstNumberGap(d.records, sz.numbers)
 	d.run.throttles, d.run.duplicates = d.stats.Throttled, d.stats.Duplicates
 	return d
+}
+
+// hostCPU is the host's CPU time, all CPUs, from /proc/stat's cpu line
+// (clock ticks).
+type hostCPU struct{ busy, total uint64 }
+
+// readHostCPU reads the host's CPU time; zero where /proc/stat is not.
+func readHostCPU(t *testing.T) hostCPU {
+	t.Helper()
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return hostCPU{}
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return hostCPU{}
+	}
+	var c hostCPU
+	for i, s := range f[1:] {
+		v, err := strconv.ParseUint(s, 10, 64)
+		require.NoError(t, err, "/proc/stat: %q", line)
+		if i >= 8 {
+			break // guest and guest_nice are counted in user and nice already
+		}
+		c.total += v
+		if i != 3 && i != 4 { // idle, iowait
+			c.busy += v
+		}
+	}
+	return c
+}
+
+// busySince is the share of the CPUs' time busy between b and c.
+func (c hostCPU) busySince(b hostCPU) float64 {
+	if c.total <= b.total {
+		return 0
+	}
+	return float64(c.busy-b.busy) / float64(c.total-b.total)
 }
 
 // report adds d's figures to sum and logs them, then the SLOWLOG sums
