@@ -138,7 +138,7 @@ func (s *Server) start() error {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	if err := waitReady(s.Addr, exited); err != nil {
+	if err := waitReady(s.Addr, cmd.Process.Pid, exited); err != nil {
 		if !errors.Is(err, errExited) { // (an exit waitReady saw was read from exited already)
 			_ = cmd.Process.Kill()
 			<-exited
@@ -203,9 +203,27 @@ func (s *Server) Restart() error {
 // read the exit from exited, so the caller must not wait on it again.
 var errExited = errors.New("redis-server exited")
 
+// errPortTaken is waitReady's error when another redis-server answers on
+// the port.
+var errPortTaken = errors.New("port taken")
+
+// infoField returns the value of field in an INFO reply ("" when absent).
+func infoField(info, field string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
 // waitReady waits until the server on addr answers PING, for 10 s, or
-// until it exits (errExited, its exit read from exited).
-func waitReady(addr string, exited <-chan error) error {
+// until it exits (errExited, its exit read from exited). The server that
+// answers must be process pid: another test's redis-server that bound the
+// port between the probe and this one's bind answers PING too, while this
+// one exits, and the test then lost its server when the other one stopped
+// (TestSentinelFailsOver, in a `make test` on a busy host).
+func waitReady(addr string, pid int, exited <-chan error) error {
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
@@ -217,10 +235,17 @@ func waitReady(addr string, exited <-chan error) error {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		err := c.Ping(ctx).Err()
-		cancel()
 		if err == nil {
-			return nil
+			var info string
+			if info, err = c.Info(ctx, "server").Result(); err == nil {
+				cancel()
+				if got := infoField(info, "process_id"); got != strconv.Itoa(pid) {
+					return fmt.Errorf("%w: %s is answered by another redis-server (process_id %s, this one %d)", errPortTaken, addr, got, pid)
+				}
+				return nil
+			}
 		}
+		cancel()
 		if time.Now().After(deadline) {
 			return fmt.Errorf("redis-server on %s not ready after 10s: %w", addr, err)
 		}

@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"context"
 	"net"
 	"strings"
 	"testing"
@@ -41,5 +42,32 @@ func TestStartReportsAServerThatExited(t *testing.T) {
 	}
 	if s.exited != nil {
 		t.Fatal("a server that exited is kept as running")
+	}
+}
+
+// A port another test's redis-server holds answers PING as this one's
+// would, while this one exits: start must see that the server answering
+// is not its own process and return an error, for StartWith to try
+// another port, not keep a server that is someone else's.
+func TestStartDoesNotTakeAnotherServerForItsOwn(t *testing.T) {
+	other := Start(t)
+	bin, err := Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{Addr: other.Addr, bin: bin, dir: t.TempDir()}
+	err = s.start()
+	if err == nil {
+		_ = s.Kill()
+		t.Fatal("start took the redis-server of another test for its own")
+	}
+	if !strings.Contains(err.Error(), "exited") && !strings.Contains(err.Error(), "another redis-server") {
+		t.Fatalf("start: %v, want the exit or the other server", err)
+	}
+	if s.exited != nil {
+		t.Fatal("a server that is not running is kept as running")
+	}
+	if err := other.Client(t).Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("the other server: %v", err)
 	}
 }
