@@ -221,8 +221,9 @@ func infoField(info, field string) string {
 // until it exits (errExited, its exit read from exited). The server that
 // answers must be process pid: another test's redis-server that bound the
 // port between the probe and this one's bind answers PING too, while this
-// one exits, and the test then lost its server when the other one stopped
-// (TestSentinelFailsOver, in a `make test` on a busy host).
+// one exits, and the test then loses its server when the other one stops
+// (the likely cause of a TestSentinelFailsOver failure in a `make test` on
+// a busy host).
 func waitReady(addr string, pid int, exited <-chan error) error {
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer c.Close()
