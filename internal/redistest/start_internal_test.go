@@ -2,7 +2,9 @@ package redistest
 
 import (
 	"context"
+	"errors"
 	"net"
+	"os"
 	"strings"
 	"testing"
 )
@@ -69,5 +71,10 @@ func TestStartDoesNotTakeAnotherServerForItsOwn(t *testing.T) {
 	}
 	if err := other.Client(t).Ping(context.Background()).Err(); err != nil {
 		t.Fatalf("the other server: %v", err)
+	}
+	// The check itself, without the race between the two processes: a
+	// server that answers as another process is not ready.
+	if err := waitReady(other.Addr, os.Getpid(), make(chan error)); !errors.Is(err, errPortTaken) {
+		t.Fatalf("waitReady on another process's server: %v, want errPortTaken", err)
 	}
 }
