@@ -981,14 +981,8 @@ func benchScaleRound(t *testing.T, sz benchScaleSize, size, bin string, bound ti
 		sum.add("wakeups_over_5ms_late", metrics.lateLE["+Inf"]-metrics.lateLE["0.005"])
 		// How late sends left (their requests' writes): past the margin,
 		// a send moves its number's later slots on by its lateness.
-		sum.add("departures_late_by_ms", map[string]float64{
-			"10-15": metrics.departLE["0.015"] - metrics.departLE["0.01"], "15-20": metrics.departLE["0.02"] - metrics.departLE["0.015"],
-			"20-30": metrics.departLE["0.03"] - metrics.departLE["0.02"], "30-50": metrics.departLE["0.05"] - metrics.departLE["0.03"],
-			"50-100": metrics.departLE["0.1"] - metrics.departLE["0.05"], "over_100": metrics.departLE["+Inf"] - metrics.departLE["0.1"]})
-		sum.add("wakeups_late_by_ms", map[string]float64{
-			"5-10": metrics.lateLE["0.01"] - metrics.lateLE["0.005"], "10-15": metrics.lateLE["0.015"] - metrics.lateLE["0.01"],
-			"15-20": metrics.lateLE["0.02"] - metrics.lateLE["0.015"], "20-50": metrics.lateLE["0.05"] - metrics.lateLE["0.02"],
-			"50-100": metrics.lateLE["0.1"] - metrics.lateLE["0.05"], "over_100": metrics.lateLE["+Inf"] - metrics.lateLE["0.1"]})
+		sum.add("departures_late_by_ms", lateBy(metrics.departLE, "0.01", "0.015", "0.02", "0.03", "0.05", "0.1"))
+		sum.add("wakeups_late_by_ms", lateBy(metrics.lateLE, "0.005", "0.01", "0.015", "0.02", "0.05", "0.1"))
 		sum.add("outcomes", metrics.outcomes["whatsapp"])
 		sum.add("max_in_1s", maxOver(emulator.MaxInSpan(d.records, emulator.ChannelWhatsApp, time.Second)))
 		sum.add("arrivals_under_3ms_apart", bunchedArrivals(d.records, 3*time.Millisecond))
@@ -1136,6 +1130,26 @@ func measureDelivery(t *testing.T, sz benchScaleSize, rdb redis.UniversalClient,
 	d.run.worstGap, d.run.worstAfterGap = worstNumberGap(d.records, sz.numbers)
 	d.run.throttles, d.run.duplicates = d.stats.Throttled, d.stats.Duplicates
 	return d
+}
+
+// lateBy splits a lateness histogram's cumulative buckets (le, by the
+// bucket bound in seconds as Prometheus writes it) into the counts between
+// consecutive edges, keyed "a-b" in ms, and past the last one, "over_b".
+func lateBy(le map[string]float64, edges ...string) map[string]float64 {
+	ms := func(edge string) string {
+		s, err := strconv.ParseFloat(edge, 64)
+		if err != nil {
+			panic(err) // (the edges are this file's literals)
+		}
+		return strconv.Itoa(int(math.Round(s * 1000)))
+	}
+	out := map[string]float64{}
+	for i := 1; i < len(edges); i++ {
+		out[ms(edges[i-1])+"-"+ms(edges[i])] = le[edges[i]] - le[edges[i-1]]
+	}
+	last := edges[len(edges)-1]
+	out["over_"+ms(last)] = le["+Inf"] - le[last]
+	return out
 }
 
 // hostCPU is the host's CPU time, all CPUs, from /proc/stat's cpu line
